@@ -1,0 +1,302 @@
+// Package fsm is herd's replicated state machine: the versioned command
+// encoding, a deterministic Apply, and snapshot/restore. Every replica
+// applies the same Raft entries in the same order and so holds the same
+// state; nothing in Apply reads a clock, draws randomness or depends on
+// map iteration order. Timestamps travel inside commands.
+package fsm
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"sync"
+	"sync/atomic"
+
+	"github.com/hashicorp/go-hclog"
+	memdb "github.com/hashicorp/go-memdb"
+	"github.com/hashicorp/raft"
+
+	"herd/scheduler"
+)
+
+// Rejection is a typed refusal of a well-formed command: the state did not
+// allow it. It is returned through ApplyFuture.Response, never panicked.
+type Rejection struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+func (r *Rejection) Error() string { return r.Code + ": " + r.Message }
+
+// Rejection codes.
+const (
+	RejectInvalid  = "invalid"
+	RejectNotFound = "not_found"
+	RejectConflict = "conflict"
+)
+
+func reject(code, format string, args ...any) *Rejection {
+	return &Rejection{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// SubmitResult is the response to a submit-task command.
+type SubmitResult struct {
+	Task    *Task
+	Created bool // false: the idempotency key matched an existing task
+}
+
+// BatchResult holds one response per command of a batch entry, in order.
+type BatchResult []any
+
+// FSM implements raft.FSM over an in-memory indexed store.
+type FSM struct {
+	logger hclog.Logger
+
+	mu    sync.RWMutex // guards db, swapped wholesale by Restore
+	db    *memdb.MemDB
+	index atomic.Uint64 // last applied Raft index
+}
+
+// New returns an empty state machine.
+func New(logger hclog.Logger) *FSM {
+	if logger == nil {
+		logger = hclog.NewNullLogger()
+	}
+	return &FSM{logger: logger.Named("fsm"), db: newMemDB()}
+}
+
+// State returns a read-only view of the latest applied state.
+func (f *FSM) State() *State {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	// Index is read before the transaction: a view may contain entries
+	// newer than its index, never older.
+	idx := f.index.Load()
+	return &State{txn: f.db.Txn(false), index: idx}
+}
+
+// Index is the last applied Raft index.
+func (f *FSM) Index() uint64 { return f.index.Load() }
+
+// Apply applies one Raft log entry. Configuration and other non-command
+// entries are not delivered here by hashicorp/raft.
+func (f *FSM) Apply(l *raft.Log) any {
+	f.mu.RLock()
+	db := f.db
+	f.mu.RUnlock()
+	txn := db.Txn(true)
+	resp := f.applyEntry(txn, l.Index, l.Data)
+	txn.Commit()
+	f.index.Store(l.Index)
+	return resp
+}
+
+// ApplyBytes applies data as if it were the entry at index. It exists for
+// tests and fuzzing, which drive the FSM without a Raft log.
+func (f *FSM) ApplyBytes(index uint64, data []byte) any {
+	return f.Apply(&raft.Log{Index: index, Type: raft.LogCommand, Data: data})
+}
+
+func (f *FSM) applyEntry(txn *memdb.Txn, index uint64, data []byte) any {
+	t, ignorable, payload, err := decodeHeader(data)
+	if err != nil {
+		f.logger.Error("refusing undecodable entry", "index", index, "error", err)
+		return err
+	}
+	if t != MsgBatch {
+		return f.applyOne(txn, index, t, ignorable, payload)
+	}
+	cmds, err := splitBatch(payload)
+	if err != nil {
+		f.logger.Error("refusing undecodable batch", "index", index, "error", err)
+		return err
+	}
+	out := make(BatchResult, len(cmds))
+	for i, c := range cmds {
+		ct, ign, p, err := decodeHeader(c)
+		switch {
+		case err != nil:
+			out[i] = err
+		case ct == MsgBatch:
+			out[i] = fmt.Errorf("%w: nested batch", ErrMalformedCommand)
+		default:
+			out[i] = f.applyOne(txn, index, ct, ign, p)
+		}
+	}
+	return out
+}
+
+func (f *FSM) applyOne(txn *memdb.Txn, index uint64, t MessageType, ignorable bool, payload []byte) any {
+	var resp any
+	var err error
+	switch t {
+	case MsgNoop:
+		return nil
+	case MsgUpsertServer:
+		resp, err = applyJSON(payload, func(r *UpsertServerRequest) (any, error) { return applyUpsertServer(txn, index, r) })
+	case MsgRemoveServer:
+		resp, err = applyJSON(payload, func(r *RemoveServerRequest) (any, error) { return applyRemoveServer(txn, r) })
+	case MsgSubmitTask:
+		resp, err = applyJSON(payload, func(r *SubmitTaskRequest) (any, error) { return applySubmitTask(txn, index, r) })
+	case MsgRegisterNode:
+		resp, err = applyJSON(payload, func(r *RegisterNodeRequest) (any, error) { return applyRegisterNode(txn, index, r) })
+	default:
+		if ignorable {
+			f.logger.Warn("skipping unknown ignorable command", "index", index, "type", t)
+			return nil
+		}
+		f.logger.Error("refusing unknown command", "index", index, "type", t)
+		return fmt.Errorf("%w %s at index %d", ErrUnknownCommand, t, index)
+	}
+	if err != nil {
+		return err
+	}
+	return resp
+}
+
+// applyJSON decodes a payload into R and runs fn on it.
+func applyJSON[R any](payload []byte, fn func(*R) (any, error)) (any, error) {
+	var req R
+	if err := json.Unmarshal(payload, &req); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrMalformedCommand, err)
+	}
+	return fn(&req)
+}
+
+func applyUpsertServer(txn *memdb.Txn, index uint64, r *UpsertServerRequest) (any, error) {
+	if r.Server.ID == "" {
+		return nil, reject(RejectInvalid, "server id is required")
+	}
+	s := r.Server
+	s.ModifyIndex = index
+	if err := txn.Insert(tableServers, &s); err != nil {
+		return nil, fmt.Errorf("upsert server %q: %w", s.ID, err)
+	}
+	return &s, nil
+}
+
+func applyRemoveServer(txn *memdb.Txn, r *RemoveServerRequest) (any, error) {
+	raw, err := txn.First(tableServers, "id", r.ID)
+	if err != nil {
+		return nil, fmt.Errorf("lookup server %q: %w", r.ID, err)
+	}
+	if raw == nil {
+		return nil, nil // already gone: removal is idempotent
+	}
+	if err := txn.Delete(tableServers, raw); err != nil {
+		return nil, fmt.Errorf("remove server %q: %w", r.ID, err)
+	}
+	return nil, nil
+}
+
+func applySubmitTask(txn *memdb.Txn, index uint64, r *SubmitTaskRequest) (any, error) {
+	if r.ID == "" {
+		return nil, reject(RejectInvalid, "task id is required")
+	}
+	if err := r.Spec.Validate(); err != nil {
+		return nil, reject(RejectInvalid, "%v", err)
+	}
+	if r.Spec.IdempotencyKey != "" {
+		existing, err := taskByKey(txn, r.Spec.IdempotencyKey)
+		if err == nil {
+			return &SubmitResult{Task: existing, Created: false}, nil
+		}
+	}
+	raw, err := txn.First(tableTasks, "id", r.ID)
+	if err != nil {
+		return nil, fmt.Errorf("lookup task %q: %w", r.ID, err)
+	}
+	if raw != nil {
+		return nil, reject(RejectConflict, "task id %q already exists", r.ID)
+	}
+	t := &Task{
+		ID:          r.ID,
+		Spec:        r.Spec,
+		State:       TaskPending,
+		SubmittedAt: r.SubmittedAt,
+		CreateIndex: index,
+		ModifyIndex: index,
+		Timeline: []TimelineEvent{{
+			Index: index, Time: r.SubmittedAt, Kind: "queued",
+			Message: fmt.Sprintf("submitted by %s with priority %d", r.Spec.Submitter, r.Spec.Priority),
+		}},
+	}
+	if err := txn.Insert(tableTasks, t); err != nil {
+		return nil, fmt.Errorf("insert task %q: %w", t.ID, err)
+	}
+	return &SubmitResult{Task: t, Created: true}, nil
+}
+
+func applyRegisterNode(txn *memdb.Txn, index uint64, r *RegisterNodeRequest) (any, error) {
+	n := r.Node
+	if n.ID == "" {
+		return nil, reject(RejectInvalid, "node id is required")
+	}
+	if n.Resources.Negative() || n.Slots < 0 {
+		return nil, reject(RejectInvalid, "node %q: resources and slots must not be negative", n.ID)
+	}
+	raw, err := txn.First(tableNodes, "id", n.ID)
+	if err != nil {
+		return nil, fmt.Errorf("lookup node %q: %w", n.ID, err)
+	}
+	n.SessionGeneration = 1
+	n.CreateIndex = index
+	n.Management = scheduler.ManagementActive
+	n.Scheduling = scheduler.SchedulingEligible
+	n.Reserved = scheduler.Resources{}
+	n.RunningAttempts = 0
+	if raw != nil {
+		old := raw.(*Node)
+		// A re-registration keeps what the cluster decided about the node
+		// and what it holds; only the agent-reported facts are replaced.
+		n.SessionGeneration = old.SessionGeneration + 1
+		n.CreateIndex = old.CreateIndex
+		n.Management = old.Management
+		n.Scheduling = old.Scheduling
+		n.Reserved = old.Reserved
+		n.RunningAttempts = old.RunningAttempts
+		n.RegisteredAt = old.RegisteredAt
+	} else {
+		n.RegisteredAt = r.Now
+	}
+	n.Liveness = scheduler.LivenessReady
+	n.LastHeartbeat = r.Now
+	n.ModifyIndex = index
+	if err := txn.Insert(tableNodes, &n); err != nil {
+		return nil, fmt.Errorf("insert node %q: %w", n.ID, err)
+	}
+	return &n, nil
+}
+
+// Snapshot returns a point-in-time view; taking it costs O(1) because the
+// store's trees are immutable. Persist streams it without blocking Apply.
+func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
+	return &snapshot{state: f.State()}, nil
+}
+
+type snapshot struct{ state *State }
+
+func (s *snapshot) Persist(sink raft.SnapshotSink) error {
+	if err := writeSnapshot(sink, s.state); err != nil {
+		_ = sink.Cancel()
+		return fmt.Errorf("persist snapshot: %w", err)
+	}
+	return sink.Close()
+}
+
+func (s *snapshot) Release() {}
+
+// Restore replaces the whole state with the snapshot read from rc.
+func (f *FSM) Restore(rc io.ReadCloser) error {
+	defer rc.Close()
+	db, index, err := readSnapshot(rc)
+	if err != nil {
+		return fmt.Errorf("restore snapshot: %w", err)
+	}
+	f.mu.Lock()
+	f.db = db
+	f.index.Store(index)
+	f.mu.Unlock()
+	f.logger.Info("restored state from snapshot", "index", index)
+	return nil
+}

@@ -1,0 +1,150 @@
+package fsm
+
+import (
+	"time"
+
+	"herd/scheduler"
+)
+
+// TaskState is the lifecycle state of a task. Transitions only move forward:
+// PENDING → SCHEDULED → RUNNING → one terminal state (a retry is a new
+// attempt that returns the task to PENDING, never a terminal state undone).
+type TaskState string
+
+// Task states.
+const (
+	TaskPending   TaskState = "PENDING"
+	TaskScheduled TaskState = "SCHEDULED"
+	TaskRunning   TaskState = "RUNNING"
+	TaskSucceeded TaskState = "SUCCEEDED"
+	TaskFailed    TaskState = "FAILED"
+	TaskTimedOut  TaskState = "TIMED_OUT"
+	TaskCancelled TaskState = "CANCELLED"
+)
+
+// Terminal reports whether no further transition is possible.
+func (s TaskState) Terminal() bool {
+	switch s {
+	case TaskSucceeded, TaskFailed, TaskTimedOut, TaskCancelled:
+		return true
+	}
+	return false
+}
+
+// Valid reports whether s is one of the known task states.
+func (s TaskState) Valid() bool {
+	switch s {
+	case TaskPending, TaskScheduled, TaskRunning, TaskSucceeded, TaskFailed, TaskTimedOut, TaskCancelled:
+		return true
+	}
+	return false
+}
+
+// AttemptState is the lifecycle state of one attempt of a task.
+type AttemptState string
+
+// Attempt states.
+const (
+	AttemptReserved  AttemptState = "RESERVED"
+	AttemptRunning   AttemptState = "RUNNING"
+	AttemptSucceeded AttemptState = "SUCCEEDED"
+	AttemptFailed    AttemptState = "FAILED"
+	AttemptTimedOut  AttemptState = "TIMED_OUT"
+	AttemptLost      AttemptState = "LOST"
+	AttemptCancelled AttemptState = "CANCELLED"
+)
+
+// TaskSpec is what a client submitted, with defaults already applied by the
+// leader, so every replica stores exactly the same values.
+type TaskSpec struct {
+	Name              string              `json:"name"`
+	IdempotencyKey    string              `json:"idempotency_key,omitempty"`
+	Priority          int                 `json:"priority"`
+	Command           []string            `json:"command"`
+	Env               map[string]string   `json:"env,omitempty"`
+	Capability        string              `json:"capability"`
+	CapabilityVersion string              `json:"capability_version"`
+	RequiredLabels    map[string]string   `json:"required_labels,omitempty"`
+	PreferredLabels   map[string]string   `json:"preferred_labels,omitempty"`
+	Resources         scheduler.Resources `json:"resources"`
+	TimeoutSeconds    int64               `json:"timeout_seconds"`
+	MaxAttempts       int                 `json:"max_attempts"`
+	Submitter         string              `json:"submitter"`
+}
+
+// TimelineEvent is one milestone in a task's life, with the reason for it.
+type TimelineEvent struct {
+	Index   uint64    `json:"index"`
+	Time    time.Time `json:"time"`
+	Kind    string    `json:"kind"`
+	Message string    `json:"message"`
+}
+
+// Task is the replicated record of a submitted task. Records stored in the
+// state are immutable: every change copies the record first.
+type Task struct {
+	ID             string          `json:"id"`
+	Spec           TaskSpec        `json:"spec"`
+	State          TaskState       `json:"state"`
+	SubmittedAt    time.Time       `json:"submitted_at"`
+	CreateIndex    uint64          `json:"create_index"`
+	ModifyIndex    uint64          `json:"modify_index"`
+	Attempts       int             `json:"attempts"`
+	CurrentAttempt string          `json:"current_attempt,omitempty"`
+	Timeline       []TimelineEvent `json:"timeline"`
+}
+
+func (t *Task) clone() *Task {
+	c := *t
+	c.Timeline = append([]TimelineEvent(nil), t.Timeline...)
+	return &c
+}
+
+// Attempt is one try of a task on one node. LeaseVersion is the fencing
+// token: a result is accepted only with the current attempt's lease.
+type Attempt struct {
+	ID           string              `json:"id"`
+	TaskID       string              `json:"task_id"`
+	Number       int                 `json:"number"`
+	NodeID       string              `json:"node_id"`
+	State        AttemptState        `json:"state"`
+	LeaseVersion uint64              `json:"lease_version"`
+	Resources    scheduler.Resources `json:"resources"`
+	ReservedAt   time.Time           `json:"reserved_at"`
+	StartedAt    time.Time           `json:"started_at,omitzero"`
+	FinishedAt   time.Time           `json:"finished_at,omitzero"`
+	ExitCode     int                 `json:"exit_code"`
+	OutputTail   string              `json:"output_tail,omitempty"`
+	CreateIndex  uint64              `json:"create_index"`
+	ModifyIndex  uint64              `json:"modify_index"`
+}
+
+// Node is the replicated record of a worker node.
+type Node struct {
+	ID                string               `json:"id"`
+	Address           string               `json:"address"`
+	Labels            map[string]string    `json:"labels,omitempty"`
+	Capabilities      map[string][]string  `json:"capabilities,omitempty"`
+	Resources         scheduler.Resources  `json:"resources"`
+	Slots             int                  `json:"slots"`
+	Weight            int                  `json:"weight"`
+	Management        scheduler.Management `json:"management"`
+	Liveness          scheduler.Liveness   `json:"liveness"`
+	Scheduling        scheduler.Scheduling `json:"scheduling"`
+	SessionGeneration uint64               `json:"session_generation"`
+	RegisteredAt      time.Time            `json:"registered_at"`
+	LastHeartbeat     time.Time            `json:"last_heartbeat"`
+	Reserved          scheduler.Resources  `json:"reserved"`
+	RunningAttempts   int                  `json:"running_attempts"`
+	CreateIndex       uint64               `json:"create_index"`
+	ModifyIndex       uint64               `json:"modify_index"`
+}
+
+// Server is the replicated metadata of a scheduler replica: how to reach
+// its HTTP API, so followers can forward writes to the leader.
+type Server struct {
+	ID          string `json:"id"`
+	RaftAddress string `json:"raft_address"`
+	HTTPAddress string `json:"http_address"`
+	ModifyIndex uint64 `json:"modify_index"`
+}

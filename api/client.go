@@ -1,0 +1,329 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Client talks to a herd cluster through any of its replicas. A request
+// that finds a replica unreachable, or without a leader, moves on to the
+// next address; followers forward to the leader themselves.
+type Client struct {
+	addrs []string
+	http  *http.Client
+	// Retries is how many extra rounds over all addresses a request makes
+	// while the cluster has no leader (during an election).
+	Retries int
+	// RetryWait is the pause between rounds.
+	RetryWait time.Duration
+}
+
+// NewClient returns a client for the given addresses ("host:port" or URLs).
+func NewClient(addrs ...string) (*Client, error) {
+	c := &Client{http: &http.Client{Timeout: 60 * time.Second}, Retries: 0, RetryWait: 500 * time.Millisecond}
+	for _, a := range addrs {
+		for _, p := range strings.Split(a, ",") {
+			p = strings.TrimSpace(p)
+			if p == "" {
+				continue
+			}
+			if !strings.Contains(p, "://") {
+				p = "http://" + p
+			}
+			u, err := url.Parse(p)
+			if err != nil || u.Host == "" {
+				return nil, fmt.Errorf("invalid server address %q", p)
+			}
+			c.addrs = append(c.addrs, strings.TrimRight(u.String(), "/"))
+		}
+	}
+	if len(c.addrs) == 0 {
+		return nil, errors.New("no server address given")
+	}
+	return c, nil
+}
+
+// Addresses returns the base URLs the client uses.
+func (c *Client) Addresses() []string { return append([]string(nil), c.addrs...) }
+
+// SetHTTPClient replaces the underlying HTTP client (timeouts, transports).
+func (c *Client) SetHTTPClient(h *http.Client) { c.http = h }
+
+// Response metadata returned with reads.
+type Meta struct {
+	Index       uint64
+	LastContact time.Duration
+	KnownLeader bool
+	Status      int
+}
+
+func (c *Client) do(ctx context.Context, method, path string, in, out any) (Meta, error) {
+	var body []byte
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return Meta{}, fmt.Errorf("encode request: %w", err)
+		}
+		body = b
+	}
+	var lastErr error
+	for round := 0; round <= c.Retries; round++ {
+		if round > 0 {
+			select {
+			case <-ctx.Done():
+				return Meta{}, ctx.Err()
+			case <-time.After(c.RetryWait):
+			}
+		}
+		for _, base := range c.addrs {
+			meta, err := c.once(ctx, method, base+path, body, out)
+			if err == nil {
+				return meta, nil
+			}
+			lastErr = err
+			var se *StatusError
+			if errors.As(err, &se) && se.Code != http.StatusServiceUnavailable {
+				return meta, err // a real answer: do not ask elsewhere
+			}
+			if ctx.Err() != nil {
+				return meta, ctx.Err()
+			}
+		}
+	}
+	return Meta{}, lastErr
+}
+
+func (c *Client) once(ctx context.Context, method, u string, body []byte, out any) (Meta, error) {
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, rd)
+	if err != nil {
+		return Meta{}, fmt.Errorf("build request: %w", err)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return Meta{}, fmt.Errorf("%s %s: %w", method, u, err)
+	}
+	defer resp.Body.Close()
+	meta := parseMeta(resp)
+	if resp.StatusCode >= 300 {
+		return meta, decodeError(resp)
+	}
+	if out == nil {
+		_, _ = io.Copy(io.Discard, resp.Body)
+		return meta, nil
+	}
+	if w, ok := out.(io.Writer); ok {
+		if _, err := io.Copy(w, resp.Body); err != nil {
+			return meta, fmt.Errorf("read %s: %w", u, err)
+		}
+		return meta, nil
+	}
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		return meta, fmt.Errorf("decode answer of %s: %w", u, err)
+	}
+	return meta, nil
+}
+
+func parseMeta(resp *http.Response) Meta {
+	m := Meta{Status: resp.StatusCode}
+	m.Index, _ = strconv.ParseUint(resp.Header.Get(HeaderIndex), 10, 64)
+	if ms, err := strconv.ParseInt(resp.Header.Get(HeaderLastContact), 10, 64); err == nil {
+		m.LastContact = time.Duration(ms) * time.Millisecond
+	}
+	m.KnownLeader, _ = strconv.ParseBool(resp.Header.Get(HeaderKnownLeader))
+	return m
+}
+
+func decodeError(resp *http.Response) error {
+	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	var e ErrorResponse
+	if err := json.Unmarshal(raw, &e); err != nil || e.Error == "" {
+		e.Error = strings.TrimSpace(string(raw))
+		if e.Error == "" {
+			e.Error = resp.Status
+		}
+	}
+	return &StatusError{Code: resp.StatusCode, Message: e.Error}
+}
+
+// Leader returns the current leader.
+func (c *Client) Leader(ctx context.Context) (LeaderInfo, error) {
+	var l LeaderInfo
+	_, err := c.do(ctx, http.MethodGet, "/v1/status/leader", nil, &l)
+	return l, err
+}
+
+// Self describes the first replica that answers.
+func (c *Client) Self(ctx context.Context) (SelfInfo, error) {
+	var s SelfInfo
+	_, err := c.do(ctx, http.MethodGet, "/v1/status/self", nil, &s)
+	return s, err
+}
+
+// RaftConfiguration returns the cluster membership.
+func (c *Client) RaftConfiguration(ctx context.Context) (RaftConfiguration, error) {
+	var rc RaftConfiguration
+	_, err := c.do(ctx, http.MethodGet, "/v1/operator/raft/configuration", nil, &rc)
+	return rc, err
+}
+
+// RaftStats returns the raft statistics of the first replica that answers.
+func (c *Client) RaftStats(ctx context.Context) (map[string]string, error) {
+	var s map[string]string
+	_, err := c.do(ctx, http.MethodGet, "/v1/operator/raft/stats", nil, &s)
+	return s, err
+}
+
+// Join asks the cluster to add a server as a voter.
+func (c *Client) Join(ctx context.Context, req JoinRequest) error {
+	_, err := c.do(ctx, http.MethodPost, "/v1/operator/raft/join", req, nil)
+	return err
+}
+
+// RemovePeer removes a server from the Raft configuration.
+func (c *Client) RemovePeer(ctx context.Context, id string) error {
+	_, err := c.do(ctx, http.MethodDelete, "/v1/operator/raft/peer?id="+url.QueryEscape(id), nil, nil)
+	return err
+}
+
+// TransferLeadership asks the leader to hand over to another voter (to
+// targetID when set) and returns the new leader.
+func (c *Client) TransferLeadership(ctx context.Context, targetID string) (LeaderInfo, error) {
+	path := "/v1/operator/raft/transfer-leadership"
+	if targetID != "" {
+		path += "?id=" + url.QueryEscape(targetID)
+	}
+	var l LeaderInfo
+	_, err := c.do(ctx, http.MethodPut, path, nil, &l)
+	return l, err
+}
+
+// SnapshotSave streams a snapshot archive from the leader into w.
+func (c *Client) SnapshotSave(ctx context.Context, w io.Writer) error {
+	// The body is streamed into w, so retrying after a partial copy would
+	// corrupt it: a failed attempt is retried only when nothing was written.
+	cw := &countingWriter{w: w}
+	var lastErr error
+	for _, base := range c.addrs {
+		_, err := c.once(ctx, http.MethodGet, base+"/v1/operator/snapshot", nil, cw)
+		if err == nil {
+			return nil
+		}
+		lastErr = err
+		var se *StatusError
+		if cw.n > 0 || (errors.As(err, &se) && se.Code != http.StatusServiceUnavailable) {
+			return err
+		}
+	}
+	return lastErr
+}
+
+// SnapshotRestore uploads a snapshot archive to the leader.
+func (c *Client) SnapshotRestore(ctx context.Context, r io.Reader) error {
+	data, err := io.ReadAll(r)
+	if err != nil {
+		return fmt.Errorf("read snapshot: %w", err)
+	}
+	var lastErr error
+	for _, base := range c.addrs {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPut, base+"/v1/operator/snapshot", bytes.NewReader(data))
+		if err != nil {
+			return fmt.Errorf("build request: %w", err)
+		}
+		req.Header.Set("Content-Type", "application/octet-stream")
+		resp, err := c.http.Do(req)
+		if err != nil {
+			lastErr = fmt.Errorf("PUT %s: %w", base, err)
+			continue
+		}
+		if resp.StatusCode >= 300 {
+			lastErr = decodeError(resp)
+			resp.Body.Close()
+			var se *StatusError
+			if errors.As(lastErr, &se) && se.Code != http.StatusServiceUnavailable {
+				return lastErr
+			}
+			continue
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return nil
+	}
+	return lastErr
+}
+
+// SubmitTask submits a task; created is false when the idempotency key
+// matched an existing task.
+func (c *Client) SubmitTask(ctx context.Context, spec TaskSpec) (SubmitResponse, bool, error) {
+	var out SubmitResponse
+	meta, err := c.do(ctx, http.MethodPost, "/v1/tasks", spec, &out)
+	return out, meta.Status == http.StatusCreated, err
+}
+
+// ReadOptions control how a read is served.
+type ReadOptions struct {
+	// Consistent makes the leader confirm its leadership and catch up
+	// before answering (linearizable); otherwise any replica answers from
+	// its local state (possibly stale; see Meta).
+	Consistent bool
+}
+
+func (o ReadOptions) query(q url.Values) string {
+	if o.Consistent {
+		q.Set("consistent", "")
+	}
+	if len(q) == 0 {
+		return ""
+	}
+	return "?" + strings.ReplaceAll(q.Encode(), "consistent=", "consistent")
+}
+
+// GetTask returns one task.
+func (c *Client) GetTask(ctx context.Context, id string, o ReadOptions) (Task, Meta, error) {
+	var t Task
+	meta, err := c.do(ctx, http.MethodGet, "/v1/tasks/"+url.PathEscape(id)+o.query(url.Values{}), nil, &t)
+	return t, meta, err
+}
+
+// ListTasks returns one page of tasks.
+func (c *Client) ListTasks(ctx context.Context, q TaskQuery, o ReadOptions) (TaskList, Meta, error) {
+	v := url.Values{}
+	if q.State != "" {
+		v.Set("state", q.State)
+	}
+	if q.After != "" {
+		v.Set("after", q.After)
+	}
+	if q.Limit > 0 {
+		v.Set("limit", strconv.Itoa(q.Limit))
+	}
+	var l TaskList
+	meta, err := c.do(ctx, http.MethodGet, "/v1/tasks"+o.query(v), nil, &l)
+	return l, meta, err
+}
+
+type countingWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
+}

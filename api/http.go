@@ -1,0 +1,473 @@
+// Package api is herd's HTTP JSON interface: the handlers every replica
+// serves, the Backend interface they need from a replica, and the Go
+// client the CLI and agents use. Followers forward writes (and
+// ?consistent reads) to the leader, so a client may talk to any replica.
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+)
+
+// Headers describing how fresh a read is, and the loop guard for forwarding.
+const (
+	HeaderIndex       = "X-Herd-Index"
+	HeaderLastContact = "X-Herd-Last-Contact"
+	HeaderKnownLeader = "X-Herd-Known-Leader"
+	HeaderForwarded   = "X-Herd-Forwarded-By"
+)
+
+// Body limits: ordinary requests are small; snapshot restores are not.
+const (
+	MaxRequestBytes  = 1 << 20
+	MaxSnapshotBytes = 4 << 30
+)
+
+// ReadMeta describes the replica's view when it answered a read.
+type ReadMeta struct {
+	Index       uint64
+	LastContact time.Duration // since the leader was last heard; 0 on the leader
+	KnownLeader bool
+}
+
+// Backend is what the HTTP layer needs from a replica. Methods marked
+// leader-only are only called on the leader; a replica that lost
+// leadership meanwhile returns an error wrapping ErrNotLeader.
+type Backend interface {
+	ID() string
+	IsLeader() bool
+	// LeaderHTTPAddress is where to forward leader-only requests.
+	LeaderHTTPAddress() (string, bool)
+	ReadMeta() ReadMeta
+	// ConsistentRead (leader-only) confirms leadership with a quorum and
+	// waits until everything committed before the call is applied locally.
+	ConsistentRead(ctx context.Context) error
+	Self() SelfInfo
+	Leader() (LeaderInfo, error)
+	RaftConfiguration() (RaftConfiguration, error)
+	RaftStats() map[string]string
+
+	Join(ctx context.Context, req JoinRequest) error                           // leader-only
+	RemovePeer(ctx context.Context, id string) error                           // leader-only
+	TransferLeadership(ctx context.Context, targetID string) error             // leader-only
+	SnapshotSave(ctx context.Context, w io.Writer) error                       // leader-only
+	SnapshotRestore(ctx context.Context, r io.Reader) error                    // leader-only
+	SubmitTask(ctx context.Context, spec TaskSpec) (Task, bool, uint64, error) // leader-only
+
+	GetTask(id string) (Task, error)
+	ListTasks(q TaskQuery) (TaskList, error)
+}
+
+// Handler serves the API of one replica.
+type Handler struct {
+	backend Backend
+	logger  hclog.Logger
+	mux     *http.ServeMux
+	proxy   *http.Client
+}
+
+// NewHandler builds the HTTP handler for a replica.
+func NewHandler(b Backend, logger hclog.Logger) *Handler {
+	if logger == nil {
+		logger = hclog.NewNullLogger()
+	}
+	h := &Handler{
+		backend: b,
+		logger:  logger.Named("http"),
+		mux:     http.NewServeMux(),
+		proxy:   &http.Client{Timeout: 0},
+	}
+	h.routes()
+	return h
+}
+
+// route dispatches by method so that a wrong method gets a JSON 405.
+type route map[string]http.HandlerFunc
+
+func (h *Handler) handle(pattern string, r route) {
+	h.mux.HandleFunc(pattern, func(w http.ResponseWriter, req *http.Request) {
+		fn, ok := r[req.Method]
+		if !ok {
+			allowed := make([]string, 0, len(r))
+			for m := range r {
+				allowed = append(allowed, m)
+			}
+			w.Header().Set("Allow", strings.Join(slices.Sorted(slices.Values(allowed)), ", "))
+			writeError(w, http.StatusMethodNotAllowed, fmt.Sprintf("method %s not allowed on %s", req.Method, req.URL.Path))
+			return
+		}
+		fn(w, req)
+	})
+}
+
+func (h *Handler) routes() {
+	h.handle("/v1/status/leader", route{http.MethodGet: h.getLeader})
+	h.handle("/v1/status/self", route{http.MethodGet: h.getSelf})
+	h.handle("/v1/operator/raft/configuration", route{http.MethodGet: h.getRaftConfiguration})
+	h.handle("/v1/operator/raft/stats", route{http.MethodGet: h.getRaftStats})
+	h.handle("/v1/operator/raft/peer", route{http.MethodDelete: h.leaderOnly(h.deletePeer)})
+	h.handle("/v1/operator/raft/join", route{http.MethodPost: h.leaderOnly(h.postJoin)})
+	h.handle("/v1/operator/raft/transfer-leadership", route{http.MethodPut: h.leaderOnly(h.putTransferLeadership)})
+	h.handle("/v1/operator/snapshot", route{
+		http.MethodGet: h.leaderOnly(h.getSnapshot),
+		http.MethodPut: h.leaderOnly(h.putSnapshot),
+	})
+	h.handle("/v1/tasks", route{
+		http.MethodGet:  h.read(h.listTasks),
+		http.MethodPost: h.leaderOnly(h.postTask),
+	})
+	h.handle("/v1/tasks/{id}", route{http.MethodGet: h.read(h.getTask)})
+	h.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("no such endpoint: %s %s", r.Method, r.URL.Path))
+	})
+}
+
+// ServeHTTP recovers from handler panics so that one bad request cannot
+// take the replica down; the panic is logged and answered with a 500.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	defer func() {
+		if p := recover(); p != nil {
+			if p == http.ErrAbortHandler {
+				panic(p)
+			}
+			h.logger.Error("handler panic", "method", r.Method, "path", r.URL.Path, "panic", p)
+			writeError(w, http.StatusInternalServerError, "internal error")
+		}
+	}()
+	h.mux.ServeHTTP(w, r)
+}
+
+// leaderOnly runs fn on the leader and forwards the request to it from
+// anywhere else. A request that was already forwarded once is not
+// forwarded again (leadership moved under it): the client retries.
+func (h *Handler) leaderOnly(fn http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if h.backend.IsLeader() {
+			fn(w, r)
+			return
+		}
+		h.forward(w, r)
+	}
+}
+
+func (h *Handler) forward(w http.ResponseWriter, r *http.Request) {
+	if r.Header.Get(HeaderForwarded) != "" {
+		writeNoLeader(w, fmt.Sprintf("%s: forwarded by %s but not the leader (leadership is changing)", h.backend.ID(), r.Header.Get(HeaderForwarded)))
+		return
+	}
+	addr, ok := h.backend.LeaderHTTPAddress()
+	if !ok {
+		writeNoLeader(w, "no cluster leader is known; retry shortly")
+		return
+	}
+	target := &url.URL{Scheme: "http", Host: addr}
+	proxy := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(target)
+			pr.Out.Host = addr
+			pr.Out.Header.Set(HeaderForwarded, h.backend.ID())
+		},
+		FlushInterval: -1,
+		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, err error) {
+			h.logger.Warn("forwarding to leader failed", "leader", addr, "error", err)
+			writeNoLeader(w, fmt.Sprintf("leader at %s unreachable: %v", addr, err))
+		},
+	}
+	proxy.ServeHTTP(w, r)
+}
+
+// read serves a read locally, or through the leader with ?consistent, and
+// sets the freshness headers.
+func (h *Handler) read(fn http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if _, consistent := r.URL.Query()["consistent"]; consistent {
+			if !h.backend.IsLeader() {
+				h.forward(w, r)
+				return
+			}
+			if err := h.backend.ConsistentRead(r.Context()); err != nil {
+				writeErr(w, err)
+				return
+			}
+		}
+		meta := h.backend.ReadMeta()
+		w.Header().Set(HeaderIndex, strconv.FormatUint(meta.Index, 10))
+		w.Header().Set(HeaderLastContact, strconv.FormatInt(meta.LastContact.Milliseconds(), 10))
+		w.Header().Set(HeaderKnownLeader, strconv.FormatBool(meta.KnownLeader))
+		fn(w, r)
+	}
+}
+
+func (h *Handler) getLeader(w http.ResponseWriter, _ *http.Request) {
+	l, err := h.backend.Leader()
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, l)
+}
+
+func (h *Handler) getSelf(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, h.backend.Self())
+}
+
+func (h *Handler) getRaftConfiguration(w http.ResponseWriter, _ *http.Request) {
+	c, err := h.backend.RaftConfiguration()
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, c)
+}
+
+func (h *Handler) getRaftStats(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, h.backend.RaftStats())
+}
+
+func (h *Handler) deletePeer(w http.ResponseWriter, r *http.Request) {
+	id := r.URL.Query().Get("id")
+	if !ValidID(id) {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("query parameter id %q is not a valid server id", id))
+		return
+	}
+	if err := h.backend.RemovePeer(r.Context(), id); err != nil {
+		writeErr(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"removed": id})
+}
+
+func (h *Handler) postJoin(w http.ResponseWriter, r *http.Request) {
+	var req JoinRequest
+	if !decodeBody(w, r, &req) {
+		return
+	}
+	if !ValidID(req.ID) || req.RaftAddress == "" || req.HTTPAddress == "" {
+		writeError(w, http.StatusBadRequest, "join needs a valid id, raft_address and http_address")
+		return
+	}
+	if err := h.backend.Join(r.Context(), req); err != nil {
+		writeErr(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"joined": req.ID})
+}
+
+func (h *Handler) putTransferLeadership(w http.ResponseWriter, r *http.Request) {
+	target := r.URL.Query().Get("id")
+	if target != "" && !ValidID(target) {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("query parameter id %q is not a valid server id", target))
+		return
+	}
+	if err := h.backend.TransferLeadership(r.Context(), target); err != nil {
+		writeErr(w, err)
+		return
+	}
+	l, err := h.backend.Leader()
+	if err != nil {
+		writeJSON(w, http.StatusOK, map[string]string{"result": "leadership transferred"})
+		return
+	}
+	writeJSON(w, http.StatusOK, l)
+}
+
+func (h *Handler) getSnapshot(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set("Content-Disposition", `attachment; filename="herd.snap"`)
+	// Once bytes are streamed the status is sent; a later failure can only
+	// cut the stream short, which the archive's checksum reveals on restore.
+	sw := &statusWriter{ResponseWriter: w}
+	if err := h.backend.SnapshotSave(r.Context(), sw); err != nil {
+		if !sw.wrote {
+			w.Header().Set("Content-Type", "application/json")
+			w.Header().Del("Content-Disposition")
+			writeErr(w, err)
+			return
+		}
+		h.logger.Error("snapshot stream failed midway", "error", err)
+	}
+}
+
+func (h *Handler) putSnapshot(w http.ResponseWriter, r *http.Request) {
+	r.Body = http.MaxBytesReader(w, r.Body, MaxSnapshotBytes)
+	if err := h.backend.SnapshotRestore(r.Context(), r.Body); err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("snapshot larger than %d bytes", mbe.Limit))
+			return
+		}
+		writeErr(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"result": "snapshot restored"})
+}
+
+func (h *Handler) postTask(w http.ResponseWriter, r *http.Request) {
+	var spec TaskSpec
+	if !decodeBody(w, r, &spec) {
+		return
+	}
+	task, created, index, err := h.backend.SubmitTask(r.Context(), spec)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	status := http.StatusOK
+	if created {
+		status = http.StatusCreated
+		w.Header().Set("Location", "/v1/tasks/"+task.ID)
+	}
+	writeJSON(w, status, SubmitResponse{ID: task.ID, State: task.State, Index: index})
+}
+
+func (h *Handler) getTask(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if !ValidID(id) {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("%q is not a valid task id", id))
+		return
+	}
+	t, err := h.backend.GetTask(id)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, t)
+}
+
+// Listing limits.
+const (
+	DefaultListLimit = 100
+	MaxListLimit     = 10000
+)
+
+func (h *Handler) listTasks(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	query := TaskQuery{State: strings.ToUpper(q.Get("state")), After: q.Get("after"), Limit: DefaultListLimit}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > MaxListLimit {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("limit %q must be a whole number from 1 to %d", v, MaxListLimit))
+			return
+		}
+		query.Limit = n
+	}
+	if query.After != "" && !ValidID(query.After) {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("after %q is not a valid task id", query.After))
+		return
+	}
+	list, err := h.backend.ListTasks(query)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, list)
+}
+
+// decodeBody reads a size-limited JSON body into v, rejecting unknown
+// fields and trailing data; on failure it writes the 4xx and returns false.
+func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
+	r.Body = http.MaxBytesReader(w, r.Body, MaxRequestBytes)
+	dec := json.NewDecoder(r.Body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		status, msg := describeDecodeError(err)
+		writeError(w, status, msg)
+		return false
+	}
+	if err := dec.Decode(&struct{}{}); !errors.Is(err, io.EOF) {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body larger than %d bytes", mbe.Limit))
+			return false
+		}
+		writeError(w, http.StatusBadRequest, "request body must hold exactly one JSON object")
+		return false
+	}
+	return true
+}
+
+func describeDecodeError(err error) (int, string) {
+	var (
+		mbe *http.MaxBytesError
+		se  *json.SyntaxError
+		ute *json.UnmarshalTypeError
+	)
+	switch {
+	case errors.As(err, &mbe):
+		return http.StatusRequestEntityTooLarge, fmt.Sprintf("request body larger than %d bytes", mbe.Limit)
+	case errors.Is(err, io.EOF):
+		return http.StatusBadRequest, "request body is empty; a JSON object is required"
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return http.StatusBadRequest, "request body is truncated JSON"
+	case errors.As(err, &se):
+		return http.StatusBadRequest, fmt.Sprintf("malformed JSON at byte %d: %v", se.Offset, se)
+	case errors.As(err, &ute):
+		field := ute.Field
+		if field == "" {
+			field = "body"
+		}
+		return http.StatusBadRequest, fmt.Sprintf("field %q must be %s, not JSON %s", field, ute.Type, ute.Value)
+	case strings.HasPrefix(err.Error(), "json: unknown field "):
+		return http.StatusBadRequest, "unknown field " + strings.TrimPrefix(err.Error(), "json: unknown field ")
+	}
+	return http.StatusBadRequest, "invalid request body: " + err.Error()
+}
+
+type statusWriter struct {
+	http.ResponseWriter
+	wrote bool
+}
+
+func (s *statusWriter) Write(p []byte) (int, error) {
+	s.wrote = true
+	return s.ResponseWriter.Write(p)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+func writeError(w http.ResponseWriter, status int, msg string) {
+	writeJSON(w, status, ErrorResponse{Error: msg})
+}
+
+func writeNoLeader(w http.ResponseWriter, msg string) {
+	w.Header().Set("Retry-After", "1")
+	writeError(w, http.StatusServiceUnavailable, msg)
+}
+
+// writeErr maps a backend error to its status.
+func writeErr(w http.ResponseWriter, err error) {
+	switch {
+	case errors.Is(err, ErrBadRequest):
+		writeError(w, http.StatusBadRequest, err.Error())
+	case errors.Is(err, ErrNotFound):
+		writeError(w, http.StatusNotFound, err.Error())
+	case errors.Is(err, ErrConflict):
+		writeError(w, http.StatusConflict, err.Error())
+	case errors.Is(err, ErrNoLeader), errors.Is(err, ErrNotLeader):
+		writeNoLeader(w, err.Error())
+	case errors.Is(err, ErrTimeout), errors.Is(err, context.DeadlineExceeded):
+		writeError(w, http.StatusGatewayTimeout, err.Error())
+	case errors.Is(err, context.Canceled):
+		writeError(w, 499, err.Error())
+	default:
+		writeError(w, http.StatusInternalServerError, err.Error())
+	}
+}

@@ -1,0 +1,215 @@
+package api
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"regexp"
+	"time"
+)
+
+// Resources is an amount of CPU (millicores), memory, GPU units and disk.
+type Resources struct {
+	CPUMillis int64 `json:"cpu_millis"`
+	MemoryMB  int64 `json:"memory_mb"`
+	GPU       int64 `json:"gpu"`
+	DiskMB    int64 `json:"disk_mb"`
+}
+
+// TaskSpec is what a client submits. Optional numbers are pointers so an
+// absent field takes its default while an explicit 0 is validated.
+type TaskSpec struct {
+	Name              string            `json:"name,omitempty"`
+	IdempotencyKey    string            `json:"idempotency_key,omitempty"`
+	Priority          *int              `json:"priority,omitempty"`
+	Command           []string          `json:"command"`
+	Env               map[string]string `json:"env,omitempty"`
+	Capability        string            `json:"capability,omitempty"`
+	CapabilityVersion string            `json:"capability_version,omitempty"`
+	RequiredLabels    map[string]string `json:"required_labels,omitempty"`
+	PreferredLabels   map[string]string `json:"preferred_labels,omitempty"`
+	Resources         Resources         `json:"resources"`
+	TimeoutSeconds    *int64            `json:"timeout_seconds,omitempty"`
+	MaxAttempts       *int              `json:"max_attempts,omitempty"`
+	Submitter         string            `json:"submitter,omitempty"`
+}
+
+// Defaults applied to a submitted spec for fields it leaves out.
+const (
+	DefaultPriority          = 50
+	DefaultCapability        = "exec"
+	DefaultCapabilityVersion = "1"
+	DefaultTimeoutSeconds    = 3600
+	DefaultMaxAttempts       = 3
+	DefaultSubmitter         = "default"
+)
+
+// WithDefaults returns a copy of s with every absent optional field set.
+func (s TaskSpec) WithDefaults() TaskSpec {
+	if s.Priority == nil {
+		s.Priority = ptr(DefaultPriority)
+	}
+	if s.Capability == "" {
+		s.Capability = DefaultCapability
+	}
+	if s.CapabilityVersion == "" {
+		s.CapabilityVersion = DefaultCapabilityVersion
+	}
+	if s.TimeoutSeconds == nil {
+		s.TimeoutSeconds = ptr(int64(DefaultTimeoutSeconds))
+	}
+	if s.MaxAttempts == nil {
+		s.MaxAttempts = ptr(DefaultMaxAttempts)
+	}
+	if s.Submitter == "" {
+		s.Submitter = DefaultSubmitter
+	}
+	return s
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// Task is a task as the API shows it.
+type Task struct {
+	ID             string          `json:"id"`
+	Name           string          `json:"name"`
+	State          string          `json:"state"`
+	Spec           TaskSpec        `json:"spec"`
+	SubmittedAt    time.Time       `json:"submitted_at"`
+	CreateIndex    uint64          `json:"create_index"`
+	ModifyIndex    uint64          `json:"modify_index"`
+	CurrentAttempt string          `json:"current_attempt,omitempty"`
+	Attempts       []Attempt       `json:"attempts"`
+	Timeline       []TimelineEvent `json:"timeline"`
+}
+
+// Attempt is one try of a task on one node.
+type Attempt struct {
+	ID           string    `json:"id"`
+	Number       int       `json:"number"`
+	NodeID       string    `json:"node_id"`
+	State        string    `json:"state"`
+	LeaseVersion uint64    `json:"lease_version"`
+	ReservedAt   time.Time `json:"reserved_at"`
+	StartedAt    time.Time `json:"started_at,omitzero"`
+	FinishedAt   time.Time `json:"finished_at,omitzero"`
+	ExitCode     int       `json:"exit_code"`
+	OutputTail   string    `json:"output_tail,omitempty"`
+}
+
+// TimelineEvent is one milestone of a task with its reason.
+type TimelineEvent struct {
+	Index   uint64    `json:"index"`
+	Time    time.Time `json:"time"`
+	Kind    string    `json:"kind"`
+	Message string    `json:"message"`
+}
+
+// SubmitResponse acknowledges a committed submit.
+type SubmitResponse struct {
+	ID    string `json:"id"`
+	State string `json:"state"`
+	Index uint64 `json:"index"`
+}
+
+// TaskList is one page of tasks; Next is the cursor for the following page.
+type TaskList struct {
+	Tasks []Task `json:"tasks"`
+	Next  string `json:"next,omitempty"`
+}
+
+// TaskQuery selects tasks to list.
+type TaskQuery struct {
+	State string
+	After string
+	Limit int
+}
+
+// LeaderInfo identifies the current leader.
+type LeaderInfo struct {
+	ID          string `json:"id"`
+	RaftAddress string `json:"raft_address"`
+	HTTPAddress string `json:"http_address"`
+}
+
+// RaftServer is one member of the Raft configuration.
+type RaftServer struct {
+	ID          string `json:"id"`
+	RaftAddress string `json:"raft_address"`
+	HTTPAddress string `json:"http_address"`
+	Voter       bool   `json:"voter"`
+	Leader      bool   `json:"leader"`
+}
+
+// RaftConfiguration is the cluster membership as Raft holds it.
+type RaftConfiguration struct {
+	Index   uint64       `json:"index"`
+	Servers []RaftServer `json:"servers"`
+}
+
+// JoinRequest asks the leader to add a server as a voter.
+type JoinRequest struct {
+	ID          string `json:"id"`
+	RaftAddress string `json:"raft_address"`
+	HTTPAddress string `json:"http_address"`
+}
+
+// SelfInfo describes the replica answering; servers use it to discover
+// each other before bootstrapping.
+type SelfInfo struct {
+	ID          string `json:"id"`
+	RaftAddress string `json:"raft_address"`
+	HTTPAddress string `json:"http_address"`
+	// Bootstrapped: this replica already has Raft state (it is or was part
+	// of a cluster) and must not take part in a new bootstrap.
+	Bootstrapped bool   `json:"bootstrapped"`
+	Leader       string `json:"leader,omitempty"`
+	State        string `json:"state"`
+}
+
+// ErrorResponse is the body of every error answer.
+type ErrorResponse struct {
+	Error string `json:"error"`
+}
+
+// Sentinel errors a Backend wraps so the HTTP layer can pick a status.
+var (
+	ErrBadRequest = errors.New("bad request")
+	ErrNotFound   = errors.New("not found")
+	ErrConflict   = errors.New("conflict")
+	ErrNoLeader   = errors.New("no cluster leader")
+	ErrNotLeader  = errors.New("not the leader")
+	ErrTimeout    = errors.New("timed out")
+)
+
+// StatusError is an error answer from the API, as the client sees it.
+type StatusError struct {
+	Code    int
+	Message string
+}
+
+func (e *StatusError) Error() string {
+	return fmt.Sprintf("%s (HTTP %d)", e.Message, e.Code)
+}
+
+// Is lets callers match a StatusError against the sentinel errors.
+func (e *StatusError) Is(target error) bool {
+	switch target {
+	case ErrBadRequest:
+		return e.Code == http.StatusBadRequest
+	case ErrNotFound:
+		return e.Code == http.StatusNotFound
+	case ErrConflict:
+		return e.Code == http.StatusConflict
+	case ErrNoLeader, ErrNotLeader:
+		return e.Code == http.StatusServiceUnavailable
+	case ErrTimeout:
+		return e.Code == http.StatusGatewayTimeout
+	}
+	return false
+}
+
+var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
+
+// ValidID reports whether s is acceptable as a task, node or server id.
+func ValidID(s string) bool { return idPattern.MatchString(s) }

@@ -1,0 +1,341 @@
+// Package cluster runs one scheduler replica: hashicorp/raft over TCP with
+// bbolt (raft-boltdb/v2) log and stable stores and a file snapshot store,
+// the FSM, bootstrap and join, the leadership lifecycle with its
+// leader-only loops, and the HTTP API served on top of them.
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+
+	"herd/api"
+	"herd/config"
+	"herd/fsm"
+)
+
+// LeaderLoop is work only the leader does (scheduling, liveness). It runs
+// after the new leader's Barrier, and must return when ctx is cancelled,
+// which happens as soon as leadership is lost or the server shuts down.
+type LeaderLoop func(ctx context.Context, s *Server)
+
+// Options are runtime collaborators that do not belong in a config file.
+type Options struct {
+	Logger hclog.Logger
+	// HTTPListener and RaftListener, when set, are used instead of binding
+	// the configured addresses (tests and dev mode bind port 0 first).
+	HTTPListener net.Listener
+	RaftListener net.Listener
+	// LeaderLoops start on every leadership gain and stop on its loss.
+	LeaderLoops []LeaderLoop
+	// Now is the clock used for timestamps the leader writes into commands.
+	Now func() time.Time
+}
+
+// Server is one running replica.
+type Server struct {
+	cfg    config.Server
+	logger hclog.Logger
+	now    func() time.Time
+
+	fsm       *fsm.FSM
+	raft      *raft.Raft
+	transport *raft.NetworkTransport
+	store     *raftboltdb.BoltStore
+	snaps     *raft.FileSnapshotStore
+
+	httpServer *http.Server
+	httpLn     net.Listener
+
+	leaderLoops []LeaderLoop
+	notifyCh    chan bool
+	leaderReady atomic.Bool // true once this leader's Barrier completed
+
+	shutdownCtx    context.Context
+	shutdownCancel context.CancelFunc
+	wg             sync.WaitGroup
+	shutdownOnce   sync.Once
+}
+
+// Start opens the data directory, starts Raft and the HTTP API, and
+// begins bootstrapping or joining as configured. It returns once the
+// replica serves requests; the cluster may still be forming.
+func Start(cfg config.Server, opts Options) (_ *Server, err error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	logger := opts.Logger
+	if logger == nil {
+		logger = hclog.New(&hclog.LoggerOptions{Name: "herd", Level: hclog.LevelFromString(cfg.LogLevel)})
+	}
+	logger = logger.With("server", cfg.ID)
+	now := opts.Now
+	if now == nil {
+		now = time.Now
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &Server{
+		cfg: cfg, logger: logger, now: now,
+		fsm:            fsm.New(logger),
+		leaderLoops:    opts.LeaderLoops,
+		notifyCh:       make(chan bool, 16),
+		shutdownCtx:    ctx,
+		shutdownCancel: cancel,
+	}
+	var cleanups []func()
+	defer func() {
+		if err != nil {
+			cancel()
+			for i := len(cleanups) - 1; i >= 0; i-- {
+				cleanups[i]()
+			}
+		}
+	}()
+
+	if err := os.MkdirAll(filepath.Join(cfg.DataDir, "raft"), 0o750); err != nil {
+		return nil, fmt.Errorf("create data dir: %w", err)
+	}
+
+	httpLn := opts.HTTPListener
+	if httpLn == nil {
+		if httpLn, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
+			return nil, fmt.Errorf("listen for HTTP on %s: %w", cfg.HTTPAddr, err)
+		}
+	}
+	cleanups = append(cleanups, func() { httpLn.Close() })
+	raftLn := opts.RaftListener
+	if raftLn == nil {
+		if raftLn, err = net.Listen("tcp", cfg.RaftAddr); err != nil {
+			return nil, fmt.Errorf("listen for raft on %s: %w", cfg.RaftAddr, err)
+		}
+	}
+	cleanups = append(cleanups, func() { raftLn.Close() })
+
+	if err := s.setupRaft(raftLn); err != nil {
+		return nil, err
+	}
+	cleanups = append(cleanups, func() { _ = s.raft.Shutdown().Error(); s.store.Close() })
+
+	s.httpLn = httpLn
+	s.httpServer = &http.Server{
+		Handler:           api.NewHandler(s, logger),
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		ErrorLog:          logger.Named("http").StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true}),
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		if err := s.httpServer.Serve(httpLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.logger.Error("HTTP server stopped", "error", err)
+		}
+	}()
+
+	s.wg.Add(3)
+	go func() { defer s.wg.Done(); s.monitorLeadership() }()
+	go func() { defer s.wg.Done(); s.formCluster() }()
+	go func() { defer s.wg.Done(); s.reconcileServerMeta() }()
+	s.logger.Info("server started", "http", cfg.HTTPAdvertise, "raft", cfg.RaftAdvertise, "data_dir", cfg.DataDir)
+	return s, nil
+}
+
+func (s *Server) setupRaft(ln net.Listener) error {
+	cfg := s.cfg
+	rc := raft.DefaultConfig()
+	rc.LocalID = raft.ServerID(cfg.ID)
+	rc.HeartbeatTimeout = cfg.Raft.HeartbeatTimeout
+	rc.ElectionTimeout = cfg.Raft.ElectionTimeout
+	rc.LeaderLeaseTimeout = cfg.Raft.LeaderLeaseTimeout
+	rc.CommitTimeout = cfg.Raft.CommitTimeout
+	rc.MaxAppendEntries = cfg.Raft.MaxAppendEntries
+	rc.SnapshotInterval = cfg.Raft.SnapshotInterval
+	rc.SnapshotThreshold = cfg.Raft.SnapshotThreshold
+	rc.TrailingLogs = cfg.Raft.TrailingLogs
+	rc.NotifyCh = s.notifyCh
+	rc.Logger = s.logger.Named("raft")
+	if err := raft.ValidateConfig(rc); err != nil {
+		return fmt.Errorf("raft config: %w", err)
+	}
+
+	dir := filepath.Join(cfg.DataDir, "raft")
+	store, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(dir, "raft.db")})
+	if err != nil {
+		return fmt.Errorf("open raft store: %w", err)
+	}
+	s.store = store
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(dir, cfg.Raft.SnapshotRetain, s.logger.Named("snapshot"))
+	if err != nil {
+		store.Close()
+		return fmt.Errorf("open snapshot store: %w", err)
+	}
+	s.snaps = snaps
+	layer, err := newStreamLayer(ln, cfg.RaftAdvertise)
+	if err != nil {
+		store.Close()
+		return err
+	}
+	s.transport = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+		Stream:  layer,
+		MaxPool: 3,
+		Timeout: 10 * time.Second,
+		Logger:  s.logger.Named("transport"),
+	})
+	// A small cache in front of bbolt saves disk reads when followers
+	// replicate recent entries.
+	logs, err := raft.NewLogCache(512, store)
+	if err != nil {
+		store.Close()
+		return fmt.Errorf("log cache: %w", err)
+	}
+	r, err := raft.NewRaft(rc, s.fsm, logs, store, snaps, s.transport)
+	if err != nil {
+		s.transport.Close()
+		store.Close()
+		return fmt.Errorf("start raft: %w", err)
+	}
+	s.raft = r
+	return nil
+}
+
+// Shutdown stops the replica: leader loops, HTTP, Raft, then the stores.
+// Its data directory stays valid for a restart.
+func (s *Server) Shutdown() error {
+	var err error
+	s.shutdownOnce.Do(func() {
+		s.logger.Info("shutting down")
+		s.shutdownCancel()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if e := s.httpServer.Shutdown(ctx); e != nil {
+			_ = s.httpServer.Close()
+		}
+		if e := s.raft.Shutdown().Error(); e != nil {
+			err = fmt.Errorf("raft shutdown: %w", e)
+		}
+		s.wg.Wait()
+		if e := s.transport.Close(); e != nil && err == nil {
+			err = fmt.Errorf("close transport: %w", e)
+		}
+		if e := s.store.Close(); e != nil && err == nil {
+			err = fmt.Errorf("close raft store: %w", e)
+		}
+	})
+	return err
+}
+
+// ID is this replica's server id.
+func (s *Server) ID() string { return s.cfg.ID }
+
+// HTTPAddr is the advertised HTTP address.
+func (s *Server) HTTPAddr() string { return s.cfg.HTTPAdvertise }
+
+// RaftAddr is the advertised Raft address.
+func (s *Server) RaftAddr() string { return s.cfg.RaftAdvertise }
+
+// Config returns the configuration the server runs with.
+func (s *Server) Config() config.Server { return s.cfg }
+
+// FSM exposes the replicated state (read-only use: State()).
+func (s *Server) FSM() *fsm.FSM { return s.fsm }
+
+// Raft exposes the raft instance for tests and operator tooling.
+func (s *Server) Raft() *raft.Raft { return s.raft }
+
+// Logger returns the server's logger.
+func (s *Server) Logger() hclog.Logger { return s.logger }
+
+// Now returns the server's clock reading.
+func (s *Server) Now() time.Time { return s.now() }
+
+// IsLeader reports whether this replica is the leader and has finished
+// establishing leadership (its Barrier applied everything before it).
+func (s *Server) IsLeader() bool {
+	return s.raft.State() == raft.Leader && s.leaderReady.Load()
+}
+
+// monitorLeadership starts and stops the leader-only work as raft reports
+// leadership changes.
+func (s *Server) monitorLeadership() {
+	var (
+		stop func()
+	)
+	for {
+		select {
+		case isLeader := <-s.notifyCh:
+			if isLeader && stop == nil {
+				ctx, cancel := context.WithCancel(s.shutdownCtx)
+				done := make(chan struct{})
+				go func() { defer close(done); s.leadership(ctx) }()
+				stop = func() { cancel(); <-done }
+				s.logger.Info("gained leadership")
+			} else if !isLeader && stop != nil {
+				s.logger.Info("lost leadership")
+				stop()
+				stop = nil
+			}
+		case <-s.shutdownCtx.Done():
+			if stop != nil {
+				stop()
+			}
+			return
+		}
+	}
+}
+
+// leadership runs for as long as this replica leads: it first waits for a
+// Barrier so the FSM reflects every entry of earlier terms, records its own
+// address, then runs the leader loops until ctx ends.
+func (s *Server) leadership(ctx context.Context) {
+	defer s.leaderReady.Store(false)
+	for {
+		err := s.raft.Barrier(s.cfg.Raft.ApplyTimeout).Error()
+		if err == nil {
+			break
+		}
+		s.logger.Warn("leader barrier failed, retrying", "error", err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	s.leaderReady.Store(true)
+	if err := s.upsertServerMeta(ctx, api.JoinRequest{ID: s.cfg.ID, RaftAddress: s.cfg.RaftAdvertise, HTTPAddress: s.cfg.HTTPAdvertise}); err != nil {
+		s.logger.Warn("could not record own address", "error", err)
+	}
+	s.logger.Info("leadership established", "index", s.fsm.Index())
+	var wg sync.WaitGroup
+	for _, loop := range s.leaderLoops {
+		wg.Add(1)
+		go func() { defer wg.Done(); loop(ctx, s) }()
+	}
+	<-ctx.Done()
+	s.leaderReady.Store(false)
+	wg.Wait()
+}
+
+// WaitForLeader blocks until some replica is an established leader known
+// to this one, or ctx ends.
+func (s *Server) WaitForLeader(ctx context.Context) error {
+	for {
+		if _, ok := s.LeaderHTTPAddress(); ok {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("wait for leader: %w", ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}

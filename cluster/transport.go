@@ -1,0 +1,40 @@
+package cluster
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// streamLayer is raft's TCP stream layer over a listener we own. Owning
+// the listener lets callers bind it first (port 0 in tests and dev mode)
+// and gives fault-injection tests a place to wrap connections.
+type streamLayer struct {
+	ln        net.Listener
+	advertise net.Addr
+	dial      func(address string, timeout time.Duration) (net.Conn, error)
+}
+
+func newStreamLayer(ln net.Listener, advertise string) (*streamLayer, error) {
+	addr, err := net.ResolveTCPAddr("tcp", advertise)
+	if err != nil {
+		return nil, fmt.Errorf("resolve raft advertise address %q: %w", advertise, err)
+	}
+	if addr.IP == nil || addr.IP.IsUnspecified() {
+		return nil, errors.New("raft advertise address must be a reachable IP, not " + advertise)
+	}
+	return &streamLayer{ln: ln, advertise: addr, dial: func(a string, t time.Duration) (net.Conn, error) {
+		return net.DialTimeout("tcp", a, t)
+	}}, nil
+}
+
+func (s *streamLayer) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
+	return s.dial(string(address), timeout)
+}
+
+func (s *streamLayer) Accept() (net.Conn, error) { return s.ln.Accept() }
+func (s *streamLayer) Close() error              { return s.ln.Close() }
+func (s *streamLayer) Addr() net.Addr            { return s.advertise }

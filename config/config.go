@@ -1,0 +1,345 @@
+// Package config loads herd's configuration: built-in defaults, then an
+// HCL file, then HERD_* environment variables, then command-line flags
+// (applied by the caller), and validates the result with clear errors.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/hcl/v2/gohcl"
+	"github.com/hashicorp/hcl/v2/hclparse"
+)
+
+// Raft holds the consensus timings and log-compaction settings.
+type Raft struct {
+	// HeartbeatTimeout is how long a follower goes without hearing from the
+	// leader before it stands for election. 1.5 s instead of raft's 1 s:
+	// small boxes on flaky links miss a heartbeat now and then, and an
+	// election costs more than a slightly slower failover.
+	HeartbeatTimeout time.Duration
+	// ElectionTimeout is how long a candidate waits for votes before it
+	// retries; equal to the heartbeat timeout, as raft recommends.
+	ElectionTimeout time.Duration
+	// LeaderLeaseTimeout is how long a leader keeps serving without
+	// reaching a quorum before it steps down. Half the heartbeat timeout:
+	// an isolated leader stops answering well before a new one is elected.
+	LeaderLeaseTimeout time.Duration
+	// CommitTimeout bounds how long followers wait to learn a new commit
+	// index when no other traffic flows; it sets follower-read staleness.
+	CommitTimeout time.Duration
+	// MaxAppendEntries is how many entries one replication message carries;
+	// larger than raft's 64 so slow disks fsync fewer, bigger batches.
+	MaxAppendEntries int
+	// SnapshotInterval and SnapshotThreshold: check every interval, snapshot
+	// when at least threshold entries have been applied since the last one.
+	SnapshotInterval  time.Duration
+	SnapshotThreshold uint64
+	// TrailingLogs is how many entries stay after a snapshot, so a briefly
+	// lagging follower catches up from the log instead of a full snapshot.
+	TrailingLogs uint64
+	// SnapshotRetain is how many snapshots are kept on disk.
+	SnapshotRetain int
+	// ApplyTimeout bounds how long a write waits to be committed.
+	ApplyTimeout time.Duration
+}
+
+// Server is the configuration of one scheduler replica.
+type Server struct {
+	ID              string
+	DataDir         string
+	HTTPAddr        string // listen address of the HTTP API
+	RaftAddr        string // listen address of the Raft transport
+	HTTPAdvertise   string // address other replicas and clients use; defaults to HTTPAddr
+	RaftAdvertise   string // address other replicas use for Raft; defaults to RaftAddr
+	Bootstrap       bool
+	BootstrapExpect int
+	Join            []string
+	LogLevel        string
+	Raft            Raft
+}
+
+// DefaultRaft returns the timings tuned for low-spec servers on weak links.
+func DefaultRaft() Raft {
+	return Raft{
+		HeartbeatTimeout:   1500 * time.Millisecond,
+		ElectionTimeout:    1500 * time.Millisecond,
+		LeaderLeaseTimeout: 750 * time.Millisecond,
+		CommitTimeout:      50 * time.Millisecond,
+		MaxAppendEntries:   128,
+		SnapshotInterval:   120 * time.Second,
+		SnapshotThreshold:  8192,
+		TrailingLogs:       10240,
+		SnapshotRetain:     2,
+		ApplyTimeout:       10 * time.Second,
+	}
+}
+
+// DefaultServer returns a server configuration with every default set.
+func DefaultServer() Server {
+	return Server{
+		HTTPAddr: "127.0.0.1:4646",
+		RaftAddr: "127.0.0.1:4647",
+		LogLevel: "info",
+		Raft:     DefaultRaft(),
+	}
+}
+
+// fileServer is the HCL layout of a server config file. Pointers tell
+// "absent" from "zero" so that only what the file says is applied.
+type fileServer struct {
+	ID              *string   `hcl:"id,optional"`
+	DataDir         *string   `hcl:"data_dir,optional"`
+	HTTPAddr        *string   `hcl:"http_addr,optional"`
+	RaftAddr        *string   `hcl:"raft_addr,optional"`
+	HTTPAdvertise   *string   `hcl:"http_advertise,optional"`
+	RaftAdvertise   *string   `hcl:"raft_advertise,optional"`
+	Bootstrap       *bool     `hcl:"bootstrap,optional"`
+	BootstrapExpect *int      `hcl:"bootstrap_expect,optional"`
+	Join            *[]string `hcl:"join,optional"`
+	LogLevel        *string   `hcl:"log_level,optional"`
+	Raft            *fileRaft `hcl:"raft,block"`
+}
+
+type fileRaft struct {
+	HeartbeatTimeout   *string `hcl:"heartbeat_timeout,optional"`
+	ElectionTimeout    *string `hcl:"election_timeout,optional"`
+	LeaderLeaseTimeout *string `hcl:"leader_lease_timeout,optional"`
+	CommitTimeout      *string `hcl:"commit_timeout,optional"`
+	MaxAppendEntries   *int    `hcl:"max_append_entries,optional"`
+	SnapshotInterval   *string `hcl:"snapshot_interval,optional"`
+	SnapshotThreshold  *int64  `hcl:"snapshot_threshold,optional"`
+	TrailingLogs       *int64  `hcl:"trailing_logs,optional"`
+	SnapshotRetain     *int    `hcl:"snapshot_retain,optional"`
+	ApplyTimeout       *string `hcl:"apply_timeout,optional"`
+}
+
+// LoadServerFile applies an HCL config file on top of c.
+func LoadServerFile(c *Server, path string) error {
+	src, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("read config file: %w", err)
+	}
+	return ParseServer(c, path, src)
+}
+
+// ParseServer applies HCL source (named filename in messages) on top of c.
+func ParseServer(c *Server, filename string, src []byte) error {
+	file, diags := hclparse.NewParser().ParseHCL(src, filename)
+	if diags.HasErrors() {
+		return fmt.Errorf("parse config: %s", diags.Error())
+	}
+	var fs fileServer
+	if diags := gohcl.DecodeBody(file.Body, nil, &fs); diags.HasErrors() {
+		return fmt.Errorf("decode config: %s", diags.Error())
+	}
+	setString(&c.ID, fs.ID)
+	setString(&c.DataDir, fs.DataDir)
+	setString(&c.HTTPAddr, fs.HTTPAddr)
+	setString(&c.RaftAddr, fs.RaftAddr)
+	setString(&c.HTTPAdvertise, fs.HTTPAdvertise)
+	setString(&c.RaftAdvertise, fs.RaftAdvertise)
+	setString(&c.LogLevel, fs.LogLevel)
+	if fs.Bootstrap != nil {
+		c.Bootstrap = *fs.Bootstrap
+	}
+	if fs.BootstrapExpect != nil {
+		c.BootstrapExpect = *fs.BootstrapExpect
+	}
+	if fs.Join != nil {
+		c.Join = append([]string(nil), (*fs.Join)...)
+	}
+	if r := fs.Raft; r != nil {
+		for _, d := range []struct {
+			name string
+			src  *string
+			dst  *time.Duration
+		}{
+			{"heartbeat_timeout", r.HeartbeatTimeout, &c.Raft.HeartbeatTimeout},
+			{"election_timeout", r.ElectionTimeout, &c.Raft.ElectionTimeout},
+			{"leader_lease_timeout", r.LeaderLeaseTimeout, &c.Raft.LeaderLeaseTimeout},
+			{"commit_timeout", r.CommitTimeout, &c.Raft.CommitTimeout},
+			{"snapshot_interval", r.SnapshotInterval, &c.Raft.SnapshotInterval},
+			{"apply_timeout", r.ApplyTimeout, &c.Raft.ApplyTimeout},
+		} {
+			if d.src == nil {
+				continue
+			}
+			v, err := time.ParseDuration(*d.src)
+			if err != nil {
+				return fmt.Errorf("%s: raft.%s: %w", filename, d.name, err)
+			}
+			*d.dst = v
+		}
+		if r.MaxAppendEntries != nil {
+			c.Raft.MaxAppendEntries = *r.MaxAppendEntries
+		}
+		if r.SnapshotThreshold != nil {
+			if *r.SnapshotThreshold < 0 {
+				return fmt.Errorf("%s: raft.snapshot_threshold must not be negative", filename)
+			}
+			c.Raft.SnapshotThreshold = uint64(*r.SnapshotThreshold)
+		}
+		if r.TrailingLogs != nil {
+			if *r.TrailingLogs < 0 {
+				return fmt.Errorf("%s: raft.trailing_logs must not be negative", filename)
+			}
+			c.Raft.TrailingLogs = uint64(*r.TrailingLogs)
+		}
+		if r.SnapshotRetain != nil {
+			c.Raft.SnapshotRetain = *r.SnapshotRetain
+		}
+	}
+	return nil
+}
+
+func setString(dst *string, src *string) {
+	if src != nil {
+		*dst = *src
+	}
+}
+
+// ApplyServerEnv applies HERD_* variables found through lookup on top of c.
+func ApplyServerEnv(c *Server, lookup func(string) (string, bool)) error {
+	for name, dst := range map[string]*string{
+		"HERD_ID": &c.ID, "HERD_DATA_DIR": &c.DataDir, "HERD_HTTP_ADDR": &c.HTTPAddr,
+		"HERD_RAFT_ADDR": &c.RaftAddr, "HERD_HTTP_ADVERTISE": &c.HTTPAdvertise,
+		"HERD_RAFT_ADVERTISE": &c.RaftAdvertise, "HERD_LOG_LEVEL": &c.LogLevel,
+	} {
+		if v, ok := lookup(name); ok {
+			*dst = v
+		}
+	}
+	if v, ok := lookup("HERD_BOOTSTRAP"); ok {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return fmt.Errorf("HERD_BOOTSTRAP: %w", err)
+		}
+		c.Bootstrap = b
+	}
+	if v, ok := lookup("HERD_BOOTSTRAP_EXPECT"); ok {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return fmt.Errorf("HERD_BOOTSTRAP_EXPECT: %w", err)
+		}
+		c.BootstrapExpect = n
+	}
+	if v, ok := lookup("HERD_JOIN"); ok {
+		c.Join = SplitList(v)
+	}
+	return nil
+}
+
+// SplitList splits a comma-separated list, dropping empty items.
+func SplitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
+
+// ValidID reports whether s may name a server or node.
+func ValidID(s string) bool { return idPattern.MatchString(s) }
+
+// Validate checks c and fills the advertise addresses. All problems are
+// reported together.
+func (c *Server) Validate() error {
+	var errs []error
+	if !ValidID(c.ID) {
+		errs = append(errs, fmt.Errorf("id %q must be 1-64 letters, digits, '.', '_' or '-'", c.ID))
+	}
+	if c.DataDir == "" {
+		errs = append(errs, errors.New("data_dir is required"))
+	}
+	if c.HTTPAdvertise == "" {
+		c.HTTPAdvertise = c.HTTPAddr
+	}
+	if c.RaftAdvertise == "" {
+		c.RaftAdvertise = c.RaftAddr
+	}
+	for name, addr := range map[string]string{"http_addr": c.HTTPAddr, "raft_addr": c.RaftAddr} {
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			errs = append(errs, fmt.Errorf("%s %q: %w", name, addr, err))
+		}
+	}
+	for name, addr := range map[string]string{"http_advertise": c.HTTPAdvertise, "raft_advertise": c.RaftAdvertise} {
+		host, port, err := net.SplitHostPort(addr)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s %q: %w", name, addr, err))
+			continue
+		}
+		if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) || port == "0" {
+			errs = append(errs, fmt.Errorf("%s %q is not an address others can reach: set it explicitly", name, addr))
+		}
+	}
+	if c.Bootstrap && c.BootstrapExpect > 0 {
+		errs = append(errs, errors.New("bootstrap and bootstrap_expect are mutually exclusive"))
+	}
+	if c.BootstrapExpect < 0 || c.BootstrapExpect > 9 {
+		errs = append(errs, fmt.Errorf("bootstrap_expect %d is outside 0..9", c.BootstrapExpect))
+	}
+	if c.BootstrapExpect > 1 && len(c.Join) == 0 {
+		errs = append(errs, errors.New("bootstrap_expect needs join: the HTTP addresses of the other servers"))
+	}
+	for _, j := range c.Join {
+		if _, _, err := net.SplitHostPort(strings.TrimPrefix(strings.TrimPrefix(j, "http://"), "https://")); err != nil {
+			errs = append(errs, fmt.Errorf("join address %q: %w", j, err))
+		}
+	}
+	switch strings.ToLower(c.LogLevel) {
+	case "trace", "debug", "info", "warn", "error", "off":
+	default:
+		errs = append(errs, fmt.Errorf("log_level %q must be trace, debug, info, warn, error or off", c.LogLevel))
+	}
+	r := c.Raft
+	for name, d := range map[string]time.Duration{
+		"heartbeat_timeout": r.HeartbeatTimeout, "election_timeout": r.ElectionTimeout,
+		"leader_lease_timeout": r.LeaderLeaseTimeout, "commit_timeout": r.CommitTimeout,
+		"snapshot_interval": r.SnapshotInterval, "apply_timeout": r.ApplyTimeout,
+	} {
+		if d <= 0 {
+			errs = append(errs, fmt.Errorf("raft.%s must be positive", name))
+		}
+	}
+	if r.HeartbeatTimeout < 5*time.Millisecond {
+		errs = append(errs, errors.New("raft.heartbeat_timeout must be at least 5ms"))
+	}
+	if r.LeaderLeaseTimeout > r.HeartbeatTimeout {
+		errs = append(errs, errors.New("raft.leader_lease_timeout must not exceed raft.heartbeat_timeout"))
+	}
+	if r.MaxAppendEntries < 1 || r.MaxAppendEntries > 1024 {
+		errs = append(errs, fmt.Errorf("raft.max_append_entries %d is outside 1..1024", r.MaxAppendEntries))
+	}
+	if r.SnapshotThreshold < 1 {
+		errs = append(errs, errors.New("raft.snapshot_threshold must be at least 1"))
+	}
+	if r.SnapshotRetain < 1 {
+		errs = append(errs, errors.New("raft.snapshot_retain must be at least 1"))
+	}
+	return joinSorted(errs)
+}
+
+// joinSorted joins errors in a stable order (some come from map loops).
+func joinSorted(errs []error) error {
+	if len(errs) == 0 {
+		return nil
+	}
+	msgs := make([]string, len(errs))
+	for i, e := range errs {
+		msgs[i] = e.Error()
+	}
+	slices.Sort(msgs)
+	return errors.New("invalid configuration: " + strings.Join(msgs, "; "))
+}

@@ -5,6 +5,7 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -17,6 +18,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/hashicorp/go-hclog"
 )
@@ -378,8 +380,19 @@ func (h *Handler) listTasks(w http.ResponseWriter, r *http.Request) {
 // decodeBody reads a size-limited JSON body into v, rejecting unknown
 // fields and trailing data; on failure it writes the 4xx and returns false.
 func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
-	r.Body = http.MaxBytesReader(w, r.Body, MaxRequestBytes)
-	dec := json.NewDecoder(r.Body)
+	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxRequestBytes))
+	if err != nil {
+		status, msg := describeDecodeError(err)
+		writeError(w, status, msg)
+		return false
+	}
+	// encoding/json would silently turn invalid UTF-8 into U+FFFD, storing
+	// something other than what the client sent: refuse it instead.
+	if !utf8.Valid(raw) {
+		writeError(w, http.StatusBadRequest, "request body is not valid UTF-8")
+		return false
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		status, msg := describeDecodeError(err)
@@ -387,12 +400,7 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
 		return false
 	}
 	if err := dec.Decode(&struct{}{}); !errors.Is(err, io.EOF) {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body larger than %d bytes", mbe.Limit))
-			return false
-		}
-		writeError(w, http.StatusBadRequest, "request body must hold exactly one JSON object")
+		writeError(w, http.StatusBadRequest, "request body must hold exactly one JSON value")
 		return false
 	}
 	return true

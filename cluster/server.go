@@ -339,3 +339,13 @@ func (s *Server) WaitForLeader(ctx context.Context) error {
 		}
 	}
 }
+
+// FirstLogIndex is the oldest entry still in the log store; it grows when
+// snapshots truncate the log.
+func (s *Server) FirstLogIndex() (uint64, error) {
+	idx, err := s.store.FirstIndex()
+	if err != nil {
+		return 0, fmt.Errorf("first log index: %w", err)
+	}
+	return idx, nil
+}

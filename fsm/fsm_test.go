@@ -134,7 +134,7 @@ func TestSnapshotRestoreRoundTripAfterRandomCommands(t *testing.T) {
 		f.ApplyBytes(uint64(i), randomCommand(t, rng, i))
 	}
 	var buf bytes.Buffer
-	if err := f.State().WriteTo(&buf); err != nil {
+	if err := f.State().Dump(&buf); err != nil {
 		t.Fatal(err)
 	}
 	restored := New(nil)
@@ -145,7 +145,7 @@ func TestSnapshotRestoreRoundTripAfterRandomCommands(t *testing.T) {
 		t.Fatalf("index: want %d, got %d", f.Index(), restored.Index())
 	}
 	var again bytes.Buffer
-	if err := restored.State().WriteTo(&again); err != nil {
+	if err := restored.State().Dump(&again); err != nil {
 		t.Fatal(err)
 	}
 	if !bytes.Equal(buf.Bytes(), again.Bytes()) {

@@ -142,5 +142,5 @@ func (s *State) Hash() (string, error) {
 	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
-// WriteTo writes the state in snapshot format (for tests and debugging).
-func (s *State) WriteTo(w io.Writer) error { return writeSnapshot(w, s) }
+// Dump writes the state in snapshot format (for tests and debugging).
+func (s *State) Dump(w io.Writer) error { return writeSnapshot(w, s) }

@@ -1,10 +1,15 @@
 package test
 
 import (
+	"bytes"
+	"errors"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
 	"herd/api"
+	"herd/config"
 )
 
 func spec(key string) api.TaskSpec {
@@ -32,5 +37,309 @@ func TestSubmitThroughFollowerReadableEverywhere(t *testing.T) {
 		if task.ID != res.ID || task.Spec.Command[2] != "echo hi" || meta.Index < res.Index || !meta.KnownLeader {
 			t.Fatalf("replica %s answered %+v meta %+v", c.Replicas[i].Cfg.ID, task, meta)
 		}
+	}
+}
+
+func submitN(t *testing.T, cl *api.Client, prefix string, n int) []api.SubmitResponse {
+	t.Helper()
+	ctx := Ctx(t, 2*time.Minute)
+	out := make([]api.SubmitResponse, 0, n)
+	for i := 0; i < n; i++ {
+		res, _, err := cl.SubmitTask(ctx, spec(fmt.Sprintf("%s-%d", prefix, i)))
+		if err != nil {
+			t.Fatalf("submit %s-%d: %v", prefix, i, err)
+		}
+		out = append(out, res)
+	}
+	return out
+}
+
+// requireTasks checks that every acknowledged task is readable on every
+// running replica once it has applied the highest acknowledged index.
+func requireTasks(t *testing.T, c *Cluster, acked []api.SubmitResponse) {
+	t.Helper()
+	var maxIndex uint64
+	for _, a := range acked {
+		maxIndex = max(maxIndex, a.Index)
+	}
+	c.WaitApplied(maxIndex)
+	ctx := Ctx(t, time.Minute)
+	for i, r := range c.Replicas {
+		if r.Server == nil {
+			continue
+		}
+		for _, a := range acked {
+			if _, _, err := c.Client(i).GetTask(ctx, a.ID, api.ReadOptions{}); err != nil {
+				t.Fatalf("acknowledged task %s missing on %s: %v", a.ID, r.Cfg.ID, err)
+			}
+		}
+	}
+}
+
+// Test 2: kill the leader; a new one is elected; submits continue; the old
+// leader restarts from its data dir and catches up.
+func TestLeaderFailoverAndCatchUp(t *testing.T) {
+	c := NewCluster(t, 3)
+	cl := c.AllClient()
+	before := submitN(t, cl, "before", 20)
+	old := c.WaitForLeader()
+	c.Stop(old)
+	next := c.WaitForLeader()
+	if next == old {
+		t.Fatal("stopped replica still reported as leader")
+	}
+	after := submitN(t, cl, "after", 20)
+	c.Start(old)
+	requireTasks(t, c, append(before, after...))
+	if c.Replicas[old].Server.FSM().Index() < after[len(after)-1].Index {
+		t.Fatal("restarted replica did not catch up")
+	}
+}
+
+// Test 3: every acknowledged task survives a full stop of all replicas.
+func TestFullRestartKeepsAcknowledgedTasks(t *testing.T) {
+	c := NewCluster(t, 3)
+	acked := submitN(t, c.AllClient(), "full", 30)
+	c.StopAll()
+	for i := range c.Replicas {
+		c.Start(i)
+	}
+	c.WaitForLeader()
+	requireTasks(t, c, acked)
+	list, _, err := c.AllClient().ListTasks(Ctx(t, 10*time.Second), api.TaskQuery{Limit: 1000}, api.ReadOptions{Consistent: true})
+	if err != nil || len(list.Tasks) != len(acked) {
+		t.Fatalf("want %d tasks after restart, got %d (%v)", len(acked), len(list.Tasks), err)
+	}
+}
+
+// Test 4: enough writes to force snapshots and log truncation; a restart
+// restores from snapshot plus trailing logs.
+func TestSnapshotTruncationAndRestart(t *testing.T) {
+	c := NewCluster(t, 3, func(cfg *config.Server) {
+		cfg.Raft.SnapshotThreshold = 40
+		cfg.Raft.TrailingLogs = 10
+		cfg.Raft.SnapshotInterval = 100 * time.Millisecond
+	})
+	acked := submitN(t, c.AllClient(), "snap", 150)
+	if !Eventually(30*time.Second, func() bool {
+		for _, r := range c.Replicas {
+			first, err := r.Server.FirstLogIndex()
+			if err != nil || first <= 1 || r.Server.RaftStats()["last_snapshot_index"] == "0" {
+				return false
+			}
+		}
+		return true
+	}) {
+		t.Fatal("replicas did not snapshot and truncate their logs")
+	}
+	// A few writes after the snapshot live only in the trailing log.
+	tail := submitN(t, c.AllClient(), "tail", 5)
+	c.StopAll()
+	for i := range c.Replicas {
+		c.Start(i)
+	}
+	c.WaitForLeader()
+	for _, r := range c.Replicas {
+		first, err := r.Server.FirstLogIndex()
+		if err != nil || first <= 1 {
+			t.Fatalf("%s: log should still start after the snapshot, first index %d (%v)", r.Cfg.ID, first, err)
+		}
+	}
+	requireTasks(t, c, append(acked, tail...))
+}
+
+// Test 5: remove-peer and transfer-leadership show in the configuration.
+func TestRemovePeerAndTransferLeadership(t *testing.T) {
+	c := NewCluster(t, 3)
+	ctx := Ctx(t, 30*time.Second)
+	old := c.WaitForLeader()
+	f := c.Follower()
+	newLeader, err := c.Client(f).TransferLeadership(ctx, "")
+	if err != nil {
+		t.Fatalf("transfer leadership: %v", err)
+	}
+	if newLeader.ID == c.Replicas[old].Cfg.ID {
+		t.Fatalf("leadership did not move: %+v", newLeader)
+	}
+	now := c.WaitForLeader()
+	if now == old {
+		t.Fatal("old leader leads again")
+	}
+	conf, err := c.Client(old).RaftConfiguration(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range conf.Servers {
+		if s.Leader != (s.ID == c.Replicas[now].Cfg.ID) {
+			t.Fatalf("configuration marks the wrong leader: %+v", conf)
+		}
+	}
+
+	// Remove a follower through another follower (forwarded to the leader).
+	var victim, via int = -1, -1
+	for i := range c.Replicas {
+		if i == now {
+			continue
+		}
+		if victim < 0 {
+			victim = i
+		} else {
+			via = i
+		}
+	}
+	victimID := c.Replicas[victim].Cfg.ID
+	if err := c.Client(via).RemovePeer(ctx, victimID); err != nil {
+		t.Fatalf("remove peer %s: %v", victimID, err)
+	}
+	c.Stop(victim)
+	conf, err = c.Client(via).RaftConfiguration(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(conf.Servers) != 2 {
+		t.Fatalf("want 2 servers after removal, got %+v", conf.Servers)
+	}
+	for _, s := range conf.Servers {
+		if s.ID == victimID {
+			t.Fatalf("removed server still in configuration: %+v", conf)
+		}
+		if s.HTTPAddress == "" || !s.Voter {
+			t.Fatalf("server entry incomplete: %+v", s)
+		}
+	}
+	if err := c.Client(via).RemovePeer(ctx, "nope"); !errors.Is(err, api.ErrNotFound) {
+		t.Fatalf("removing an unknown peer: want 404, got %v", err)
+	}
+	// The remaining two still accept writes.
+	submitN(t, c.Client(via), "two", 3)
+}
+
+// Test 6: a snapshot saved on one cluster restores on a fresh one.
+func TestSnapshotSaveRestoreAcrossClusters(t *testing.T) {
+	a := NewCluster(t, 3)
+	acked := submitN(t, a.AllClient(), "a", 25)
+	var buf bytes.Buffer
+	if err := a.Client(a.Follower()).SnapshotSave(Ctx(t, 30*time.Second), &buf); err != nil {
+		t.Fatalf("snapshot save: %v", err)
+	}
+	a.StopAll()
+
+	b := NewCluster(t, 3)
+	own := submitN(t, b.AllClient(), "b-only", 3)
+	if err := b.Client(b.Follower()).SnapshotRestore(Ctx(t, 30*time.Second), bytes.NewReader(buf.Bytes())); err != nil {
+		t.Fatalf("snapshot restore: %v", err)
+	}
+	ctx := Ctx(t, 30*time.Second)
+	for i := range b.Replicas {
+		if !Eventually(20*time.Second, func() bool {
+			list, _, err := b.Client(i).ListTasks(ctx, api.TaskQuery{Limit: 1000}, api.ReadOptions{})
+			return err == nil && len(list.Tasks) == len(acked)
+		}) {
+			t.Fatalf("replica %d does not hold the restored tasks", i)
+		}
+		for _, a := range acked {
+			if _, _, err := b.Client(i).GetTask(ctx, a.ID, api.ReadOptions{}); err != nil {
+				t.Fatalf("restored task %s missing on replica %d: %v", a.ID, i, err)
+			}
+		}
+		if _, _, err := b.Client(i).GetTask(ctx, own[0].ID, api.ReadOptions{}); !errors.Is(err, api.ErrNotFound) {
+			t.Fatalf("state from before the restore should be gone, got %v", err)
+		}
+	}
+	// The restored cluster keeps working and forwards to its own leader.
+	b.WaitForLeader()
+	submitN(t, b.Client(b.Follower()), "after-restore", 3)
+
+	// A damaged archive is refused and changes nothing.
+	bad := append([]byte(nil), buf.Bytes()...)
+	bad = bad[:len(bad)/2]
+	if err := b.AllClient().SnapshotRestore(ctx, bytes.NewReader(bad)); !errors.Is(err, api.ErrBadRequest) {
+		t.Fatalf("truncated archive: want 400, got %v", err)
+	}
+}
+
+// Test 8: the same idempotency key submitted concurrently through every
+// replica yields exactly one task.
+func TestConcurrentIdempotentSubmit(t *testing.T) {
+	c := NewCluster(t, 3)
+	ctx := Ctx(t, 30*time.Second)
+	const perReplica = 8
+	var (
+		wg      sync.WaitGroup
+		mu      sync.Mutex
+		ids     = map[string]int{}
+		created int
+	)
+	for i := range c.Replicas {
+		for j := 0; j < perReplica; j++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				res, isNew, err := c.Client(i).SubmitTask(ctx, spec("same-key"))
+				if err != nil {
+					t.Errorf("submit via replica %d: %v", i, err)
+					return
+				}
+				mu.Lock()
+				ids[res.ID]++
+				if isNew {
+					created++
+				}
+				mu.Unlock()
+			}()
+		}
+	}
+	wg.Wait()
+	if len(ids) != 1 || created != 1 {
+		t.Fatalf("want one task created once, got ids %v, created %d times", ids, created)
+	}
+	list, _, err := c.AllClient().ListTasks(ctx, api.TaskQuery{}, api.ReadOptions{Consistent: true})
+	if err != nil || len(list.Tasks) != 1 {
+		t.Fatalf("want exactly one stored task, got %d (%v)", len(list.Tasks), err)
+	}
+}
+
+// Reads say how fresh they are; ?consistent is served through the leader.
+func TestReadFreshnessAndConsistentReads(t *testing.T) {
+	c := NewCluster(t, 3)
+	ctx := Ctx(t, 30*time.Second)
+	f := c.Follower()
+	res, _, err := c.Client(f).SubmitTask(ctx, spec("fresh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A consistent read through a follower sees the acknowledged write at once.
+	task, meta, err := c.Client(f).GetTask(ctx, res.ID, api.ReadOptions{Consistent: true})
+	if err != nil || task.ID != res.ID || meta.Index < res.Index {
+		t.Fatalf("consistent read: %+v %+v %v", task, meta, err)
+	}
+	if meta.LastContact != 0 {
+		t.Fatalf("a consistent read is answered by the leader (last contact 0), got %v", meta.LastContact)
+	}
+	// Losing the quorum makes the survivor refuse writes and consistent reads.
+	c.WaitApplied(res.Index)
+	for i := range c.Replicas {
+		if i != f {
+			c.Stop(i)
+		}
+	}
+	if !Eventually(20*time.Second, func() bool {
+		_, _, err := c.Client(f).SubmitTask(ctx, spec("no-quorum"))
+		return errors.Is(err, api.ErrNoLeader)
+	}) {
+		t.Fatal("a replica without quorum should answer 503 to writes")
+	}
+	if _, _, err := c.Client(f).GetTask(ctx, res.ID, api.ReadOptions{Consistent: true}); !errors.Is(err, api.ErrNoLeader) {
+		t.Fatalf("consistent read without quorum: want 503, got %v", err)
+	}
+	// A stale read still answers, and says it may be stale.
+	if !Eventually(20*time.Second, func() bool {
+		_, meta, err = c.Client(f).GetTask(ctx, res.ID, api.ReadOptions{})
+		return err == nil && !meta.KnownLeader
+	}) {
+		t.Fatalf("stale read without leader: meta %+v err %v", meta, err)
+	}
+	if meta.LastContact < 250*time.Millisecond {
+		t.Fatalf("a replica without leader must report how long ago it heard one, got %v", meta.LastContact)
 	}
 }

@@ -53,11 +53,12 @@ func FreeAddr(t testing.TB) string {
 	return ln.Addr().String()
 }
 
-// TestLogger logs at HERD_TEST_LOG level (default error) to stderr.
+// TestLogger logs at HERD_TEST_LOG level to stderr; off by default, since
+// fault tests make raft log expected errors by the hundred.
 func TestLogger() hclog.Logger {
 	level := os.Getenv("HERD_TEST_LOG")
 	if level == "" {
-		level = "error"
+		level = "off"
 	}
 	return hclog.New(&hclog.LoggerOptions{Name: "herd", Level: hclog.LevelFromString(level), Output: os.Stderr})
 }
@@ -258,3 +259,6 @@ func Ctx(t testing.TB, d time.Duration) context.Context {
 	t.Cleanup(cancel)
 	return ctx
 }
+
+func apiQueryAll() api.TaskQuery  { return api.TaskQuery{Limit: api.MaxListLimit} }
+func consistent() api.ReadOptions { return api.ReadOptions{Consistent: true} }

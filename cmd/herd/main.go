@@ -1,0 +1,165 @@
+// Command herd is the single binary of herd: scheduler replicas (server),
+// a local development cluster (dev), and the operator CLI.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sort"
+	"strings"
+	"syscall"
+)
+
+// env is how commands read the environment (tests replace it).
+type env struct {
+	stdout, stderr io.Writer
+	getenv         func(string) (string, bool)
+	// signals delivers interrupts to long-running commands.
+	signals func() (<-chan os.Signal, func())
+}
+
+type command struct {
+	name    string
+	summary string
+	run     func(e *env, args []string) error
+}
+
+// usageError marks a mistake in how the command was called: exit code 2.
+type usageError struct{ msg string }
+
+func (u *usageError) Error() string { return u.msg }
+
+func usagef(format string, args ...any) error { return &usageError{msg: fmt.Sprintf(format, args...)} }
+
+func commands() []command {
+	return []command{
+		{"server", "run a scheduler replica", runServer},
+		{"dev", "run a local 3-replica cluster in one process", runDev},
+		{"task", "submit, inspect and list tasks", runTask},
+		{"operator", "inspect and manage raft and snapshots", runOperator},
+		{"version", "print the version", func(e *env, _ []string) error { fmt.Fprintln(e.stdout, "herd", version); return nil }},
+	}
+}
+
+const version = "0.1.0-dev"
+
+func main() {
+	e := &env{
+		stdout: os.Stdout, stderr: os.Stderr, getenv: os.LookupEnv,
+		signals: func() (<-chan os.Signal, func()) {
+			ch := make(chan os.Signal, 2)
+			signal.Notify(ch, os.Interrupt, syscall.SIGTERM)
+			return ch, func() { signal.Stop(ch) }
+		},
+	}
+	os.Exit(run(e, os.Args[1:]))
+}
+
+func run(e *env, args []string) int {
+	cmds := commands()
+	if len(args) == 0 || args[0] == "-h" || args[0] == "-help" || args[0] == "--help" || args[0] == "help" {
+		printTopUsage(e.stdout, cmds)
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	for _, c := range cmds {
+		if c.name == args[0] {
+			err := c.run(e, args[1:])
+			return exitCode(e, err)
+		}
+	}
+	fmt.Fprintf(e.stderr, "herd: unknown command %q\n\n", args[0])
+	printTopUsage(e.stderr, cmds)
+	return 2
+}
+
+func exitCode(e *env, err error) int {
+	if err == nil || errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	var ue *usageError
+	if errors.As(err, &ue) {
+		fmt.Fprintln(e.stderr, "herd:", ue.msg)
+		return 2
+	}
+	if errors.Is(err, context.Canceled) {
+		return 130
+	}
+	fmt.Fprintln(e.stderr, "herd: error:", err)
+	return 1
+}
+
+func printTopUsage(w io.Writer, cmds []command) {
+	fmt.Fprintln(w, "Usage: herd <command> [flags] [args]")
+	fmt.Fprintln(w, "\nCommands:")
+	for _, c := range cmds {
+		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
+	}
+	fmt.Fprintln(w, "\nRun 'herd <command> -h' for a command's flags.")
+}
+
+// subcommands dispatches a command group such as "task" or "operator raft".
+func subcommands(e *env, group string, args []string, subs []command) error {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "-help" || args[0] == "--help" {
+		w := e.stdout
+		if len(args) == 0 {
+			w = e.stderr
+		}
+		fmt.Fprintf(w, "Usage: herd %s <subcommand> [flags] [args]\n\nSubcommands:\n", group)
+		for _, c := range subs {
+			fmt.Fprintf(w, "  %-20s %s\n", c.name, c.summary)
+		}
+		if len(args) == 0 {
+			return usagef("%s needs a subcommand", group)
+		}
+		return nil
+	}
+	for _, c := range subs {
+		if c.name == args[0] {
+			return c.run(e, args[1:])
+		}
+	}
+	names := make([]string, len(subs))
+	for i, c := range subs {
+		names[i] = c.name
+	}
+	sort.Strings(names)
+	return usagef("unknown %s subcommand %q (one of: %s)", group, args[0], strings.Join(names, ", "))
+}
+
+// newFlags makes a flag set whose errors are returned, not printed-and-exit.
+func newFlags(e *env, name, argsUsage, summary string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: herd %s [flags] %s\n\n%s\n\nFlags:\n", name, argsUsage, summary)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// parse parses flags; -h prints usage to stdout and ends the command.
+func parse(e *env, fs *flag.FlagSet, args []string) error {
+	for _, a := range args {
+		if a == "--" {
+			break
+		}
+		if a == "-h" || a == "-help" || a == "--help" {
+			fs.SetOutput(e.stdout)
+			fs.Usage()
+			return flag.ErrHelp
+		}
+	}
+	fs.SetOutput(io.Discard)
+	if err := fs.Parse(args); err != nil {
+		return usagef("%s: %v (see 'herd %s -h')", fs.Name(), err, fs.Name())
+	}
+	return nil
+}

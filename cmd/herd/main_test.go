@@ -1,0 +1,153 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"herd/api"
+	"herd/test"
+)
+
+func testEnv(vars map[string]string) (*env, *bytes.Buffer, *bytes.Buffer) {
+	var out, errb bytes.Buffer
+	return &env{
+		stdout: &out, stderr: &errb,
+		getenv: func(k string) (string, bool) { v, ok := vars[k]; return v, ok },
+	}, &out, &errb
+}
+
+func TestCLIAgainstACluster(t *testing.T) {
+	c := test.NewCluster(t, 3)
+	vars := map[string]string{"HERD_ADDR": c.Replicas[c.Follower()].Cfg.HTTPAddr}
+	herd := func(args ...string) (string, string, int) {
+		e, out, errb := testEnv(vars)
+		code := run(e, args)
+		return out.String(), errb.String(), code
+	}
+
+	out, errOut, code := herd("task", "submit", "-json", "-name", "thumb", "-priority", "70", "-label", "zone=a", "-env", "K=V", "-cpu", "500", "--", "sh", "-c", "echo hi")
+	if code != 0 {
+		t.Fatalf("submit exit %d: %s", code, errOut)
+	}
+	var sub api.SubmitResponse
+	if err := json.Unmarshal([]byte(out), &sub); err != nil || sub.ID == "" {
+		t.Fatalf("submit -json printed %q (%v)", out, err)
+	}
+	out, _, code = herd("task", "list")
+	if code != 0 || !strings.Contains(out, sub.ID) || !strings.Contains(out, "PENDING") {
+		t.Fatalf("task list (exit %d) does not show the task:\n%s", code, out)
+	}
+	out, _, code = herd("task", "status", sub.ID)
+	for _, want := range []string{sub.ID, "thumb", `sh -c "echo hi"`, "70", "cpu 500m", "queued"} {
+		if code != 0 || !strings.Contains(out, want) {
+			t.Fatalf("task status (exit %d) lacks %q:\n%s", code, want, out)
+		}
+	}
+	out, _, code = herd("operator", "raft", "list-peers")
+	if code != 0 || strings.Count(out, "true") < 4 || !strings.Contains(out, "s1") {
+		t.Fatalf("list-peers (exit %d):\n%s", code, out)
+	}
+	snap := filepath.Join(t.TempDir(), "state.snap")
+	if _, errOut, code = herd("operator", "snapshot", "save", snap); code != 0 {
+		t.Fatalf("snapshot save exit %d: %s", code, errOut)
+	}
+	if st, err := os.Stat(snap); err != nil || st.Size() == 0 {
+		t.Fatalf("snapshot file: %v", err)
+	}
+	if _, errOut, code = herd("operator", "snapshot", "restore", snap); code != 0 {
+		t.Fatalf("snapshot restore exit %d: %s", code, errOut)
+	}
+	if out, errOut, code = herd("operator", "raft", "transfer-leadership"); code != 0 || !strings.Contains(out, "leader is now") {
+		t.Fatalf("transfer-leadership exit %d: %s %s", code, out, errOut)
+	}
+
+	// Mistakes: clear message, non-zero exit, nothing printed on stdout.
+	for _, tc := range []struct {
+		args []string
+		code int
+		msg  string
+	}{
+		{[]string{"task", "status", "missing-task"}, 1, "not found"},
+		{[]string{"task", "status"}, 2, "exactly one task id"},
+		{[]string{"task", "submit"}, 2, "needs a command"},
+		{[]string{"task", "submit", "-priority", "500", "--", "true"}, 1, "priority 500"},
+		{[]string{"task", "submit", "-capability", "gpu", "--", "true"}, 2, "name@version"},
+		{[]string{"task", "submit", "-label", "novalue", "--", "true"}, 2, "key=value"},
+		{[]string{"task", "frobnicate"}, 2, "unknown task subcommand"},
+		{[]string{"operator", "raft", "remove-peer", "ghost"}, 1, "not in the raft configuration"},
+		{[]string{"operator", "snapshot", "restore", "/nonexistent/file"}, 1, "no such file"},
+		{[]string{"nonsense"}, 2, "unknown command"},
+		{[]string{"task", "list", "-address", "::bad::"}, 2, "invalid server address"},
+	} {
+		out, errOut, code := herd(tc.args...)
+		if code != tc.code || !strings.Contains(errOut, tc.msg) {
+			t.Errorf("herd %s: exit %d (want %d), stderr %q (want %q), stdout %q", strings.Join(tc.args, " "), code, tc.code, errOut, tc.msg, out)
+		}
+	}
+}
+
+func TestEveryCommandHasHelp(t *testing.T) {
+	for _, args := range [][]string{
+		{"-h"}, {"server", "-h"}, {"dev", "-h"}, {"task", "-h"}, {"task", "submit", "-h"}, {"task", "status", "-h"},
+		{"task", "list", "-h"}, {"operator", "-h"}, {"operator", "raft", "-h"}, {"operator", "raft", "list-peers", "-h"},
+		{"operator", "raft", "remove-peer", "-h"}, {"operator", "raft", "transfer-leadership", "-h"},
+		{"operator", "snapshot", "-h"}, {"operator", "snapshot", "save", "-h"}, {"operator", "snapshot", "restore", "-h"},
+	} {
+		e, out, _ := testEnv(nil)
+		if code := run(e, args); code != 0 || !strings.Contains(out.String(), "Usage: herd") {
+			t.Errorf("herd %s: exit %d, output %q", strings.Join(args, " "), code, out.String())
+		}
+	}
+}
+
+func TestServerConfigPrecedence(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "server.hcl")
+	err := os.WriteFile(file, []byte(`
+id        = "from-file"
+data_dir  = "/var/lib/herd"
+http_addr = "127.0.0.1:5000"
+raft_addr = "127.0.0.1:5001"
+bootstrap_expect = 3
+join = ["10.0.0.1:4646", "10.0.0.2:4646"]
+raft {
+  heartbeat_timeout = "2s"
+  snapshot_threshold = 100
+}
+`), 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, _, _ := testEnv(map[string]string{"HERD_ID": "from-env", "HERD_HTTP_ADDR": "127.0.0.1:6000"})
+	fs := flag.NewFlagSet("server", flag.ContinueOnError)
+	var f serverFlags
+	fs.StringVar(&f.configFile, "config", "", "")
+	fs.StringVar(&f.id, "id", "", "")
+	fs.StringVar(&f.httpAddr, "http-addr", "", "")
+	fs.StringVar(&f.raftAddr, "raft-addr", "", "")
+	if err := fs.Parse([]string{"-config", file, "-http-addr", "127.0.0.1:7000"}); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := loadServerConfig(e, fs, &f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.ID != "from-env" || cfg.HTTPAddr != "127.0.0.1:7000" || cfg.RaftAddr != "127.0.0.1:5001" ||
+		cfg.BootstrapExpect != 3 || len(cfg.Join) != 2 || cfg.Raft.HeartbeatTimeout.String() != "2s" ||
+		cfg.Raft.SnapshotThreshold != 100 || cfg.HTTPAdvertise != "127.0.0.1:7000" {
+		t.Fatalf("precedence file < env < flags not honoured: %+v", cfg)
+	}
+}
+
+func TestServerRejectsBadConfig(t *testing.T) {
+	e, _, errb := testEnv(nil)
+	code := run(e, []string{"server", "-id", "bad id!", "-bootstrap", "-bootstrap-expect", "3"})
+	msg := errb.String()
+	if code != 1 || !strings.Contains(msg, "data_dir is required") || !strings.Contains(msg, "mutually exclusive") || !strings.Contains(msg, `id "bad id!"`) {
+		t.Fatalf("exit %d, stderr %q", code, msg)
+	}
+}

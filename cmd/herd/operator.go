@@ -1,0 +1,183 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+)
+
+func runOperator(e *env, args []string) error {
+	return subcommands(e, "operator", args, []command{
+		{"raft", "list-peers, remove-peer, transfer-leadership", runOperatorRaft},
+		{"snapshot", "save or restore the cluster state", runOperatorSnapshot},
+	})
+}
+
+func runOperatorRaft(e *env, args []string) error {
+	return subcommands(e, "operator raft", args, []command{
+		{"list-peers", "show the raft configuration", runListPeers},
+		{"remove-peer", "remove a server from the raft configuration: remove-peer ID", runRemovePeer},
+		{"transfer-leadership", "hand leadership to another server", runTransferLeadership},
+	})
+}
+
+func runListPeers(e *env, args []string) error {
+	fs := newFlags(e, "operator raft list-peers", "", "Show the raft configuration: every server, its addresses, vote and leadership.")
+	var cf clientFlags
+	cf.register(e, fs, true)
+	if err := parse(e, fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() != 0 {
+		return usagef("list-peers takes no arguments")
+	}
+	cl, err := cf.client()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conf, err := cl.RaftConfiguration(ctx)
+	if err != nil {
+		return fmt.Errorf("list peers: %w", err)
+	}
+	if cf.json {
+		return printJSON(e.stdout, conf)
+	}
+	tb := &table{}
+	tb.add("ID", "RAFT ADDRESS", "HTTP ADDRESS", "VOTER", "LEADER")
+	for _, s := range conf.Servers {
+		tb.add(s.ID, s.RaftAddress, s.HTTPAddress, strconv.FormatBool(s.Voter), strconv.FormatBool(s.Leader))
+	}
+	tb.write(e.stdout)
+	return nil
+}
+
+func runRemovePeer(e *env, args []string) error {
+	fs := newFlags(e, "operator raft remove-peer", "ID", "Remove a server from the raft configuration (for a server that is gone for good).")
+	var cf clientFlags
+	cf.register(e, fs, false)
+	if err := parse(e, fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		return usagef("remove-peer takes exactly one server id")
+	}
+	cl, err := cf.client()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := cl.RemovePeer(ctx, fs.Arg(0)); err != nil {
+		return fmt.Errorf("remove peer: %w", err)
+	}
+	fmt.Fprintf(e.stdout, "Removed %s from the raft configuration\n", fs.Arg(0))
+	return nil
+}
+
+func runTransferLeadership(e *env, args []string) error {
+	fs := newFlags(e, "operator raft transfer-leadership", "", "Ask the leader to hand leadership to another voter.")
+	var cf clientFlags
+	cf.register(e, fs, false)
+	target := fs.String("id", "", "the server to hand leadership to (default: the most up-to-date voter)")
+	if err := parse(e, fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() != 0 {
+		return usagef("transfer-leadership takes no arguments")
+	}
+	cl, err := cf.client()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	l, err := cl.TransferLeadership(ctx, *target)
+	if err != nil {
+		return fmt.Errorf("transfer leadership: %w", err)
+	}
+	fmt.Fprintf(e.stdout, "Leadership transferred; the leader is now %s (%s)\n", l.ID, l.HTTPAddress)
+	return nil
+}
+
+func runOperatorSnapshot(e *env, args []string) error {
+	return subcommands(e, "operator snapshot", args, []command{
+		{"save", "save a snapshot of the cluster state to FILE", runSnapshotSave},
+		{"restore", "replace the cluster state with the snapshot in FILE", runSnapshotRestore},
+	})
+}
+
+func runSnapshotSave(e *env, args []string) error {
+	fs := newFlags(e, "operator snapshot save", "FILE", "Save a consistent snapshot of the whole cluster state, taken by the leader.")
+	var cf clientFlags
+	cf.register(e, fs, false)
+	if err := parse(e, fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		return usagef("snapshot save takes exactly one file name")
+	}
+	cl, err := cf.client()
+	if err != nil {
+		return err
+	}
+	path := fs.Arg(0)
+	// Write to a temp file and rename, so a failed save never leaves a
+	// half-written file under the requested name.
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".herd-snapshot-*")
+	if err != nil {
+		return fmt.Errorf("snapshot save: %w", err)
+	}
+	defer os.Remove(tmp.Name())
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	if err := cl.SnapshotSave(ctx, tmp); err != nil {
+		tmp.Close()
+		return fmt.Errorf("snapshot save: %w", err)
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return fmt.Errorf("snapshot save: %w", err)
+	}
+	st, _ := tmp.Stat()
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("snapshot save: %w", err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("snapshot save: %w", err)
+	}
+	fmt.Fprintf(e.stdout, "Saved snapshot to %s (%d bytes)\n", path, st.Size())
+	return nil
+}
+
+func runSnapshotRestore(e *env, args []string) error {
+	fs := newFlags(e, "operator snapshot restore", "FILE", "Replace the whole cluster state with a saved snapshot. The raft membership is kept.")
+	var cf clientFlags
+	cf.register(e, fs, false)
+	if err := parse(e, fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		return usagef("snapshot restore takes exactly one file name")
+	}
+	f, err := os.Open(fs.Arg(0))
+	if err != nil {
+		return fmt.Errorf("snapshot restore: %w", err)
+	}
+	defer f.Close()
+	cl, err := cf.client()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	if err := cl.SnapshotRestore(ctx, f); err != nil {
+		return fmt.Errorf("snapshot restore: %w", err)
+	}
+	fmt.Fprintf(e.stdout, "Restored snapshot from %s\n", fs.Arg(0))
+	return nil
+}

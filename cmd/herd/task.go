@@ -1,0 +1,208 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"herd/api"
+)
+
+func runTask(e *env, args []string) error {
+	return subcommands(e, "task", args, []command{
+		{"submit", "submit a task: herd task submit [flags] -- CMD ARGS…", runTaskSubmit},
+		{"status", "show a task with its attempts and timeline", runTaskStatus},
+		{"list", "list tasks", runTaskList},
+	})
+}
+
+func runTaskSubmit(e *env, args []string) error {
+	fs := newFlags(e, "task submit", "-- CMD [ARGS…]", "Submit a task. It is acknowledged once committed on a quorum of replicas.\nWithout -key a random idempotency key is used, so retries never create\na second task.")
+	var cf clientFlags
+	cf.register(e, fs, true)
+	name := fs.String("name", "", "task name (default: its id)")
+	key := fs.String("key", "", "idempotency key: the same key returns the same task")
+	priority := fs.Int("priority", api.DefaultPriority, "priority 0..100, higher first")
+	capability := fs.String("capability", api.DefaultCapability+"@"+api.DefaultCapabilityVersion, "required capability as name@version")
+	cpu := fs.Int64("cpu", 0, "CPU in millicores")
+	mem := fs.Int64("memory", 0, "memory in MB")
+	gpu := fs.Int64("gpu", 0, "GPU units")
+	disk := fs.Int64("disk", 0, "disk in MB")
+	timeout := fs.Duration("timeout", time.Duration(api.DefaultTimeoutSeconds)*time.Second, "run timeout")
+	maxAttempts := fs.Int("max-attempts", api.DefaultMaxAttempts, "attempts before the task fails")
+	submitter := fs.String("submitter", api.DefaultSubmitter, "submitter, for fair sharing")
+	labels, prefer, envs := kvFlag{}, kvFlag{}, kvFlag{}
+	fs.Var(labels, "label", "required node label key=value (repeatable)")
+	fs.Var(prefer, "prefer", "preferred node label key=value (repeatable)")
+	fs.Var(envs, "env", "environment variable K=V (repeatable)")
+	if err := parse(e, fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() == 0 {
+		return usagef("task submit needs a command after --, e.g. herd task submit -- echo hello")
+	}
+	capName, capVersion, ok := strings.Cut(*capability, "@")
+	if !ok || capName == "" || capVersion == "" {
+		return usagef("-capability %q must be name@version", *capability)
+	}
+	if *timeout < time.Second || *timeout%time.Second != 0 {
+		return usagef("-timeout %v must be a whole number of seconds, at least 1s", *timeout)
+	}
+	spec := api.TaskSpec{
+		Name: *name, IdempotencyKey: *key, Priority: priority, Command: fs.Args(),
+		Capability: capName, CapabilityVersion: capVersion,
+		Resources:   api.Resources{CPUMillis: *cpu, MemoryMB: *mem, GPU: *gpu, DiskMB: *disk},
+		MaxAttempts: maxAttempts, Submitter: *submitter,
+	}
+	secs := int64(*timeout / time.Second)
+	spec.TimeoutSeconds = &secs
+	if spec.IdempotencyKey == "" {
+		spec.IdempotencyKey = randomKey()
+	}
+	if len(labels) > 0 {
+		spec.RequiredLabels = labels
+	}
+	if len(prefer) > 0 {
+		spec.PreferredLabels = prefer
+	}
+	if len(envs) > 0 {
+		spec.Env = envs
+	}
+	cl, err := cf.client()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	res, created, err := cl.SubmitTask(ctx, spec)
+	if err != nil {
+		return fmt.Errorf("submit: %w", err)
+	}
+	if cf.json {
+		return printJSON(e.stdout, res)
+	}
+	verb := "Submitted"
+	if !created {
+		verb = "Already submitted (same idempotency key):"
+	}
+	fmt.Fprintf(e.stdout, "%s task %s, state %s, committed at index %d\n", verb, res.ID, res.State, res.Index)
+	return nil
+}
+
+func runTaskStatus(e *env, args []string) error {
+	fs := newFlags(e, "task status", "ID", "Show a task: its spec, attempts and timeline.")
+	var cf clientFlags
+	cf.register(e, fs, true)
+	stale := fs.Bool("stale", false, "answer from the replica asked, even without a leader (may be behind);\nby default the leader answers after confirming its leadership")
+	if err := parse(e, fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		return usagef("task status takes exactly one task id")
+	}
+	cl, err := cf.client()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	t, _, err := cl.GetTask(ctx, fs.Arg(0), api.ReadOptions{Consistent: !*stale})
+	if err != nil {
+		return fmt.Errorf("task status: %w", err)
+	}
+	if cf.json {
+		return printJSON(e.stdout, t)
+	}
+	w := e.stdout
+	s := t.Spec
+	tb := &table{}
+	tb.add("ID", t.ID)
+	tb.add("Name", t.Name)
+	tb.add("State", t.State)
+	tb.add("Submitted", ago(t.SubmittedAt)+" by "+s.Submitter)
+	tb.add("Command", strings.Join(quoteArgs(s.Command), " "))
+	tb.add("Priority", strconv.Itoa(deref(s.Priority)))
+	tb.add("Capability", s.Capability+"@"+s.CapabilityVersion)
+	tb.add("Resources", fmt.Sprintf("cpu %dm, memory %d MB, gpu %d, disk %d MB", s.Resources.CPUMillis, s.Resources.MemoryMB, s.Resources.GPU, s.Resources.DiskMB))
+	tb.add("Timeout", fmt.Sprintf("%ds", deref(s.TimeoutSeconds)))
+	tb.add("Attempts", fmt.Sprintf("%d of at most %d", len(t.Attempts), deref(s.MaxAttempts)))
+	tb.write(w)
+	if len(t.Attempts) > 0 {
+		fmt.Fprintln(w, "\nAttempts")
+		at := &table{}
+		at.add("#", "ID", "NODE", "STATE", "LEASE", "STARTED", "FINISHED", "EXIT")
+		for _, a := range t.Attempts {
+			at.add(strconv.Itoa(a.Number), a.ID, a.NodeID, a.State, strconv.FormatUint(a.LeaseVersion, 10), ago(a.StartedAt), ago(a.FinishedAt), strconv.Itoa(a.ExitCode))
+		}
+		at.write(w)
+	}
+	fmt.Fprintln(w, "\nTimeline")
+	tl := &table{}
+	tl.add("TIME", "INDEX", "EVENT", "DETAIL")
+	for _, ev := range t.Timeline {
+		tl.add(ago(ev.Time), strconv.FormatUint(ev.Index, 10), ev.Kind, ev.Message)
+	}
+	tl.write(w)
+	return nil
+}
+
+func runTaskList(e *env, args []string) error {
+	fs := newFlags(e, "task list", "", "List tasks in submission order.")
+	var cf clientFlags
+	cf.register(e, fs, true)
+	state := fs.String("state", "", "only tasks in this state (PENDING, RUNNING, SUCCEEDED, …)")
+	limit := fs.Int("limit", api.DefaultListLimit, "at most this many tasks")
+	after := fs.String("after", "", "start after this task id (the 'next' cursor of a previous page)")
+	stale := fs.Bool("stale", false, "answer from the replica asked, even without a leader (may be behind);\nby default the leader answers after confirming its leadership")
+	if err := parse(e, fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() != 0 {
+		return usagef("task list takes no arguments")
+	}
+	cl, err := cf.client()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	list, _, err := cl.ListTasks(ctx, api.TaskQuery{State: *state, Limit: *limit, After: *after}, api.ReadOptions{Consistent: !*stale})
+	if err != nil {
+		return fmt.Errorf("task list: %w", err)
+	}
+	if cf.json {
+		return printJSON(e.stdout, list)
+	}
+	tb := &table{}
+	tb.add("ID", "NAME", "STATE", "PRIORITY", "SUBMITTER", "SUBMITTED")
+	for _, t := range list.Tasks {
+		tb.add(t.ID, t.Name, t.State, strconv.Itoa(deref(t.Spec.Priority)), t.Spec.Submitter, ago(t.SubmittedAt))
+	}
+	tb.write(e.stdout)
+	if list.Next != "" {
+		fmt.Fprintf(e.stdout, "\nMore: herd task list -after %s\n", list.Next)
+	}
+	return nil
+}
+
+func deref[T any](p *T) T {
+	var zero T
+	if p == nil {
+		return zero
+	}
+	return *p
+}
+
+func quoteArgs(args []string) []string {
+	out := make([]string, len(args))
+	for i, a := range args {
+		if a == "" || strings.ContainsAny(a, " \t\n'\"\\$") {
+			out[i] = strconv.Quote(a)
+		} else {
+			out[i] = a
+		}
+	}
+	return out
+}

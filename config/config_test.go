@@ -1,0 +1,70 @@
+package config
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func valid() Server {
+	c := DefaultServer()
+	c.ID = "s1"
+	c.DataDir = "/tmp/x"
+	return c
+}
+
+func TestDefaultsAreValid(t *testing.T) {
+	c := valid()
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if c.HTTPAdvertise != c.HTTPAddr || c.RaftAdvertise != c.RaftAddr {
+		t.Fatalf("advertise addresses default to the listen addresses: %+v", c)
+	}
+}
+
+func TestParseErrorsAreClear(t *testing.T) {
+	for src, want := range map[string]string{
+		`id = `:                                     "parse config",
+		`colour = "red"`:                            `Unsupported argument; An argument named "colour"`,
+		`bootstrap_expect = "three"`:                "server.hcl:1,21-26: Unsuitable value type",
+		"raft {\n heartbeat_timeout = \"soon\"\n}": "raft.heartbeat_timeout",
+		"raft {\n trailing_logs = -1\n}":           "trailing_logs must not be negative",
+	} {
+		c := valid()
+		err := ParseServer(&c, "server.hcl", []byte(src))
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: want error containing %q, got %v", src, want, err)
+		}
+	}
+}
+
+func TestValidateReportsEveryProblem(t *testing.T) {
+	c := valid()
+	c.ID = ""
+	c.HTTPAddr = "0.0.0.0:4646"
+	c.Bootstrap, c.BootstrapExpect = true, 3
+	c.Raft.LeaderLeaseTimeout = 10 * time.Second
+	c.LogLevel = "loud"
+	err := c.Validate()
+	for _, want := range []string{"id \"\"", "http_advertise \"0.0.0.0:4646\" is not an address others can reach", "mutually exclusive", "bootstrap_expect needs join", "leader_lease_timeout", "log_level"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("want %q in %v", want, err)
+		}
+	}
+}
+
+func TestEnvironment(t *testing.T) {
+	c := valid()
+	env := map[string]string{"HERD_JOIN": "a:1, b:2,,", "HERD_BOOTSTRAP_EXPECT": "3", "HERD_DATA_DIR": "/d"}
+	if err := ApplyServerEnv(&c, func(k string) (string, bool) { v, ok := env[k]; return v, ok }); err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Join) != 2 || c.Join[1] != "b:2" || c.BootstrapExpect != 3 || c.DataDir != "/d" {
+		t.Fatalf("environment not applied: %+v", c)
+	}
+	env = map[string]string{"HERD_BOOTSTRAP": "maybe"}
+	if err := ApplyServerEnv(&c, func(k string) (string, bool) { v, ok := env[k]; return v, ok }); err == nil {
+		t.Fatal("a bad boolean must be an error")
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -262,3 +263,5 @@ func Ctx(t testing.TB, d time.Duration) context.Context {
 
 func apiQueryAll() api.TaskQuery  { return api.TaskQuery{Limit: api.MaxListLimit} }
 func consistent() api.ReadOptions { return api.ReadOptions{Consistent: true} }
+
+func bytesReader(s string) *strings.Reader { return strings.NewReader(s) }

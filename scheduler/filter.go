@@ -1,0 +1,258 @@
+package scheduler
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Node is a worker node as the scheduler sees it: a plain value built by
+// the caller from the replicated state (and, on the leader, live gossip).
+type Node struct {
+	ID         string
+	Management Management
+	Liveness   Liveness
+	Scheduling Scheduling
+	// LastHeartbeat is when the node was last heard from.
+	LastHeartbeat time.Time
+	// Capabilities maps a capability name to the versions the node offers.
+	Capabilities map[string][]string
+	// Labels are trusted labels (set at registration, not by tasks).
+	Labels map[string]string
+	// Resources is the node's static allocatable capacity.
+	Resources Resources
+	// Reserved is the sum of the live reservations on the node.
+	Reserved Resources
+	// Slots bounds how many attempts may be live at once.
+	Slots int
+	// RunningAttempts counts live (reserved or running) attempts.
+	RunningAttempts int
+	// Weight is the operator's preference (100 when unset).
+	Weight int
+	// Profile feeds the optional profile score (seed 003).
+	Profile Profile
+}
+
+// Profile is a node's capability profile, each part normalised to 0..1.
+type Profile struct {
+	Health   float64  // 1 - recent failure rate, or similar
+	History  float64  // how well the node did on past tasks (speed, success)
+	Datasets []string // data the node holds locally, for data locality
+}
+
+// Request is one task's placement question at a point in time.
+type Request struct {
+	TaskID            string
+	Capability        string
+	CapabilityVersion string
+	RequiredLabels    map[string]string
+	PreferredLabels   map[string]string
+	Resources         Resources
+	// DataLocality names datasets the task reads; nodes holding them are
+	// preferred by the profile score.
+	DataLocality []string
+	// Now is the decision time; HeartbeatTTL how old a heartbeat may be.
+	Now          time.Time
+	HeartbeatTTL time.Duration
+	// Blacklist holds the nodes this task must not be placed on again.
+	Blacklist map[string]bool
+}
+
+// ReasonCode identifies why a node cannot take a task.
+type ReasonCode string
+
+// Reason codes, in the order the filter checks them.
+const (
+	ReasonNotActive         ReasonCode = "not_active"
+	ReasonNotReady          ReasonCode = "not_ready"
+	ReasonIneligible        ReasonCode = "ineligible"
+	ReasonHeartbeatExpired  ReasonCode = "heartbeat_expired"
+	ReasonMissingCapability ReasonCode = "missing_capability"
+	ReasonLabelMismatch     ReasonCode = "label_mismatch"
+	ReasonCPUBelowMinimum   ReasonCode = "cpu_below_minimum"
+	ReasonMemoryBelowMin    ReasonCode = "memory_below_minimum"
+	ReasonGPUBelowMinimum   ReasonCode = "gpu_below_minimum"
+	ReasonDiskBelowMinimum  ReasonCode = "disk_below_minimum"
+	ReasonNoFreeSlot        ReasonCode = "no_free_slot"
+	ReasonInsufficientFree  ReasonCode = "insufficient_capacity"
+	ReasonBlacklisted       ReasonCode = "blacklisted"
+)
+
+// Reason is one failed rule: a code for machines, a summary phrase shared
+// by every node failing the same way, and a detail for this node.
+type Reason struct {
+	Code    ReasonCode `json:"code"`
+	Summary string     `json:"summary"`
+	Detail  string     `json:"detail"`
+}
+
+// String is the human text: "CPU below minimum (4000 < 32000 millis)".
+func (r Reason) String() string {
+	if r.Detail == "" {
+		return r.Summary
+	}
+	return r.Summary + " (" + r.Detail + ")"
+}
+
+// Eligible reports whether node can take the request. It runs the same
+// rules as Check but stops at the first failure and builds no text, so
+// the leader can call it for every node and task without allocating.
+func Eligible(n *Node, req *Request) bool {
+	return evaluate(n, req, nil)
+}
+
+// Check returns every rule the node fails for the request; none means
+// eligible. The leader uses it to explain, and the FSM to re-check a
+// reservation at apply time: the same rules as Eligible, by construction.
+func Check(n *Node, req *Request) []Reason {
+	var out []Reason
+	evaluate(n, req, &out)
+	return out
+}
+
+// evaluate applies every rule in order. With out nil it returns false at
+// the first failure; otherwise it appends a Reason per failed rule.
+func evaluate(n *Node, req *Request, out *[]Reason) bool {
+	ok := true
+	fail := func(code ReasonCode, summary, detail string) {
+		ok = false
+		*out = append(*out, Reason{Code: code, Summary: summary, Detail: detail})
+	}
+	if n.Management != ManagementActive {
+		if out == nil {
+			return false
+		}
+		fail(ReasonNotActive, "not active", string(n.Management))
+	}
+	if n.Liveness != LivenessReady {
+		if out == nil {
+			return false
+		}
+		fail(ReasonNotReady, "not ready", string(n.Liveness))
+	}
+	if n.Scheduling != SchedulingEligible {
+		if out == nil {
+			return false
+		}
+		fail(ReasonIneligible, "ineligible", "")
+	}
+	if req.HeartbeatTTL > 0 && n.LastHeartbeat.Before(req.Now.Add(-req.HeartbeatTTL)) {
+		if out == nil {
+			return false
+		}
+		age := req.Now.Sub(n.LastHeartbeat).Truncate(time.Second)
+		fail(ReasonHeartbeatExpired, "heartbeat expired", fmt.Sprintf("last %s ago, TTL %s", age, req.HeartbeatTTL))
+	}
+	if req.Capability != "" && !slices.Contains(n.Capabilities[req.Capability], req.CapabilityVersion) {
+		if out == nil {
+			return false
+		}
+		detail := "node has none"
+		if vs := n.Capabilities[req.Capability]; len(vs) > 0 {
+			detail = "node has " + req.Capability + "@" + strings.Join(vs, ",")
+		}
+		fail(ReasonMissingCapability, "missing capability "+req.Capability+"@"+req.CapabilityVersion, detail)
+	}
+	if !labelsMatch(n.Labels, req.RequiredLabels) {
+		if out == nil {
+			return false
+		}
+		k, _ := firstMismatch(n.Labels, req.RequiredLabels)
+		detail := fmt.Sprintf("%s=%s required, node has none", k, req.RequiredLabels[k])
+		if have, set := n.Labels[k]; set {
+			detail = fmt.Sprintf("%s=%s required, node has %s=%s", k, req.RequiredLabels[k], k, have)
+		}
+		fail(ReasonLabelMismatch, "required label mismatch", detail)
+	}
+	static := [4]struct {
+		code       ReasonCode
+		summary    string
+		have, want int64
+		unit       string
+	}{
+		{ReasonCPUBelowMinimum, "CPU below minimum", n.Resources.CPUMillis, req.Resources.CPUMillis, "millis"},
+		{ReasonMemoryBelowMin, "memory below minimum", n.Resources.MemoryMB, req.Resources.MemoryMB, "MB"},
+		{ReasonGPUBelowMinimum, "GPU below minimum", n.Resources.GPU, req.Resources.GPU, "units"},
+		{ReasonDiskBelowMinimum, "disk below minimum", n.Resources.DiskMB, req.Resources.DiskMB, "MB"},
+	}
+	for _, r := range static {
+		if r.have < r.want {
+			if out == nil {
+				return false
+			}
+			fail(r.code, r.summary, fmt.Sprintf("%d < %d %s", r.have, r.want, r.unit))
+		}
+	}
+	if n.RunningAttempts >= n.Slots {
+		if out == nil {
+			return false
+		}
+		fail(ReasonNoFreeSlot, "no free slot", fmt.Sprintf("%d of %d slots used", n.RunningAttempts, n.Slots))
+	}
+	// Reported only when the static capacity suffices, so one shortfall is
+	// not reported twice.
+	if free := n.Resources.Sub(n.Reserved); n.Resources.Covers(req.Resources) && !free.Covers(req.Resources) {
+		if out == nil {
+			return false
+		}
+		fail(ReasonInsufficientFree, "insufficient unreserved capacity", shortfall(free, req.Resources))
+	}
+	if req.Blacklist[n.ID] {
+		if out == nil {
+			return false
+		}
+		fail(ReasonBlacklisted, "blacklisted for this task", "failed it twice, awaiting a health check")
+	}
+	return ok
+}
+
+func labelsMatch(have, want map[string]string) bool {
+	for k, v := range want {
+		if h, ok := have[k]; !ok || h != v {
+			return false
+		}
+	}
+	return true
+}
+
+// firstMismatch returns the first (in key order) required label the node
+// lacks, so the reason text is stable.
+func firstMismatch(have, want map[string]string) (string, bool) {
+	var bad []string
+	for k, v := range want {
+		if h, ok := have[k]; !ok || h != v {
+			bad = append(bad, k)
+		}
+	}
+	if len(bad) == 0 {
+		return "", false
+	}
+	slices.Sort(bad)
+	return bad[0], true
+}
+
+func shortfall(free, want Resources) string {
+	var parts []string
+	add := func(name string, f, w int64, unit string) {
+		if f < w {
+			parts = append(parts, fmt.Sprintf("%s %d free < %d %s", name, max(f, 0), w, unit))
+		}
+	}
+	add("cpu", free.CPUMillis, want.CPUMillis, "millis")
+	add("memory", free.MemoryMB, want.MemoryMB, "MB")
+	add("gpu", free.GPU, want.GPU, "units")
+	add("disk", free.DiskMB, want.DiskMB, "MB")
+	return strings.Join(parts, ", ")
+}
+
+// matchCount counts preferred labels the node carries.
+func matchCount(have, preferred map[string]string) int {
+	n := 0
+	for k, v := range preferred {
+		if have[k] == v {
+			n++
+		}
+	}
+	return n
+}

@@ -1,0 +1,358 @@
+package scheduler
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+)
+
+var now = time.Date(2026, 10, 2, 12, 0, 0, 0, time.UTC)
+
+func node(id string, cores int64, busy int) *Node {
+	return &Node{
+		ID: id, Management: ManagementActive, Liveness: LivenessReady, Scheduling: SchedulingEligible,
+		LastHeartbeat: now.Add(-5 * time.Second),
+		Capabilities:  map[string][]string{"exec": {"1"}},
+		Labels:        map[string]string{},
+		Resources:     Resources{CPUMillis: cores * 1000, MemoryMB: 8192, DiskMB: 10000},
+		Slots:         8, RunningAttempts: busy,
+	}
+}
+
+// seedNodes is seed 000's interactive example: node-a 4 cores with 2 busy
+// attempts and the preferred label, node-b 8 idle cores with weight 150,
+// node-c 16 idle cores whose heartbeat is 90 s old.
+func seedNodes() []*Node {
+	a := node("node-a", 4, 2)
+	a.Labels["disk"] = "ssd"
+	b := node("node-b", 8, 0)
+	b.Weight = 150
+	c := node("node-c", 16, 0)
+	c.LastHeartbeat = now.Add(-90 * time.Second)
+	return []*Node{a, b, c}
+}
+
+func seedRequest() *Request {
+	return &Request{
+		TaskID: "t1", Capability: "exec", CapabilityVersion: "1",
+		PreferredLabels: map[string]string{"disk": "ssd"},
+		Resources:       Resources{CPUMillis: 2000},
+		Now:             now, HeartbeatTTL: 60 * time.Second,
+	}
+}
+
+func TestSeedWorkedExample(t *testing.T) {
+	tests := []struct {
+		name     string
+		cpuCores int64
+		ttl      time.Duration
+		winner   string
+		score    int64
+		summary  string
+		scores   map[string]int64
+	}{
+		{
+			name: "reference", cpuCores: 2, ttl: 60 * time.Second, winner: "node-a", score: 1_080_000,
+			summary: "2/3 nodes eligible: 1 heartbeat expired",
+			scores:  map[string]int64{"node-a": 1_080_000, "node-b": 150_000},
+		},
+		{
+			name: "32-core minimum", cpuCores: 32, ttl: 60 * time.Second,
+			summary: "0/3 nodes eligible: 3 CPU below minimum, 1 heartbeat expired",
+		},
+		{
+			name: "120s heartbeat TTL", cpuCores: 2, ttl: 120 * time.Second, winner: "node-a", score: 1_080_000,
+			summary: "3/3 nodes eligible",
+			scores:  map[string]int64{"node-a": 1_080_000, "node-b": 150_000, "node-c": 100_000},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			req := seedRequest()
+			req.Resources.CPUMillis = tc.cpuCores * 1000
+			req.HeartbeatTTL = tc.ttl
+			nodes := seedNodes()
+			got, err := Select(nodes, req, nil)
+			if tc.winner == "" {
+				if err != ErrNoEligibleNode {
+					t.Fatalf("want no eligible node, got %v %v", got.Node, err)
+				}
+			} else if err != nil || got.Node.ID != tc.winner || got.Score != tc.score {
+				t.Fatalf("want %s scoring %d, got %+v %v", tc.winner, tc.score, got, err)
+			}
+			ex := Explain(nodes, req, nil)
+			if ex.Summary != tc.summary {
+				t.Fatalf("summary %q, want %q", ex.Summary, tc.summary)
+			}
+			for _, ne := range ex.Nodes {
+				want, ok := tc.scores[ne.NodeID]
+				if ok != ne.Eligible || (ok && *ne.Score != want) {
+					t.Fatalf("%s: eligible=%v score=%v, want eligible=%v score=%d (reasons %v)", ne.NodeID, ne.Eligible, ne.Score, ok, want, ne.Reasons)
+				}
+			}
+		})
+	}
+}
+
+func TestExplainSummaryFormat(t *testing.T) {
+	req := &Request{Capability: "gpu-infer", CapabilityVersion: "2", Resources: Resources{CPUMillis: 8000}, Now: now, HeartbeatTTL: 30 * time.Second}
+	var nodes []*Node
+	for i := 0; i < 3; i++ {
+		n := node(fmt.Sprintf("small-%d", i), 2, 0)
+		n.Capabilities["gpu-infer"] = []string{"2"}
+		nodes = append(nodes, n)
+	}
+	stale := node("stale", 16, 0)
+	stale.Capabilities["gpu-infer"] = []string{"2"}
+	stale.LastHeartbeat = now.Add(-time.Hour)
+	old := node("old-driver", 16, 0)
+	old.Capabilities["gpu-infer"] = []string{"1"}
+	nodes = append(nodes, stale, old)
+	ex := Explain(nodes, req, nil)
+	want := "0/5 nodes eligible: 3 CPU below minimum, 1 heartbeat expired, 1 missing capability gpu-infer@2"
+	if ex.Summary != want {
+		t.Fatalf("summary\n got %q\nwant %q", ex.Summary, want)
+	}
+	for _, ne := range ex.Nodes {
+		if ne.NodeID == "small-0" && ne.Reasons[0].String() != "CPU below minimum (2000 < 8000 millis)" {
+			t.Fatalf("reason text: %q", ne.Reasons[0].String())
+		}
+		if ne.NodeID == "old-driver" && ne.Reasons[0].String() != "missing capability gpu-infer@2 (node has gpu-infer@1)" {
+			t.Fatalf("reason text: %q", ne.Reasons[0].String())
+		}
+	}
+}
+
+func TestEveryFilterRuleHasItsReason(t *testing.T) {
+	base := func() (*Node, *Request) {
+		n := node("n", 4, 0)
+		n.Labels["zone"] = "a"
+		n.Resources.GPU = 1
+		return n, &Request{TaskID: "t", Capability: "exec", CapabilityVersion: "1", RequiredLabels: map[string]string{"zone": "a"},
+			Resources: Resources{CPUMillis: 1000, MemoryMB: 100, GPU: 1, DiskMB: 10}, Now: now, HeartbeatTTL: time.Minute}
+	}
+	cases := map[ReasonCode]func(n *Node, r *Request){
+		ReasonNotActive:         func(n *Node, _ *Request) { n.Management = ManagementDraining },
+		ReasonNotReady:          func(n *Node, _ *Request) { n.Liveness = LivenessSuspect },
+		ReasonIneligible:        func(n *Node, _ *Request) { n.Scheduling = SchedulingIneligible },
+		ReasonHeartbeatExpired:  func(n *Node, _ *Request) { n.LastHeartbeat = now.Add(-2 * time.Minute) },
+		ReasonMissingCapability: func(_ *Node, r *Request) { r.CapabilityVersion = "2" },
+		ReasonLabelMismatch:     func(n *Node, _ *Request) { n.Labels["zone"] = "b" },
+		ReasonCPUBelowMinimum:   func(_ *Node, r *Request) { r.Resources.CPUMillis = 5000 },
+		ReasonMemoryBelowMin:    func(_ *Node, r *Request) { r.Resources.MemoryMB = 1 << 20 },
+		ReasonGPUBelowMinimum:   func(_ *Node, r *Request) { r.Resources.GPU = 2 },
+		ReasonDiskBelowMinimum:  func(_ *Node, r *Request) { r.Resources.DiskMB = 1 << 30 },
+		ReasonNoFreeSlot:        func(n *Node, _ *Request) { n.RunningAttempts = n.Slots },
+		ReasonInsufficientFree:  func(n *Node, _ *Request) { n.Reserved.GPU = 1 },
+		ReasonBlacklisted:       func(n *Node, r *Request) { r.Blacklist = map[string]bool{n.ID: true} },
+	}
+	n, r := base()
+	if rs := Check(n, r); len(rs) != 0 || !Eligible(n, r) {
+		t.Fatalf("base node should be eligible: %v", rs)
+	}
+	for code, mutate := range cases {
+		n, r := base()
+		mutate(n, r)
+		rs := Check(n, r)
+		if len(rs) != 1 || rs[0].Code != code || Eligible(n, r) {
+			t.Errorf("%s: got %v", code, rs)
+		}
+		if rs[0].Summary == "" || strings.Contains(rs[0].String(), "%!") {
+			t.Errorf("%s: bad text %q", code, rs[0].String())
+		}
+	}
+}
+
+func TestTiesBreakByNodeID(t *testing.T) {
+	nodes := []*Node{node("c", 4, 0), node("a", 4, 0), node("b", 4, 0)}
+	got, err := Select(nodes, seedRequest(), nil)
+	if err != nil || got.Node.ID != "a" {
+		t.Fatalf("want a, got %+v %v", got, err)
+	}
+	ranked := Rank(nodes, seedRequest(), nil)
+	if ranked[0].Node.ID != "a" || ranked[1].Node.ID != "b" || ranked[2].Node.ID != "c" {
+		t.Fatalf("rank order %v %v %v", ranked[0].Node.ID, ranked[1].Node.ID, ranked[2].Node.ID)
+	}
+}
+
+func TestWeightedRandomIsSeededAndSpreads(t *testing.T) {
+	nodes := []*Node{node("a", 4, 0), node("b", 4, 0), node("c", 4, 1)}
+	pick := func(seed uint64) []string {
+		cfg := &Config{RandomTopK: 3, Rand: rand.New(rand.NewPCG(seed, 1))}
+		var out []string
+		for i := 0; i < 200; i++ {
+			c, err := Select(nodes, seedRequest(), cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, c.Node.ID)
+		}
+		return out
+	}
+	first, again := pick(42), pick(42)
+	if strings.Join(first, ",") != strings.Join(again, ",") {
+		t.Fatal("the same seed must give the same choices")
+	}
+	seen := map[string]int{}
+	for _, id := range first {
+		seen[id]++
+	}
+	if len(seen) != 3 || seen["c"] >= seen["a"] {
+		t.Fatalf("draws should reach every top node, favouring higher scores: %v", seen)
+	}
+}
+
+func TestProfileScoreIsOptional(t *testing.T) {
+	a, b := node("a", 4, 0), node("b", 4, 0)
+	b.Profile = Profile{Health: 1, History: 1, Datasets: []string{"cam-7"}}
+	req := seedRequest()
+	req.DataLocality = []string{"cam-7"}
+	nodes := []*Node{a, b}
+	if got, _ := Select(nodes, req, nil); got.Node.ID != "a" {
+		t.Fatalf("without profile scoring ties go by id, got %s", got.Node.ID)
+	}
+	cfg := &Config{ProfileScale: 100_000, ProfileWeights: DefaultProfileWeights()}
+	if got, _ := Select(nodes, req, cfg); got.Node.ID != "b" {
+		t.Fatalf("with profile scoring the healthy node holding the data wins, got %s", got.Node.ID)
+	}
+	if ps := ProfileScore(b, req, DefaultProfileWeights()); ps <= 0.6 || ps > 1 {
+		t.Fatalf("profile score %f out of range", ps)
+	}
+	// A preferred label still outweighs the best profile.
+	a.Labels["disk"] = "ssd"
+	if got, _ := Select(nodes, req, cfg); got.Node.ID != "a" {
+		t.Fatalf("preferred label must dominate profile, got %s", got.Node.ID)
+	}
+}
+
+func qt(id, submitter string, prio int, seq uint64, queued time.Time) QueuedTask {
+	return QueuedTask{ID: id, Submitter: submitter, Priority: prio, Seq: seq, QueuedAt: queued}
+}
+
+func ids(ts []QueuedTask) string {
+	s := make([]string, len(ts))
+	for i, t := range ts {
+		s[i] = t.ID
+	}
+	return strings.Join(s, ",")
+}
+
+func TestQueueOrderPriorityThenFairness(t *testing.T) {
+	cfg := DefaultQueueConfig()
+	tasks := []QueuedTask{
+		qt("a1", "A", 50, 1, now), qt("a2", "A", 50, 2, now), qt("a3", "A", 50, 3, now),
+		qt("b1", "B", 50, 4, now), qt("c1", "C", 90, 5, now), qt("b2", "B", 50, 6, now),
+	}
+	got := ids(Order(tasks, now, cfg))
+	if got != "c1,a1,b1,a2,b2,a3" {
+		t.Fatalf("order %s", got)
+	}
+	// Retried tasks lose priority per failure.
+	retried := qt("r", "A", 60, 0, now)
+	retried.Failures = 2
+	got = ids(Order([]QueuedTask{retried, qt("f", "B", 45, 9, now)}, now, cfg))
+	if got != "f,r" {
+		t.Fatalf("a twice-failed priority-60 task ranks below a fresh 45: %s", got)
+	}
+	// Backoff: not before its time.
+	later := qt("later", "A", 100, 1, now)
+	later.NotBefore = now.Add(time.Second)
+	if got := ids(Order([]QueuedTask{later}, now, cfg)); got != "" {
+		t.Fatalf("backing-off task must not be schedulable: %s", got)
+	}
+}
+
+func TestQueueFloodCannotMonopoliseHead(t *testing.T) {
+	var tasks []QueuedTask
+	for i := 0; i < 1000; i++ {
+		tasks = append(tasks, qt(fmt.Sprintf("flood-%d", i), "A", 50, uint64(i), now))
+	}
+	tasks = append(tasks, qt("late", "B", 50, 5000, now.Add(30*time.Second)))
+	order := Order(tasks, now.Add(31*time.Second), DefaultQueueConfig())
+	if order[0].ID != "flood-0" || order[1].ID != "late" {
+		t.Fatalf("the other submitter's task should be second, got %s,%s", order[0].ID, order[1].ID)
+	}
+}
+
+// Starvation freedom: a priority-0 task competing with an endless stream of
+// fresh priority-100 tasks (one placed per tick) reaches the head.
+func TestQueueAgingPreventsStarvation(t *testing.T) {
+	cfg := DefaultQueueConfig()
+	low := qt("low", "A", 0, 0, now)
+	clock := now
+	var seq uint64 = 1
+	for tick := 0; tick < 10_000; tick++ {
+		queue := []QueuedTask{low}
+		for i := 0; i < 5; i++ {
+			queue = append(queue, qt(fmt.Sprintf("hi-%d", seq), "B", 100, seq, clock))
+			seq++
+		}
+		if Order(queue, clock, cfg)[0].ID == "low" {
+			bound := cfg.AgingGrace + time.Duration(100)*cfg.AgingInterval + time.Second
+			if waited := clock.Sub(now); waited > bound {
+				t.Fatalf("placed after %v, beyond the bound %v", waited, bound)
+			}
+			return
+		}
+		clock = clock.Add(time.Second)
+	}
+	t.Fatal("a low-priority task starved")
+}
+
+func benchNodes(n int) []*Node {
+	rng := rand.New(rand.NewPCG(1, 1))
+	out := make([]*Node, n)
+	for i := range out {
+		nd := node(fmt.Sprintf("node-%05d", i), int64(1+rng.IntN(16)), rng.IntN(4))
+		nd.Labels["zone"] = fmt.Sprint("z", rng.IntN(4))
+		if rng.IntN(2) == 0 {
+			nd.Labels["disk"] = "ssd"
+		}
+		nd.Weight = 50 + rng.IntN(100)
+		out[i] = nd
+	}
+	return out
+}
+
+func BenchmarkSelect(b *testing.B) {
+	for _, n := range []int{100, 1_000, 10_000} {
+		nodes := benchNodes(n)
+		req := seedRequest()
+		req.RequiredLabels = map[string]string{"zone": "z1"}
+		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := Select(nodes, req, nil); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+func BenchmarkExplain(b *testing.B) {
+	nodes := benchNodes(1000)
+	req := seedRequest()
+	b.ReportAllocs()
+	for b.Loop() {
+		Explain(nodes, req, nil)
+	}
+}
+
+func BenchmarkOrder(b *testing.B) {
+	for _, n := range []int{10_000, 100_000} {
+		rng := rand.New(rand.NewPCG(2, 2))
+		tasks := make([]QueuedTask, n)
+		for i := range tasks {
+			tasks[i] = qt(fmt.Sprint(i), fmt.Sprint("s", rng.IntN(20)), rng.IntN(101), uint64(i), now.Add(-time.Duration(rng.IntN(600))*time.Second))
+		}
+		b.Run(fmt.Sprintf("pending=%d", n), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				Order(tasks, now, DefaultQueueConfig())
+			}
+		})
+	}
+}

@@ -25,9 +25,9 @@ func TestDefaultsAreValid(t *testing.T) {
 
 func TestParseErrorsAreClear(t *testing.T) {
 	for src, want := range map[string]string{
-		`id = `:                                     "parse config",
-		`colour = "red"`:                            `Unsupported argument; An argument named "colour"`,
-		`bootstrap_expect = "three"`:                "server.hcl:1,21-26: Unsuitable value type",
+		`id = `:                      "parse config",
+		`colour = "red"`:             `Unsupported argument; An argument named "colour"`,
+		`bootstrap_expect = "three"`: "server.hcl:1,21-26: Unsuitable value type",
 		"raft {\n heartbeat_timeout = \"soon\"\n}": "raft.heartbeat_timeout",
 		"raft {\n trailing_logs = -1\n}":           "trailing_logs must not be negative",
 	} {

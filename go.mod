@@ -33,4 +33,5 @@ require (
 	golang.org/x/sys v0.45.0 // indirect
 	golang.org/x/text v0.31.0 // indirect
 	golang.org/x/tools v0.38.0 // indirect
+	pgregory.net/rapid v1.3.0 // indirect
 )

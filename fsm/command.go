@@ -30,6 +30,13 @@ const (
 	MsgRemoveServer MessageType = 4
 	MsgSubmitTask   MessageType = 5
 	MsgRegisterNode MessageType = 6
+	MsgReserve      MessageType = 7
+	MsgAttemptStart MessageType = 8
+	MsgAttemptEnd   MessageType = 9
+	MsgNodeDrain    MessageType = 10
+	MsgNodeEligible MessageType = 11
+	MsgHeartbeat    MessageType = 12
+	MsgExplain      MessageType = 13
 )
 
 // payloadVersion is the version byte written after the type. A replica
@@ -128,6 +135,20 @@ func (t MessageType) String() string {
 		return "submit-task"
 	case MsgRegisterNode:
 		return "register-node"
+	case MsgReserve:
+		return "reserve"
+	case MsgAttemptStart:
+		return "attempt-start"
+	case MsgAttemptEnd:
+		return "attempt-end"
+	case MsgNodeDrain:
+		return "node-drain"
+	case MsgNodeEligible:
+		return "node-eligibility"
+	case MsgHeartbeat:
+		return "heartbeat"
+	case MsgExplain:
+		return "explain"
 	}
 	return fmt.Sprintf("type-%d", uint8(t))
 }
@@ -161,4 +182,66 @@ type RegisterNodeRequest struct {
 // barriers) without touching the state.
 type NoopRequest struct {
 	Pad []byte `json:"pad,omitempty"`
+}
+
+// ReserveRequest places a task's next attempt on a node. The leader
+// decided it from a possibly stale view; Apply re-checks everything
+// against the committed state with the scheduler's own rules.
+type ReserveRequest struct {
+	TaskID            string        `json:"task_id"`
+	AttemptID         string        `json:"attempt_id"`
+	Number            int           `json:"number"`
+	NodeID            string        `json:"node_id"`
+	SessionGeneration uint64        `json:"session_generation"`
+	Score             int64         `json:"score"`
+	Now               time.Time     `json:"now"`
+	HeartbeatTTL      time.Duration `json:"heartbeat_ttl"`
+}
+
+// AttemptStartRequest reports that an attempt's process started.
+type AttemptStartRequest struct {
+	AttemptID    string    `json:"attempt_id"`
+	LeaseVersion uint64    `json:"lease_version"`
+	Now          time.Time `json:"now"`
+}
+
+// AttemptEndRequest reports how an attempt ended. RetryAt, chosen by the
+// leader from the backoff policy, is when a retry may be scheduled.
+type AttemptEndRequest struct {
+	AttemptID    string       `json:"attempt_id"`
+	LeaseVersion uint64       `json:"lease_version"`
+	State        AttemptState `json:"state"`
+	ExitCode     int          `json:"exit_code"`
+	OutputTail   string       `json:"output_tail,omitempty"`
+	Error        string       `json:"error,omitempty"`
+	Now          time.Time    `json:"now"`
+	RetryAt      time.Time    `json:"retry_at"`
+}
+
+// NodeDrainRequest stops (or resumes) new placements on a node.
+type NodeDrainRequest struct {
+	NodeID string    `json:"node_id"`
+	Enable bool      `json:"enable"`
+	Now    time.Time `json:"now"`
+}
+
+// NodeEligibilityRequest marks a node eligible or not for new attempts.
+type NodeEligibilityRequest struct {
+	NodeID   string    `json:"node_id"`
+	Eligible bool      `json:"eligible"`
+	Now      time.Time `json:"now"`
+}
+
+// HeartbeatRequest records that a node's current session is alive.
+type HeartbeatRequest struct {
+	NodeID            string    `json:"node_id"`
+	SessionGeneration uint64    `json:"session_generation"`
+	Now               time.Time `json:"now"`
+}
+
+// ExplainRequest records why a pending task waits, when that changed.
+type ExplainRequest struct {
+	TaskID  string    `json:"task_id"`
+	Summary string    `json:"summary"`
+	Now     time.Time `json:"now"`
 }

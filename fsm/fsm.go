@@ -140,6 +140,20 @@ func (f *FSM) applyOne(txn *memdb.Txn, index uint64, t MessageType, ignorable bo
 		resp, err = applyJSON(payload, func(r *SubmitTaskRequest) (any, error) { return applySubmitTask(txn, index, r) })
 	case MsgRegisterNode:
 		resp, err = applyJSON(payload, func(r *RegisterNodeRequest) (any, error) { return applyRegisterNode(txn, index, r) })
+	case MsgReserve:
+		resp, err = applyJSON(payload, func(r *ReserveRequest) (any, error) { return applyReserve(txn, index, r) })
+	case MsgAttemptStart:
+		resp, err = applyJSON(payload, func(r *AttemptStartRequest) (any, error) { return applyAttemptStart(txn, index, r) })
+	case MsgAttemptEnd:
+		resp, err = applyJSON(payload, func(r *AttemptEndRequest) (any, error) { return applyAttemptEnd(txn, index, r) })
+	case MsgNodeDrain:
+		resp, err = applyJSON(payload, func(r *NodeDrainRequest) (any, error) { return applyNodeDrain(txn, index, r) })
+	case MsgNodeEligible:
+		resp, err = applyJSON(payload, func(r *NodeEligibilityRequest) (any, error) { return applyNodeEligibility(txn, index, r) })
+	case MsgHeartbeat:
+		resp, err = applyJSON(payload, func(r *HeartbeatRequest) (any, error) { return applyHeartbeat(txn, index, r) })
+	case MsgExplain:
+		resp, err = applyJSON(payload, func(r *ExplainRequest) (any, error) { return applyExplain(txn, index, r) })
 	default:
 		if ignorable {
 			f.logger.Warn("skipping unknown ignorable command", "index", index, "type", t)
@@ -214,6 +228,7 @@ func applySubmitTask(txn *memdb.Txn, index uint64, r *SubmitTaskRequest) (any, e
 		Spec:        r.Spec,
 		State:       TaskPending,
 		SubmittedAt: r.SubmittedAt,
+		QueuedAt:    r.SubmittedAt,
 		CreateIndex: index,
 		ModifyIndex: index,
 		Timeline: []TimelineEvent{{

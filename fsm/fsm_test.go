@@ -20,7 +20,10 @@ func testSpec(key string) TaskSpec {
 	}
 }
 
-func mustEncode(t testing.TB, mt MessageType, v any) []byte {
+func mustEncode(t interface {
+	Helper()
+	Fatal(args ...any)
+}, mt MessageType, v any) []byte {
 	t.Helper()
 	b, err := Encode(mt, v)
 	if err != nil {

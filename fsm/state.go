@@ -228,3 +228,59 @@ func (s *State) AttemptsOfTask(taskID string) ([]*Attempt, error) {
 	}
 	return out, nil
 }
+
+// PendingTasks lists tasks waiting for placement, in id order, and adds
+// to ws (when not nil) a channel that closes when that set may change.
+func (s *State) PendingTasks(ws memdb.WatchSet) ([]*Task, error) {
+	it, err := s.txn.Get(tableTasks, "state", string(TaskPending))
+	if err != nil {
+		return nil, fmt.Errorf("list pending tasks: %w", err)
+	}
+	if ws != nil {
+		ws.Add(it.WatchCh())
+	}
+	var out []*Task
+	for raw := it.Next(); raw != nil; raw = it.Next() {
+		out = append(out, raw.(*Task))
+	}
+	return out, nil
+}
+
+// WatchNodes adds to ws a channel that closes when any node changes.
+func (s *State) WatchNodes(ws memdb.WatchSet) error {
+	it, err := s.txn.Get(tableNodes, "id")
+	if err != nil {
+		return fmt.Errorf("watch nodes: %w", err)
+	}
+	ws.Add(it.WatchCh())
+	return nil
+}
+
+// Attempt returns one attempt.
+func (s *State) Attempt(id string) (*Attempt, error) {
+	raw, err := s.txn.First(tableAttempts, "id", id)
+	if err != nil {
+		return nil, fmt.Errorf("lookup attempt %q: %w", id, err)
+	}
+	if raw == nil {
+		return nil, fmt.Errorf("attempt %q: %w", id, ErrNotFound)
+	}
+	return raw.(*Attempt), nil
+}
+
+// AttemptsOnNode lists a node's attempts (live and ended) in id order, and
+// adds to ws (when not nil) a channel that closes when they change.
+func (s *State) AttemptsOnNode(nodeID string, ws memdb.WatchSet) ([]*Attempt, error) {
+	it, err := s.txn.Get(tableAttempts, "node", nodeID)
+	if err != nil {
+		return nil, fmt.Errorf("list attempts on %q: %w", nodeID, err)
+	}
+	if ws != nil {
+		ws.Add(it.WatchCh())
+	}
+	var out []*Attempt
+	for raw := it.Next(); raw != nil; raw = it.Next() {
+		out = append(out, raw.(*Attempt))
+	}
+	return out, nil
+}

@@ -83,21 +83,56 @@ type TimelineEvent struct {
 // Task is the replicated record of a submitted task. Records stored in the
 // state are immutable: every change copies the record first.
 type Task struct {
-	ID             string          `json:"id"`
-	Spec           TaskSpec        `json:"spec"`
-	State          TaskState       `json:"state"`
-	SubmittedAt    time.Time       `json:"submitted_at"`
-	CreateIndex    uint64          `json:"create_index"`
-	ModifyIndex    uint64          `json:"modify_index"`
-	Attempts       int             `json:"attempts"`
-	CurrentAttempt string          `json:"current_attempt,omitempty"`
-	Timeline       []TimelineEvent `json:"timeline"`
+	ID             string    `json:"id"`
+	Spec           TaskSpec  `json:"spec"`
+	State          TaskState `json:"state"`
+	SubmittedAt    time.Time `json:"submitted_at"`
+	CreateIndex    uint64    `json:"create_index"`
+	ModifyIndex    uint64    `json:"modify_index"`
+	Attempts       int       `json:"attempts"`
+	CurrentAttempt string    `json:"current_attempt,omitempty"`
+	// QueuedAt is when the task last entered PENDING (aging counts from it).
+	QueuedAt time.Time `json:"queued_at"`
+	// NotBefore delays a retry (backoff); zero means schedulable now.
+	NotBefore time.Time `json:"not_before,omitzero"`
+	// Failures counts failed, timed-out and lost attempts.
+	Failures int `json:"failures"`
+	// NodeFailures counts this task's failures per node, for blacklisting.
+	NodeFailures map[string]NodeFailure `json:"node_failures,omitempty"`
+	// LastExplain is the latest "why is it waiting" summary recorded.
+	LastExplain string          `json:"last_explain,omitempty"`
+	Timeline    []TimelineEvent `json:"timeline"`
 }
 
 func (t *Task) clone() *Task {
 	c := *t
 	c.Timeline = append([]TimelineEvent(nil), t.Timeline...)
+	if t.NodeFailures != nil {
+		c.NodeFailures = make(map[string]NodeFailure, len(t.NodeFailures))
+		for k, v := range t.NodeFailures {
+			c.NodeFailures[k] = v
+		}
+	}
 	return &c
+}
+
+// Live reports whether an attempt still holds its reservation.
+func (s AttemptState) Live() bool { return s == AttemptReserved || s == AttemptRunning }
+
+// Terminal reports whether an attempt has ended.
+func (s AttemptState) Terminal() bool {
+	switch s {
+	case AttemptSucceeded, AttemptFailed, AttemptTimedOut, AttemptLost, AttemptCancelled:
+		return true
+	}
+	return false
+}
+
+// NodeFailure counts a task's failures on one node since that node was
+// last healthy.
+type NodeFailure struct {
+	Count     int    `json:"count"`
+	LastIndex uint64 `json:"last_index"`
 }
 
 // Attempt is one try of a task on one node. LeaseVersion is the fencing
@@ -136,8 +171,16 @@ type Node struct {
 	LastHeartbeat     time.Time            `json:"last_heartbeat"`
 	Reserved          scheduler.Resources  `json:"reserved"`
 	RunningAttempts   int                  `json:"running_attempts"`
-	CreateIndex       uint64               `json:"create_index"`
-	ModifyIndex       uint64               `json:"modify_index"`
+	// HealthyIndex is the index of the node's last successful attempt: a
+	// node blacklisted for a task before that has since proven itself.
+	HealthyIndex uint64 `json:"healthy_index"`
+	CreateIndex  uint64 `json:"create_index"`
+	ModifyIndex  uint64 `json:"modify_index"`
+}
+
+func (n *Node) clone() *Node {
+	c := *n
+	return &c
 }
 
 // Server is the replicated metadata of a scheduler replica: how to reach

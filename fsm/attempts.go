@@ -1,0 +1,418 @@
+package fsm
+
+import (
+	"fmt"
+	"time"
+
+	memdb "github.com/hashicorp/go-memdb"
+
+	"herd/scheduler"
+)
+
+// Rejection codes of placements and attempt reports, besides the
+// scheduler's own reason codes (a re-check failing a filter rule is
+// rejected with that rule's code).
+const (
+	RejectTaskNotPending  = "task_not_pending"
+	RejectTaskBackoff     = "task_backing_off"
+	RejectAttemptNumber   = "attempt_number_mismatch"
+	RejectSessionChanged  = "session_changed"
+	RejectStale           = "stale_result"
+	RejectIllegalTransfer = "illegal_transition"
+)
+
+// maxTimeline bounds a task's timeline: the first event (queued) and the
+// latest ones are kept.
+const maxTimeline = 200
+
+// View is the node as the scheduler sees it.
+func (n *Node) View() scheduler.Node {
+	return scheduler.Node{
+		ID: n.ID, Management: n.Management, Liveness: n.Liveness, Scheduling: n.Scheduling,
+		LastHeartbeat: n.LastHeartbeat, Capabilities: n.Capabilities, Labels: n.Labels,
+		Resources: n.Resources, Reserved: n.Reserved, Slots: n.Slots,
+		RunningAttempts: n.RunningAttempts, Weight: n.Weight,
+	}
+}
+
+// Request is the task's placement question at now. The blacklist is
+// filled by the caller (see BlacklistedOn).
+func (t *Task) Request(now time.Time, ttl time.Duration) scheduler.Request {
+	return scheduler.Request{
+		TaskID: t.ID, Capability: t.Spec.Capability, CapabilityVersion: t.Spec.CapabilityVersion,
+		RequiredLabels: t.Spec.RequiredLabels, PreferredLabels: t.Spec.PreferredLabels,
+		Resources: t.Spec.Resources, Now: now, HeartbeatTTL: ttl,
+	}
+}
+
+// BlacklistedOn reports whether the task failed twice on the node since
+// the node last proved healthy (succeeded at any task).
+func (t *Task) BlacklistedOn(n *Node) bool {
+	f, ok := t.NodeFailures[n.ID]
+	return ok && f.Count >= 2 && n.HealthyIndex < f.LastIndex
+}
+
+// Blacklist returns the set of nodes the task must avoid.
+func (t *Task) Blacklist(nodeByID func(string) *Node) map[string]bool {
+	var out map[string]bool
+	for id := range t.NodeFailures {
+		if n := nodeByID(id); n != nil && t.BlacklistedOn(n) {
+			if out == nil {
+				out = map[string]bool{}
+			}
+			out[id] = true
+		}
+	}
+	return out
+}
+
+func (t *Task) addEvent(index uint64, at time.Time, kind, msg string) {
+	t.Timeline = append(t.Timeline, TimelineEvent{Index: index, Time: at, Kind: kind, Message: msg})
+	if len(t.Timeline) > maxTimeline {
+		t.Timeline = append(t.Timeline[:1], t.Timeline[len(t.Timeline)-maxTimeline+1:]...)
+	}
+}
+
+// ReserveResult is the response to an accepted reservation.
+type ReserveResult struct {
+	Attempt *Attempt
+}
+
+func getTask(txn *memdb.Txn, id string) (*Task, error) {
+	raw, err := txn.First(tableTasks, "id", id)
+	if err != nil {
+		return nil, fmt.Errorf("lookup task %q: %w", id, err)
+	}
+	if raw == nil {
+		return nil, reject(RejectNotFound, "task %q not found", id)
+	}
+	return raw.(*Task), nil
+}
+
+func getNode(txn *memdb.Txn, id string) (*Node, error) {
+	raw, err := txn.First(tableNodes, "id", id)
+	if err != nil {
+		return nil, fmt.Errorf("lookup node %q: %w", id, err)
+	}
+	if raw == nil {
+		return nil, reject(RejectNotFound, "node %q not found", id)
+	}
+	return raw.(*Node), nil
+}
+
+func getAttempt(txn *memdb.Txn, id string) (*Attempt, error) {
+	raw, err := txn.First(tableAttempts, "id", id)
+	if err != nil {
+		return nil, fmt.Errorf("lookup attempt %q: %w", id, err)
+	}
+	if raw == nil {
+		return nil, reject(RejectNotFound, "attempt %q not found", id)
+	}
+	return raw.(*Attempt), nil
+}
+
+func insert(txn *memdb.Txn, table string, obj any) error {
+	if err := txn.Insert(table, obj); err != nil {
+		return fmt.Errorf("write %s: %w", table, err)
+	}
+	return nil
+}
+
+// applyReserve is promise 1: whatever view the leader decided from, a
+// reservation only applies if, against the committed state, the task is
+// still waiting for exactly this attempt and the node still qualifies
+// and has the capacity. Of two reservations for the last unit of a
+// resource, the second to apply is rejected.
+func applyReserve(txn *memdb.Txn, index uint64, r *ReserveRequest) (any, error) {
+	if r.AttemptID == "" {
+		return nil, reject(RejectInvalid, "attempt id is required")
+	}
+	task, err := getTask(txn, r.TaskID)
+	if err != nil {
+		return nil, err
+	}
+	if task.State != TaskPending {
+		return nil, reject(RejectTaskNotPending, "task %s is %s", task.ID, task.State)
+	}
+	if r.Now.Before(task.NotBefore) {
+		return nil, reject(RejectTaskBackoff, "task %s may not be retried before %s", task.ID, task.NotBefore.Format(time.RFC3339))
+	}
+	if r.Number != task.Attempts+1 {
+		return nil, reject(RejectAttemptNumber, "task %s: attempt %d proposed, next is %d", task.ID, r.Number, task.Attempts+1)
+	}
+	if raw, _ := txn.First(tableAttempts, "id", r.AttemptID); raw != nil {
+		return nil, reject(RejectConflict, "attempt id %q already exists", r.AttemptID)
+	}
+	node, err := getNode(txn, r.NodeID)
+	if err != nil {
+		return nil, err
+	}
+	if node.SessionGeneration != r.SessionGeneration {
+		return nil, reject(RejectSessionChanged, "node %s session %d, placement was for %d", node.ID, node.SessionGeneration, r.SessionGeneration)
+	}
+	view := node.View()
+	req := task.Request(r.Now, r.HeartbeatTTL)
+	if task.BlacklistedOn(node) {
+		req.Blacklist = map[string]bool{node.ID: true}
+	}
+	if reasons := scheduler.Check(&view, &req); len(reasons) > 0 {
+		return nil, reject(string(reasons[0].Code), "node %s: %s", node.ID, reasons[0])
+	}
+
+	a := &Attempt{
+		ID: r.AttemptID, TaskID: task.ID, Number: r.Number, NodeID: node.ID,
+		State: AttemptReserved, LeaseVersion: index, Resources: task.Spec.Resources,
+		ReservedAt: r.Now, CreateIndex: index, ModifyIndex: index,
+	}
+	n := node.clone()
+	n.Reserved = n.Reserved.Add(a.Resources)
+	n.RunningAttempts++
+	n.ModifyIndex = index
+	t := task.clone()
+	t.State = TaskScheduled
+	t.Attempts = r.Number
+	t.CurrentAttempt = a.ID
+	t.ModifyIndex = index
+	t.LastExplain = ""
+	t.addEvent(index, r.Now, "node_selected", fmt.Sprintf("attempt %d reserved on %s (score %d, lease %d)", a.Number, n.ID, r.Score, a.LeaseVersion))
+	for _, e := range []error{insert(txn, tableAttempts, a), insert(txn, tableNodes, n), insert(txn, tableTasks, t)} {
+		if e != nil {
+			return nil, e
+		}
+	}
+	return &ReserveResult{Attempt: a}, nil
+}
+
+// AttemptResult answers an attempt report. Duplicate is set when the same
+// report was already applied: it is accepted again without effect.
+type AttemptResult struct {
+	Attempt   *Attempt
+	Task      *Task
+	Duplicate bool
+}
+
+// staleReport rejects a report whose fencing token is not current, and
+// records the refusal in the task's timeline.
+func staleReport(txn *memdb.Txn, index uint64, a *Attempt, lease uint64, now time.Time, why string) (any, error) {
+	if task, err := getTask(txn, a.TaskID); err == nil {
+		t := task.clone()
+		t.addEvent(index, now, "stale_result_rejected", fmt.Sprintf("stale result rejected (attempt %d, lease %d): %s", a.Number, lease, why))
+		t.ModifyIndex = index
+		if err := insert(txn, tableTasks, t); err != nil {
+			return nil, err
+		}
+	}
+	return nil, reject(RejectStale, "attempt %s (number %d) lease %d: %s", a.ID, a.Number, lease, why)
+}
+
+func applyAttemptStart(txn *memdb.Txn, index uint64, r *AttemptStartRequest) (any, error) {
+	a, err := getAttempt(txn, r.AttemptID)
+	if err != nil {
+		return nil, err
+	}
+	if a.LeaseVersion != r.LeaseVersion {
+		return staleReport(txn, index, a, r.LeaseVersion, r.Now, fmt.Sprintf("current lease is %d", a.LeaseVersion))
+	}
+	if a.State == AttemptRunning {
+		return &AttemptResult{Attempt: a, Duplicate: true}, nil
+	}
+	if a.State != AttemptReserved {
+		return staleReport(txn, index, a, r.LeaseVersion, r.Now, "attempt is "+string(a.State))
+	}
+	task, err := getTask(txn, a.TaskID)
+	if err != nil {
+		return nil, err
+	}
+	if task.CurrentAttempt != a.ID || !ValidTaskTransition(task.State, TaskRunning) {
+		return staleReport(txn, index, a, r.LeaseVersion, r.Now, "not the task's current attempt")
+	}
+	na := *a
+	na.State = AttemptRunning
+	na.StartedAt = r.Now
+	na.ModifyIndex = index
+	t := task.clone()
+	t.State = TaskRunning
+	t.ModifyIndex = index
+	t.addEvent(index, r.Now, "started", fmt.Sprintf("attempt %d started on %s", a.Number, a.NodeID))
+	if err := insert(txn, tableAttempts, &na); err != nil {
+		return nil, err
+	}
+	if err := insert(txn, tableTasks, t); err != nil {
+		return nil, err
+	}
+	return &AttemptResult{Attempt: &na, Task: t}, nil
+}
+
+func applyAttemptEnd(txn *memdb.Txn, index uint64, r *AttemptEndRequest) (any, error) {
+	if !r.State.Terminal() {
+		return nil, reject(RejectInvalid, "an attempt cannot end as %q", r.State)
+	}
+	a, err := getAttempt(txn, r.AttemptID)
+	if err != nil {
+		return nil, err
+	}
+	if a.LeaseVersion != r.LeaseVersion {
+		return staleReport(txn, index, a, r.LeaseVersion, r.Now, fmt.Sprintf("current lease is %d", a.LeaseVersion))
+	}
+	if a.State.Terminal() {
+		if a.State == r.State && a.ExitCode == r.ExitCode {
+			return &AttemptResult{Attempt: a, Duplicate: true}, nil
+		}
+		return staleReport(txn, index, a, r.LeaseVersion, r.Now, "attempt already ended "+string(a.State))
+	}
+	task, err := getTask(txn, a.TaskID)
+	if err != nil {
+		return nil, err
+	}
+	if task.CurrentAttempt != a.ID {
+		return staleReport(txn, index, a, r.LeaseVersion, r.Now, "not the task's current attempt")
+	}
+	return endAttempt(txn, index, a, task, r)
+}
+
+// endAttempt moves a live attempt to its terminal state, releases its
+// reservation and moves the task on: done, failed for good, or back to
+// PENDING for a new attempt.
+func endAttempt(txn *memdb.Txn, index uint64, a *Attempt, task *Task, r *AttemptEndRequest) (any, error) {
+	if !ValidAttemptTransition(a.State, r.State) {
+		return nil, reject(RejectIllegalTransfer, "attempt %s: %s → %s", a.ID, a.State, r.State)
+	}
+	na := *a
+	na.State = r.State
+	na.FinishedAt = r.Now
+	na.ExitCode = r.ExitCode
+	na.OutputTail = r.OutputTail
+	na.ModifyIndex = index
+
+	node, err := getNode(txn, a.NodeID)
+	if err != nil {
+		return nil, err
+	}
+	n := node.clone()
+	n.Reserved = n.Reserved.Sub(a.Resources)
+	n.RunningAttempts--
+	n.ModifyIndex = index
+
+	t := task.clone()
+	t.ModifyIndex = index
+	t.CurrentAttempt = ""
+	detail := fmt.Sprintf("attempt %d on %s %s", a.Number, a.NodeID, r.State)
+	if r.Error != "" {
+		detail += ": " + r.Error
+	} else if r.State != AttemptSucceeded {
+		detail += fmt.Sprintf(" (exit code %d)", r.ExitCode)
+	}
+	next := TaskSucceeded
+	switch r.State {
+	case AttemptSucceeded:
+		n.HealthyIndex = index
+	case AttemptCancelled:
+		next = TaskCancelled
+	default: // failed, timed out, lost
+		t.Failures++
+		f := t.NodeFailures[a.NodeID]
+		if n.HealthyIndex > f.LastIndex {
+			f.Count = 0 // the node proved healthy since: start counting afresh
+		}
+		f.Count++
+		f.LastIndex = index
+		if t.NodeFailures == nil {
+			t.NodeFailures = map[string]NodeFailure{}
+		}
+		t.NodeFailures[a.NodeID] = f
+		switch {
+		case t.Attempts < t.Spec.MaxAttempts:
+			next = TaskPending
+			t.NotBefore = r.RetryAt
+			t.QueuedAt = r.Now
+		case r.State == AttemptTimedOut:
+			next = TaskTimedOut
+		default:
+			next = TaskFailed
+		}
+	}
+	if !ValidTaskTransition(t.State, next) {
+		return nil, reject(RejectIllegalTransfer, "task %s: %s → %s", t.ID, t.State, next)
+	}
+	t.State = next
+	t.addEvent(index, r.Now, "finished", detail)
+	switch next {
+	case TaskPending:
+		msg := fmt.Sprintf("requeued for attempt %d of %d", t.Attempts+1, t.Spec.MaxAttempts)
+		if r.RetryAt.After(r.Now) {
+			msg += fmt.Sprintf(" after a %s backoff", r.RetryAt.Sub(r.Now).Round(time.Millisecond))
+		}
+		t.addEvent(index, r.Now, "queued", msg)
+	case TaskFailed, TaskTimedOut:
+		t.addEvent(index, r.Now, "failed", fmt.Sprintf("gave up after %d attempts", t.Attempts))
+	}
+	for _, e := range []error{insert(txn, tableAttempts, &na), insert(txn, tableNodes, n), insert(txn, tableTasks, t)} {
+		if e != nil {
+			return nil, e
+		}
+	}
+	return &AttemptResult{Attempt: &na, Task: t}, nil
+}
+
+func applyNodeDrain(txn *memdb.Txn, index uint64, r *NodeDrainRequest) (any, error) {
+	node, err := getNode(txn, r.NodeID)
+	if err != nil {
+		return nil, err
+	}
+	if node.Management == scheduler.ManagementRetired {
+		return nil, reject(RejectConflict, "node %s is retired", node.ID)
+	}
+	n := node.clone()
+	n.Management = scheduler.ManagementActive
+	if r.Enable {
+		n.Management = scheduler.ManagementDraining
+	}
+	n.ModifyIndex = index
+	return n, insert(txn, tableNodes, n)
+}
+
+func applyNodeEligibility(txn *memdb.Txn, index uint64, r *NodeEligibilityRequest) (any, error) {
+	node, err := getNode(txn, r.NodeID)
+	if err != nil {
+		return nil, err
+	}
+	n := node.clone()
+	n.Scheduling = scheduler.SchedulingIneligible
+	if r.Eligible {
+		n.Scheduling = scheduler.SchedulingEligible
+	}
+	n.ModifyIndex = index
+	return n, insert(txn, tableNodes, n)
+}
+
+func applyHeartbeat(txn *memdb.Txn, index uint64, r *HeartbeatRequest) (any, error) {
+	node, err := getNode(txn, r.NodeID)
+	if err != nil {
+		return nil, err
+	}
+	if node.SessionGeneration != r.SessionGeneration {
+		return nil, reject(RejectSessionChanged, "node %s session is %d, heartbeat is for %d: register again", node.ID, node.SessionGeneration, r.SessionGeneration)
+	}
+	if !r.Now.After(node.LastHeartbeat) {
+		return node, nil
+	}
+	n := node.clone()
+	n.LastHeartbeat = r.Now
+	n.ModifyIndex = index
+	return n, insert(txn, tableNodes, n)
+}
+
+func applyExplain(txn *memdb.Txn, index uint64, r *ExplainRequest) (any, error) {
+	task, err := getTask(txn, r.TaskID)
+	if err != nil {
+		return nil, err
+	}
+	if task.State != TaskPending || task.LastExplain == r.Summary {
+		return nil, nil
+	}
+	t := task.clone()
+	t.LastExplain = r.Summary
+	t.ModifyIndex = index
+	t.addEvent(index, r.Now, "waiting", r.Summary)
+	return nil, insert(txn, tableTasks, t)
+}

@@ -1,0 +1,383 @@
+package fsm
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"pgregory.net/rapid"
+
+	"herd/scheduler"
+)
+
+const ttl = time.Minute
+
+// tb is what the helpers need from *testing.T and *rapid.T alike.
+type tb interface {
+	Helper()
+	Fatal(args ...any)
+	Fatalf(format string, args ...any)
+}
+
+type harness struct {
+	t     tb
+	f     *FSM
+	index uint64
+}
+
+func newHarness(t testing.TB) *harness { return &harness{t: t, f: New(nil)} }
+
+func (h *harness) apply(mt MessageType, v any) any {
+	h.t.Helper()
+	h.index++
+	resp := h.f.ApplyBytes(h.index, mustEncode(h.t, mt, v))
+	if err := h.f.State().CheckInvariants(); err != nil {
+		h.t.Fatalf("invariant broken after %s at index %d: %v", mt, h.index, err)
+	}
+	return resp
+}
+
+func (h *harness) applyBatch(cmds ...[]byte) BatchResult {
+	h.t.Helper()
+	h.index++
+	resp := h.f.ApplyBytes(h.index, EncodeBatch(cmds))
+	if err := h.f.State().CheckInvariants(); err != nil {
+		h.t.Fatalf("invariant broken after batch at index %d: %v", h.index, err)
+	}
+	return resp.(BatchResult)
+}
+
+func (h *harness) register(id string, res scheduler.Resources, slots int) *Node {
+	h.t.Helper()
+	n, ok := h.apply(MsgRegisterNode, RegisterNodeRequest{Now: epoch, Node: Node{
+		ID: id, Capabilities: map[string][]string{"exec": {"1"}}, Resources: res, Slots: slots,
+	}}).(*Node)
+	if !ok {
+		h.t.Fatalf("register %s failed", id)
+	}
+	return n
+}
+
+func (h *harness) submit(id string, res scheduler.Resources, maxAttempts int) {
+	h.t.Helper()
+	spec := testSpec("")
+	spec.Resources = res
+	spec.MaxAttempts = maxAttempts
+	if _, ok := h.apply(MsgSubmitTask, SubmitTaskRequest{ID: id, SubmittedAt: epoch, Spec: spec}).(*SubmitResult); !ok {
+		h.t.Fatalf("submit %s failed", id)
+	}
+}
+
+func reserveCmd(t tb, task, attempt, node string, number int, gen uint64) []byte {
+	return mustEncode(t, MsgReserve, ReserveRequest{TaskID: task, AttemptID: attempt, Number: number, NodeID: node,
+		SessionGeneration: gen, Now: epoch.Add(time.Second), HeartbeatTTL: ttl})
+}
+
+// Seed 000's exercise: two GPU tasks, one GPU, two deciders working from
+// the same (stale) view. Exactly one reservation wins; the other is
+// rejected with the capacity reason, whatever order they arrive in.
+func TestTwoDecidersOneGPU(t *testing.T) {
+	for _, sameEntry := range []bool{true, false} {
+		t.Run(fmt.Sprintf("same_entry=%v", sameEntry), func(t *testing.T) {
+			h := newHarness(t)
+			gpu := scheduler.Resources{CPUMillis: 100, GPU: 1}
+			n := h.register("gpu-node", scheduler.Resources{CPUMillis: 4000, MemoryMB: 4096, GPU: 1}, 4)
+			h.submit("task-1", gpu, 1)
+			h.submit("task-2", gpu, 1)
+			// Both deciders saw the GPU free.
+			a := reserveCmd(t, "task-1", "att-1", n.ID, 1, n.SessionGeneration)
+			b := reserveCmd(t, "task-2", "att-2", n.ID, 1, n.SessionGeneration)
+			var results []any
+			if sameEntry {
+				results = h.applyBatch(a, b)
+			} else {
+				h.index++
+				results = append(results, h.f.ApplyBytes(h.index, a))
+				h.index++
+				results = append(results, h.f.ApplyBytes(h.index, b))
+			}
+			if _, ok := results[0].(*ReserveResult); !ok {
+				t.Fatalf("first reservation should win: %#v", results[0])
+			}
+			var rej *Rejection
+			if err, ok := results[1].(error); !ok || !errors.As(err, &rej) || rej.Code != string(scheduler.ReasonInsufficientFree) {
+				t.Fatalf("second reservation should be rejected for capacity: %#v", results[1])
+			}
+			st := h.f.State()
+			node, _ := st.Node(n.ID)
+			if node.Reserved.GPU != 1 || node.RunningAttempts != 1 {
+				t.Fatalf("node books: %+v", node)
+			}
+			if t2, _ := st.Task("task-2"); t2.State != TaskPending || t2.Attempts != 0 {
+				t.Fatalf("loser must stay queued untouched: %+v", t2)
+			}
+			if err := st.CheckInvariants(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+func TestReserveRechecks(t *testing.T) {
+	h := newHarness(t)
+	small := scheduler.Resources{CPUMillis: 100}
+	n := h.register("n1", scheduler.Resources{CPUMillis: 1000, MemoryMB: 1024}, 2)
+	h.submit("t1", small, 3)
+	h.submit("t2", small, 3)
+	h.submit("t3", small, 3)
+	code := func(resp any) string {
+		var rej *Rejection
+		if err, ok := resp.(error); ok && errors.As(err, &rej) {
+			return rej.Code
+		}
+		return "accepted"
+	}
+	cases := []struct {
+		name string
+		cmd  []byte
+		want string
+	}{
+		{"wrong attempt number", reserveCmd(t, "t1", "a0", "n1", 2, n.SessionGeneration), RejectAttemptNumber},
+		{"old session", reserveCmd(t, "t1", "a0", "n1", 1, n.SessionGeneration+7), RejectSessionChanged},
+		{"unknown node", reserveCmd(t, "t1", "a0", "ghost", 1, 1), RejectNotFound},
+		{"unknown task", reserveCmd(t, "ghost", "a0", "n1", 1, 1), RejectNotFound},
+		{"accepted", reserveCmd(t, "t1", "a1", "n1", 1, n.SessionGeneration), "accepted"},
+		{"task no longer pending", reserveCmd(t, "t1", "a2", "n1", 2, n.SessionGeneration), RejectTaskNotPending},
+		{"attempt id reused", reserveCmd(t, "t2", "a1", "n1", 1, n.SessionGeneration), RejectConflict},
+		{"second slot", reserveCmd(t, "t2", "a3", "n1", 1, n.SessionGeneration), "accepted"},
+		{"no slot left", reserveCmd(t, "t3", "a4", "n1", 1, n.SessionGeneration), string(scheduler.ReasonNoFreeSlot)},
+	}
+	for _, c := range cases {
+		h.index++
+		if got := code(h.f.ApplyBytes(h.index, c.cmd)); got != c.want {
+			t.Fatalf("%s: got %s, want %s", c.name, got, c.want)
+		}
+	}
+	h.apply(MsgNodeDrain, NodeDrainRequest{NodeID: "n1", Enable: true})
+	h.apply(MsgAttemptEnd, AttemptEndRequest{AttemptID: "a1", LeaseVersion: leaseOf(t, h, "a1"), State: AttemptSucceeded, Now: epoch})
+	h.index++
+	if got := code(h.f.ApplyBytes(h.index, reserveCmd(t, "t3", "a5", "n1", 1, n.SessionGeneration))); got != string(scheduler.ReasonNotActive) {
+		t.Fatalf("draining node must refuse placements, got %s", got)
+	}
+}
+
+func leaseOf(t tb, h *harness, attempt string) uint64 {
+	a, err := h.f.State().Attempt(attempt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a.LeaseVersion
+}
+
+func TestAttemptLifecycleRetryAndFencing(t *testing.T) {
+	h := newHarness(t)
+	res := scheduler.Resources{CPUMillis: 500, MemoryMB: 64}
+	n1 := h.register("n1", scheduler.Resources{CPUMillis: 1000, MemoryMB: 1024}, 2)
+	h.submit("t", res, 2)
+	h.applyBatch(reserveCmd(t, "t", "a1", "n1", 1, n1.SessionGeneration))
+	lease1 := leaseOf(t, h, "a1")
+	h.apply(MsgAttemptStart, AttemptStartRequest{AttemptID: "a1", LeaseVersion: lease1, Now: epoch})
+	retryAt := epoch.Add(5 * time.Second)
+	end := AttemptEndRequest{AttemptID: "a1", LeaseVersion: lease1, State: AttemptFailed, ExitCode: 1, Now: epoch.Add(2 * time.Second), RetryAt: retryAt}
+	if _, ok := h.apply(MsgAttemptEnd, end).(*AttemptResult); !ok {
+		t.Fatal("first failure should apply")
+	}
+	// The same report again is accepted without effect.
+	if r, ok := h.apply(MsgAttemptEnd, end).(*AttemptResult); !ok || !r.Duplicate {
+		t.Fatal("a duplicate report should be accepted as a duplicate")
+	}
+	task, _ := h.f.State().Task("t")
+	if task.State != TaskPending || task.Failures != 1 || !task.NotBefore.Equal(retryAt) {
+		t.Fatalf("task should be requeued with backoff: %+v", task)
+	}
+	// Backoff is enforced by the FSM too.
+	h.index++
+	early := mustEncode(t, MsgReserve, ReserveRequest{TaskID: "t", AttemptID: "a2", Number: 2, NodeID: "n1", SessionGeneration: n1.SessionGeneration, Now: retryAt.Add(-time.Second), HeartbeatTTL: ttl})
+	if err, ok := h.f.ApplyBytes(h.index, early).(error); !ok || !errors.Is(err, error(nil)) && err.(*Rejection).Code != RejectTaskBackoff {
+		t.Fatalf("reservation before the backoff should be rejected: %v", err)
+	}
+	h.index++
+	late := mustEncode(t, MsgReserve, ReserveRequest{TaskID: "t", AttemptID: "a2", Number: 2, NodeID: "n1", SessionGeneration: n1.SessionGeneration, Now: retryAt, HeartbeatTTL: ttl})
+	if _, ok := h.f.ApplyBytes(h.index, late).(*ReserveResult); !ok {
+		t.Fatal("reservation after the backoff should apply")
+	}
+	lease2 := leaseOf(t, h, "a2")
+	if lease2 <= lease1 {
+		t.Fatalf("a new attempt gets a newer lease: %d then %d", lease1, lease2)
+	}
+	// A zombie report for attempt 1 with a success is refused and recorded.
+	zombie := AttemptEndRequest{AttemptID: "a1", LeaseVersion: lease1, State: AttemptSucceeded, Now: epoch.Add(10 * time.Second)}
+	var rej *Rejection
+	if err, ok := h.apply(MsgAttemptEnd, zombie).(error); !ok || !errors.As(err, &rej) || rej.Code != RejectStale {
+		t.Fatalf("zombie result must be rejected as stale: %#v", err)
+	}
+	// A wrong lease on the current attempt is refused too.
+	if err, ok := h.apply(MsgAttemptEnd, AttemptEndRequest{AttemptID: "a2", LeaseVersion: lease2 + 1, State: AttemptSucceeded, Now: epoch}).(error); !ok || !errors.As(err, &rej) || rej.Code != RejectStale {
+		t.Fatalf("wrong lease must be rejected: %#v", err)
+	}
+	// Second failure on the same node: out of attempts, FAILED, and n1 is
+	// now blacklisted for this task.
+	h.apply(MsgAttemptEnd, AttemptEndRequest{AttemptID: "a2", LeaseVersion: lease2, State: AttemptFailed, ExitCode: 3, Now: epoch.Add(20 * time.Second)})
+	st := h.f.State()
+	task, _ = st.Task("t")
+	node, _ := st.Node("n1")
+	if task.State != TaskFailed || !task.BlacklistedOn(node) {
+		t.Fatalf("task should be FAILED and n1 blacklisted: %+v", task)
+	}
+	var kinds []string
+	for _, e := range task.Timeline {
+		kinds = append(kinds, e.Kind)
+	}
+	want := "queued,node_selected,started,finished,queued,node_selected,stale_result_rejected,stale_result_rejected,finished,failed"
+	if got := fmt.Sprint(kinds); got != "["+replaceCommas(want)+"]" {
+		t.Fatalf("timeline %v, want %s", kinds, want)
+	}
+	if node.Reserved != (scheduler.Resources{}) || node.RunningAttempts != 0 {
+		t.Fatalf("resources must be released: %+v", node)
+	}
+	// A terminal task never moves again.
+	h.index++
+	if _, ok := h.f.ApplyBytes(h.index, reserveCmd(t, "t", "a3", "n1", 3, n1.SessionGeneration)).(error); !ok {
+		t.Fatal("a FAILED task must not be reserved again")
+	}
+}
+
+func replaceCommas(s string) string {
+	out := []byte(s)
+	for i := range out {
+		if out[i] == ',' {
+			out[i] = ' '
+		}
+	}
+	return string(out)
+}
+
+func TestTransitionTables(t *testing.T) {
+	taskStates := []TaskState{TaskPending, TaskScheduled, TaskRunning, TaskSucceeded, TaskFailed, TaskTimedOut, TaskCancelled}
+	allowedTask := map[[2]TaskState]bool{}
+	for _, p := range [][2]TaskState{
+		{TaskPending, TaskScheduled}, {TaskPending, TaskCancelled},
+		{TaskScheduled, TaskRunning}, {TaskScheduled, TaskPending}, {TaskScheduled, TaskSucceeded}, {TaskScheduled, TaskFailed}, {TaskScheduled, TaskTimedOut}, {TaskScheduled, TaskCancelled},
+		{TaskRunning, TaskPending}, {TaskRunning, TaskSucceeded}, {TaskRunning, TaskFailed}, {TaskRunning, TaskTimedOut}, {TaskRunning, TaskCancelled},
+	} {
+		allowedTask[p] = true
+	}
+	for _, from := range taskStates {
+		for _, to := range taskStates {
+			if got := ValidTaskTransition(from, to); got != allowedTask[[2]TaskState{from, to}] {
+				t.Errorf("task %s → %s: got %v", from, to, got)
+			}
+		}
+	}
+	attemptStates := []AttemptState{AttemptReserved, AttemptRunning, AttemptSucceeded, AttemptFailed, AttemptTimedOut, AttemptLost, AttemptCancelled}
+	for _, from := range attemptStates {
+		for _, to := range attemptStates {
+			want := (from == AttemptReserved && to != AttemptReserved) || (from == AttemptRunning && to.Terminal())
+			if got := ValidAttemptTransition(from, to); got != want {
+				t.Errorf("attempt %s → %s: got %v, want %v", from, to, got, want)
+			}
+		}
+	}
+}
+
+// Property: any interleaving of registrations, stale and fresh
+// reservations, starts, ends (right and wrong leases), drains and
+// eligibility changes keeps every node within capacity and every task to
+// at most one live attempt (CheckInvariants after each apply).
+func TestReservationInvariantsProperty(t *testing.T) {
+	var accepted, released int
+	codes := map[string]int{}
+	defer func() {
+		// The property is only meaningful if the runs really placed and
+		// released work, not only had it rejected.
+		t.Logf("%d reservations accepted, %d released; rejections %v", accepted, released, codes)
+		if accepted < 150 || released < 40 {
+			t.Errorf("generator too weak: %d reservations accepted, %d released; rejections %v", accepted, released, codes)
+		}
+	}()
+	rapid.Check(t, func(rt *rapid.T) {
+		h := &harness{t: rt, f: New(nil)}
+		nodeIDs := []string{"n0", "n1", "n2", "n3"}
+		capacity := map[string]scheduler.Resources{}
+		slots := map[string]int{}
+		for _, id := range nodeIDs {
+			capacity[id] = scheduler.Resources{
+				CPUMillis: rapid.Int64Range(1000, 4000).Draw(rt, "cpu-"+id),
+				MemoryMB:  rapid.Int64Range(512, 2048).Draw(rt, "mem-"+id),
+				GPU:       rapid.Int64Range(0, 2).Draw(rt, "gpu-"+id),
+			}
+			slots[id] = rapid.IntRange(1, 4).Draw(rt, "slots-"+id)
+			h.register(id, capacity[id], slots[id])
+		}
+		for i := 0; i < 8; i++ {
+			h.submit(fmt.Sprintf("t%d", i), scheduler.Resources{
+				CPUMillis: rapid.Int64Range(0, 1500).Draw(rt, "tcpu"),
+				MemoryMB:  rapid.Int64Range(0, 512).Draw(rt, "tmem"),
+				GPU:       rapid.Int64Range(0, 1).Draw(rt, "tgpu"),
+			}, rapid.IntRange(1, 3).Draw(rt, "max"))
+		}
+		attempts := 0
+		now := epoch
+		steps := rapid.IntRange(1, 100).Draw(rt, "steps")
+		for step := 0; step < steps; step++ {
+			now = now.Add(time.Second)
+			st := h.f.State()
+			taskID := fmt.Sprintf("t%d", rapid.IntRange(0, 7).Draw(rt, "task"))
+			nodeID := rapid.SampledFrom(nodeIDs).Draw(rt, "node")
+			task, _ := st.Task(taskID)
+			switch rapid.IntRange(0, 9).Draw(rt, "op") {
+			case 0, 1, 7, 8: // one or two reservations decided from the same view
+				k := rapid.IntRange(1, 2).Draw(rt, "deciders")
+				var cmds [][]byte
+				for d := 0; d < k; d++ {
+					tID := fmt.Sprintf("t%d", rapid.IntRange(0, 7).Draw(rt, "rtask"))
+					tk, _ := st.Task(tID)
+					rn, _ := st.Node(rapid.SampledFrom(nodeIDs).Draw(rt, "rnode"))
+					attempts++
+					// Mostly plausible proposals, sometimes a wrong attempt
+					// number or a stale session.
+					number, gen := tk.Attempts+1, rn.SessionGeneration
+					if rapid.IntRange(0, 9).Draw(rt, "numoff") == 9 {
+						number--
+					}
+					if rapid.IntRange(0, 9).Draw(rt, "genoff") == 9 {
+						gen--
+					}
+					cmds = append(cmds, mustEncode(rt, MsgReserve, ReserveRequest{
+						TaskID: tID, AttemptID: fmt.Sprintf("a%d", attempts), Number: number,
+						NodeID: rn.ID, SessionGeneration: gen, Now: now, HeartbeatTTL: time.Hour,
+					}))
+				}
+				for _, r := range h.applyBatch(cmds...) {
+					if _, ok := r.(*ReserveResult); ok {
+						accepted++
+					} else if rej, ok := r.(*Rejection); ok {
+						codes[rej.Code]++
+					}
+				}
+			case 2: // start the current attempt
+				if task.CurrentAttempt != "" {
+					a, _ := st.Attempt(task.CurrentAttempt)
+					h.apply(MsgAttemptStart, AttemptStartRequest{AttemptID: a.ID, LeaseVersion: a.LeaseVersion, Now: now})
+				}
+			case 3, 9: // end some attempt, current or not, with a right or wrong lease
+				all, _ := st.AttemptsOfTask(taskID)
+				if len(all) > 0 {
+					a := rapid.SampledFrom(all).Draw(rt, "attempt")
+					lease := a.LeaseVersion + uint64(rapid.IntRange(0, 1).Draw(rt, "leaseoff"))
+					state := rapid.SampledFrom([]AttemptState{AttemptSucceeded, AttemptFailed, AttemptTimedOut, AttemptLost, AttemptCancelled}).Draw(rt, "end")
+					if r, ok := h.apply(MsgAttemptEnd, AttemptEndRequest{AttemptID: a.ID, LeaseVersion: lease, State: state, Now: now, RetryAt: now}).(*AttemptResult); ok && !r.Duplicate {
+						released++
+					}
+				}
+			case 4:
+				h.apply(MsgNodeDrain, NodeDrainRequest{NodeID: nodeID, Enable: rapid.Bool().Draw(rt, "drain"), Now: now})
+			case 5:
+				h.apply(MsgNodeEligible, NodeEligibilityRequest{NodeID: nodeID, Eligible: rapid.Bool().Draw(rt, "eligible"), Now: now})
+			case 6: // re-registration: a new session, same capacity
+				h.apply(MsgRegisterNode, RegisterNodeRequest{Now: now, Node: Node{ID: nodeID, Capabilities: map[string][]string{"exec": {"1"}}, Resources: capacity[nodeID], Slots: slots[nodeID]}})
+			}
+		}
+	})
+}

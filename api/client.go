@@ -327,3 +327,61 @@ func (c *countingWriter) Write(p []byte) (int, error) {
 	c.n += int64(n)
 	return n, err
 }
+
+// RegisterNode registers (or re-registers) a node and returns its new
+// session generation.
+func (c *Client) RegisterNode(ctx context.Context, reg NodeRegistration) (RegisterResponse, error) {
+	var out RegisterResponse
+	_, err := c.do(ctx, http.MethodPost, "/v1/nodes/register", reg, &out)
+	return out, err
+}
+
+// Heartbeat keeps a node's session alive.
+func (c *Client) Heartbeat(ctx context.Context, nodeID string, session uint64) error {
+	_, err := c.do(ctx, http.MethodPost, "/v1/nodes/"+url.PathEscape(nodeID)+"/heartbeat", HeartbeatRequest{SessionGeneration: session}, nil)
+	return err
+}
+
+// DrainNode stops (enable) or resumes new placements on a node.
+func (c *Client) DrainNode(ctx context.Context, nodeID string, enable bool) (Node, error) {
+	var n Node
+	_, err := c.do(ctx, http.MethodPost, "/v1/nodes/"+url.PathEscape(nodeID)+"/drain", DrainRequest{Enable: enable}, &n)
+	return n, err
+}
+
+// SetNodeEligibility marks a node eligible or not for new attempts.
+func (c *Client) SetNodeEligibility(ctx context.Context, nodeID string, eligible bool) (Node, error) {
+	var n Node
+	_, err := c.do(ctx, http.MethodPost, "/v1/nodes/"+url.PathEscape(nodeID)+"/eligibility", EligibilityRequest{Eligible: eligible}, &n)
+	return n, err
+}
+
+// GetNode returns one node with its attempts.
+func (c *Client) GetNode(ctx context.Context, id string, o ReadOptions) (Node, Meta, error) {
+	var n Node
+	meta, err := c.do(ctx, http.MethodGet, "/v1/nodes/"+url.PathEscape(id)+o.query(url.Values{}), nil, &n)
+	return n, meta, err
+}
+
+// ListNodes returns every node.
+func (c *Client) ListNodes(ctx context.Context, o ReadOptions) ([]Node, Meta, error) {
+	var out struct {
+		Nodes []Node `json:"nodes"`
+	}
+	meta, err := c.do(ctx, http.MethodGet, "/v1/nodes"+o.query(url.Values{}), nil, &out)
+	return out.Nodes, meta, err
+}
+
+// ExplainTask says why a task waits (or where it would go), node by node.
+func (c *Client) ExplainTask(ctx context.Context, id string, o ReadOptions) (Explanation, error) {
+	var ex Explanation
+	_, err := c.do(ctx, http.MethodGet, "/v1/tasks/"+url.PathEscape(id)+"/explain"+o.query(url.Values{}), nil, &ex)
+	return ex, err
+}
+
+// Explain evaluates a task spec that is not submitted (a what-if).
+func (c *Client) Explain(ctx context.Context, req ExplainRequest, o ReadOptions) (Explanation, error) {
+	var ex Explanation
+	_, err := c.do(ctx, http.MethodPost, "/v1/explain"+o.query(url.Values{}), req, &ex)
+	return ex, err
+}

@@ -70,6 +70,15 @@ type Backend interface {
 
 	GetTask(id string) (Task, error)
 	ListTasks(q TaskQuery) (TaskList, error)
+	ExplainTask(id string) (Explanation, error)
+	ExplainSpec(req ExplainRequest) (Explanation, error)
+
+	RegisterNode(ctx context.Context, reg NodeRegistration) (RegisterResponse, error)   // leader-only
+	Heartbeat(ctx context.Context, nodeID string, req HeartbeatRequest) error           // leader-only
+	DrainNode(ctx context.Context, nodeID string, enable bool) (Node, error)            // leader-only
+	SetNodeEligibility(ctx context.Context, nodeID string, eligible bool) (Node, error) // leader-only
+	GetNode(id string) (Node, error)
+	ListNodes() ([]Node, error)
 }
 
 // Handler serves the API of one replica.
@@ -131,6 +140,14 @@ func (h *Handler) routes() {
 		http.MethodPost: h.leaderOnly(h.postTask),
 	})
 	h.handle("/v1/tasks/{id}", route{http.MethodGet: h.read(h.getTask)})
+	h.handle("/v1/tasks/{id}/explain", route{http.MethodGet: h.read(h.getTaskExplain)})
+	h.handle("/v1/explain", route{http.MethodPost: h.read(h.postExplain)})
+	h.handle("/v1/nodes", route{http.MethodGet: h.read(h.listNodes)})
+	h.handle("/v1/nodes/register", route{http.MethodPost: h.leaderOnly(h.postRegisterNode)})
+	h.handle("/v1/nodes/{id}", route{http.MethodGet: h.read(h.getNode)})
+	h.handle("/v1/nodes/{id}/heartbeat", route{http.MethodPost: h.leaderOnly(h.postHeartbeat)})
+	h.handle("/v1/nodes/{id}/drain", route{http.MethodPost: h.leaderOnly(h.postDrain)})
+	h.handle("/v1/nodes/{id}/eligibility", route{http.MethodPost: h.leaderOnly(h.postEligibility)})
 	h.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("no such endpoint: %s %s", r.Method, r.URL.Path))
 	})
@@ -346,6 +363,128 @@ func (h *Handler) getTask(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, t)
+}
+
+func (h *Handler) getTaskExplain(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if !ValidID(id) {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("%q is not a valid task id", id))
+		return
+	}
+	ex, err := h.backend.ExplainTask(id)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, ex)
+}
+
+func (h *Handler) postExplain(w http.ResponseWriter, r *http.Request) {
+	var req ExplainRequest
+	if !decodeBody(w, r, &req) {
+		return
+	}
+	ex, err := h.backend.ExplainSpec(req)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, ex)
+}
+
+// nodeID validates the {id} path segment of node endpoints.
+func nodeID(w http.ResponseWriter, r *http.Request) (string, bool) {
+	id := r.PathValue("id")
+	if !ValidID(id) {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("%q is not a valid node id", id))
+		return "", false
+	}
+	return id, true
+}
+
+func (h *Handler) postRegisterNode(w http.ResponseWriter, r *http.Request) {
+	var reg NodeRegistration
+	if !decodeBody(w, r, &reg) {
+		return
+	}
+	res, err := h.backend.RegisterNode(r.Context(), reg)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
+func (h *Handler) postHeartbeat(w http.ResponseWriter, r *http.Request) {
+	id, ok := nodeID(w, r)
+	if !ok {
+		return
+	}
+	var req HeartbeatRequest
+	if !decodeBody(w, r, &req) {
+		return
+	}
+	if err := h.backend.Heartbeat(r.Context(), id, req); err != nil {
+		writeErr(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"result": "ok"})
+}
+
+func (h *Handler) postDrain(w http.ResponseWriter, r *http.Request) {
+	id, ok := nodeID(w, r)
+	if !ok {
+		return
+	}
+	var req DrainRequest
+	if !decodeBody(w, r, &req) {
+		return
+	}
+	n, err := h.backend.DrainNode(r.Context(), id, req.Enable)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, n)
+}
+
+func (h *Handler) postEligibility(w http.ResponseWriter, r *http.Request) {
+	id, ok := nodeID(w, r)
+	if !ok {
+		return
+	}
+	var req EligibilityRequest
+	if !decodeBody(w, r, &req) {
+		return
+	}
+	n, err := h.backend.SetNodeEligibility(r.Context(), id, req.Eligible)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, n)
+}
+
+func (h *Handler) getNode(w http.ResponseWriter, r *http.Request) {
+	id, ok := nodeID(w, r)
+	if !ok {
+		return
+	}
+	n, err := h.backend.GetNode(id)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, n)
+}
+
+func (h *Handler) listNodes(w http.ResponseWriter, _ *http.Request) {
+	nodes, err := h.backend.ListNodes()
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string][]Node{"nodes": nodes})
 }
 
 // Listing limits.

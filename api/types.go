@@ -213,3 +213,85 @@ var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
 
 // ValidID reports whether s is acceptable as a task, node or server id.
 func ValidID(s string) bool { return idPattern.MatchString(s) }
+
+// NodeRegistration is what an agent (or an operator) registers.
+type NodeRegistration struct {
+	ID           string              `json:"id"`
+	Address      string              `json:"address,omitempty"`
+	Labels       map[string]string   `json:"labels,omitempty"`
+	Capabilities map[string][]string `json:"capabilities,omitempty"`
+	Resources    Resources           `json:"resources"`
+	Slots        int                 `json:"slots"`
+	Weight       int                 `json:"weight,omitempty"`
+}
+
+// RegisterResponse carries the node's new session generation: every
+// registration starts a new session, and older sessions' reports are
+// refused.
+type RegisterResponse struct {
+	NodeID            string `json:"node_id"`
+	SessionGeneration uint64 `json:"session_generation"`
+	Index             uint64 `json:"index"`
+}
+
+// Node is a worker node as the API shows it.
+type Node struct {
+	ID                string              `json:"id"`
+	Address           string              `json:"address,omitempty"`
+	Labels            map[string]string   `json:"labels"`
+	Capabilities      map[string][]string `json:"capabilities"`
+	Management        string              `json:"management"`
+	Liveness          string              `json:"liveness"`
+	Scheduling        string              `json:"scheduling"`
+	Resources         Resources           `json:"resources"`
+	Reserved          Resources           `json:"reserved"`
+	Free              Resources           `json:"free"`
+	Slots             int                 `json:"slots"`
+	RunningAttempts   int                 `json:"running_attempts"`
+	Weight            int                 `json:"weight"`
+	SessionGeneration uint64              `json:"session_generation"`
+	RegisteredAt      time.Time           `json:"registered_at"`
+	LastHeartbeat     time.Time           `json:"last_heartbeat"`
+	CreateIndex       uint64              `json:"create_index"`
+	ModifyIndex       uint64              `json:"modify_index"`
+	Attempts          []Attempt           `json:"attempts,omitempty"`
+}
+
+// DrainRequest turns draining on or off.
+type DrainRequest struct {
+	Enable bool `json:"enable"`
+}
+
+// EligibilityRequest marks a node eligible or ineligible for new work.
+type EligibilityRequest struct {
+	Eligible bool `json:"eligible"`
+}
+
+// HeartbeatRequest keeps a node's session alive.
+type HeartbeatRequest struct {
+	SessionGeneration uint64 `json:"session_generation"`
+}
+
+// ExplainRequest is a what-if: a task spec that is not submitted, plus
+// optional overrides of the scheduler's settings.
+type ExplainRequest struct {
+	TaskSpec
+	HeartbeatTTLSeconds *int64 `json:"heartbeat_ttl_seconds,omitempty"`
+}
+
+// Explanation answers "why is this task waiting", node by node.
+type Explanation struct {
+	Total    int               `json:"total"`
+	Eligible int               `json:"eligible"`
+	Summary  string            `json:"summary"`
+	Nodes    []NodeExplanation `json:"nodes"`
+}
+
+// NodeExplanation is one node's verdict for a task.
+type NodeExplanation struct {
+	NodeID   string   `json:"node_id"`
+	Eligible bool     `json:"eligible"`
+	Reasons  []string `json:"reasons"`
+	Codes    []string `json:"codes"`
+	Score    *int64   `json:"score"`
+}

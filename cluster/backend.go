@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -414,12 +415,10 @@ func toAPITask(t *fsm.Task, attempts []*fsm.Attempt) api.Task {
 		Attempts:       make([]api.Attempt, 0, len(attempts)),
 		Timeline:       make([]api.TimelineEvent, 0, len(t.Timeline)),
 	}
-	for _, a := range attempts {
-		out.Attempts = append(out.Attempts, api.Attempt{
-			ID: a.ID, Number: a.Number, NodeID: a.NodeID, State: string(a.State), LeaseVersion: a.LeaseVersion,
-			ReservedAt: a.ReservedAt, StartedAt: a.StartedAt, FinishedAt: a.FinishedAt,
-			ExitCode: a.ExitCode, OutputTail: a.OutputTail,
-		})
+	sorted := slices.Clone(attempts)
+	slices.SortFunc(sorted, func(a, b *fsm.Attempt) int { return a.Number - b.Number })
+	for _, a := range sorted {
+		out.Attempts = append(out.Attempts, toAPIAttempt(a))
 	}
 	for _, e := range t.Timeline {
 		out.Timeline = append(out.Timeline, api.TimelineEvent{Index: e.Index, Time: e.Time, Kind: e.Kind, Message: e.Message})

@@ -41,6 +41,9 @@ type Options struct {
 	LeaderLoops []LeaderLoop
 	// Now is the clock used for timestamps the leader writes into commands.
 	Now func() time.Time
+	// AfterApply observes the state after every applied entry (tests use
+	// it to check invariants at every index).
+	AfterApply func(index uint64, st *fsm.State)
 }
 
 // Server is one running replica.
@@ -59,6 +62,7 @@ type Server struct {
 	httpLn     net.Listener
 
 	leaderLoops []LeaderLoop
+	schedStats  SchedulerStats
 	notifyCh    chan bool
 	leaderReady atomic.Bool // true once this leader's Barrier completed
 
@@ -88,10 +92,13 @@ func Start(cfg config.Server, opts Options) (_ *Server, err error) {
 	s := &Server{
 		cfg: cfg, logger: logger, now: now,
 		fsm:            fsm.New(logger),
-		leaderLoops:    opts.LeaderLoops,
+		leaderLoops:    append([]LeaderLoop{func(ctx context.Context, s *Server) { s.scheduleLoop(ctx) }}, opts.LeaderLoops...),
 		notifyCh:       make(chan bool, 16),
 		shutdownCtx:    ctx,
 		shutdownCancel: cancel,
+	}
+	if opts.AfterApply != nil {
+		s.fsm.SetAfterApply(opts.AfterApply)
 	}
 	var cleanups []func()
 	defer func() {

@@ -51,6 +51,52 @@ type Raft struct {
 	ApplyTimeout time.Duration
 }
 
+// Scheduler tunes the leader's placement loop.
+type Scheduler struct {
+	// HeartbeatTTL is how old a node's last heartbeat may be for it to get
+	// new work.
+	HeartbeatTTL time.Duration
+	// BatchSize is the most placements committed in one Raft entry.
+	BatchSize int
+	// MaxPassPlacements bounds the placements decided from one view of the
+	// state before the loop looks again.
+	MaxPassPlacements int
+	// ExplainInterval is how often a waiting task's explanation is
+	// recomputed (and recorded in its timeline when it changed).
+	ExplainInterval time.Duration
+	// Queue order (see scheduler.QueueConfig).
+	AgingGrace     time.Duration
+	AgingInterval  time.Duration
+	AgingCap       int
+	FailurePenalty int
+	// ProfileScale > 0 adds the profile score; RandomTopK > 1 picks among
+	// the best K at random (seeded per leader term).
+	ProfileScale int64
+	RandomTopK   int
+	// Retry backoff after a failed attempt: base * factor^(failures-1),
+	// capped.
+	RetryBase   time.Duration
+	RetryFactor float64
+	RetryCap    time.Duration
+}
+
+// DefaultScheduler returns the scheduler defaults.
+func DefaultScheduler() Scheduler {
+	return Scheduler{
+		HeartbeatTTL:      30 * time.Second,
+		BatchSize:         512,
+		MaxPassPlacements: 4096,
+		ExplainInterval:   5 * time.Second,
+		AgingGrace:        2 * time.Minute,
+		AgingInterval:     10 * time.Second,
+		AgingCap:          100,
+		FailurePenalty:    10,
+		RetryBase:         time.Second,
+		RetryFactor:       2,
+		RetryCap:          5 * time.Minute,
+	}
+}
+
 // Server is the configuration of one scheduler replica.
 type Server struct {
 	ID              string
@@ -64,6 +110,7 @@ type Server struct {
 	Join            []string
 	LogLevel        string
 	Raft            Raft
+	Scheduler       Scheduler
 }
 
 // DefaultRaft returns the timings tuned for low-spec servers on weak links.
@@ -85,27 +132,45 @@ func DefaultRaft() Raft {
 // DefaultServer returns a server configuration with every default set.
 func DefaultServer() Server {
 	return Server{
-		HTTPAddr: "127.0.0.1:4646",
-		RaftAddr: "127.0.0.1:4647",
-		LogLevel: "info",
-		Raft:     DefaultRaft(),
+		HTTPAddr:  "127.0.0.1:4646",
+		RaftAddr:  "127.0.0.1:4647",
+		LogLevel:  "info",
+		Raft:      DefaultRaft(),
+		Scheduler: DefaultScheduler(),
 	}
 }
 
 // fileServer is the HCL layout of a server config file. Pointers tell
 // "absent" from "zero" so that only what the file says is applied.
 type fileServer struct {
-	ID              *string   `hcl:"id,optional"`
-	DataDir         *string   `hcl:"data_dir,optional"`
-	HTTPAddr        *string   `hcl:"http_addr,optional"`
-	RaftAddr        *string   `hcl:"raft_addr,optional"`
-	HTTPAdvertise   *string   `hcl:"http_advertise,optional"`
-	RaftAdvertise   *string   `hcl:"raft_advertise,optional"`
-	Bootstrap       *bool     `hcl:"bootstrap,optional"`
-	BootstrapExpect *int      `hcl:"bootstrap_expect,optional"`
-	Join            *[]string `hcl:"join,optional"`
-	LogLevel        *string   `hcl:"log_level,optional"`
-	Raft            *fileRaft `hcl:"raft,block"`
+	ID              *string        `hcl:"id,optional"`
+	DataDir         *string        `hcl:"data_dir,optional"`
+	HTTPAddr        *string        `hcl:"http_addr,optional"`
+	RaftAddr        *string        `hcl:"raft_addr,optional"`
+	HTTPAdvertise   *string        `hcl:"http_advertise,optional"`
+	RaftAdvertise   *string        `hcl:"raft_advertise,optional"`
+	Bootstrap       *bool          `hcl:"bootstrap,optional"`
+	BootstrapExpect *int           `hcl:"bootstrap_expect,optional"`
+	Join            *[]string      `hcl:"join,optional"`
+	LogLevel        *string        `hcl:"log_level,optional"`
+	Raft            *fileRaft      `hcl:"raft,block"`
+	Scheduler       *fileScheduler `hcl:"scheduler,block"`
+}
+
+type fileScheduler struct {
+	HeartbeatTTL      *string  `hcl:"heartbeat_ttl,optional"`
+	BatchSize         *int     `hcl:"batch_size,optional"`
+	MaxPassPlacements *int     `hcl:"max_pass_placements,optional"`
+	ExplainInterval   *string  `hcl:"explain_interval,optional"`
+	AgingGrace        *string  `hcl:"aging_grace,optional"`
+	AgingInterval     *string  `hcl:"aging_interval,optional"`
+	AgingCap          *int     `hcl:"aging_cap,optional"`
+	FailurePenalty    *int     `hcl:"failure_penalty,optional"`
+	ProfileScale      *int64   `hcl:"profile_scale,optional"`
+	RandomTopK        *int     `hcl:"random_top_k,optional"`
+	RetryBase         *string  `hcl:"retry_base,optional"`
+	RetryFactor       *float64 `hcl:"retry_factor,optional"`
+	RetryCap          *string  `hcl:"retry_cap,optional"`
 }
 
 type fileRaft struct {
@@ -197,7 +262,47 @@ func ParseServer(c *Server, filename string, src []byte) error {
 			c.Raft.SnapshotRetain = *r.SnapshotRetain
 		}
 	}
+	if sc := fs.Scheduler; sc != nil {
+		for _, d := range []struct {
+			name string
+			src  *string
+			dst  *time.Duration
+		}{
+			{"heartbeat_ttl", sc.HeartbeatTTL, &c.Scheduler.HeartbeatTTL},
+			{"explain_interval", sc.ExplainInterval, &c.Scheduler.ExplainInterval},
+			{"aging_grace", sc.AgingGrace, &c.Scheduler.AgingGrace},
+			{"aging_interval", sc.AgingInterval, &c.Scheduler.AgingInterval},
+			{"retry_base", sc.RetryBase, &c.Scheduler.RetryBase},
+			{"retry_cap", sc.RetryCap, &c.Scheduler.RetryCap},
+		} {
+			if d.src == nil {
+				continue
+			}
+			v, err := time.ParseDuration(*d.src)
+			if err != nil {
+				return fmt.Errorf("%s: scheduler.%s: %w", filename, d.name, err)
+			}
+			*d.dst = v
+		}
+		setInt(&c.Scheduler.BatchSize, sc.BatchSize)
+		setInt(&c.Scheduler.MaxPassPlacements, sc.MaxPassPlacements)
+		setInt(&c.Scheduler.AgingCap, sc.AgingCap)
+		setInt(&c.Scheduler.FailurePenalty, sc.FailurePenalty)
+		setInt(&c.Scheduler.RandomTopK, sc.RandomTopK)
+		if sc.ProfileScale != nil {
+			c.Scheduler.ProfileScale = *sc.ProfileScale
+		}
+		if sc.RetryFactor != nil {
+			c.Scheduler.RetryFactor = *sc.RetryFactor
+		}
+	}
 	return nil
+}
+
+func setInt(dst *int, src *int) {
+	if src != nil {
+		*dst = *src
+	}
 }
 
 func setString(dst *string, src *string) {
@@ -327,6 +432,33 @@ func (c *Server) Validate() error {
 	}
 	if r.SnapshotRetain < 1 {
 		errs = append(errs, errors.New("raft.snapshot_retain must be at least 1"))
+	}
+	sc := c.Scheduler
+	for name, d := range map[string]time.Duration{
+		"heartbeat_ttl": sc.HeartbeatTTL, "explain_interval": sc.ExplainInterval,
+		"aging_interval": sc.AgingInterval, "retry_base": sc.RetryBase, "retry_cap": sc.RetryCap,
+	} {
+		if d <= 0 {
+			errs = append(errs, fmt.Errorf("scheduler.%s must be positive", name))
+		}
+	}
+	if sc.AgingGrace < 0 {
+		errs = append(errs, errors.New("scheduler.aging_grace must not be negative"))
+	}
+	if sc.BatchSize < 1 || sc.BatchSize > 8192 {
+		errs = append(errs, fmt.Errorf("scheduler.batch_size %d is outside 1..8192", sc.BatchSize))
+	}
+	if sc.MaxPassPlacements < sc.BatchSize {
+		errs = append(errs, errors.New("scheduler.max_pass_placements must be at least scheduler.batch_size"))
+	}
+	if sc.AgingCap < 0 || sc.FailurePenalty < 0 || sc.ProfileScale < 0 || sc.RandomTopK < 0 {
+		errs = append(errs, errors.New("scheduler.aging_cap, failure_penalty, profile_scale and random_top_k must not be negative"))
+	}
+	if sc.RetryFactor < 1 || sc.RetryFactor > 100 {
+		errs = append(errs, fmt.Errorf("scheduler.retry_factor %v is outside 1..100", sc.RetryFactor))
+	}
+	if sc.RetryCap < sc.RetryBase {
+		errs = append(errs, errors.New("scheduler.retry_cap must be at least scheduler.retry_base"))
 	}
 	return joinSorted(errs)
 }

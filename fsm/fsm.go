@@ -55,7 +55,15 @@ type FSM struct {
 	mu    sync.RWMutex // guards db, swapped wholesale by Restore
 	db    *memdb.MemDB
 	index atomic.Uint64 // last applied Raft index
+
+	// afterApply, when set, observes the state after every entry (tests
+	// check invariants with it). It must not modify anything.
+	afterApply func(index uint64, st *State)
 }
+
+// SetAfterApply installs an observer called after every applied entry.
+// Set it before the FSM is used; it runs on the apply goroutine.
+func (f *FSM) SetAfterApply(fn func(index uint64, st *State)) { f.afterApply = fn }
 
 // New returns an empty state machine.
 func New(logger hclog.Logger) *FSM {
@@ -88,6 +96,9 @@ func (f *FSM) Apply(l *raft.Log) any {
 	resp := f.applyEntry(txn, l.Index, l.Data)
 	txn.Commit()
 	f.index.Store(l.Index)
+	if f.afterApply != nil {
+		f.afterApply(l.Index, f.State())
+	}
 	return resp
 }
 

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"herd/api"
 	"herd/cluster"
 	"herd/config"
+	"herd/fsm"
 )
 
 // Replica is one server of a test cluster; it keeps its addresses and data
@@ -29,6 +31,7 @@ type Cluster struct {
 	t        testing.TB
 	Replicas []*Replica
 	logger   hclog.Logger
+	setup    Setup
 }
 
 // ClusterOption adjusts each replica's configuration before start.
@@ -64,11 +67,29 @@ func TestLogger() hclog.Logger {
 	return hclog.New(&hclog.LoggerOptions{Name: "herd", Level: hclog.LevelFromString(level), Output: os.Stderr})
 }
 
+// Setup holds what a test may change about the replicas it starts.
+type Setup struct {
+	// Config adjusts each replica's configuration.
+	Config []ClusterOption
+	// Clock replaces the clock whose readings the leader writes into
+	// commands (raft keeps its own timers).
+	Clock func() time.Time
+	// CheckInvariants checks fsm invariants after every applied entry on
+	// every replica; violations fail the test.
+	CheckInvariants bool
+}
+
 // NewCluster starts n replicas that form a cluster the way operators do
 // it: each with bootstrap_expect n and the HTTP addresses of all.
 func NewCluster(t testing.TB, n int, opts ...ClusterOption) *Cluster {
+	return NewClusterWith(t, n, Setup{Config: opts})
+}
+
+// NewClusterWith is NewCluster with more control.
+func NewClusterWith(t testing.TB, n int, setup Setup) *Cluster {
 	t.Helper()
-	c := &Cluster{t: t, logger: TestLogger()}
+	opts := setup.Config
+	c := &Cluster{t: t, logger: TestLogger(), setup: setup}
 	base := t.TempDir()
 	var join []string
 	for i := 0; i < n; i++ {
@@ -113,7 +134,16 @@ func (c *Cluster) Start(i int) {
 	var err error
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		r.Server, err = cluster.Start(r.Cfg, cluster.Options{Logger: c.logger})
+		opts := cluster.Options{Logger: c.logger, Now: c.setup.Clock}
+		if c.setup.CheckInvariants {
+			id := r.Cfg.ID
+			opts.AfterApply = func(index uint64, st *fsm.State) {
+				if err := st.CheckInvariants(); err != nil {
+					c.t.Errorf("%s: invariant broken at index %d: %v", id, index, err)
+				}
+			}
+		}
+		r.Server, err = cluster.Start(r.Cfg, opts)
 		// Right after a stop the old port can be briefly unavailable.
 		if err == nil || time.Now().After(deadline) {
 			break
@@ -265,3 +295,26 @@ func apiQueryAll() api.TaskQuery  { return api.TaskQuery{Limit: api.MaxListLimit
 func consistent() api.ReadOptions { return api.ReadOptions{Consistent: true} }
 
 func bytesReader(s string) *strings.Reader { return strings.NewReader(s) }
+
+// FakeClock is a settable clock for the timestamps leaders write.
+type FakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+// NewFakeClock starts at t.
+func NewFakeClock(t time.Time) *FakeClock { return &FakeClock{now: t} }
+
+// Now reads the clock.
+func (c *FakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+// Advance moves the clock forward.
+func (c *FakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}

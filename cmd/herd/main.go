@@ -41,6 +41,8 @@ func commands() []command {
 		{"server", "run a scheduler replica", runServer},
 		{"dev", "run a local 3-replica cluster in one process", runDev},
 		{"task", "submit, inspect and list tasks", runTask},
+		{"node", "list, inspect, drain and register worker nodes", runNode},
+		{"explain", "say why a task waits, node by node (or what-if for a spec)", runExplain},
 		{"operator", "inspect and manage raft and snapshots", runOperator},
 		{"version", "print the version", func(e *env, _ []string) error { fmt.Fprintln(e.stdout, "herd", version); return nil }},
 	}

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"herd/api"
 	"herd/test"
@@ -48,6 +49,42 @@ func TestCLIAgainstACluster(t *testing.T) {
 			t.Fatalf("task status (exit %d) lacks %q:\n%s", code, want, out)
 		}
 	}
+	if out, errOut, code = herd("node", "register", "-cpu-millis", "4000", "-labels", "zone=a,disk=ssd", "-capabilities", "exec@1,gpu-infer@2", "edge-1"); code != 0 || !strings.Contains(out, "session 1") {
+		t.Fatalf("node register exit %d: %s %s", code, out, errOut)
+	}
+	if out, _, code = herd("node", "list"); code != 0 || !strings.Contains(out, "edge-1") || !strings.Contains(out, "ACTIVE") {
+		t.Fatalf("node list exit %d:\n%s", code, out)
+	}
+	if out, _, code = herd("explain", "-cpu", "32000", "-prefer", "disk=ssd"); code != 0 || !strings.Contains(out, "0/1 nodes eligible: 1 CPU below minimum") || !strings.Contains(out, "CPU below minimum (4000 < 32000 millis)") {
+		t.Fatalf("explain what-if exit %d:\n%s", code, out)
+	}
+	// The submitted task (500m, zone=a) gets placed on edge-1.
+	if !test.Eventually(20*time.Second, func() bool {
+		out, _, code = herd("task", "status", sub.ID)
+		return code == 0 && strings.Contains(out, "SCHEDULED") && strings.Contains(out, "edge-1")
+	}) {
+		t.Fatalf("task was not placed on edge-1:\n%s", out)
+	}
+	if out, _, code = herd("node", "status", "edge-1"); code != 0 || !strings.Contains(out, "cpu 500m") || !strings.Contains(out, "RESERVED") {
+		t.Fatalf("node status exit %d:\n%s", code, out)
+	}
+	if out, _, code = herd("explain", sub.ID); code != 0 || !strings.Contains(out, "edge-1") {
+		t.Fatalf("explain task exit %d:\n%s", code, out)
+	}
+	if out, _, code = herd("node", "drain", "edge-1"); code != 0 || !strings.Contains(out, "DRAINING") {
+		t.Fatalf("node drain exit %d:\n%s", code, out)
+	}
+	out, _, code = herd("task", "submit", "-label", "zone=a", "--", "true")
+	if code != 0 {
+		t.Fatalf("submit: %s", out)
+	}
+	waiting := strings.Fields(out)[2][:26]
+	if !test.Eventually(20*time.Second, func() bool {
+		out, _, code = herd("task", "status", strings.TrimSuffix(waiting, ","))
+		return code == 0 && strings.Contains(out, "Waiting: 0/1 nodes eligible: 1 not active")
+	}) {
+		t.Fatalf("a waiting task's status should say why:\n%s", out)
+	}
 	out, _, code = herd("operator", "raft", "list-peers")
 	if code != 0 || strings.Count(out, "true") < 4 || !strings.Contains(out, "s1") {
 		t.Fatalf("list-peers (exit %d):\n%s", code, out)
@@ -83,6 +120,10 @@ func TestCLIAgainstACluster(t *testing.T) {
 		{[]string{"operator", "snapshot", "restore", "/nonexistent/file"}, 1, "no such file"},
 		{[]string{"nonsense"}, 2, "unknown command"},
 		{[]string{"task", "list", "-address", "::bad::"}, 2, "invalid server address"},
+		{[]string{"node", "status", "ghost"}, 1, "not found"},
+		{[]string{"node", "eligibility", "edge-1", "maybe"}, 2, "not true or false"},
+		{[]string{"node", "register", "-capabilities", "exec", "n9"}, 2, "name@version"},
+		{[]string{"explain", "ghost"}, 1, "not found"},
 	} {
 		out, errOut, code := herd(tc.args...)
 		if code != tc.code || !strings.Contains(errOut, tc.msg) {
@@ -97,6 +138,8 @@ func TestEveryCommandHasHelp(t *testing.T) {
 		{"task", "list", "-h"}, {"operator", "-h"}, {"operator", "raft", "-h"}, {"operator", "raft", "list-peers", "-h"},
 		{"operator", "raft", "remove-peer", "-h"}, {"operator", "raft", "transfer-leadership", "-h"},
 		{"operator", "snapshot", "-h"}, {"operator", "snapshot", "save", "-h"}, {"operator", "snapshot", "restore", "-h"},
+		{"node", "-h"}, {"node", "list", "-h"}, {"node", "status", "-h"}, {"node", "drain", "-h"}, {"node", "eligibility", "-h"},
+		{"node", "register", "-h"}, {"explain", "-h"},
 	} {
 		e, out, _ := testEnv(nil)
 		if code := run(e, args); code != 0 || !strings.Contains(out.String(), "Usage: herd") {

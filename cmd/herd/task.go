@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"strconv"
 	"strings"
@@ -18,10 +19,9 @@ func runTask(e *env, args []string) error {
 	})
 }
 
-func runTaskSubmit(e *env, args []string) error {
-	fs := newFlags(e, "task submit", "-- CMD [ARGS…]", "Submit a task. It is acknowledged once committed on a quorum of replicas.\nWithout -key a random idempotency key is used, so retries never create\na second task.")
-	var cf clientFlags
-	cf.register(e, fs, true)
+// specFlags registers the flags that describe a task (shared by task
+// submit and explain) and returns a function that builds the spec.
+func specFlags(fs *flag.FlagSet) func(command []string) (api.TaskSpec, error) {
 	name := fs.String("name", "", "task name (default: its id)")
 	key := fs.String("key", "", "idempotency key: the same key returns the same task")
 	priority := fs.Int("priority", api.DefaultPriority, "priority 0..100, higher first")
@@ -37,38 +37,51 @@ func runTaskSubmit(e *env, args []string) error {
 	fs.Var(labels, "label", "required node label key=value (repeatable)")
 	fs.Var(prefer, "prefer", "preferred node label key=value (repeatable)")
 	fs.Var(envs, "env", "environment variable K=V (repeatable)")
+	return func(command []string) (api.TaskSpec, error) {
+		capName, capVersion, ok := strings.Cut(*capability, "@")
+		if !ok || capName == "" || capVersion == "" {
+			return api.TaskSpec{}, usagef("-capability %q must be name@version", *capability)
+		}
+		if *timeout < time.Second || *timeout%time.Second != 0 {
+			return api.TaskSpec{}, usagef("-timeout %v must be a whole number of seconds, at least 1s", *timeout)
+		}
+		secs := int64(*timeout / time.Second)
+		spec := api.TaskSpec{
+			Name: *name, IdempotencyKey: *key, Priority: priority, Command: command,
+			Capability: capName, CapabilityVersion: capVersion,
+			Resources:      api.Resources{CPUMillis: *cpu, MemoryMB: *mem, GPU: *gpu, DiskMB: *disk},
+			TimeoutSeconds: &secs, MaxAttempts: maxAttempts, Submitter: *submitter,
+		}
+		if len(labels) > 0 {
+			spec.RequiredLabels = labels
+		}
+		if len(prefer) > 0 {
+			spec.PreferredLabels = prefer
+		}
+		if len(envs) > 0 {
+			spec.Env = envs
+		}
+		return spec, nil
+	}
+}
+
+func runTaskSubmit(e *env, args []string) error {
+	fs := newFlags(e, "task submit", "-- CMD [ARGS…]", "Submit a task. It is acknowledged once committed on a quorum of replicas.\nWithout -key a random idempotency key is used, so retries never create\na second task.")
+	var cf clientFlags
+	cf.register(e, fs, true)
+	build := specFlags(fs)
 	if err := parse(e, fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() == 0 {
 		return usagef("task submit needs a command after --, e.g. herd task submit -- echo hello")
 	}
-	capName, capVersion, ok := strings.Cut(*capability, "@")
-	if !ok || capName == "" || capVersion == "" {
-		return usagef("-capability %q must be name@version", *capability)
+	spec, err := build(fs.Args())
+	if err != nil {
+		return err
 	}
-	if *timeout < time.Second || *timeout%time.Second != 0 {
-		return usagef("-timeout %v must be a whole number of seconds, at least 1s", *timeout)
-	}
-	spec := api.TaskSpec{
-		Name: *name, IdempotencyKey: *key, Priority: priority, Command: fs.Args(),
-		Capability: capName, CapabilityVersion: capVersion,
-		Resources:   api.Resources{CPUMillis: *cpu, MemoryMB: *mem, GPU: *gpu, DiskMB: *disk},
-		MaxAttempts: maxAttempts, Submitter: *submitter,
-	}
-	secs := int64(*timeout / time.Second)
-	spec.TimeoutSeconds = &secs
 	if spec.IdempotencyKey == "" {
 		spec.IdempotencyKey = randomKey()
-	}
-	if len(labels) > 0 {
-		spec.RequiredLabels = labels
-	}
-	if len(prefer) > 0 {
-		spec.PreferredLabels = prefer
-	}
-	if len(envs) > 0 {
-		spec.Env = envs
 	}
 	cl, err := cf.client()
 	if err != nil {
@@ -137,6 +150,11 @@ func runTaskStatus(e *env, args []string) error {
 			at.add(strconv.Itoa(a.Number), a.ID, a.NodeID, a.State, strconv.FormatUint(a.LeaseVersion, 10), ago(a.StartedAt), ago(a.FinishedAt), strconv.Itoa(a.ExitCode))
 		}
 		at.write(w)
+	}
+	if t.State == "PENDING" {
+		if ex, err := cl.ExplainTask(ctx, t.ID, api.ReadOptions{Consistent: !*stale}); err == nil {
+			fmt.Fprintf(w, "\nWaiting: %s\n", ex.Summary)
+		}
 	}
 	fmt.Fprintln(w, "\nTimeline")
 	tl := &table{}

@@ -1,0 +1,260 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"hash/fnv"
+	"maps"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	memdb "github.com/hashicorp/go-memdb"
+	"github.com/hashicorp/raft"
+
+	"herd/fsm"
+	"herd/scheduler"
+)
+
+// SchedulerStats are the scheduling loop's counters, kept for the metrics
+// endpoint. Counters only grow; gauges reflect the latest pass.
+type SchedulerStats struct {
+	Passes       atomic.Uint64
+	Placements   atomic.Uint64
+	Entries      atomic.Uint64 // Raft entries carrying placements
+	QueueDepth   atomic.Int64  // pending tasks at the last pass
+	OldestWaitMs atomic.Int64  // longest a pending task had waited at the last pass
+
+	mu         sync.Mutex
+	rejections map[string]uint64
+}
+
+func (s *SchedulerStats) reject(code string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.rejections == nil {
+		s.rejections = map[string]uint64{}
+	}
+	s.rejections[code]++
+}
+
+// Rejections returns placements refused at apply time, by reason code.
+func (s *SchedulerStats) Rejections() map[string]uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return maps.Clone(s.rejections)
+}
+
+// SchedulerStats returns this replica's scheduling counters (they move
+// only while it leads).
+func (s *Server) SchedulerStats() *SchedulerStats { return &s.schedStats }
+
+type randSource interface{ rand() *rand.Rand }
+
+type seededRand struct{ r *rand.Rand }
+
+func (s seededRand) rand() *rand.Rand { return s.r }
+
+// scheduleLoop is the leader's placement loop: it looks at the committed
+// state, decides placements in queue order against a working copy of the
+// nodes (so one pass never overbooks a node itself), commits them in
+// batches, and waits for the state to change. The FSM re-checks every
+// placement, so a decision from a view that went stale is rejected, never
+// applied twice.
+func (s *Server) scheduleLoop(ctx context.Context) {
+	// Weighted-random choice, when configured, draws from a source seeded
+	// by the term and server id, logged so a run can be replayed.
+	var rng randSource
+	if s.cfg.Scheduler.RandomTopK > 1 {
+		h := fnv.New64a()
+		h.Write([]byte(s.cfg.ID))
+		term := s.raft.CurrentTerm()
+		rng = seededRand{rand.New(rand.NewPCG(term, h.Sum64()))}
+		s.logger.Info("weighted-random placement seeded", "term", term, "server", s.cfg.ID)
+	}
+	explained := map[string]time.Time{}
+	for ctx.Err() == nil {
+		ws := memdb.NewWatchSet()
+		placed, wake := s.schedulePass(ctx, ws, rng, explained)
+		if placed > 0 {
+			continue
+		}
+		wait := time.Second
+		if !wake.IsZero() {
+			wait = min(wait, max(time.Until(wake), time.Millisecond))
+		}
+		wctx, cancel := context.WithTimeout(ctx, wait)
+		_ = ws.WatchCtx(wctx)
+		cancel()
+		// Coalesce bursts of changes (many submits, heartbeats) into one pass.
+		select {
+		case <-ctx.Done():
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// schedulePass runs one pass and returns how many placements were
+// committed and when the earliest backing-off task becomes due.
+func (s *Server) schedulePass(ctx context.Context, ws memdb.WatchSet, rng randSource, explained map[string]time.Time) (int, time.Time) {
+	cfg := s.cfg.Scheduler
+	st := s.fsm.State()
+	now := s.now().UTC()
+	s.schedStats.Passes.Add(1)
+	pending, err := st.PendingTasks(ws)
+	if err != nil {
+		s.logger.Error("list pending tasks", "error", err)
+		return 0, time.Time{}
+	}
+	if err := st.WatchNodes(ws); err != nil {
+		s.logger.Error("watch nodes", "error", err)
+	}
+	s.schedStats.QueueDepth.Store(int64(len(pending)))
+	var wake time.Time
+	queued := make([]scheduler.QueuedTask, 0, len(pending))
+	byID := make(map[string]*fsm.Task, len(pending))
+	var oldest time.Duration
+	for _, t := range pending {
+		byID[t.ID] = t
+		oldest = max(oldest, now.Sub(t.QueuedAt))
+		if now.Before(t.NotBefore) && (wake.IsZero() || t.NotBefore.Before(wake)) {
+			wake = t.NotBefore
+		}
+		queued = append(queued, scheduler.QueuedTask{
+			ID: t.ID, Priority: t.Spec.Priority, Submitter: t.Spec.Submitter, QueuedAt: t.QueuedAt,
+			Seq: t.CreateIndex, Failures: t.Failures, NotBefore: t.NotBefore,
+		})
+	}
+	s.schedStats.OldestWaitMs.Store(oldest.Milliseconds())
+	for id := range explained {
+		if _, ok := byID[id]; !ok {
+			delete(explained, id)
+		}
+	}
+	if len(queued) == 0 {
+		return 0, wake
+	}
+	order := scheduler.Order(queued, now, scheduler.QueueConfig{
+		AgingGrace: cfg.AgingGrace, AgingInterval: cfg.AgingInterval, AgingCap: cfg.AgingCap, FailurePenalty: cfg.FailurePenalty,
+	})
+	nodes, nodeByID, err := nodeViews(st)
+	if err != nil {
+		s.logger.Error("list nodes", "error", err)
+		return 0, wake
+	}
+	sessions := map[string]uint64{}
+	for _, n := range nodes {
+		sessions[n.ID] = nodeByID(n.ID).SessionGeneration
+	}
+	scoring := scoringConfig(cfg, rng)
+
+	var (
+		cmds      [][]byte
+		explains  [][]byte
+		explainN  int
+		decisions int
+	)
+	for _, q := range order {
+		if decisions >= cfg.MaxPassPlacements {
+			break
+		}
+		t := byID[q.ID]
+		req := t.Request(now, cfg.HeartbeatTTL)
+		req.Blacklist = t.Blacklist(nodeByID)
+		cand, err := scheduler.Select(nodes, &req, &scoring)
+		if errors.Is(err, scheduler.ErrNoEligibleNode) {
+			// Record why it waits, at most every ExplainInterval per task
+			// and only when the reason changed.
+			if explainN < 64 && now.Sub(explained[t.ID]) >= cfg.ExplainInterval {
+				explainN++
+				explained[t.ID] = now
+				ex := scheduler.Explain(nodes, &req, &scoring)
+				if ex.Summary != t.LastExplain {
+					if b, err := fsm.Encode(fsm.MsgExplain, fsm.ExplainRequest{TaskID: t.ID, Summary: ex.Summary, Now: now}); err == nil {
+						explains = append(explains, b)
+					}
+				}
+			}
+			continue
+		}
+		if err != nil {
+			s.logger.Error("select", "task", t.ID, "error", err)
+			continue
+		}
+		b, err := fsm.Encode(fsm.MsgReserve, fsm.ReserveRequest{
+			TaskID: t.ID, AttemptID: newID(now), Number: t.Attempts + 1, NodeID: cand.Node.ID,
+			SessionGeneration: sessions[cand.Node.ID], Score: cand.Score, Now: now, HeartbeatTTL: cfg.HeartbeatTTL,
+		})
+		if err != nil {
+			s.logger.Error("encode reservation", "error", err)
+			continue
+		}
+		cmds = append(cmds, b)
+		decisions++
+		// Book it in the working copy so later tasks of this pass see it.
+		cand.Node.Reserved = cand.Node.Reserved.Add(t.Spec.Resources)
+		cand.Node.RunningAttempts++
+	}
+	placed := s.commitPlacements(ctx, cmds, cfg.BatchSize)
+	if len(explains) > 0 {
+		s.commitBatches(ctx, explains, cfg.BatchSize)
+	}
+	return placed, wake
+}
+
+// commitPlacements proposes the reservations in entries of up to
+// batchSize, all in flight at once (raft pipelines and group-commits
+// them), and counts what the FSM accepted and rejected.
+func (s *Server) commitPlacements(ctx context.Context, cmds [][]byte, batchSize int) int {
+	placed := 0
+	for _, resp := range s.commitBatches(ctx, cmds, batchSize) {
+		switch r := resp.(type) {
+		case *fsm.ReserveResult:
+			placed++
+		case *fsm.Rejection:
+			s.schedStats.reject(r.Code)
+		case error:
+			s.schedStats.reject("error")
+		}
+	}
+	s.schedStats.Placements.Add(uint64(placed))
+	return placed
+}
+
+// commitBatches applies commands in batch entries and returns every
+// command's response in order (nil responses for entries that failed).
+func (s *Server) commitBatches(ctx context.Context, cmds [][]byte, batchSize int) []any {
+	if len(cmds) == 0 {
+		return nil
+	}
+	var futures []raft.ApplyFuture
+	var sizes []int
+	for start := 0; start < len(cmds); start += batchSize {
+		end := min(start+batchSize, len(cmds))
+		futures = append(futures, s.raft.Apply(fsm.EncodeBatch(cmds[start:end]), s.cfg.Raft.ApplyTimeout))
+		sizes = append(sizes, end-start)
+	}
+	out := make([]any, 0, len(cmds))
+	for i, f := range futures {
+		if err := f.Error(); err != nil {
+			if ctx.Err() == nil {
+				s.logger.Warn("placement batch not committed", "commands", sizes[i], "error", err)
+			}
+			for j := 0; j < sizes[i]; j++ {
+				out = append(out, nil)
+			}
+			continue
+		}
+		s.schedStats.Entries.Add(1)
+		res, _ := f.Response().(fsm.BatchResult)
+		for j := 0; j < sizes[i]; j++ {
+			if j < len(res) {
+				out = append(out, res[j])
+			} else {
+				out = append(out, nil)
+			}
+		}
+	}
+	return out
+}

@@ -1,0 +1,298 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"herd/api"
+)
+
+func runNode(e *env, args []string) error {
+	return subcommands(e, "node", args, []command{
+		{"list", "list worker nodes", runNodeList},
+		{"status", "show a node with its resources and attempts", runNodeStatus},
+		{"drain", "stop new placements on a node (-disable to resume)", runNodeDrain},
+		{"eligibility", "mark a node eligible or ineligible: eligibility ID true|false", runNodeEligibility},
+		{"register", "register a node by hand (agents do this themselves)", runNodeRegister},
+	})
+}
+
+func resources(r api.Resources) string {
+	return fmt.Sprintf("cpu %dm, mem %d MB, gpu %d, disk %d MB", r.CPUMillis, r.MemoryMB, r.GPU, r.DiskMB)
+}
+
+func readFlags(e *env, name, args, summary string) (*clientFlags, *bool, func([]string) error, func() []string) {
+	fs := newFlags(e, name, args, summary)
+	cf := &clientFlags{}
+	cf.register(e, fs, true)
+	stale := fs.Bool("stale", false, "answer from the replica asked, even without a leader (may be behind)")
+	return cf, stale, func(a []string) error { return parse(e, fs, a) }, fs.Args
+}
+
+func runNodeList(e *env, args []string) error {
+	cf, stale, parseArgs, rest := readFlags(e, "node list", "", "List worker nodes with their state and load.")
+	if err := parseArgs(args); err != nil {
+		return err
+	}
+	if len(rest()) != 0 {
+		return usagef("node list takes no arguments")
+	}
+	cl, err := cf.client()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	nodes, _, err := cl.ListNodes(ctx, api.ReadOptions{Consistent: !*stale})
+	if err != nil {
+		return fmt.Errorf("node list: %w", err)
+	}
+	if cf.json {
+		return printJSON(e.stdout, nodes)
+	}
+	tb := &table{}
+	tb.add("ID", "MANAGEMENT", "LIVENESS", "SCHEDULING", "ATTEMPTS", "CPU FREE", "MEM FREE", "GPU FREE", "LAST HEARTBEAT")
+	for _, n := range nodes {
+		tb.add(n.ID, n.Management, n.Liveness, n.Scheduling, fmt.Sprintf("%d/%d", n.RunningAttempts, n.Slots),
+			fmt.Sprintf("%d/%dm", n.Free.CPUMillis, n.Resources.CPUMillis), fmt.Sprintf("%d/%d MB", n.Free.MemoryMB, n.Resources.MemoryMB),
+			fmt.Sprintf("%d/%d", n.Free.GPU, n.Resources.GPU), ago(n.LastHeartbeat))
+	}
+	tb.write(e.stdout)
+	return nil
+}
+
+func runNodeStatus(e *env, args []string) error {
+	cf, stale, parseArgs, rest := readFlags(e, "node status", "ID", "Show a node: state, labels, capabilities, resources and attempts.")
+	if err := parseArgs(args); err != nil {
+		return err
+	}
+	if len(rest()) != 1 {
+		return usagef("node status takes exactly one node id")
+	}
+	cl, err := cf.client()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	n, _, err := cl.GetNode(ctx, rest()[0], api.ReadOptions{Consistent: !*stale})
+	if err != nil {
+		return fmt.Errorf("node status: %w", err)
+	}
+	if cf.json {
+		return printJSON(e.stdout, n)
+	}
+	tb := &table{}
+	tb.add("ID", n.ID)
+	tb.add("Address", n.Address)
+	tb.add("Management", n.Management)
+	tb.add("Liveness", n.Liveness)
+	tb.add("Scheduling", n.Scheduling)
+	tb.add("Session", strconv.FormatUint(n.SessionGeneration, 10))
+	tb.add("Last heartbeat", ago(n.LastHeartbeat))
+	tb.add("Labels", joinMap(n.Labels))
+	caps := make([]string, 0, len(n.Capabilities))
+	for name, vs := range n.Capabilities {
+		caps = append(caps, name+"@"+strings.Join(vs, ","))
+	}
+	sort.Strings(caps)
+	tb.add("Capabilities", strings.Join(caps, " "))
+	tb.add("Weight", strconv.Itoa(n.Weight))
+	tb.add("Slots", fmt.Sprintf("%d used of %d", n.RunningAttempts, n.Slots))
+	tb.add("Total", resources(n.Resources))
+	tb.add("Reserved", resources(n.Reserved))
+	tb.add("Free", resources(n.Free))
+	tb.write(e.stdout)
+	if len(n.Attempts) > 0 {
+		fmt.Fprintln(e.stdout, "\nAttempts")
+		at := &table{}
+		at.add("ID", "#", "STATE", "LEASE", "RESERVED", "FINISHED")
+		for _, a := range n.Attempts {
+			at.add(a.ID, strconv.Itoa(a.Number), a.State, strconv.FormatUint(a.LeaseVersion, 10), ago(a.ReservedAt), ago(a.FinishedAt))
+		}
+		at.write(e.stdout)
+	}
+	return nil
+}
+
+func joinMap(m map[string]string) string {
+	parts := make([]string, 0, len(m))
+	for k, v := range m {
+		parts = append(parts, k+"="+v)
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, ",")
+}
+
+func runNodeDrain(e *env, args []string) error {
+	fs := newFlags(e, "node drain", "ID", "Stop new placements on a node; attempts already there run to the end.")
+	var cf clientFlags
+	cf.register(e, fs, false)
+	disable := fs.Bool("disable", false, "stop draining: accept new placements again")
+	if err := parse(e, fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		return usagef("node drain takes exactly one node id")
+	}
+	cl, err := cf.client()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	n, err := cl.DrainNode(ctx, fs.Arg(0), !*disable)
+	if err != nil {
+		return fmt.Errorf("node drain: %w", err)
+	}
+	fmt.Fprintf(e.stdout, "Node %s is %s (%d attempts still live)\n", n.ID, n.Management, n.RunningAttempts)
+	return nil
+}
+
+func runNodeEligibility(e *env, args []string) error {
+	fs := newFlags(e, "node eligibility", "ID true|false", "Mark a node eligible or ineligible for new attempts.")
+	var cf clientFlags
+	cf.register(e, fs, false)
+	if err := parse(e, fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() != 2 {
+		return usagef("node eligibility takes a node id and true or false")
+	}
+	eligible, err := strconv.ParseBool(fs.Arg(1))
+	if err != nil {
+		return usagef("node eligibility: %q is not true or false", fs.Arg(1))
+	}
+	cl, err := cf.client()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	n, err := cl.SetNodeEligibility(ctx, fs.Arg(0), eligible)
+	if err != nil {
+		return fmt.Errorf("node eligibility: %w", err)
+	}
+	fmt.Fprintf(e.stdout, "Node %s is %s\n", n.ID, n.Scheduling)
+	return nil
+}
+
+func runNodeRegister(e *env, args []string) error {
+	fs := newFlags(e, "node register", "ID", "Register a node by hand, for trying the scheduler without agents.")
+	var cf clientFlags
+	cf.register(e, fs, true)
+	cpu := fs.Int64("cpu-millis", 1000, "CPU in millicores")
+	mem := fs.Int64("memory-mb", 1024, "memory in MB")
+	gpu := fs.Int64("gpu", 0, "GPU units")
+	disk := fs.Int64("disk-mb", 1024, "disk in MB")
+	slots := fs.Int("slots", 2, "attempts that may run at once")
+	weight := fs.Int("weight", 0, "scheduling weight (default 100)")
+	caps := fs.String("capabilities", "exec@1", "comma-separated name@version list")
+	labels := kvFlag{}
+	fs.Var(labels, "labels", "labels k=v,k=v")
+	if err := parse(e, fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		return usagef("node register takes exactly one node id")
+	}
+	capMap, err := parseCapabilities(*caps)
+	if err != nil {
+		return err
+	}
+	cl, err := cf.client()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	res, err := cl.RegisterNode(ctx, api.NodeRegistration{
+		ID: fs.Arg(0), Labels: labels, Capabilities: capMap, Slots: *slots, Weight: *weight,
+		Resources: api.Resources{CPUMillis: *cpu, MemoryMB: *mem, GPU: *gpu, DiskMB: *disk},
+	})
+	if err != nil {
+		return fmt.Errorf("node register: %w", err)
+	}
+	if cf.json {
+		return printJSON(e.stdout, res)
+	}
+	fmt.Fprintf(e.stdout, "Registered %s, session %d\n", res.NodeID, res.SessionGeneration)
+	return nil
+}
+
+// parseCapabilities reads "exec@1,gpu-infer@2,gpu-infer@3".
+func parseCapabilities(s string) (map[string][]string, error) {
+	out := map[string][]string{}
+	for _, c := range strings.Split(s, ",") {
+		c = strings.TrimSpace(c)
+		if c == "" {
+			continue
+		}
+		name, version, ok := strings.Cut(c, "@")
+		if !ok || name == "" || version == "" {
+			return nil, usagef("capability %q must be name@version", c)
+		}
+		out[name] = append(out[name], version)
+	}
+	return out, nil
+}
+
+func runExplain(e *env, args []string) error {
+	fs := newFlags(e, "explain", "[ID | task flags]", "Explain placement, node by node. With a task id: why that task waits (or\nwhere it would go). With task flags (those of 'task submit'): a what-if for a\ntask that is not submitted, optionally under another -heartbeat-ttl.")
+	var cf clientFlags
+	cf.register(e, fs, true)
+	build := specFlags(fs)
+	ttl := fs.Duration("heartbeat-ttl", 0, "what-if: heartbeat TTL instead of the server's")
+	stale := fs.Bool("stale", false, "answer from the replica asked, even without a leader (may be behind)")
+	if err := parse(e, fs, args); err != nil {
+		return err
+	}
+	cl, err := cf.client()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ro := api.ReadOptions{Consistent: !*stale}
+	var ex api.Explanation
+	if fs.NArg() == 1 && !strings.Contains(strings.Join(args, " "), "--") {
+		ex, err = cl.ExplainTask(ctx, fs.Arg(0), ro)
+	} else {
+		spec, berr := build(fs.Args())
+		if berr != nil {
+			return berr
+		}
+		req := api.ExplainRequest{TaskSpec: spec}
+		if *ttl != 0 {
+			if *ttl < time.Second {
+				return usagef("-heartbeat-ttl must be at least 1s")
+			}
+			secs := int64(*ttl / time.Second)
+			req.HeartbeatTTLSeconds = &secs
+		}
+		ex, err = cl.Explain(ctx, req, ro)
+	}
+	if err != nil {
+		return fmt.Errorf("explain: %w", err)
+	}
+	if cf.json {
+		return printJSON(e.stdout, ex)
+	}
+	fmt.Fprintln(e.stdout, ex.Summary)
+	tb := &table{}
+	tb.add("NODE", "ELIGIBLE", "SCORE", "REASONS")
+	for _, n := range ex.Nodes {
+		score := "-"
+		if n.Score != nil {
+			score = strconv.FormatInt(*n.Score, 10)
+		}
+		tb.add(n.NodeID, strconv.FormatBool(n.Eligible), score, strings.Join(n.Reasons, "; "))
+	}
+	fmt.Fprintln(e.stdout)
+	tb.write(e.stdout)
+	return nil
+}

@@ -42,7 +42,19 @@ func (t *Task) Request(now time.Time, ttl time.Duration) scheduler.Request {
 		TaskID: t.ID, Capability: t.Spec.Capability, CapabilityVersion: t.Spec.CapabilityVersion,
 		RequiredLabels: t.Spec.RequiredLabels, PreferredLabels: t.Spec.PreferredLabels,
 		Resources: t.Spec.Resources, Now: now, HeartbeatTTL: ttl,
+		FailedOn: failedOn(t.NodeFailures),
 	}
+}
+
+func failedOn(m map[string]NodeFailure) map[string]int {
+	if len(m) == 0 {
+		return nil
+	}
+	out := make(map[string]int, len(m))
+	for id, f := range m {
+		out[id] = f.Count
+	}
+	return out
 }
 
 // BlacklistedOn reports whether the task failed twice on the node since
@@ -308,18 +320,23 @@ func endAttempt(txn *memdb.Txn, index uint64, a *Attempt, task *Task, r *Attempt
 		n.HealthyIndex = index
 	case AttemptCancelled:
 		next = TaskCancelled
-	default: // failed, timed out, lost
+	default: // failed, timed out, lost: each one used an attempt
 		t.Failures++
-		f := t.NodeFailures[a.NodeID]
-		if n.HealthyIndex > f.LastIndex {
-			f.Count = 0 // the node proved healthy since: start counting afresh
+		// A lost attempt (node down, never started) says nothing about
+		// whether the node can run this task: it does not count towards
+		// the node's blacklisting.
+		if r.State != AttemptLost {
+			f := t.NodeFailures[a.NodeID]
+			if n.HealthyIndex > f.LastIndex {
+				f.Count = 0 // the node proved healthy since: start counting afresh
+			}
+			f.Count++
+			f.LastIndex = index
+			if t.NodeFailures == nil {
+				t.NodeFailures = map[string]NodeFailure{}
+			}
+			t.NodeFailures[a.NodeID] = f
 		}
-		f.Count++
-		f.LastIndex = index
-		if t.NodeFailures == nil {
-			t.NodeFailures = map[string]NodeFailure{}
-		}
-		t.NodeFailures[a.NodeID] = f
 		switch {
 		case t.Attempts < t.Spec.MaxAttempts:
 			next = TaskPending
@@ -415,4 +432,97 @@ func applyExplain(txn *memdb.Txn, index uint64, r *ExplainRequest) (any, error) 
 	t.ModifyIndex = index
 	t.addEvent(index, r.Now, "waiting", r.Summary)
 	return nil, insert(txn, tableTasks, t)
+}
+
+// CancelResult answers a cancel; AlreadyCancelled makes cancel idempotent.
+type CancelResult struct {
+	Task             *Task
+	AlreadyCancelled bool
+}
+
+func applyCancelTask(txn *memdb.Txn, index uint64, r *CancelTaskRequest) (any, error) {
+	task, err := getTask(txn, r.TaskID)
+	if err != nil {
+		return nil, err
+	}
+	if task.State == TaskCancelled {
+		return &CancelResult{Task: task, AlreadyCancelled: true}, nil
+	}
+	if task.State.Terminal() {
+		return nil, reject(RejectConflict, "task %s already ended %s", task.ID, task.State)
+	}
+	reason := r.Reason
+	if reason == "" {
+		reason = "cancelled by request"
+	}
+	if task.CurrentAttempt != "" {
+		a, err := getAttempt(txn, task.CurrentAttempt)
+		if err != nil {
+			return nil, err
+		}
+		if a.State.Live() {
+			res, err := endAttempt(txn, index, a, task, &AttemptEndRequest{
+				AttemptID: a.ID, LeaseVersion: a.LeaseVersion, State: AttemptCancelled, ExitCode: -1, Error: reason, Now: r.Now,
+			})
+			if err != nil {
+				return nil, err
+			}
+			return &CancelResult{Task: res.(*AttemptResult).Task}, nil
+		}
+	}
+	if !ValidTaskTransition(task.State, TaskCancelled) {
+		return nil, reject(RejectIllegalTransfer, "task %s: %s → %s", task.ID, task.State, TaskCancelled)
+	}
+	t := task.clone()
+	t.State = TaskCancelled
+	t.ModifyIndex = index
+	t.addEvent(index, r.Now, "cancelled", reason)
+	return &CancelResult{Task: t}, insert(txn, tableTasks, t)
+}
+
+// NodeDownResult lists the attempts a node-down reclaimed.
+type NodeDownResult struct {
+	Node      *Node
+	Reclaimed []string
+}
+
+func applyNodeDown(txn *memdb.Txn, index uint64, r *NodeDownRequest) (any, error) {
+	node, err := getNode(txn, r.NodeID)
+	if err != nil {
+		return nil, err
+	}
+	it, err := txn.Get(tableAttempts, "node", node.ID)
+	if err != nil {
+		return nil, fmt.Errorf("list attempts on %s: %w", node.ID, err)
+	}
+	var live []*Attempt
+	for raw := it.Next(); raw != nil; raw = it.Next() {
+		if a := raw.(*Attempt); a.State.Live() {
+			live = append(live, a)
+		}
+	}
+	out := &NodeDownResult{}
+	for _, a := range live {
+		task, err := getTask(txn, a.TaskID)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := endAttempt(txn, index, a, task, &AttemptEndRequest{
+			AttemptID: a.ID, LeaseVersion: a.LeaseVersion, State: AttemptLost, ExitCode: -1,
+			Error: "reclaimed: node down: " + r.Reason, Now: r.Now, RetryAt: r.Now,
+		}); err != nil {
+			return nil, err
+		}
+		out.Reclaimed = append(out.Reclaimed, a.ID)
+	}
+	// Re-read: endAttempt released the reservations on the node record.
+	node, err = getNode(txn, r.NodeID)
+	if err != nil {
+		return nil, err
+	}
+	n := node.clone()
+	n.Liveness = scheduler.LivenessDown
+	n.ModifyIndex = index
+	out.Node = n
+	return out, insert(txn, tableNodes, n)
 }

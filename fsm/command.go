@@ -37,6 +37,8 @@ const (
 	MsgNodeEligible MessageType = 11
 	MsgHeartbeat    MessageType = 12
 	MsgExplain      MessageType = 13
+	MsgCancelTask   MessageType = 14
+	MsgNodeDown     MessageType = 15
 )
 
 // payloadVersion is the version byte written after the type. A replica
@@ -149,6 +151,10 @@ func (t MessageType) String() string {
 		return "heartbeat"
 	case MsgExplain:
 		return "explain"
+	case MsgCancelTask:
+		return "cancel-task"
+	case MsgNodeDown:
+		return "node-down"
 	}
 	return fmt.Sprintf("type-%d", uint8(t))
 }
@@ -244,4 +250,20 @@ type ExplainRequest struct {
 	TaskID  string    `json:"task_id"`
 	Summary string    `json:"summary"`
 	Now     time.Time `json:"now"`
+}
+
+// CancelTaskRequest cancels a task; its live attempt, if any, is cancelled
+// with it and its reservation released.
+type CancelTaskRequest struct {
+	TaskID string    `json:"task_id"`
+	Reason string    `json:"reason,omitempty"`
+	Now    time.Time `json:"now"`
+}
+
+// NodeDownRequest declares a node down: every live attempt on it is LOST,
+// its reservation released and its task requeued; their fencing tokens die.
+type NodeDownRequest struct {
+	NodeID string    `json:"node_id"`
+	Reason string    `json:"reason"`
+	Now    time.Time `json:"now"`
 }

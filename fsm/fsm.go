@@ -165,6 +165,10 @@ func (f *FSM) applyOne(txn *memdb.Txn, index uint64, t MessageType, ignorable bo
 		resp, err = applyJSON(payload, func(r *HeartbeatRequest) (any, error) { return applyHeartbeat(txn, index, r) })
 	case MsgExplain:
 		resp, err = applyJSON(payload, func(r *ExplainRequest) (any, error) { return applyExplain(txn, index, r) })
+	case MsgCancelTask:
+		resp, err = applyJSON(payload, func(r *CancelTaskRequest) (any, error) { return applyCancelTask(txn, index, r) })
+	case MsgNodeDown:
+		resp, err = applyJSON(payload, func(r *NodeDownRequest) (any, error) { return applyNodeDown(txn, index, r) })
 	default:
 		if ignorable {
 			f.logger.Warn("skipping unknown ignorable command", "index", index, "type", t)

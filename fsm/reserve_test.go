@@ -326,7 +326,11 @@ func TestReservationInvariantsProperty(t *testing.T) {
 			taskID := fmt.Sprintf("t%d", rapid.IntRange(0, 7).Draw(rt, "task"))
 			nodeID := rapid.SampledFrom(nodeIDs).Draw(rt, "node")
 			task, _ := st.Task(taskID)
-			switch rapid.IntRange(0, 9).Draw(rt, "op") {
+			switch rapid.IntRange(0, 11).Draw(rt, "op") {
+			case 10:
+				h.apply(MsgNodeDown, NodeDownRequest{NodeID: nodeID, Reason: "test", Now: now})
+			case 11:
+				h.apply(MsgCancelTask, CancelTaskRequest{TaskID: taskID, Now: now})
 			case 0, 1, 7, 8: // one or two reservations decided from the same view
 				k := rapid.IntRange(1, 2).Draw(rt, "deciders")
 				var cmds [][]byte
@@ -380,4 +384,71 @@ func TestReservationInvariantsProperty(t *testing.T) {
 			}
 		}
 	})
+}
+
+func TestNodeDownReclaimsAndCancelIsFinal(t *testing.T) {
+	h := newHarness(t)
+	res := scheduler.Resources{CPUMillis: 500}
+	n1 := h.register("n1", scheduler.Resources{CPUMillis: 2000}, 4)
+	h.submit("run", res, 3)
+	h.submit("cancel-me", res, 3)
+	h.applyBatch(reserveCmd(t, "run", "a1", "n1", 1, n1.SessionGeneration), reserveCmd(t, "cancel-me", "c1", "n1", 1, n1.SessionGeneration))
+	lease := leaseOf(t, h, "a1")
+	h.apply(MsgAttemptStart, AttemptStartRequest{AttemptID: "a1", LeaseVersion: lease, Now: epoch})
+
+	down, ok := h.apply(MsgNodeDown, NodeDownRequest{NodeID: "n1", Reason: "5 heartbeats missed", Now: epoch.Add(time.Minute)}).(*NodeDownResult)
+	if !ok || len(down.Reclaimed) != 2 || down.Node.Liveness != scheduler.LivenessDown {
+		t.Fatalf("node down: %#v", down)
+	}
+	st := h.f.State()
+	if task, _ := st.Task("run"); task.State != TaskPending || task.CurrentAttempt != "" {
+		t.Fatalf("reclaimed task must be requeued: %+v", task)
+	}
+	if a, _ := st.Attempt("a1"); a.State != AttemptLost {
+		t.Fatalf("attempt must be LOST: %+v", a)
+	}
+	if node, _ := st.Node("n1"); node.Reserved != (scheduler.Resources{}) || node.RunningAttempts != 0 {
+		t.Fatalf("reservations must be released: %+v", node)
+	}
+	// The zombie's result dies with its fencing token.
+	var rej *Rejection
+	if err, ok := h.apply(MsgAttemptEnd, AttemptEndRequest{AttemptID: "a1", LeaseVersion: lease, State: AttemptSucceeded, Now: epoch.Add(2 * time.Minute)}).(error); !ok || !errors.As(err, &rej) || rej.Code != RejectStale {
+		t.Fatalf("zombie result: %#v", err)
+	}
+	// A DOWN node takes no work until it registers again.
+	h.index++
+	late := mustEncode(t, MsgReserve, ReserveRequest{TaskID: "run", AttemptID: "a2", Number: 2, NodeID: "n1", SessionGeneration: n1.SessionGeneration, Now: epoch.Add(2 * time.Minute), HeartbeatTTL: time.Hour})
+	if err, ok := h.f.ApplyBytes(h.index, late).(*Rejection); !ok || err.Code != string(scheduler.ReasonNotReady) {
+		t.Fatalf("placement on a DOWN node: %#v", err)
+	}
+	back := h.register("n1", scheduler.Resources{CPUMillis: 2000}, 4)
+	if back.Liveness != scheduler.LivenessReady || back.SessionGeneration != n1.SessionGeneration+1 {
+		t.Fatalf("re-registration: %+v", back)
+	}
+
+	// Cancel: pending task → CANCELLED; twice is fine; a terminal one is not.
+	if r, ok := h.apply(MsgCancelTask, CancelTaskRequest{TaskID: "cancel-me", Now: epoch}).(*CancelResult); !ok || r.Task.State != TaskCancelled {
+		t.Fatalf("cancel: %#v", r)
+	}
+	if r, ok := h.apply(MsgCancelTask, CancelTaskRequest{TaskID: "cancel-me", Now: epoch}).(*CancelResult); !ok || !r.AlreadyCancelled {
+		t.Fatalf("second cancel: %#v", r)
+	}
+	h.applyBatch(mustEncode(t, MsgReserve, ReserveRequest{TaskID: "run", AttemptID: "a3", Number: 2, NodeID: "n1", SessionGeneration: back.SessionGeneration, Now: epoch.Add(2 * time.Minute), HeartbeatTTL: time.Hour}))
+	lease3 := leaseOf(t, h, "a3")
+	h.apply(MsgAttemptStart, AttemptStartRequest{AttemptID: "a3", LeaseVersion: lease3, Now: epoch})
+	if r, ok := h.apply(MsgCancelTask, CancelTaskRequest{TaskID: "run", Reason: "operator", Now: epoch}).(*CancelResult); !ok || r.Task.State != TaskCancelled {
+		t.Fatalf("cancel running: %#v", r)
+	}
+	if a, _ := h.f.State().Attempt("a3"); a.State != AttemptCancelled {
+		t.Fatalf("running attempt must be cancelled with its task: %+v", a)
+	}
+	if err, ok := h.apply(MsgAttemptEnd, AttemptEndRequest{AttemptID: "a3", LeaseVersion: lease3, State: AttemptFailed, ExitCode: -9, Now: epoch}).(error); !ok || !errors.As(err, &rej) || rej.Code != RejectStale {
+		t.Fatalf("late result after cancel must be stale: %#v", err)
+	}
+	h.submit("done", res, 1)
+	h.applyBatch(reserveCmd(t, "done", "d1", "n1", 1, back.SessionGeneration))
+	h.apply(MsgAttemptEnd, AttemptEndRequest{AttemptID: "d1", LeaseVersion: leaseOf(t, h, "d1"), State: AttemptSucceeded, Now: epoch})
+	if err, ok := h.apply(MsgCancelTask, CancelTaskRequest{TaskID: "done", Now: epoch}).(error); !ok || !errors.As(err, &rej) || rej.Code != RejectConflict {
+		t.Fatalf("cancel of a finished task: %#v", err)
+	}
 }

@@ -58,9 +58,10 @@ func schema() *memdb.DBSchema {
 			"idempotency": {Name: "idempotency", Unique: true, AllowMissing: true, Indexer: idempotencyIndexer{}},
 		}},
 		tableAttempts: {Name: tableAttempts, Indexes: map[string]*memdb.IndexSchema{
-			"id":   id("ID"),
-			"task": {Name: "task", Indexer: &memdb.StringFieldIndex{Field: "TaskID"}},
-			"node": {Name: "node", Indexer: &memdb.StringFieldIndex{Field: "NodeID"}},
+			"id":    id("ID"),
+			"task":  {Name: "task", Indexer: &memdb.StringFieldIndex{Field: "TaskID"}},
+			"node":  {Name: "node", Indexer: &memdb.StringFieldIndex{Field: "NodeID"}},
+			"state": {Name: "state", Indexer: &memdb.StringFieldIndex{Field: "State"}},
 		}},
 	}}
 }
@@ -277,6 +278,19 @@ func (s *State) AttemptsOnNode(nodeID string, ws memdb.WatchSet) ([]*Attempt, er
 	}
 	if ws != nil {
 		ws.Add(it.WatchCh())
+	}
+	var out []*Attempt
+	for raw := it.Next(); raw != nil; raw = it.Next() {
+		out = append(out, raw.(*Attempt))
+	}
+	return out, nil
+}
+
+// AttemptsInState lists attempts in one state, in id order.
+func (s *State) AttemptsInState(state AttemptState) ([]*Attempt, error) {
+	it, err := s.txn.Get(tableAttempts, "state", string(state))
+	if err != nil {
+		return nil, fmt.Errorf("list %s attempts: %w", state, err)
 	}
 	var out []*Attempt
 	for raw := it.Next(); raw != nil; raw = it.Next() {

@@ -57,6 +57,9 @@ type Request struct {
 	HeartbeatTTL time.Duration
 	// Blacklist holds the nodes this task must not be placed on again.
 	Blacklist map[string]bool
+	// FailedOn counts this task's failures per node: a retry prefers a
+	// node it has not failed on (RetryNodePenalty per failure).
+	FailedOn map[string]int
 }
 
 // ReasonCode identifies why a node cannot take a task.

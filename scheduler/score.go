@@ -17,6 +17,9 @@ const (
 	PreferredLabelPoints = 1_000_000
 	WeightPoints         = 1_000
 	RunningAttemptCost   = 10_000
+	// RetryNodePenalty is subtracted per earlier failure of the task on a
+	// node, so a retry goes elsewhere when it can (half a preferred label).
+	RetryNodePenalty = 500_000
 )
 
 // ProfileWeights weigh the parts of the profile score (seed 003).
@@ -69,9 +72,13 @@ func ReferenceScore(n *Node, req *Request) int64 {
 		int64(weight)*WeightPoints - int64(n.RunningAttempts)*RunningAttemptCost
 }
 
-// Score is the reference score plus, when configured, the profile score.
+// Score is the reference score, less the retry penalty, plus (when
+// configured) the profile score.
 func Score(n *Node, req *Request, cfg *Config) int64 {
 	s := ReferenceScore(n, req)
+	if f := req.FailedOn[n.ID]; f > 0 {
+		s -= int64(f) * RetryNodePenalty
+	}
 	if cfg != nil && cfg.ProfileScale > 0 {
 		s += int64(math.Round(ProfileScore(n, req, cfg.ProfileWeights) * float64(cfg.ProfileScale)))
 	}

@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -20,6 +21,12 @@ import (
 type Client struct {
 	addrs []string
 	http  *http.Client
+	// preferred is the index of the address that answered last; requests
+	// start there, so a dead replica costs one failure, not one per call.
+	preferred atomic.Int32
+	// OnFailover, when set, is told when a request moves to another
+	// replica because the previous one failed.
+	OnFailover func(from, to string, err error)
 	// Retries is how many extra rounds over all addresses a request makes
 	// while the cluster has no leader (during an election).
 	Retries int
@@ -84,9 +91,18 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) (Meta
 			case <-time.After(c.RetryWait):
 			}
 		}
-		for _, base := range c.addrs {
+		start := int(c.preferred.Load())
+		for i := range c.addrs {
+			k := (start + i) % len(c.addrs)
+			base := c.addrs[k]
 			meta, err := c.once(ctx, method, base+path, body, out)
 			if err == nil {
+				if k != start {
+					c.preferred.Store(int32(k))
+					if c.OnFailover != nil {
+						c.OnFailover(c.addrs[start], base, lastErr)
+					}
+				}
 				return meta, nil
 			}
 			lastErr = err
@@ -158,7 +174,7 @@ func decodeError(resp *http.Response) error {
 			e.Error = resp.Status
 		}
 	}
-	return &StatusError{Code: resp.StatusCode, Message: e.Error}
+	return &StatusError{Code: resp.StatusCode, Message: e.Error, Reason: e.Code}
 }
 
 // Leader returns the current leader.
@@ -336,10 +352,44 @@ func (c *Client) RegisterNode(ctx context.Context, reg NodeRegistration) (Regist
 	return out, err
 }
 
-// Heartbeat keeps a node's session alive.
-func (c *Client) Heartbeat(ctx context.Context, nodeID string, session uint64) error {
-	_, err := c.do(ctx, http.MethodPost, "/v1/nodes/"+url.PathEscape(nodeID)+"/heartbeat", HeartbeatRequest{SessionGeneration: session}, nil)
-	return err
+// Heartbeat keeps a node's session alive and says how the cluster sees
+// the node.
+func (c *Client) Heartbeat(ctx context.Context, nodeID string, session uint64) (HeartbeatResponse, error) {
+	var out HeartbeatResponse
+	_, err := c.do(ctx, http.MethodPost, "/v1/nodes/"+url.PathEscape(nodeID)+"/heartbeat", HeartbeatRequest{SessionGeneration: session}, &out)
+	return out, err
+}
+
+// StartAttempt reports that an attempt starts.
+func (c *Client) StartAttempt(ctx context.Context, id string, lease uint64) (AttemptReport, error) {
+	var out AttemptReport
+	_, err := c.do(ctx, http.MethodPost, "/v1/attempts/"+url.PathEscape(id)+"/start", AttemptStartRequest{LeaseVersion: lease}, &out)
+	return out, err
+}
+
+// CompleteAttempt reports how an attempt ended.
+func (c *Client) CompleteAttempt(ctx context.Context, id string, req AttemptCompleteRequest) (AttemptReport, error) {
+	var out AttemptReport
+	_, err := c.do(ctx, http.MethodPost, "/v1/attempts/"+url.PathEscape(id)+"/complete", req, &out)
+	return out, err
+}
+
+// CancelTask cancels a task and stops its running attempt.
+func (c *Client) CancelTask(ctx context.Context, id, reason string) (Task, error) {
+	var out Task
+	_, err := c.do(ctx, http.MethodPost, "/v1/tasks/"+url.PathEscape(id)+"/cancel", CancelRequest{Reason: reason}, &out)
+	return out, err
+}
+
+// Assignments waits up to wait for the node's attempts to change after
+// index and returns its live attempts (a blocking query).
+func (c *Client) Assignments(ctx context.Context, nodeID string, index uint64, wait time.Duration) (Assignments, error) {
+	var out Assignments
+	q := url.Values{}
+	q.Set("index", strconv.FormatUint(index, 10))
+	q.Set("wait", wait.String())
+	_, err := c.do(ctx, http.MethodGet, "/v1/nodes/"+url.PathEscape(nodeID)+"/assignments?"+q.Encode(), nil, &out)
+	return out, err
 }
 
 // DrainNode stops (enable) or resumes new placements on a node.

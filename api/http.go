@@ -73,8 +73,14 @@ type Backend interface {
 	ExplainTask(id string) (Explanation, error)
 	ExplainSpec(req ExplainRequest) (Explanation, error)
 
-	RegisterNode(ctx context.Context, reg NodeRegistration) (RegisterResponse, error)   // leader-only
-	Heartbeat(ctx context.Context, nodeID string, req HeartbeatRequest) error           // leader-only
+	RegisterNode(ctx context.Context, reg NodeRegistration) (RegisterResponse, error)                  // leader-only
+	Heartbeat(ctx context.Context, nodeID string, req HeartbeatRequest) (HeartbeatResponse, error)     // leader-only
+	StartAttempt(ctx context.Context, id string, req AttemptStartRequest) (AttemptReport, error)       // leader-only
+	CompleteAttempt(ctx context.Context, id string, req AttemptCompleteRequest) (AttemptReport, error) // leader-only
+	CancelTask(ctx context.Context, id string, reason string) (Task, error)                            // leader-only
+	// Assignments blocks until the node's attempts changed after index, or
+	// wait passed, then answers from the local state.
+	Assignments(ctx context.Context, nodeID string, index uint64, wait time.Duration) (Assignments, error)
 	DrainNode(ctx context.Context, nodeID string, enable bool) (Node, error)            // leader-only
 	SetNodeEligibility(ctx context.Context, nodeID string, eligible bool) (Node, error) // leader-only
 	GetNode(id string) (Node, error)
@@ -141,6 +147,10 @@ func (h *Handler) routes() {
 	})
 	h.handle("/v1/tasks/{id}", route{http.MethodGet: h.read(h.getTask)})
 	h.handle("/v1/tasks/{id}/explain", route{http.MethodGet: h.read(h.getTaskExplain)})
+	h.handle("/v1/tasks/{id}/cancel", route{http.MethodPost: h.leaderOnly(h.postCancel)})
+	h.handle("/v1/attempts/{id}/start", route{http.MethodPost: h.leaderOnly(h.postAttemptStart)})
+	h.handle("/v1/attempts/{id}/complete", route{http.MethodPost: h.leaderOnly(h.postAttemptComplete)})
+	h.handle("/v1/nodes/{id}/assignments", route{http.MethodGet: h.read(h.getAssignments)})
 	h.handle("/v1/explain", route{http.MethodPost: h.read(h.postExplain)})
 	h.handle("/v1/nodes", route{http.MethodGet: h.read(h.listNodes)})
 	h.handle("/v1/nodes/register", route{http.MethodPost: h.leaderOnly(h.postRegisterNode)})
@@ -424,11 +434,127 @@ func (h *Handler) postHeartbeat(w http.ResponseWriter, r *http.Request) {
 	if !decodeBody(w, r, &req) {
 		return
 	}
-	if err := h.backend.Heartbeat(r.Context(), id, req); err != nil {
+	resp, err := h.backend.Heartbeat(r.Context(), id, req)
+	if err != nil {
 		writeErr(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]string{"result": "ok"})
+	writeJSON(w, http.StatusOK, resp)
+}
+
+// pathID validates an {id} path segment.
+func pathID(w http.ResponseWriter, r *http.Request, what string) (string, bool) {
+	id := r.PathValue("id")
+	if !ValidID(id) {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("%q is not a valid %s id", id, what))
+		return "", false
+	}
+	return id, true
+}
+
+func (h *Handler) postCancel(w http.ResponseWriter, r *http.Request) {
+	id, ok := pathID(w, r, "task")
+	if !ok {
+		return
+	}
+	var req CancelRequest
+	if r.ContentLength != 0 && !decodeBody(w, r, &req) {
+		return
+	}
+	if len(req.Reason) > MaxErrorText {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("reason is longer than %d bytes", MaxErrorText))
+		return
+	}
+	t, err := h.backend.CancelTask(r.Context(), id, req.Reason)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, t)
+}
+
+func (h *Handler) postAttemptStart(w http.ResponseWriter, r *http.Request) {
+	id, ok := pathID(w, r, "attempt")
+	if !ok {
+		return
+	}
+	var req AttemptStartRequest
+	if !decodeBody(w, r, &req) {
+		return
+	}
+	rep, err := h.backend.StartAttempt(r.Context(), id, req)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, rep)
+}
+
+func (h *Handler) postAttemptComplete(w http.ResponseWriter, r *http.Request) {
+	id, ok := pathID(w, r, "attempt")
+	if !ok {
+		return
+	}
+	var req AttemptCompleteRequest
+	if !decodeBody(w, r, &req) {
+		return
+	}
+	switch {
+	case len(req.OutputTail) > MaxOutputTail:
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("output_tail is longer than %d bytes", MaxOutputTail))
+		return
+	case len(req.Error) > MaxErrorText:
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("error is longer than %d bytes", MaxErrorText))
+		return
+	}
+	switch req.State {
+	case "", "SUCCEEDED", "FAILED", "TIMED_OUT":
+	default:
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("state %q must be SUCCEEDED, FAILED or TIMED_OUT", req.State))
+		return
+	}
+	rep, err := h.backend.CompleteAttempt(r.Context(), id, req)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, rep)
+}
+
+// MaxWait bounds a blocking query.
+const MaxWait = 5 * time.Minute
+
+func (h *Handler) getAssignments(w http.ResponseWriter, r *http.Request) {
+	id, ok := pathID(w, r, "node")
+	if !ok {
+		return
+	}
+	q := r.URL.Query()
+	var index uint64
+	if v := q.Get("index"); v != "" {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("index %q must be a non-negative whole number", v))
+			return
+		}
+		index = n
+	}
+	var wait time.Duration
+	if v := q.Get("wait"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 || d > MaxWait {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("wait %q must be a duration from 0 to %s", v, MaxWait))
+			return
+		}
+		wait = d
+	}
+	as, err := h.backend.Assignments(r.Context(), id, index, wait)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	w.Header().Set(HeaderIndex, strconv.FormatUint(as.Index, 10))
+	writeJSON(w, http.StatusOK, as)
 }
 
 func (h *Handler) postDrain(w http.ResponseWriter, r *http.Request) {
@@ -599,22 +725,28 @@ func writeNoLeader(w http.ResponseWriter, msg string) {
 	writeError(w, http.StatusServiceUnavailable, msg)
 }
 
-// writeErr maps a backend error to its status.
+// writeErr maps a backend error to its status, keeping its code if any.
 func writeErr(w http.ResponseWriter, err error) {
+	body := ErrorResponse{Error: err.Error()}
+	var ce *CodedError
+	if errors.As(err, &ce) {
+		body.Code = ce.Code
+	}
+	status := http.StatusInternalServerError
 	switch {
 	case errors.Is(err, ErrBadRequest):
-		writeError(w, http.StatusBadRequest, err.Error())
+		status = http.StatusBadRequest
 	case errors.Is(err, ErrNotFound):
-		writeError(w, http.StatusNotFound, err.Error())
+		status = http.StatusNotFound
 	case errors.Is(err, ErrConflict):
-		writeError(w, http.StatusConflict, err.Error())
+		status = http.StatusConflict
 	case errors.Is(err, ErrNoLeader), errors.Is(err, ErrNotLeader):
-		writeNoLeader(w, err.Error())
+		w.Header().Set("Retry-After", "1")
+		status = http.StatusServiceUnavailable
 	case errors.Is(err, ErrTimeout), errors.Is(err, context.DeadlineExceeded):
-		writeError(w, http.StatusGatewayTimeout, err.Error())
+		status = http.StatusGatewayTimeout
 	case errors.Is(err, context.Canceled):
-		writeError(w, 499, err.Error())
-	default:
-		writeError(w, http.StatusInternalServerError, err.Error())
+		status = 499 // client closed the request
 	}
+	writeJSON(w, status, body)
 }

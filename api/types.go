@@ -86,6 +86,7 @@ type Task struct {
 // Attempt is one try of a task on one node.
 type Attempt struct {
 	ID           string    `json:"id"`
+	TaskID       string    `json:"task_id"`
 	Number       int       `json:"number"`
 	NodeID       string    `json:"node_id"`
 	State        string    `json:"state"`
@@ -167,10 +168,22 @@ type SelfInfo struct {
 	State        string `json:"state"`
 }
 
-// ErrorResponse is the body of every error answer.
+// ErrorResponse is the body of every error answer. Code, when present,
+// is a stable machine-readable reason (e.g. "stale_result").
 type ErrorResponse struct {
 	Error string `json:"error"`
+	Code  string `json:"code,omitempty"`
 }
+
+// CodedError attaches a machine-readable code to an error; the HTTP layer
+// puts it in the answer's "code" field.
+type CodedError struct {
+	Code string
+	Err  error
+}
+
+func (e *CodedError) Error() string { return e.Err.Error() }
+func (e *CodedError) Unwrap() error { return e.Err }
 
 // Sentinel errors a Backend wraps so the HTTP layer can pick a status.
 var (
@@ -186,6 +199,7 @@ var (
 type StatusError struct {
 	Code    int
 	Message string
+	Reason  string // the answer's "code" field, if any
 }
 
 func (e *StatusError) Error() string {
@@ -294,4 +308,61 @@ type NodeExplanation struct {
 	Reasons  []string `json:"reasons"`
 	Codes    []string `json:"codes"`
 	Score    *int64   `json:"score"`
+}
+
+// Limits on what an attempt report may carry: Raft never stores full logs.
+const (
+	MaxOutputTail = 64 << 10
+	MaxErrorText  = 4 << 10
+)
+
+// AttemptStartRequest reports that an attempt's process is starting.
+type AttemptStartRequest struct {
+	LeaseVersion uint64 `json:"lease_version"`
+}
+
+// AttemptCompleteRequest reports how an attempt ended. State defaults to
+// SUCCEEDED for exit code 0 and FAILED otherwise; TIMED_OUT says the run
+// timeout killed it.
+type AttemptCompleteRequest struct {
+	LeaseVersion uint64 `json:"lease_version"`
+	ExitCode     int    `json:"exit_code"`
+	OutputTail   string `json:"output_tail,omitempty"`
+	Error        string `json:"error,omitempty"`
+	State        string `json:"state,omitempty"`
+}
+
+// AttemptReport answers an attempt report; Duplicate marks a report that
+// was already applied (accepted again, without effect).
+type AttemptReport struct {
+	Attempt   Attempt `json:"attempt"`
+	Duplicate bool    `json:"duplicate"`
+}
+
+// CancelRequest optionally says why a task is cancelled.
+type CancelRequest struct {
+	Reason string `json:"reason,omitempty"`
+}
+
+// HeartbeatResponse tells the agent how the cluster sees it: a node that
+// is DOWN, or whose session is no longer current, registers again.
+type HeartbeatResponse struct {
+	Liveness          string `json:"liveness"`
+	SessionGeneration uint64 `json:"session_generation"`
+}
+
+// Assignment is one live attempt for a node, with what it needs to run.
+type Assignment struct {
+	Attempt Attempt  `json:"attempt"`
+	Spec    TaskSpec `json:"spec"`
+}
+
+// Assignments is a node's live attempts at Index. Attempts that vanish
+// from the list were cancelled or reclaimed: the agent stops them.
+type Assignments struct {
+	NodeID            string       `json:"node_id"`
+	SessionGeneration uint64       `json:"session_generation"`
+	Liveness          string       `json:"liveness"`
+	Index             uint64       `json:"index"`
+	Attempts          []Assignment `json:"attempts"`
 }

@@ -302,17 +302,20 @@ func (s *Server) raftErr(op string, err error) error {
 	return fmt.Errorf("%s on %s: %w", op, s.cfg.ID, err)
 }
 
+// fsmErr turns an FSM rejection into an API error carrying the
+// rejection's code: invalid → 400, not found → 404, every other refusal
+// (stale result, session changed, conflict, …) → 409.
 func fsmErr(err error) error {
 	var rej *fsm.Rejection
 	if errors.As(err, &rej) {
+		sentinel := api.ErrConflict
 		switch rej.Code {
 		case fsm.RejectInvalid:
-			return fmt.Errorf("%s: %w", rej.Message, api.ErrBadRequest)
+			sentinel = api.ErrBadRequest
 		case fsm.RejectNotFound:
-			return fmt.Errorf("%s: %w", rej.Message, api.ErrNotFound)
-		case fsm.RejectConflict:
-			return fmt.Errorf("%s: %w", rej.Message, api.ErrConflict)
+			sentinel = api.ErrNotFound
 		}
+		return &api.CodedError{Code: rej.Code, Err: fmt.Errorf("%s: %w", rej.Message, sentinel)}
 	}
 	return fmt.Errorf("state machine refused the command: %w", err)
 }

@@ -75,16 +75,6 @@ func validateRegistration(reg api.NodeRegistration) error {
 	return errors.Join(errs...)
 }
 
-// Heartbeat commits that a node's session is alive (leader-only). The
-// liveness work replaces it with gossip; until then agents call it.
-func (s *Server) Heartbeat(ctx context.Context, nodeID string, req api.HeartbeatRequest) error {
-	if !s.IsLeader() {
-		return fmt.Errorf("%s: %w", s.cfg.ID, api.ErrNotLeader)
-	}
-	_, _, err := s.apply(ctx, fsm.MsgHeartbeat, fsm.HeartbeatRequest{NodeID: nodeID, SessionGeneration: req.SessionGeneration, Now: s.now().UTC()})
-	return err
-}
-
 // DrainNode stops or resumes new placements on a node (leader-only).
 func (s *Server) DrainNode(ctx context.Context, nodeID string, enable bool) (api.Node, error) {
 	if !s.IsLeader() {

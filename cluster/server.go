@@ -91,8 +91,11 @@ func Start(cfg config.Server, opts Options) (_ *Server, err error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{
 		cfg: cfg, logger: logger, now: now,
-		fsm:            fsm.New(logger),
-		leaderLoops:    append([]LeaderLoop{func(ctx context.Context, s *Server) { s.scheduleLoop(ctx) }}, opts.LeaderLoops...),
+		fsm: fsm.New(logger),
+		leaderLoops: append([]LeaderLoop{
+			func(ctx context.Context, s *Server) { s.scheduleLoop(ctx) },
+			func(ctx context.Context, s *Server) { s.reclaimLoop(ctx) },
+		}, opts.LeaderLoops...),
 		notifyCh:       make(chan bool, 16),
 		shutdownCtx:    ctx,
 		shutdownCancel: cancel,

@@ -78,6 +78,9 @@ type Scheduler struct {
 	RetryBase   time.Duration
 	RetryFactor float64
 	RetryCap    time.Duration
+	// ScheduleToStartTimeout reclaims an attempt that was reserved but
+	// never reported started (its agent never saw it, or died).
+	ScheduleToStartTimeout time.Duration
 }
 
 // DefaultScheduler returns the scheduler defaults.
@@ -94,6 +97,9 @@ func DefaultScheduler() Scheduler {
 		RetryBase:         time.Second,
 		RetryFactor:       2,
 		RetryCap:          5 * time.Minute,
+		// Agents poll assignments with a blocking query and start within
+		// milliseconds; a minute covers a reconnect through another replica.
+		ScheduleToStartTimeout: time.Minute,
 	}
 }
 
@@ -171,6 +177,7 @@ type fileScheduler struct {
 	RetryBase         *string  `hcl:"retry_base,optional"`
 	RetryFactor       *float64 `hcl:"retry_factor,optional"`
 	RetryCap          *string  `hcl:"retry_cap,optional"`
+	ScheduleToStart   *string  `hcl:"schedule_to_start_timeout,optional"`
 }
 
 type fileRaft struct {
@@ -274,6 +281,7 @@ func ParseServer(c *Server, filename string, src []byte) error {
 			{"aging_interval", sc.AgingInterval, &c.Scheduler.AgingInterval},
 			{"retry_base", sc.RetryBase, &c.Scheduler.RetryBase},
 			{"retry_cap", sc.RetryCap, &c.Scheduler.RetryCap},
+			{"schedule_to_start_timeout", sc.ScheduleToStart, &c.Scheduler.ScheduleToStartTimeout},
 		} {
 			if d.src == nil {
 				continue
@@ -437,6 +445,7 @@ func (c *Server) Validate() error {
 	for name, d := range map[string]time.Duration{
 		"heartbeat_ttl": sc.HeartbeatTTL, "explain_interval": sc.ExplainInterval,
 		"aging_interval": sc.AgingInterval, "retry_base": sc.RetryBase, "retry_cap": sc.RetryCap,
+		"schedule_to_start_timeout": sc.ScheduleToStartTimeout,
 	} {
 		if d <= 0 {
 			errs = append(errs, fmt.Errorf("scheduler.%s must be positive", name))

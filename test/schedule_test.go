@@ -133,10 +133,10 @@ func TestPlacementAndExplainOverHTTP(t *testing.T) {
 	if again.SessionGeneration != 2 {
 		t.Fatalf("re-registration: session %d", again.SessionGeneration)
 	}
-	if err := cl.Heartbeat(ctx, "edge-1", 1); err == nil {
+	if _, err := cl.Heartbeat(ctx, "edge-1", 1); !errors.Is(err, api.ErrConflict) {
 		t.Fatal("a heartbeat from an old session must be refused")
 	}
-	if err := cl.Heartbeat(ctx, "edge-1", 2); err != nil {
+	if hb, err := cl.Heartbeat(ctx, "edge-1", 2); err != nil || hb.Liveness != "READY" {
 		t.Fatalf("heartbeat: %v", err)
 	}
 }

@@ -1,0 +1,205 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	memdb "github.com/hashicorp/go-memdb"
+
+	"herd/api"
+	"herd/fsm"
+)
+
+// Heartbeat commits that a node's session is alive (leader-only) and
+// tells the agent how the cluster sees it. The liveness work replaces
+// committed heartbeats with gossip; until then agents call this.
+func (s *Server) Heartbeat(ctx context.Context, nodeID string, req api.HeartbeatRequest) (api.HeartbeatResponse, error) {
+	if !s.IsLeader() {
+		return api.HeartbeatResponse{}, fmt.Errorf("%s: %w", s.cfg.ID, api.ErrNotLeader)
+	}
+	resp, _, err := s.apply(ctx, fsm.MsgHeartbeat, fsm.HeartbeatRequest{NodeID: nodeID, SessionGeneration: req.SessionGeneration, Now: s.now().UTC()})
+	if err != nil {
+		return api.HeartbeatResponse{}, err
+	}
+	n := resp.(*fsm.Node)
+	return api.HeartbeatResponse{Liveness: string(n.Liveness), SessionGeneration: n.SessionGeneration}, nil
+}
+
+// StartAttempt commits that an attempt started (leader-only), fenced by
+// its lease.
+func (s *Server) StartAttempt(ctx context.Context, id string, req api.AttemptStartRequest) (api.AttemptReport, error) {
+	if !s.IsLeader() {
+		return api.AttemptReport{}, fmt.Errorf("%s: %w", s.cfg.ID, api.ErrNotLeader)
+	}
+	resp, _, err := s.apply(ctx, fsm.MsgAttemptStart, fsm.AttemptStartRequest{AttemptID: id, LeaseVersion: req.LeaseVersion, Now: s.now().UTC()})
+	if err != nil {
+		return api.AttemptReport{}, err
+	}
+	r := resp.(*fsm.AttemptResult)
+	return api.AttemptReport{Attempt: toAPIAttempt(r.Attempt), Duplicate: r.Duplicate}, nil
+}
+
+// CompleteAttempt commits how an attempt ended (leader-only). A result
+// whose lease is not the current attempt's is refused (409) and recorded
+// in the task's timeline; the same result twice is accepted once.
+func (s *Server) CompleteAttempt(ctx context.Context, id string, req api.AttemptCompleteRequest) (api.AttemptReport, error) {
+	if !s.IsLeader() {
+		return api.AttemptReport{}, fmt.Errorf("%s: %w", s.cfg.ID, api.ErrNotLeader)
+	}
+	state := fsm.AttemptState(req.State)
+	if state == "" {
+		state = fsm.AttemptSucceeded
+		if req.ExitCode != 0 {
+			state = fsm.AttemptFailed
+		}
+	}
+	now := s.now().UTC()
+	end := fsm.AttemptEndRequest{
+		AttemptID: id, LeaseVersion: req.LeaseVersion, State: state, ExitCode: req.ExitCode,
+		OutputTail: req.OutputTail, Error: req.Error, Now: now, RetryAt: now,
+	}
+	// The retry backoff grows with the task's failures so far.
+	if a, err := s.fsm.State().Attempt(id); err == nil {
+		if t, err := s.fsm.State().Task(a.TaskID); err == nil {
+			end.RetryAt = now.Add(s.retryDelay(t.Failures + 1))
+		}
+	}
+	resp, _, err := s.apply(ctx, fsm.MsgAttemptEnd, end)
+	if err != nil {
+		return api.AttemptReport{}, err
+	}
+	r := resp.(*fsm.AttemptResult)
+	return api.AttemptReport{Attempt: toAPIAttempt(r.Attempt), Duplicate: r.Duplicate}, nil
+}
+
+// retryDelay is base * factor^(failures-1), capped.
+func (s *Server) retryDelay(failures int) time.Duration {
+	c := s.cfg.Scheduler
+	d := float64(c.RetryBase) * math.Pow(c.RetryFactor, float64(max(failures-1, 0)))
+	if d > float64(c.RetryCap) || math.IsInf(d, 0) || math.IsNaN(d) {
+		return c.RetryCap
+	}
+	return time.Duration(d)
+}
+
+// CancelTask cancels a task (leader-only); its agent sees the attempt leave
+// its assignments and kills the process.
+func (s *Server) CancelTask(ctx context.Context, id, reason string) (api.Task, error) {
+	if !s.IsLeader() {
+		return api.Task{}, fmt.Errorf("%s: %w", s.cfg.ID, api.ErrNotLeader)
+	}
+	resp, _, err := s.apply(ctx, fsm.MsgCancelTask, fsm.CancelTaskRequest{TaskID: id, Reason: reason, Now: s.now().UTC()})
+	if err != nil {
+		return api.Task{}, err
+	}
+	return s.GetTask(resp.(*fsm.CancelResult).Task.ID)
+}
+
+// DeclareNodeDown commits a node-down verdict (leader-only): its live
+// attempts become LOST and their tasks are requeued.
+func (s *Server) DeclareNodeDown(ctx context.Context, nodeID, reason string) ([]string, error) {
+	if !s.IsLeader() {
+		return nil, fmt.Errorf("%s: %w", s.cfg.ID, api.ErrNotLeader)
+	}
+	resp, _, err := s.apply(ctx, fsm.MsgNodeDown, fsm.NodeDownRequest{NodeID: nodeID, Reason: reason, Now: s.now().UTC()})
+	if err != nil {
+		return nil, err
+	}
+	res := resp.(*fsm.NodeDownResult)
+	s.logger.Warn("node declared down", "node", nodeID, "reason", reason, "reclaimed", len(res.Reclaimed))
+	return res.Reclaimed, nil
+}
+
+// Assignments answers a node's blocking query from the local state: it
+// returns once an attempt on the node changed after index (a new
+// reservation, a cancel, a reclaim), or when wait passes.
+func (s *Server) Assignments(ctx context.Context, nodeID string, index uint64, wait time.Duration) (api.Assignments, error) {
+	deadline := time.Now().Add(wait)
+	for {
+		ws := memdb.NewWatchSet()
+		st := s.fsm.State()
+		node, err := st.Node(nodeID)
+		if errors.Is(err, fsm.ErrNotFound) {
+			return api.Assignments{}, fmt.Errorf("node %q not found: %w", nodeID, api.ErrNotFound)
+		}
+		if err != nil {
+			return api.Assignments{}, err
+		}
+		attempts, err := st.AttemptsOnNode(nodeID, ws)
+		if err != nil {
+			return api.Assignments{}, err
+		}
+		out := api.Assignments{NodeID: node.ID, SessionGeneration: node.SessionGeneration, Liveness: string(node.Liveness), Index: 1, Attempts: []api.Assignment{}}
+		for _, a := range attempts {
+			out.Index = max(out.Index, a.ModifyIndex)
+			if !a.State.Live() {
+				continue
+			}
+			t, err := st.Task(a.TaskID)
+			if err != nil {
+				continue
+			}
+			out.Attempts = append(out.Attempts, api.Assignment{Attempt: toAPIAttempt(a), Spec: toAPISpec(t.Spec)})
+		}
+		remaining := time.Until(deadline)
+		if out.Index > index || remaining <= 0 {
+			return out, nil
+		}
+		wctx, cancel := context.WithTimeout(ctx, remaining)
+		err = ws.WatchCtx(wctx)
+		cancel()
+		if ctx.Err() != nil {
+			return api.Assignments{}, ctx.Err()
+		}
+		_ = err // timed out or changed: look again
+	}
+}
+
+// reclaimLoop (leader-only) reclaims attempts that were reserved but not
+// started within the schedule-to-start timeout: their agent never saw
+// them or died before starting. The attempt becomes LOST and the task is
+// requeued.
+func (s *Server) reclaimLoop(ctx context.Context) {
+	timeout := s.cfg.Scheduler.ScheduleToStartTimeout
+	tick := time.NewTicker(min(timeout/4, time.Second))
+	defer tick.Stop()
+	// A new leader does not judge attempts reserved under its predecessor
+	// before a full timeout has passed under its own watch.
+	since := time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		if time.Since(since) < timeout {
+			continue
+		}
+		now := s.now().UTC()
+		reserved, err := s.fsm.State().AttemptsInState(fsm.AttemptReserved)
+		if err != nil {
+			s.logger.Error("list reserved attempts", "error", err)
+			continue
+		}
+		var cmds [][]byte
+		for _, a := range reserved {
+			if now.Sub(a.ReservedAt) < timeout {
+				continue
+			}
+			b, err := fsm.Encode(fsm.MsgAttemptEnd, fsm.AttemptEndRequest{
+				AttemptID: a.ID, LeaseVersion: a.LeaseVersion, State: fsm.AttemptLost, ExitCode: -1,
+				Error: fmt.Sprintf("reclaimed: not started within %s", timeout), Now: now, RetryAt: now,
+			})
+			if err == nil {
+				cmds = append(cmds, b)
+			}
+		}
+		if len(cmds) > 0 {
+			s.logger.Warn("reclaiming attempts never started", "count", len(cmds), "timeout", timeout)
+			s.commitBatches(ctx, cmds, s.cfg.Scheduler.BatchSize)
+		}
+	}
+}

@@ -508,9 +508,9 @@ func (h *Handler) postAttemptComplete(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	switch req.State {
-	case "", "SUCCEEDED", "FAILED", "TIMED_OUT":
+	case "", "SUCCEEDED", "FAILED", "TIMED_OUT", "LOST":
 	default:
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("state %q must be SUCCEEDED, FAILED or TIMED_OUT", req.State))
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("state %q must be SUCCEEDED, FAILED, TIMED_OUT or LOST", req.State))
 		return
 	}
 	rep, err := h.backend.CompleteAttempt(r.Context(), id, req)

@@ -323,7 +323,8 @@ type AttemptStartRequest struct {
 
 // AttemptCompleteRequest reports how an attempt ended. State defaults to
 // SUCCEEDED for exit code 0 and FAILED otherwise; TIMED_OUT says the run
-// timeout killed it.
+// timeout killed it; LOST says the agent lost the process (it restarted
+// or is stopping), which does not count against the node.
 type AttemptCompleteRequest struct {
 	LeaseVersion uint64 `json:"lease_version"`
 	ExitCode     int    `json:"exit_code"`

@@ -123,7 +123,22 @@ func (s *Server) Assignments(ctx context.Context, nodeID string, index uint64, w
 		st := s.fsm.State()
 		node, err := st.Node(nodeID)
 		if errors.Is(err, fsm.ErrNotFound) {
-			return api.Assignments{}, fmt.Errorf("node %q not found: %w", nodeID, api.ErrNotFound)
+			// A follower may not have applied the registration yet: wait
+			// for the node to appear rather than answer 404 at once.
+			remaining := time.Until(deadline)
+			if remaining <= 0 {
+				return api.Assignments{}, fmt.Errorf("node %q not found: %w", nodeID, api.ErrNotFound)
+			}
+			if err := st.WatchNodes(ws); err != nil {
+				return api.Assignments{}, err
+			}
+			wctx, cancel := context.WithTimeout(ctx, remaining)
+			_ = ws.WatchCtx(wctx)
+			cancel()
+			if ctx.Err() != nil {
+				return api.Assignments{}, ctx.Err()
+			}
+			continue
 		}
 		if err != nil {
 			return api.Assignments{}, err

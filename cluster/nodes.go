@@ -252,7 +252,7 @@ func toAPINode(n *fsm.Node) api.Node {
 
 func toAPIAttempt(a *fsm.Attempt) api.Attempt {
 	return api.Attempt{
-		ID: a.ID, Number: a.Number, NodeID: a.NodeID, State: string(a.State), LeaseVersion: a.LeaseVersion,
+		ID: a.ID, TaskID: a.TaskID, Number: a.Number, NodeID: a.NodeID, State: string(a.State), LeaseVersion: a.LeaseVersion,
 		ReservedAt: a.ReservedAt, StartedAt: a.StartedAt, FinishedAt: a.FinishedAt,
 		ExitCode: a.ExitCode, OutputTail: a.OutputTail,
 	}

@@ -2,10 +2,15 @@ package test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
+	"math/rand/v2"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -13,6 +18,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"herd/agent"
 	"herd/api"
 	"herd/cluster"
 	"herd/config"
@@ -47,14 +53,37 @@ func FastRaft(c *config.Server) {
 }
 
 // FreeAddr returns a loopback address with a port that was free just now.
+// Ports come from below the kernel's ephemeral range (read from
+// /proc/sys/net/ipv4/ip_local_port_range), so the outgoing connections of
+// the tests themselves can never take a port a replica is about to bind or
+// re-bind after a restart.
 func FreeAddr(t testing.TB) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("find free port: %v", err)
+	low := ephemeralLow()
+	for i := 0; i < 1000; i++ {
+		port := 10000 + rand.IntN(low-10000)
+		ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+		if err != nil {
+			continue
+		}
+		addr := ln.Addr().String()
+		ln.Close()
+		return addr
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	t.Fatal("no free port found below the ephemeral range")
+	return ""
+}
+
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if n, err := strconv.Atoi(f[0]); err == nil && n > 11000 {
+				return n
+			}
+		}
+	}
+	return 32768
 }
 
 // TestLogger logs at HERD_TEST_LOG level to stderr; off by default, since
@@ -317,4 +346,153 @@ func (c *FakeClock) Advance(d time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.now = c.now.Add(d)
+}
+
+// AgentHandle is an agent running in this test process.
+type AgentHandle struct {
+	Agent     *agent.Agent
+	Transport *CutTransport
+	cancel    context.CancelFunc
+	done      chan struct{}
+}
+
+// Stop stops the agent and waits for it.
+func (h *AgentHandle) Stop() {
+	h.cancel()
+	<-h.done
+}
+
+// StartAgent runs an agent against the given replicas (in that order of
+// preference), with fast heartbeats; every request goes through a
+// transport the test can cut.
+func (c *Cluster) StartAgent(cfg agent.Config, replicas ...int) *AgentHandle {
+	c.t.Helper()
+	if len(replicas) == 0 {
+		for i := range c.Replicas {
+			replicas = append(replicas, i)
+		}
+	}
+	for _, i := range replicas {
+		cfg.Servers = append(cfg.Servers, c.Replicas[i].Cfg.HTTPAddr)
+	}
+	if cfg.DataDir == "" {
+		cfg.DataDir = c.t.TempDir()
+	}
+	if cfg.HeartbeatInterval == 0 {
+		cfg.HeartbeatInterval = 300 * time.Millisecond
+	}
+	if cfg.AssignmentWait == 0 {
+		cfg.AssignmentWait = 5 * time.Second
+	}
+	if cfg.KillGrace == 0 {
+		cfg.KillGrace = time.Second
+	}
+	cut := NewCutTransport()
+	cfg.Transport = cut
+	cfg.Logger = c.logger
+	ag, err := agent.New(cfg)
+	if err != nil {
+		c.t.Fatalf("agent %s: %v", cfg.ID, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	h := &AgentHandle{Agent: ag, Transport: cut, cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(h.done)
+		_ = ag.Run(ctx)
+	}()
+	c.t.Cleanup(h.Stop)
+	return h
+}
+
+// CutTransport is an HTTP transport a test can cut: while cut, requests
+// fail and requests in flight are aborted, as in a network partition.
+type CutTransport struct {
+	base     http.RoundTripper
+	mu       sync.Mutex
+	cut      bool
+	inflight map[int]context.CancelFunc
+	next     int
+}
+
+// NewCutTransport returns a transport that works until Cut.
+func NewCutTransport() *CutTransport {
+	return &CutTransport{base: http.DefaultTransport.(*http.Transport).Clone(), inflight: map[int]context.CancelFunc{}}
+}
+
+// RoundTrip implements http.RoundTripper.
+func (t *CutTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	t.mu.Lock()
+	if t.cut {
+		t.mu.Unlock()
+		return nil, errors.New("test partition: link cut")
+	}
+	ctx, cancel := context.WithCancel(req.Context())
+	id := t.next
+	t.next++
+	t.inflight[id] = cancel
+	t.mu.Unlock()
+	resp, err := t.base.RoundTrip(req.WithContext(ctx))
+	if err != nil {
+		t.forget(id)
+		cancel()
+		return nil, err
+	}
+	resp.Body = &trackedBody{ReadCloser: resp.Body, done: func() { t.forget(id); cancel() }}
+	return resp, nil
+}
+
+func (t *CutTransport) forget(id int) {
+	t.mu.Lock()
+	delete(t.inflight, id)
+	t.mu.Unlock()
+}
+
+// Cut starts the partition.
+func (t *CutTransport) Cut() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.cut = true
+	for id, cancel := range t.inflight {
+		cancel()
+		delete(t.inflight, id)
+	}
+}
+
+// Heal ends the partition.
+func (t *CutTransport) Heal() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.cut = false
+}
+
+type trackedBody struct {
+	io.ReadCloser
+	once sync.Once
+	done func()
+}
+
+func (b *trackedBody) Close() error {
+	err := b.ReadCloser.Close()
+	b.once.Do(b.done)
+	return err
+}
+
+// ProcessesWith returns the pids whose command line contains marker.
+func ProcessesWith(marker string) []int {
+	entries, _ := os.ReadDir("/proc")
+	var out []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		if strings.Contains(strings.ReplaceAll(string(b), "\x00", " "), marker) {
+			out = append(out, pid)
+		}
+	}
+	return out
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"herd/api"
+	"herd/config"
 	"herd/fsm"
 )
 
@@ -195,7 +196,11 @@ func TestSeedExampleOverHTTP(t *testing.T) {
 // node is ever over capacity on any replica at any index, no task has two
 // live attempts, and the replicas agree.
 func TestConcurrentPlacementWithLeaderLoss(t *testing.T) {
-	c := NewClusterWith(t, 3, Setup{CheckInvariants: true})
+	// No agent heartbeats here: keep the registered nodes fresh for the
+	// whole test however slow the machine is.
+	c := NewClusterWith(t, 3, Setup{CheckInvariants: true, Config: []ClusterOption{func(cfg *config.Server) {
+		cfg.Scheduler.HeartbeatTTL = time.Hour
+	}}})
 	cl := c.AllClient()
 	for i := 0; i < 3; i++ {
 		registerNode(t, cl, fmt.Sprintf("small-%d", i), 1000, 1024, 1, 2, nil)
@@ -266,8 +271,20 @@ func TestConcurrentPlacementWithLeaderLoss(t *testing.T) {
 	c.Start(old)
 
 	// Everything acknowledged eventually succeeds.
+	deadline := time.Now().Add(2 * time.Minute)
 	for _, a := range acked {
-		waitTaskState(t, cl, a.ID, "SUCCEEDED")
+		var last api.Task
+		for {
+			task, _, err := cl.GetTask(ctx, a.ID, api.ReadOptions{Consistent: true})
+			if err == nil && task.State == "SUCCEEDED" {
+				break
+			}
+			last = task
+			if time.Now().After(deadline) {
+				t.Fatalf("task %s stuck in %s: %+v", a.ID, last.State, last.Timeline)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
 	}
 	close(stopCompleter)
 	completed.Wait()

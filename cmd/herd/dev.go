@@ -7,17 +7,24 @@ import (
 	"io"
 	"net"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 
+	"herd/agent"
+	"herd/api"
 	"herd/cluster"
 	"herd/config"
 )
 
-// devCluster is three replicas in one process, for trying herd out.
+// devCluster is three replicas and two agents in one process, for trying
+// herd out.
 type devCluster struct {
 	servers []*cluster.Server
+	agents  []*agent.Agent
+	stop    context.CancelFunc
+	agentWG sync.WaitGroup
 }
 
 func startDevCluster(dir string, logger hclog.Logger) (*devCluster, error) {
@@ -82,7 +89,45 @@ func (d *devCluster) waitForLeader(timeout time.Duration) error {
 	return nil
 }
 
+// startAgents starts two agents of different sizes and labels, each
+// talking to the replicas in a different order.
+func (d *devCluster) startAgents(dir string, logger hclog.Logger) error {
+	var addrs []string
+	for _, s := range d.servers {
+		addrs = append(addrs, s.HTTPAddr())
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	d.stop = cancel
+	specs := []agent.Config{
+		{ID: "edge-small", Labels: map[string]string{"zone": "a", "disk": "hdd"}, Resources: api.Resources{CPUMillis: 2000, MemoryMB: 2048}, Slots: 2,
+			Servers: addrs},
+		{ID: "edge-big", Labels: map[string]string{"zone": "b", "disk": "ssd"}, Resources: api.Resources{CPUMillis: 4000, MemoryMB: 4096}, Slots: 4,
+			Servers: []string{addrs[2], addrs[1], addrs[0]}},
+	}
+	for _, cfg := range specs {
+		cfg.DataDir = filepath.Join(dir, cfg.ID)
+		cfg.Logger = logger
+		ag, err := agent.New(cfg)
+		if err != nil {
+			return fmt.Errorf("agent %s: %w", cfg.ID, err)
+		}
+		d.agents = append(d.agents, ag)
+		d.agentWG.Add(1)
+		go func() {
+			defer d.agentWG.Done()
+			if err := ag.Run(ctx); err != nil && ctx.Err() == nil {
+				logger.Error("agent stopped", "node", cfg.ID, "error", err)
+			}
+		}()
+	}
+	return nil
+}
+
 func (d *devCluster) shutdown() {
+	if d.stop != nil {
+		d.stop()
+		d.agentWG.Wait()
+	}
 	var errs []error
 	for _, s := range d.servers {
 		errs = append(errs, s.Shutdown())
@@ -91,19 +136,27 @@ func (d *devCluster) shutdown() {
 }
 
 func (d *devCluster) printBanner(w io.Writer, dir string) {
-	fmt.Fprintln(w, "herd dev cluster is up: 3 replicas, data in", dir)
+	fmt.Fprintln(w, "herd dev cluster is up: 3 replicas and 2 agents, data in", dir)
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "  %-6s %-22s %-22s\n", "ID", "HTTP", "RAFT")
 	for _, s := range d.servers {
 		fmt.Fprintf(w, "  %-6s %-22s %-22s\n", s.ID(), s.HTTPAddr(), s.RaftAddr())
+	}
+	fmt.Fprintln(w)
+	for _, a := range d.agents {
+		c := a.Config()
+		fmt.Fprintf(w, "  agent %-10s cpu %dm, memory %d MB, %d slots, labels %s, limits %s\n",
+			c.ID, c.Resources.CPUMillis, c.Resources.MemoryMB, c.Slots, joinMap(c.Labels), a.LimitMethod())
 	}
 	addr := "http://" + d.servers[0].HTTPAddr()
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Next, in another terminal:")
 	fmt.Fprintf(w, "  export HERD_ADDR=%s\n", addr)
 	fmt.Fprintln(w, "  go run ./cmd/herd operator raft list-peers")
-	fmt.Fprintln(w, "  go run ./cmd/herd task submit -name hello -- echo hello")
+	fmt.Fprintln(w, "  go run ./cmd/herd task submit -name hello -prefer disk=ssd -cpu 500 -memory 64 -- sh -c 'echo hello from $HERD_NODE_ID'")
 	fmt.Fprintln(w, "  go run ./cmd/herd task list")
+	fmt.Fprintln(w, "  go run ./cmd/herd task status ID        # attempts, output tail and timeline")
+	fmt.Fprintln(w, "  go run ./cmd/herd node list")
 	fmt.Fprintf(w, "  curl -s %s/v1/status/leader\n", addr)
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Press Ctrl-C to stop.")

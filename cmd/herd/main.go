@@ -39,7 +39,8 @@ func usagef(format string, args ...any) error { return &usageError{msg: fmt.Spri
 func commands() []command {
 	return []command{
 		{"server", "run a scheduler replica", runServer},
-		{"dev", "run a local 3-replica cluster in one process", runDev},
+		{"agent", "run an edge agent that executes attempts", runAgent},
+		{"dev", "run a local cluster (3 replicas, 2 agents) in one process", runDev},
 		{"task", "submit, inspect and list tasks", runTask},
 		{"node", "list, inspect, drain and register worker nodes", runNode},
 		{"explain", "say why a task waits, node by node (or what-if for a spec)", runExplain},

@@ -124,6 +124,9 @@ func TestCLIAgainstACluster(t *testing.T) {
 		{[]string{"node", "eligibility", "edge-1", "maybe"}, 2, "not true or false"},
 		{[]string{"node", "register", "-capabilities", "exec", "n9"}, 2, "name@version"},
 		{[]string{"explain", "ghost"}, 1, "not found"},
+		{[]string{"task", "cancel", "ghost"}, 1, "not found"},
+		{[]string{"agent", "-servers", "127.0.0.1:1"}, 1, "id \"\" must be"},
+		{[]string{"agent", "-id", "a1", "-data-dir", "/tmp/x", "-limits", "magic"}, 1, "limits \"magic\""},
 	} {
 		out, errOut, code := herd(tc.args...)
 		if code != tc.code || !strings.Contains(errOut, tc.msg) {
@@ -139,7 +142,7 @@ func TestEveryCommandHasHelp(t *testing.T) {
 		{"operator", "raft", "remove-peer", "-h"}, {"operator", "raft", "transfer-leadership", "-h"},
 		{"operator", "snapshot", "-h"}, {"operator", "snapshot", "save", "-h"}, {"operator", "snapshot", "restore", "-h"},
 		{"node", "-h"}, {"node", "list", "-h"}, {"node", "status", "-h"}, {"node", "drain", "-h"}, {"node", "eligibility", "-h"},
-		{"node", "register", "-h"}, {"explain", "-h"},
+		{"node", "register", "-h"}, {"explain", "-h"}, {"task", "cancel", "-h"}, {"agent", "-h"},
 	} {
 		e, out, _ := testEnv(nil)
 		if code := run(e, args); code != 0 || !strings.Contains(out.String(), "Usage: herd") {

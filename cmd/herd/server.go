@@ -123,6 +123,9 @@ func runDev(e *env, args []string) error {
 	if err := dev.waitForLeader(30 * time.Second); err != nil {
 		return err
 	}
+	if err := dev.startAgents(dir, logger); err != nil {
+		return err
+	}
 	dev.printBanner(e.stdout, dir)
 	sigs, stop := e.signals()
 	defer stop()

@@ -16,6 +16,7 @@ func runTask(e *env, args []string) error {
 		{"submit", "submit a task: herd task submit [flags] -- CMD ARGS…", runTaskSubmit},
 		{"status", "show a task with its attempts and timeline", runTaskStatus},
 		{"list", "list tasks", runTaskList},
+		{"cancel", "cancel a task; its running process is killed", runTaskCancel},
 	})
 }
 
@@ -150,6 +151,13 @@ func runTaskStatus(e *env, args []string) error {
 			at.add(strconv.Itoa(a.Number), a.ID, a.NodeID, a.State, strconv.FormatUint(a.LeaseVersion, 10), ago(a.StartedAt), ago(a.FinishedAt), strconv.Itoa(a.ExitCode))
 		}
 		at.write(w)
+		last := t.Attempts[len(t.Attempts)-1]
+		if last.OutputTail != "" {
+			fmt.Fprintf(w, "\nOutput of attempt %d (tail)\n%s", last.Number, last.OutputTail)
+			if !strings.HasSuffix(last.OutputTail, "\n") {
+				fmt.Fprintln(w)
+			}
+		}
 	}
 	if t.State == "PENDING" {
 		if ex, err := cl.ExplainTask(ctx, t.ID, api.ReadOptions{Consistent: !*stale}); err == nil {
@@ -223,4 +231,32 @@ func quoteArgs(args []string) []string {
 		}
 	}
 	return out
+}
+
+func runTaskCancel(e *env, args []string) error {
+	fs := newFlags(e, "task cancel", "ID", "Cancel a task. A running attempt is stopped by its agent; a late result from it is refused.")
+	var cf clientFlags
+	cf.register(e, fs, true)
+	reason := fs.String("reason", "", "why, recorded in the task's timeline")
+	if err := parse(e, fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		return usagef("task cancel takes exactly one task id")
+	}
+	cl, err := cf.client()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	t, err := cl.CancelTask(ctx, fs.Arg(0), *reason)
+	if err != nil {
+		return fmt.Errorf("task cancel: %w", err)
+	}
+	if cf.json {
+		return printJSON(e.stdout, t)
+	}
+	fmt.Fprintf(e.stdout, "Task %s is %s\n", t.ID, t.State)
+	return nil
 }

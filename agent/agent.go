@@ -1,0 +1,439 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	"github.com/hashicorp/go-hclog"
+
+	"herd/api"
+)
+
+// Agent is one running edge agent.
+type Agent struct {
+	cfg     Config
+	logger  hclog.Logger
+	client  *api.Client
+	limiter limiter
+
+	session    atomic.Uint64
+	reregister chan struct{}
+
+	mu       sync.Mutex
+	running  map[string]*execution // attempt id → what runs it
+	finished map[string]bool       // attempts this agent ended (or gave up on)
+	last     *api.Assignments      // latest assignments, to start more when slots free up
+
+	wg sync.WaitGroup
+	// Stats for tests and the node's view of itself.
+	started, completed, rejected atomic.Uint64
+}
+
+type execution struct {
+	assignment api.Assignment
+	cancel     context.CancelFunc
+}
+
+// New checks the configuration and prepares an agent; Run starts it.
+func New(cfg Config) (*Agent, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("invalid agent configuration: %w", err)
+	}
+	logger := cfg.Logger
+	if logger == nil {
+		logger = hclog.New(&hclog.LoggerOptions{Name: "herd"})
+	}
+	logger = logger.Named("agent").With("node", cfg.ID)
+	client, err := api.NewClient(cfg.Servers...)
+	if err != nil {
+		return nil, fmt.Errorf("servers: %w", err)
+	}
+	hc := &http.Client{Timeout: cfg.AssignmentWait + 30*time.Second}
+	if cfg.Transport != nil {
+		hc.Transport = cfg.Transport
+	}
+	client.SetHTTPClient(hc)
+	client.OnFailover = func(from, to string, err error) {
+		logger.Warn("server unreachable, continuing through another", "from", from, "to", to, "error", err)
+	}
+	for _, d := range []string{"work", "logs"} {
+		if err := os.MkdirAll(filepath.Join(cfg.DataDir, d), 0o750); err != nil {
+			return nil, fmt.Errorf("create data dir: %w", err)
+		}
+	}
+	lim, skipped := pickLimiter(cfg.Limits, cfg.DataDir)
+	for _, s := range skipped {
+		logger.Info("limit method unavailable", "reason", s)
+	}
+	logger.Info("resource limits", "method", lim.Name())
+	return &Agent{
+		cfg: cfg, logger: logger, client: client, limiter: lim,
+		reregister: make(chan struct{}, 1),
+		running:    map[string]*execution{}, finished: map[string]bool{},
+	}, nil
+}
+
+// LimitMethod is how this agent enforces resource limits.
+func (a *Agent) LimitMethod() string { return a.limiter.Name() }
+
+// Config is the configuration in force, defaults applied.
+func (a *Agent) Config() Config { return a.cfg }
+
+// Session is the current session generation (0 before registration).
+func (a *Agent) Session() uint64 { return a.session.Load() }
+
+// Running lists the attempts running now.
+func (a *Agent) Running() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return slices.Sorted(maps.Keys(a.running))
+}
+
+// Stats returns attempts started, completions acknowledged and results
+// the cluster rejected as stale.
+func (a *Agent) Stats() (started, completed, rejected uint64) {
+	return a.started.Load(), a.completed.Load(), a.rejected.Load()
+}
+
+// Run registers and works until ctx ends, then stops every attempt it
+// runs (reporting them lost) and returns.
+func (a *Agent) Run(ctx context.Context) error {
+	if err := a.register(ctx); err != nil {
+		return err
+	}
+	a.wg.Add(2)
+	go func() { defer a.wg.Done(); a.heartbeatLoop(ctx) }()
+	go func() { defer a.wg.Done(); a.janitor(ctx) }()
+	a.assignmentLoop(ctx)
+	a.mu.Lock()
+	for _, ex := range a.running {
+		ex.cancel()
+	}
+	a.mu.Unlock()
+	a.wg.Wait()
+	a.logger.Info("agent stopped")
+	return nil
+}
+
+// register registers through any server, retrying with backoff.
+func (a *Agent) register(ctx context.Context) error {
+	labels := maps.Clone(a.cfg.Labels)
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	labels["herd.limits"] = a.limiter.Name()
+	reg := api.NodeRegistration{
+		ID: a.cfg.ID, Address: a.cfg.Address, Labels: labels, Capabilities: a.cfg.Capabilities,
+		Resources: a.cfg.Resources, Slots: a.cfg.Slots, Weight: a.cfg.Weight,
+	}
+	backoff := 200 * time.Millisecond
+	for {
+		res, err := a.client.RegisterNode(ctx, reg)
+		if err == nil {
+			a.session.Store(res.SessionGeneration)
+			a.logger.Info("registered", "session", res.SessionGeneration, "cpu_millis", reg.Resources.CPUMillis,
+				"memory_mb", reg.Resources.MemoryMB, "slots", reg.Slots, "limits", a.limiter.Name())
+			return nil
+		}
+		var se *api.StatusError
+		if errors.As(err, &se) && se.Code == http.StatusBadRequest {
+			return fmt.Errorf("registration refused: %w", err)
+		}
+		a.logger.Warn("registration failed, retrying", "in", backoff, "error", err)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 10*time.Second)
+	}
+}
+
+func (a *Agent) requestReregister() {
+	select {
+	case a.reregister <- struct{}{}:
+	default:
+	}
+}
+
+// heartbeatLoop keeps the session alive and registers again when the
+// cluster declared the node down or its session is no longer current.
+func (a *Agent) heartbeatLoop(ctx context.Context) {
+	t := time.NewTicker(a.cfg.HeartbeatInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-a.reregister:
+			a.logger.Warn("registering again: the cluster no longer knows this session")
+			if err := a.register(ctx); err != nil {
+				return
+			}
+			continue
+		case <-t.C:
+		}
+		hb, err := a.client.Heartbeat(ctx, a.cfg.ID, a.session.Load())
+		var se *api.StatusError
+		switch {
+		case err == nil && hb.Liveness == "DOWN":
+			a.requestReregister()
+		case errors.As(err, &se) && (se.Reason == "session_changed" || se.Code == http.StatusNotFound):
+			a.requestReregister()
+		case err != nil && ctx.Err() == nil:
+			a.logger.Warn("heartbeat failed", "error", err)
+		}
+	}
+}
+
+// assignmentLoop watches this node's assignments and reconciles.
+func (a *Agent) assignmentLoop(ctx context.Context) {
+	var index uint64
+	backoff := 200 * time.Millisecond
+	for ctx.Err() == nil {
+		as, err := a.client.Assignments(ctx, a.cfg.ID, index, a.cfg.AssignmentWait)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			// A 404 here may only mean the replica asked has not applied the
+			// registration yet; the heartbeat, answered by the leader,
+			// decides whether to register again.
+			a.logger.Warn("assignment watch failed, retrying", "in", backoff, "error", err)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(backoff):
+			}
+			backoff = min(backoff*2, 10*time.Second)
+			continue
+		}
+		backoff = 200 * time.Millisecond
+		if as.Liveness == "DOWN" {
+			a.requestReregister()
+		}
+		index = as.Index
+		a.reconcile(ctx, &as)
+	}
+}
+
+// reconcile makes what runs here match the cluster's assignments: stop
+// what was taken back, start what is new, up to the slots.
+func (a *Agent) reconcile(ctx context.Context, as *api.Assignments) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if as != nil {
+		a.last = as
+	}
+	if a.last == nil {
+		return
+	}
+	live := map[string]api.Assignment{}
+	for _, x := range a.last.Attempts {
+		live[x.Attempt.ID] = x
+	}
+	for id, ex := range a.running {
+		if _, ok := live[id]; !ok {
+			a.logger.Info("attempt taken back by the cluster (cancelled or reclaimed), stopping it", "attempt", id)
+			ex.cancel()
+		}
+	}
+	for id := range a.finished {
+		if _, ok := live[id]; !ok {
+			delete(a.finished, id) // the cluster has recorded its end
+		}
+	}
+	for _, x := range a.last.Attempts {
+		id := x.Attempt.ID
+		if a.running[id] != nil || a.finished[id] {
+			continue
+		}
+		if x.Attempt.State == "RUNNING" {
+			// Started by an earlier run of this agent, which is gone: the
+			// process is lost. Report it so the task is retried now rather
+			// than when a timeout notices.
+			a.finished[id] = true
+			a.wg.Add(1)
+			go func() {
+				defer a.wg.Done()
+				a.report(ctx, x, outcome{state: "LOST", exitCode: -1, err: "the agent restarted; the process is gone"})
+			}()
+			continue
+		}
+		if len(a.running) >= max(a.cfg.Slots, 1) {
+			continue
+		}
+		actx, cancel := context.WithCancel(ctx)
+		a.running[id] = &execution{assignment: x, cancel: cancel}
+		a.wg.Add(1)
+		go func() {
+			defer a.wg.Done()
+			defer cancel()
+			a.execute(ctx, actx, x)
+			a.mu.Lock()
+			delete(a.running, id)
+			a.finished[id] = true
+			a.mu.Unlock()
+			a.reconcile(ctx, nil) // a slot is free: start what waits
+		}()
+	}
+}
+
+// execute runs one attempt: report the start (fenced), run it under a
+// watchdog, report the result. agentCtx ends with the agent; attemptCtx
+// also ends when the cluster takes the attempt back.
+func (a *Agent) execute(agentCtx, attemptCtx context.Context, x api.Assignment) {
+	att := x.Attempt
+	log := a.logger.With("task", att.TaskID, "attempt", att.ID, "number", att.Number)
+	if !a.reportStart(attemptCtx, x, log) {
+		return
+	}
+	a.started.Add(1)
+	log.Info("attempt started", "command", x.Spec.Command)
+
+	timeout := time.Duration(derefInt64(x.Spec.TimeoutSeconds, api.DefaultTimeoutSeconds)) * time.Second
+	done := make(chan outcome, 1)
+	go func() {
+		defer func() {
+			if p := recover(); p != nil {
+				log.Error("executor crashed", "panic", p)
+				done <- outcome{state: "FAILED", exitCode: -1, err: fmt.Sprintf("executor crashed: %v", p)}
+			}
+		}()
+		done <- a.runProcess(attemptCtx, x)
+	}()
+	var out outcome
+	watchdog := time.NewTimer(timeout + a.cfg.KillGrace + a.cfg.WatchdogGrace)
+	defer watchdog.Stop()
+	select {
+	case out = <-done:
+	case <-watchdog.C:
+		// The executor should have ended the process by now: it is hung.
+		// Report the attempt failed and move on; the agent stays up.
+		log.Error("executor hung past the run timeout; giving the attempt up")
+		out = outcome{state: "FAILED", exitCode: -1, err: "executor hung past the run timeout"}
+	}
+	if out.abandoned {
+		if agentCtx.Err() == nil {
+			log.Info("attempt stopped after the cluster took it back")
+			return
+		}
+		out.err = "the agent stopped"
+	}
+	a.report(agentCtx, x, out)
+}
+
+// reportStart reports the start, retrying through failovers; false means
+// the attempt must not run (taken back, or no server acknowledged it in
+// time — the cluster will reclaim it).
+func (a *Agent) reportStart(ctx context.Context, x api.Assignment, log hclog.Logger) bool {
+	deadline := time.Now().Add(30 * time.Second)
+	backoff := 100 * time.Millisecond
+	for {
+		_, err := a.client.StartAttempt(ctx, x.Attempt.ID, x.Attempt.LeaseVersion)
+		if err == nil {
+			return true
+		}
+		var se *api.StatusError
+		if errors.As(err, &se) && se.Code != http.StatusServiceUnavailable {
+			log.Warn("start refused; not running the attempt", "error", err)
+			return false
+		}
+		if ctx.Err() != nil || time.Now().After(deadline) {
+			log.Warn("could not report the start; not running the attempt", "error", err)
+			return false
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 2*time.Second)
+	}
+}
+
+// report sends an attempt's result until a server acknowledges or
+// refuses it, or the agent stops.
+func (a *Agent) report(ctx context.Context, x api.Assignment, out outcome) {
+	log := a.logger.With("task", x.Attempt.TaskID, "attempt", x.Attempt.ID)
+	req := api.AttemptCompleteRequest{
+		LeaseVersion: x.Attempt.LeaseVersion, ExitCode: out.exitCode, OutputTail: truncate(out.tail, api.MaxOutputTail),
+		Error: truncate(out.err, api.MaxErrorText), State: out.state,
+	}
+	backoff := 100 * time.Millisecond
+	for {
+		rep, err := a.client.CompleteAttempt(ctx, x.Attempt.ID, req)
+		if err == nil {
+			a.completed.Add(1)
+			log.Info("result accepted", "state", out.state, "exit_code", out.exitCode, "duplicate", rep.Duplicate)
+			return
+		}
+		var se *api.StatusError
+		if errors.As(err, &se) && se.Code != http.StatusServiceUnavailable {
+			if se.Code == http.StatusConflict {
+				a.rejected.Add(1)
+			}
+			log.Warn("result refused by the cluster", "state", out.state, "error", err)
+			return
+		}
+		if ctx.Err() != nil {
+			log.Warn("agent stopping; result not delivered", "state", out.state)
+			return
+		}
+		log.Warn("result not delivered yet, retrying", "in", backoff, "error", err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 5*time.Second)
+	}
+}
+
+// janitor removes logs and working directories older than the retention.
+func (a *Agent) janitor(ctx context.Context) {
+	every := min(a.cfg.LogRetention/4, time.Hour)
+	for {
+		cutoff := time.Now().Add(-a.cfg.LogRetention)
+		a.mu.Lock()
+		active := map[string]bool{}
+		for id, ex := range a.running {
+			active[id] = true
+			active[ex.assignment.Attempt.TaskID] = true
+		}
+		a.mu.Unlock()
+		keep := func(name string) bool { return active[name] }
+		n := pruneOld(filepath.Join(a.cfg.DataDir, "logs"), cutoff, keep) + pruneOld(filepath.Join(a.cfg.DataDir, "work"), cutoff, keep)
+		if n > 0 {
+			a.logger.Info("removed old logs and working directories", "count", n, "retention", a.cfg.LogRetention)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(every):
+		}
+	}
+}
+
+// truncate makes s valid UTF-8 of at most n bytes, keeping its end (the
+// last output matters most) and cutting on a character boundary.
+func truncate(s string, n int) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	for len(s) > n {
+		_, size := utf8.DecodeRuneInString(s)
+		s = s[size:]
+	}
+	return s
+}

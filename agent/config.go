@@ -1,0 +1,164 @@
+// Package agent runs on edge nodes: it registers through any replica,
+// keeps its session alive, watches its assignments with a blocking query,
+// runs each attempt as a subprocess in its own process group under
+// resource limits (a cgroup when it can, rlimits otherwise), keeps local
+// logs, and reports fenced results. It talks to the servers only through
+// the api client and spawns nothing but the tasks themselves.
+package agent
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"herd/api"
+)
+
+// Config configures an agent.
+type Config struct {
+	ID           string
+	Servers      []string // HTTP addresses of any replicas
+	DataDir      string
+	Address      string
+	Labels       map[string]string
+	Capabilities map[string][]string
+	Resources    api.Resources // zero fields are filled from the machine
+	Slots        int           // 0: one per CPU
+	Weight       int
+
+	HeartbeatInterval time.Duration // default 5s
+	AssignmentWait    time.Duration // blocking query wait, default 30s
+	KillGrace         time.Duration // SIGTERM to SIGKILL, default 3s
+	WatchdogGrace     time.Duration // past the run timeout before an executor counts as hung, default 30s
+	LogMaxBytes       int64         // per log file before rotation, default 10 MiB
+	LogMaxFiles       int           // rotated files kept per attempt, default 3
+	LogRetention      time.Duration // default 7 days
+	// Limits picks how resource limits are enforced: "auto" (cgroup v2,
+	// then cgroup v1, then rlimits), "cgroup-v2", "cgroup-v1", "rlimit"
+	// or "none".
+	Limits string
+
+	Logger hclog.Logger
+	// Transport, when set, carries every request to the servers (tests
+	// cut it to simulate a partition).
+	Transport http.RoundTripper
+}
+
+// Defaults applied by WithDefaults.
+const (
+	DefaultHeartbeatInterval = 5 * time.Second
+	DefaultAssignmentWait    = 30 * time.Second
+	DefaultLogRetention      = 7 * 24 * time.Hour
+)
+
+// WithDefaults fills unset fields, reading the machine for resources.
+func (c Config) WithDefaults() Config {
+	if c.HeartbeatInterval <= 0 {
+		c.HeartbeatInterval = DefaultHeartbeatInterval
+	}
+	if c.AssignmentWait <= 0 {
+		c.AssignmentWait = DefaultAssignmentWait
+	}
+	if c.KillGrace <= 0 {
+		c.KillGrace = 3 * time.Second
+	}
+	if c.WatchdogGrace <= 0 {
+		c.WatchdogGrace = 30 * time.Second
+	}
+	if c.LogMaxBytes <= 0 {
+		c.LogMaxBytes = 10 << 20
+	}
+	if c.LogMaxFiles <= 0 {
+		c.LogMaxFiles = 3
+	}
+	if c.LogRetention <= 0 {
+		c.LogRetention = DefaultLogRetention
+	}
+	if c.Limits == "" {
+		c.Limits = "auto"
+	}
+	if c.Capabilities == nil {
+		c.Capabilities = map[string][]string{"exec": {"1"}}
+	}
+	if c.Resources.CPUMillis == 0 {
+		c.Resources.CPUMillis = int64(runtime.NumCPU()) * 1000
+	}
+	if c.Resources.MemoryMB == 0 {
+		c.Resources.MemoryMB = machineMemoryMB()
+	}
+	if c.Resources.DiskMB == 0 && c.DataDir != "" {
+		c.Resources.DiskMB = freeDiskMB(c.DataDir)
+	}
+	if c.Slots == 0 {
+		c.Slots = runtime.NumCPU()
+	}
+	if c.Address == "" {
+		c.Address, _ = os.Hostname()
+	}
+	return c
+}
+
+// Validate reports every problem in the configuration.
+func (c Config) Validate() error {
+	var errs []error
+	if !api.ValidID(c.ID) {
+		errs = append(errs, fmt.Errorf("id %q must be 1-64 letters, digits, '.', '_' or '-'", c.ID))
+	}
+	if len(c.Servers) == 0 {
+		errs = append(errs, errors.New("at least one server address is required"))
+	}
+	if c.DataDir == "" {
+		errs = append(errs, errors.New("data dir is required"))
+	}
+	r := c.Resources
+	if r.CPUMillis < 0 || r.MemoryMB < 0 || r.GPU < 0 || r.DiskMB < 0 || c.Slots < 0 || c.Weight < 0 {
+		errs = append(errs, errors.New("resources, slots and weight must not be negative"))
+	}
+	switch c.Limits {
+	case "auto", "cgroup-v2", "cgroup-v1", "rlimit", "none":
+	default:
+		errs = append(errs, fmt.Errorf("limits %q must be auto, cgroup-v2, cgroup-v1, rlimit or none", c.Limits))
+	}
+	return errors.Join(errs...)
+}
+
+// machineMemoryMB reads MemTotal from /proc/meminfo (0 if unknown).
+func machineMemoryMB() int64 {
+	f, err := os.Open("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) >= 2 && fields[0] == "MemTotal:" {
+			kb, err := strconv.ParseInt(fields[1], 10, 64)
+			if err == nil {
+				return kb / 1024
+			}
+		}
+	}
+	return 0
+}
+
+// freeDiskMB is the space available to unprivileged users under dir.
+func freeDiskMB(dir string) int64 {
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return 0
+	}
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(dir, &st); err != nil {
+		return 0
+	}
+	return int64(st.Bavail) * int64(st.Bsize) >> 20
+}

@@ -1,0 +1,186 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
+	"herd/api"
+)
+
+// outcome is how one attempt ended on this node.
+type outcome struct {
+	state    string // SUCCEEDED, FAILED, TIMED_OUT or LOST
+	exitCode int
+	tail     string
+	err      string
+	// abandoned: the cluster took the attempt back (cancelled, reclaimed)
+	// or the agent is stopping; nobody waits for a result.
+	abandoned bool
+}
+
+// runProcess runs one attempt's command to its end: its own process
+// group and working directory, HERD_* variables, limits, output to a
+// rotating log and a 64 KiB tail, the run timeout, and no process left
+// behind afterwards. ctx ends when the attempt is taken back.
+func (a *Agent) runProcess(ctx context.Context, as api.Assignment) outcome {
+	att, spec := as.Attempt, as.Spec
+	workDir := filepath.Join(a.cfg.DataDir, "work", att.ID)
+	if err := os.MkdirAll(workDir, 0o750); err != nil {
+		return outcome{state: "FAILED", exitCode: -1, err: fmt.Sprintf("create working directory: %v", err)}
+	}
+	logFile, err := openRotating(filepath.Join(a.cfg.DataDir, "logs", att.TaskID, att.ID+".log"), a.cfg.LogMaxBytes, a.cfg.LogMaxFiles)
+	if err != nil {
+		return outcome{state: "FAILED", exitCode: -1, err: err.Error()}
+	}
+	defer logFile.Close()
+	tail := &tailBuffer{max: api.MaxOutputTail}
+	fmt.Fprintf(logFile, "--- herd: task %s attempt %d (%s) on %s, limits %s, started %s\n",
+		att.TaskID, att.Number, att.ID, a.cfg.ID, a.limiter.Name(), time.Now().UTC().Format(time.RFC3339))
+
+	if len(spec.Command) == 0 {
+		return outcome{state: "FAILED", exitCode: -1, err: "empty command"}
+	}
+	cmd := exec.Command(spec.Command[0], spec.Command[1:]...)
+	cmd.Dir = workDir
+	cmd.Env = append(os.Environ(), envList(spec.Env)...)
+	cmd.Env = append(cmd.Env,
+		"HERD_TASK_ID="+att.TaskID,
+		"HERD_ATTEMPT_ID="+att.ID,
+		"HERD_ATTEMPT_NUMBER="+strconv.Itoa(att.Number),
+		"HERD_NODE_ID="+a.cfg.ID,
+	)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	limits, err := a.limiter.Prepare(att.ID, spec.Resources, cmd.SysProcAttr)
+	if err != nil {
+		return outcome{state: "FAILED", exitCode: -1, err: fmt.Sprintf("set up %s limits: %v", a.limiter.Name(), err)}
+	}
+	defer limits.Release()
+	r, w, err := os.Pipe()
+	if err != nil {
+		return outcome{state: "FAILED", exitCode: -1, err: fmt.Sprintf("output pipe: %v", err)}
+	}
+	cmd.Stdout, cmd.Stderr = w, w
+	err = limits.Launch(cmd)
+	w.Close()
+	if err != nil {
+		r.Close()
+		msg := fmt.Sprintf("start %q: %v", spec.Command[0], err)
+		fmt.Fprintln(logFile, "--- herd:", msg)
+		return outcome{state: "FAILED", exitCode: 127, err: msg}
+	}
+	pid := cmd.Process.Pid
+	if err := limits.Started(pid); err != nil {
+		a.logger.Warn("limits not applied", "attempt", att.ID, "method", a.limiter.Name(), "error", err)
+		fmt.Fprintln(logFile, "--- herd: limits not applied:", err)
+	}
+	copied := make(chan struct{})
+	go func() {
+		defer close(copied)
+		_, _ = io.Copy(io.MultiWriter(logFile, tail), r)
+	}()
+	waited := make(chan error, 1)
+	go func() { waited <- cmd.Wait() }()
+
+	timeout := time.Duration(derefInt64(spec.TimeoutSeconds, api.DefaultTimeoutSeconds)) * time.Second
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	var (
+		waitErr   error
+		timedOut  bool
+		abandoned bool
+	)
+	select {
+	case waitErr = <-waited:
+	case <-timer.C:
+		timedOut = true
+		waitErr = a.stopGroup(pid, limits, waited)
+	case <-ctx.Done():
+		abandoned = true
+		waitErr = a.stopGroup(pid, limits, waited)
+	}
+	// Whatever the main process left behind in its group dies with it.
+	_ = syscall.Kill(-pid, syscall.SIGKILL)
+	limits.KillAll()
+	select {
+	case <-copied:
+	case <-time.After(2 * time.Second):
+		// Something outside the group still holds the output open.
+		r.Close()
+		<-copied
+	}
+	r.Close()
+
+	out := outcome{tail: tail.String(), abandoned: abandoned}
+	out.exitCode, out.err = exitStatus(cmd.ProcessState, waitErr)
+	switch {
+	case timedOut:
+		out.state = "TIMED_OUT"
+		out.err = fmt.Sprintf("run timeout of %s exceeded; process group killed", timeout)
+	case abandoned:
+		out.state = "LOST"
+		out.err = "stopped: the attempt was taken back"
+	case limits.OOMKilled():
+		out.state = "FAILED"
+		out.err = fmt.Sprintf("killed by the memory limit (%d MB, %s)", spec.Resources.MemoryMB, a.limiter.Name())
+	case out.exitCode == 0:
+		out.state = "SUCCEEDED"
+	default:
+		out.state = "FAILED"
+	}
+	fmt.Fprintf(logFile, "--- herd: %s, exit code %d %s\n", out.state, out.exitCode, out.err)
+	return out
+}
+
+// stopGroup asks the process group to stop (SIGTERM), kills it after the
+// grace period, and returns the main process's wait result.
+func (a *Agent) stopGroup(pid int, limits limitHandle, waited <-chan error) error {
+	_ = syscall.Kill(-pid, syscall.SIGTERM)
+	select {
+	case err := <-waited:
+		return err
+	case <-time.After(a.cfg.KillGrace):
+	}
+	_ = syscall.Kill(-pid, syscall.SIGKILL)
+	limits.KillAll()
+	return <-waited
+}
+
+func exitStatus(ps *os.ProcessState, waitErr error) (int, string) {
+	if ps == nil {
+		if waitErr != nil {
+			return -1, waitErr.Error()
+		}
+		return -1, "no exit status"
+	}
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return 128 + int(ws.Signal()), "killed by signal " + ws.Signal().String()
+	}
+	var ee *exec.ExitError
+	if waitErr != nil && !errors.As(waitErr, &ee) {
+		return ps.ExitCode(), waitErr.Error()
+	}
+	return ps.ExitCode(), ""
+}
+
+func envList(m map[string]string) []string {
+	out := make([]string, 0, len(m))
+	for k, v := range m {
+		out = append(out, k+"="+v)
+	}
+	return out
+}
+
+func derefInt64(p *int64, def int64) int64 {
+	if p == nil {
+		return def
+	}
+	return *p
+}

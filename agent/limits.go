@@ -1,0 +1,525 @@
+package agent
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"herd/api"
+)
+
+// limiter enforces an attempt's CPU and memory request.
+type limiter interface {
+	// Name is the method, as logged and reported: cgroup-v2, cgroup-v1,
+	// rlimit or none.
+	Name() string
+	// Prepare runs before the process starts; it may set attributes of the
+	// child (cgroup v2 places it in its cgroup atomically at clone).
+	Prepare(attemptID string, res api.Resources, attr *syscall.SysProcAttr) (limitHandle, error)
+}
+
+// limitHandle is one attempt's limits.
+type limitHandle interface {
+	// Launch starts the process under the limits. Methods that can place
+	// the process before it runs its first instruction do so.
+	Launch(cmd *exec.Cmd) error
+	// Started runs right after the process started.
+	Started(pid int) error
+	// KillAll kills every process of the attempt, including ones that left
+	// the process group (where the method can see them).
+	KillAll()
+	// OOMKilled reports whether the memory limit killed a process.
+	OOMKilled() bool
+	// Release removes what Prepare created.
+	Release()
+}
+
+// cpuQuota converts millicores into a CFS quota per 100 ms period.
+func cpuQuota(millis int64) (quota, period int64) {
+	return millis * 100, 100_000
+}
+
+// pickLimiter returns the first method of the wanted kind that works on
+// this machine, with the reasons the others were passed over.
+func pickLimiter(want, dataDir string) (limiter, []string) {
+	var skipped []string
+	try := func(name string, mk func() (limiter, error)) limiter {
+		l, err := mk()
+		if err != nil {
+			skipped = append(skipped, fmt.Sprintf("%s: %v", name, err))
+			return nil
+		}
+		return l
+	}
+	if want == "auto" || want == "cgroup-v2" {
+		if l := try("cgroup-v2", newCgroupV2); l != nil {
+			return l, skipped
+		}
+	}
+	if want == "auto" || want == "cgroup-v1" {
+		if l := try("cgroup-v1", newCgroupV1); l != nil {
+			return l, skipped
+		}
+	}
+	if want == "none" {
+		return noLimits{}, skipped
+	}
+	return rlimits{}, skipped
+}
+
+// --- cgroup v2 ---
+
+type cgroupV2 struct{ root string }
+
+// newCgroupV2 finds a cgroup v2 hierarchy with the cpu and memory
+// controllers and creates herd's parent group in it.
+func newCgroupV2() (limiter, error) {
+	mount, err := cgroup2Mount()
+	if err != nil {
+		return nil, err
+	}
+	self, err := ownCgroupV2()
+	if err != nil {
+		return nil, err
+	}
+	parent := filepath.Join(mount, self)
+	ctrl, err := os.ReadFile(filepath.Join(parent, "cgroup.controllers"))
+	if err != nil {
+		return nil, fmt.Errorf("read controllers: %w", err)
+	}
+	have := strings.Fields(string(ctrl))
+	for _, c := range []string{"cpu", "memory"} {
+		if !contains(have, c) {
+			return nil, fmt.Errorf("controller %s not available in %s", c, parent)
+		}
+	}
+	root := filepath.Join(parent, "herd")
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		return nil, fmt.Errorf("create %s: %w", root, err)
+	}
+	if err := os.WriteFile(filepath.Join(parent, "cgroup.subtree_control"), []byte("+cpu +memory"), 0); err != nil {
+		return nil, fmt.Errorf("enable cpu and memory below %s: %w", parent, err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "cgroup.subtree_control"), []byte("+cpu +memory"), 0); err != nil {
+		return nil, fmt.Errorf("enable cpu and memory below %s: %w", root, err)
+	}
+	return &cgroupV2{root: root}, nil
+}
+
+func cgroup2Mount() (string, error) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return "", fmt.Errorf("read mounts: %w", err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		for i, fl := range fields {
+			if fl == "-" && i+1 < len(fields) && fields[i+1] == "cgroup2" {
+				return fields[4], nil
+			}
+		}
+	}
+	return "", errors.New("no cgroup2 file system mounted")
+}
+
+func ownCgroupV2() (string, error) {
+	b, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return "", fmt.Errorf("read own cgroup: %w", err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "0::"); ok {
+			return rest, nil
+		}
+	}
+	return "", errors.New("not in a cgroup v2 hierarchy")
+}
+
+func (c *cgroupV2) Name() string { return "cgroup-v2" }
+
+func (c *cgroupV2) Prepare(id string, res api.Resources, attr *syscall.SysProcAttr) (limitHandle, error) {
+	dir := filepath.Join(c.root, id)
+	if err := os.Mkdir(dir, 0o755); err != nil && !os.IsExist(err) {
+		return nil, fmt.Errorf("create cgroup: %w", err)
+	}
+	h := &cgroupV2Handle{dir: dir}
+	if res.CPUMillis > 0 {
+		q, p := cpuQuota(res.CPUMillis)
+		if err := os.WriteFile(filepath.Join(dir, "cpu.max"), []byte(fmt.Sprintf("%d %d", q, p)), 0); err != nil {
+			h.Release()
+			return nil, fmt.Errorf("set cpu.max: %w", err)
+		}
+	}
+	if res.MemoryMB > 0 {
+		limit := strconv.FormatInt(res.MemoryMB<<20, 10)
+		if err := os.WriteFile(filepath.Join(dir, "memory.max"), []byte(limit), 0); err != nil {
+			h.Release()
+			return nil, fmt.Errorf("set memory.max: %w", err)
+		}
+		_ = os.WriteFile(filepath.Join(dir, "memory.swap.max"), []byte("0"), 0)
+	}
+	fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		h.Release()
+		return nil, fmt.Errorf("open cgroup: %w", err)
+	}
+	h.fd = fd
+	// The child is cloned straight into the cgroup: no window in which
+	// it runs unlimited.
+	attr.UseCgroupFD = true
+	attr.CgroupFD = fd
+	return h, nil
+}
+
+type cgroupV2Handle struct {
+	dir string
+	fd  int
+}
+
+func (h *cgroupV2Handle) Launch(cmd *exec.Cmd) error { return cmd.Start() }
+
+func (h *cgroupV2Handle) Started(int) error {
+	if h.fd > 0 {
+		unix.Close(h.fd)
+		h.fd = 0
+	}
+	return nil
+}
+
+func (h *cgroupV2Handle) KillAll() {
+	_ = os.WriteFile(filepath.Join(h.dir, "cgroup.kill"), []byte("1"), 0)
+}
+
+func (h *cgroupV2Handle) OOMKilled() bool {
+	return readKeyed(filepath.Join(h.dir, "memory.events"), "oom_kill") > 0
+}
+
+func (h *cgroupV2Handle) Release() {
+	if h.fd > 0 {
+		unix.Close(h.fd)
+	}
+	_ = os.Remove(h.dir)
+}
+
+// --- cgroup v1 ---
+
+type cgroupV1 struct{ memRoot, cpuRoot string }
+
+// newCgroupV1 uses the v1 memory and cpu hierarchies. Processes are moved
+// in right after they start: a v1 cgroup cannot be entered at clone.
+func newCgroupV1() (limiter, error) {
+	mem, err := cgroupV1Mount("memory")
+	if err != nil {
+		return nil, err
+	}
+	cpu, err := cgroupV1Mount("cpu")
+	if err != nil {
+		return nil, err
+	}
+	l := &cgroupV1{memRoot: filepath.Join(mem, "herd"), cpuRoot: filepath.Join(cpu, "herd")}
+	for _, d := range []string{l.memRoot, l.cpuRoot} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return nil, fmt.Errorf("create %s: %w", d, err)
+		}
+	}
+	return l, nil
+}
+
+func cgroupV1Mount(controller string) (string, error) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return "", fmt.Errorf("read mounts: %w", err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		for i, fl := range fields {
+			if fl == "-" && i+3 < len(fields) && fields[i+1] == "cgroup" && contains(strings.Split(fields[i+3], ","), controller) {
+				return fields[4], nil
+			}
+		}
+	}
+	return "", fmt.Errorf("no cgroup v1 %s hierarchy mounted", controller)
+}
+
+func (c *cgroupV1) Name() string { return "cgroup-v1" }
+
+func (c *cgroupV1) Prepare(id string, res api.Resources, _ *syscall.SysProcAttr) (limitHandle, error) {
+	h := &cgroupV1Handle{mem: filepath.Join(c.memRoot, id), cpu: filepath.Join(c.cpuRoot, id)}
+	for _, d := range []string{h.mem, h.cpu} {
+		if err := os.Mkdir(d, 0o755); err != nil && !os.IsExist(err) {
+			h.Release()
+			return nil, fmt.Errorf("create cgroup: %w", err)
+		}
+	}
+	if res.MemoryMB > 0 {
+		if err := os.WriteFile(filepath.Join(h.mem, "memory.limit_in_bytes"), []byte(strconv.FormatInt(res.MemoryMB<<20, 10)), 0); err != nil {
+			h.Release()
+			return nil, fmt.Errorf("set memory.limit_in_bytes: %w", err)
+		}
+		_ = os.WriteFile(filepath.Join(h.mem, "memory.memsw.limit_in_bytes"), []byte(strconv.FormatInt(res.MemoryMB<<20, 10)), 0)
+	}
+	if res.CPUMillis > 0 {
+		q, p := cpuQuota(res.CPUMillis)
+		_ = os.WriteFile(filepath.Join(h.cpu, "cpu.cfs_period_us"), []byte(strconv.FormatInt(p, 10)), 0)
+		if err := os.WriteFile(filepath.Join(h.cpu, "cpu.cfs_quota_us"), []byte(strconv.FormatInt(q, 10)), 0); err != nil {
+			h.Release()
+			return nil, fmt.Errorf("set cpu.cfs_quota_us: %w", err)
+		}
+	}
+	return h, nil
+}
+
+type cgroupV1Handle struct {
+	mem, cpu  string
+	moveAfter bool // Launch could not fork from inside the cgroups
+}
+
+// Launch forks the process from a thread that sits in the attempt's
+// cgroups for the duration of the fork, so the child starts inside them:
+// v1 lets one thread of a process move (the "tasks" file), and a child
+// inherits its forking thread's cgroups. The thread moves back afterwards;
+// if it cannot, it is retired with its goroutine instead of being reused.
+func (h *cgroupV1Handle) Launch(cmd *exec.Cmd) error {
+	start := cmd.Start
+	type result struct{ err, moveErr error }
+	done := make(chan result, 1)
+	go func() {
+		runtime.LockOSThread()
+		tid := strconv.Itoa(unix.Gettid())
+		orig, err := threadCgroupsV1()
+		if err != nil {
+			runtime.UnlockOSThread()
+			done <- result{moveErr: err}
+			return
+		}
+		var moved []string
+		back := func() bool {
+			ok := true
+			for _, ctl := range moved {
+				if err := os.WriteFile(filepath.Join(orig[ctl], "tasks"), []byte(tid), 0); err != nil {
+					ok = false
+				}
+			}
+			return ok
+		}
+		for ctl, dir := range map[string]string{"memory": h.mem, "cpu": h.cpu} {
+			if _, ok := orig[ctl]; !ok {
+				continue
+			}
+			if err := os.WriteFile(filepath.Join(dir, "tasks"), []byte(tid), 0); err != nil {
+				if back() {
+					runtime.UnlockOSThread()
+				}
+				done <- result{moveErr: fmt.Errorf("enter %s: %w", dir, err)}
+				return
+			}
+			moved = append(moved, ctl)
+		}
+		err = start()
+		if back() {
+			runtime.UnlockOSThread()
+		}
+		done <- result{err: err}
+	}()
+	r := <-done
+	if r.moveErr != nil {
+		// Could not fork from inside: start normally and move the process
+		// in right after (a short window in which it runs unlimited).
+		h.moveAfter = true
+		return start()
+	}
+	return r.err
+}
+
+// threadCgroupsV1 maps v1 controllers (memory, cpu) to the absolute
+// directory of the calling thread's cgroup.
+func threadCgroupsV1() (map[string]string, error) {
+	b, err := os.ReadFile("/proc/thread-self/cgroup")
+	if err != nil {
+		return nil, fmt.Errorf("read thread cgroups: %w", err)
+	}
+	out := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		for _, ctl := range strings.Split(parts[1], ",") {
+			if ctl != "memory" && ctl != "cpu" {
+				continue
+			}
+			mount, err := cgroupV1Mount(ctl)
+			if err != nil {
+				return nil, err
+			}
+			out[ctl] = filepath.Join(mount, parts[2])
+		}
+	}
+	if len(out) == 0 {
+		return nil, errors.New("thread is in no v1 memory or cpu cgroup")
+	}
+	return out, nil
+}
+
+func (h *cgroupV1Handle) Started(pid int) error {
+	if !h.moveAfter {
+		return nil
+	}
+	for _, d := range []string{h.mem, h.cpu} {
+		if err := os.WriteFile(filepath.Join(d, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0); err != nil {
+			return fmt.Errorf("move %d into %s: %w", pid, d, err)
+		}
+	}
+	return nil
+}
+
+func (h *cgroupV1Handle) KillAll() {
+	b, err := os.ReadFile(filepath.Join(h.mem, "cgroup.procs"))
+	if err != nil {
+		return
+	}
+	for _, f := range strings.Fields(string(b)) {
+		if pid, err := strconv.Atoi(f); err == nil && pid > 0 {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+}
+
+func (h *cgroupV1Handle) OOMKilled() bool {
+	return readKeyed(filepath.Join(h.mem, "memory.oom_control"), "oom_kill") > 0
+}
+
+func (h *cgroupV1Handle) Release() {
+	_ = os.Remove(h.mem)
+	_ = os.Remove(h.cpu)
+}
+
+// --- rlimits ---
+
+// rlimits caps the process's data segment (heap and anonymous mappings)
+// at the memory request. A CPU rate cannot be expressed as an rlimit, so
+// CPU is not enforced by this method.
+type rlimits struct{}
+
+func (rlimits) Name() string { return "rlimit" }
+
+func (rlimits) Prepare(_ string, res api.Resources, _ *syscall.SysProcAttr) (limitHandle, error) {
+	return rlimitHandle{memory: res.MemoryMB, set: new(bool)}, nil
+}
+
+type rlimitHandle struct {
+	memory int64
+	set    *bool // the limit was set during Launch
+}
+
+// Launch starts the process stopped at its first instruction (traced),
+// sets its rlimit, and lets it go: rlimits of another process can only be
+// set once it exists, and this way it never runs unlimited. Where tracing
+// is not allowed, the limit is set right after the start instead.
+func (h rlimitHandle) Launch(cmd *exec.Cmd) error {
+	if h.memory <= 0 {
+		return cmd.Start()
+	}
+	done := make(chan error, 1)
+	go func() {
+		// Ptrace requests must come from the thread that forked the child.
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		cmd.SysProcAttr.Ptrace = true
+		if err := cmd.Start(); err != nil {
+			done <- err
+			return
+		}
+		pid := cmd.Process.Pid
+		var ws syscall.WaitStatus
+		if _, err := syscall.Wait4(pid, &ws, syscall.WALL, nil); err != nil || !ws.Stopped() {
+			done <- fmt.Errorf("process %d did not stop at exec (%v)", pid, err)
+			return
+		}
+		err := h.apply(pid)
+		if derr := syscall.PtraceDetach(pid); derr != nil && err == nil {
+			err = fmt.Errorf("release traced process %d: %w", pid, derr)
+		}
+		if err == nil {
+			*h.set = true
+		}
+		done <- err
+	}()
+	err := <-done
+	switch {
+	case err != nil && cmd.Process == nil:
+		// Tracing refused (a sandbox): start untraced, limit right after.
+		cmd.SysProcAttr.Ptrace = false
+		return cmd.Start()
+	case err != nil:
+		// Started but never limited: do not let it run.
+		_ = cmd.Process.Kill()
+		_, _ = cmd.Process.Wait()
+	}
+	return err
+}
+
+func (h rlimitHandle) apply(pid int) error {
+	lim := &unix.Rlimit{Cur: uint64(h.memory) << 20, Max: uint64(h.memory) << 20}
+	if err := unix.Prlimit(pid, unix.RLIMIT_DATA, lim, nil); err != nil {
+		return fmt.Errorf("prlimit data of %d: %w", pid, err)
+	}
+	return nil
+}
+
+func (h rlimitHandle) Started(pid int) error {
+	if h.memory <= 0 || *h.set {
+		return nil
+	}
+	return h.apply(pid)
+}
+
+func (rlimitHandle) KillAll()        {}
+func (rlimitHandle) OOMKilled() bool { return false }
+func (rlimitHandle) Release()        {}
+
+// --- none ---
+
+type noLimits struct{}
+
+func (noLimits) Name() string { return "none" }
+func (noLimits) Prepare(string, api.Resources, *syscall.SysProcAttr) (limitHandle, error) {
+	return rlimitHandle{set: new(bool)}, nil
+}
+
+func readKeyed(path, key string) int64 {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 2 && f[0] == key {
+			n, _ := strconv.ParseInt(f[1], 10, 64)
+			return n
+		}
+	}
+	return 0
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,264 @@
+package test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"herd/agent"
+	"herd/api"
+	"herd/config"
+)
+
+// fastRetries shortens the retry backoff and the reclaim timeout.
+func fastRetries(c *config.Server) {
+	c.Scheduler.RetryBase = 50 * time.Millisecond
+	c.Scheduler.RetryCap = 500 * time.Millisecond
+	c.Scheduler.ScheduleToStartTimeout = 10 * time.Second
+}
+
+func agentSetup() Setup {
+	return Setup{CheckInvariants: true, Config: []ClusterOption{fastRetries}}
+}
+
+func shSpec(name, script string) api.TaskSpec {
+	return api.TaskSpec{Name: name, IdempotencyKey: name, Command: []string{"sh", "-c", script}}
+}
+
+func ptrTo[T any](v T) *T { return &v }
+
+func submit(t *testing.T, cl *api.Client, s api.TaskSpec) string {
+	t.Helper()
+	res, _, err := cl.SubmitTask(Ctx(t, 30*time.Second), s)
+	if err != nil {
+		t.Fatalf("submit %s: %v", s.Name, err)
+	}
+	return res.ID
+}
+
+// Test 1: two agents registered through different replicas run 50 tasks,
+// all SUCCEEDED, spread over both, never over capacity.
+func TestAgentsRunTasksToSuccess(t *testing.T) {
+	c := NewClusterWith(t, 3, agentSetup())
+	a := c.StartAgent(agent.Config{ID: "edge-1", Resources: api.Resources{CPUMillis: 2000, MemoryMB: 1024}, Slots: 3}, 0, 1, 2)
+	b := c.StartAgent(agent.Config{ID: "edge-2", Resources: api.Resources{CPUMillis: 2000, MemoryMB: 1024}, Slots: 3}, 2, 1, 0)
+	cl := c.AllClient()
+	var ids []string
+	for i := 0; i < 50; i++ {
+		s := shSpec(fmt.Sprintf("ok-%d", i), "echo task $HERD_TASK_ID attempt $HERD_ATTEMPT_NUMBER on $HERD_NODE_ID; sleep 0.05")
+		s.Resources = api.Resources{CPUMillis: 1000, MemoryMB: 64}
+		ids = append(ids, submit(t, cl, s))
+	}
+	perNode := map[string]int{}
+	for _, id := range ids {
+		task := waitTaskState(t, cl, id, "SUCCEEDED")
+		at := task.Attempts[len(task.Attempts)-1]
+		perNode[at.NodeID]++
+		if !strings.Contains(at.OutputTail, "task "+id+" attempt 1 on "+at.NodeID) || at.ExitCode != 0 {
+			t.Fatalf("output tail / exit code of %s: %q %d", id, at.OutputTail, at.ExitCode)
+		}
+	}
+	if perNode["edge-1"] == 0 || perNode["edge-2"] == 0 {
+		t.Fatalf("work should spread over both agents: %v", perNode)
+	}
+	for _, h := range []*AgentHandle{a, b} {
+		started, completed, rejected := h.Agent.Stats()
+		if started == 0 || completed != started || rejected != 0 {
+			t.Fatalf("%s: started %d, completed %d, rejected %d", h.Agent.Config().ID, started, completed, rejected)
+		}
+	}
+	t.Logf("spread: %v", perNode)
+}
+
+// Test 2: a task that exits 1 is retried on the other node, and ends
+// FAILED after max_attempts with one attempt per try in its timeline.
+func TestFailingTaskRetriesElsewhereThenFails(t *testing.T) {
+	c := NewClusterWith(t, 3, agentSetup())
+	c.StartAgent(agent.Config{ID: "edge-1", Resources: api.Resources{CPUMillis: 2000, MemoryMB: 1024}, Slots: 2})
+	c.StartAgent(agent.Config{ID: "edge-2", Resources: api.Resources{CPUMillis: 2000, MemoryMB: 1024}, Slots: 2})
+	cl := c.AllClient()
+	s := shSpec("fails", "echo boom >&2; exit 1")
+	s.MaxAttempts = ptrTo(3)
+	task := waitTaskState(t, cl, submit(t, cl, s), "FAILED")
+	if len(task.Attempts) != 3 {
+		t.Fatalf("want 3 attempts, got %+v", task.Attempts)
+	}
+	for i, a := range task.Attempts {
+		if a.Number != i+1 || a.State != "FAILED" || a.ExitCode != 1 || !strings.Contains(a.OutputTail, "boom") {
+			t.Fatalf("attempt %d: %+v", i+1, a)
+		}
+	}
+	if task.Attempts[0].NodeID == task.Attempts[1].NodeID {
+		t.Fatalf("the retry should go to the other node: %s then %s", task.Attempts[0].NodeID, task.Attempts[1].NodeID)
+	}
+	var selected, finished int
+	for _, e := range task.Timeline {
+		switch e.Kind {
+		case "node_selected":
+			selected++
+		case "finished":
+			finished++
+		}
+	}
+	if selected != 3 || finished != 3 || task.Timeline[len(task.Timeline)-1].Kind != "failed" {
+		t.Fatalf("timeline should show each attempt: %+v", task.Timeline)
+	}
+}
+
+// Test 3: a task that outlives its timeout ends TIMED_OUT, and its whole
+// process group is gone.
+func TestTimeoutKillsProcessGroup(t *testing.T) {
+	c := NewClusterWith(t, 3, agentSetup())
+	c.StartAgent(agent.Config{ID: "edge-1", Slots: 2})
+	cl := c.AllClient()
+	marker := fmt.Sprintf("%d.25", 40+time.Now().Nanosecond()%50)
+	s := shSpec("slow", fmt.Sprintf("sleep %s & sleep %s; wait", marker, marker))
+	s.TimeoutSeconds = ptrTo(int64(1))
+	s.MaxAttempts = ptrTo(1)
+	id := submit(t, cl, s)
+	// The shell and its two sleeps carry the marker.
+	if !Eventually(20*time.Second, func() bool { return len(ProcessesWith("sleep "+marker)) >= 3 }) {
+		t.Fatal("the task's two processes never ran")
+	}
+	task := waitTaskState(t, cl, id, "TIMED_OUT")
+	if task.Attempts[0].State != "TIMED_OUT" {
+		t.Fatalf("attempt: %+v", task.Attempts[0])
+	}
+	if !Eventually(10*time.Second, func() bool { return len(ProcessesWith("sleep "+marker)) == 0 }) {
+		t.Fatalf("orphans left behind: %v", ProcessesWith("sleep "+marker))
+	}
+}
+
+// Test 4: the zombie. An attempt's node is declared down while the attempt
+// still runs (its agent cut off); the task succeeds elsewhere; the
+// zombie's later completion gets 409 and changes nothing.
+func TestZombieResultIsRejected(t *testing.T) {
+	c := NewClusterWith(t, 3, agentSetup())
+	zombie := c.StartAgent(agent.Config{ID: "edge-z", Labels: map[string]string{"first": "yes"}, Slots: 2})
+	c.StartAgent(agent.Config{ID: "edge-ok", Slots: 2})
+	cl := c.AllClient()
+	s := shSpec("zombie", "sleep 2; echo finished on $HERD_NODE_ID")
+	s.PreferredLabels = map[string]string{"first": "yes"}
+	id := submit(t, cl, s)
+	task := waitTaskState(t, cl, id, "RUNNING")
+	first := task.Attempts[0]
+	if first.NodeID != "edge-z" {
+		t.Fatalf("first attempt should run on edge-z, got %s", first.NodeID)
+	}
+	zombie.Transport.Cut()
+	leader := c.Replicas[c.WaitForLeader()].Server
+	if _, err := leader.DeclareNodeDown(Ctx(t, 10*time.Second), "edge-z", "test: partitioned"); err != nil {
+		t.Fatal(err)
+	}
+	task = waitTaskState(t, cl, id, "SUCCEEDED")
+	if len(task.Attempts) != 2 || task.Attempts[0].State != "LOST" || task.Attempts[1].NodeID != "edge-ok" {
+		t.Fatalf("want attempt 1 LOST and attempt 2 done on edge-ok: %+v", task.Attempts)
+	}
+	// The zombie finishes meanwhile and delivers its result once healed.
+	zombie.Transport.Heal()
+	if !Eventually(30*time.Second, func() bool { _, _, rejected := zombie.Agent.Stats(); return rejected >= 1 }) {
+		t.Fatal("the zombie's result was never refused")
+	}
+	// The same by hand: 409 with the stale-result code.
+	_, err := cl.CompleteAttempt(Ctx(t, 10*time.Second), first.ID, api.AttemptCompleteRequest{LeaseVersion: first.LeaseVersion, ExitCode: 0})
+	var se *api.StatusError
+	if !errors.As(err, &se) || se.Code != 409 || se.Reason != "stale_result" {
+		t.Fatalf("zombie completion: want 409 stale_result, got %v", err)
+	}
+	after, _, err := cl.GetTask(Ctx(t, 10*time.Second), id, api.ReadOptions{Consistent: true})
+	if err != nil || after.State != "SUCCEEDED" || after.Attempts[0].State != "LOST" || after.Attempts[1].State != "SUCCEEDED" {
+		t.Fatalf("the zombie changed the task: %+v %v", after, err)
+	}
+	rejections := 0
+	for _, e := range after.Timeline {
+		if e.Kind == "stale_result_rejected" && strings.Contains(e.Message, fmt.Sprintf("attempt 1, lease %d", first.LeaseVersion)) {
+			rejections++
+		}
+	}
+	if rejections < 2 {
+		t.Fatalf("both stale results should be in the timeline: %+v", after.Timeline)
+	}
+	// The zombie node comes back with a new session.
+	if !Eventually(20*time.Second, func() bool {
+		n, _, err := cl.GetNode(context.Background(), "edge-z", api.ReadOptions{Consistent: true})
+		return err == nil && n.Liveness == "READY" && n.SessionGeneration >= 2
+	}) {
+		t.Fatal("edge-z did not re-register after being declared down")
+	}
+}
+
+// Test 5: a memory-hungry task is stopped by its memory limit: with a
+// cgroup where one can be made, and with rlimits (which work everywhere).
+func TestMemoryLimit(t *testing.T) {
+	c := NewClusterWith(t, 3, agentSetup())
+	cl := c.AllClient()
+	// tail of 300 MB without a newline holds it all in memory: bounded even
+	// if no limit applied, far over the 32 MB the task asks for.
+	hog := "head -c 300000000 /dev/zero | tail >/dev/null && echo survived"
+	for _, method := range []string{"auto", "rlimit"} {
+		t.Run(method, func(t *testing.T) {
+			h := c.StartAgent(agent.Config{ID: "mem-" + method, Limits: method, Labels: map[string]string{"method": method}, Slots: 1})
+			if method == "auto" && !strings.HasPrefix(h.Agent.LimitMethod(), "cgroup") {
+				t.Skipf("no writable cgroup with a memory controller here (agent uses %s)", h.Agent.LimitMethod())
+			}
+			s := shSpec("hog-"+method, hog)
+			s.RequiredLabels = map[string]string{"method": method}
+			s.Resources = api.Resources{MemoryMB: 32}
+			s.MaxAttempts = ptrTo(1)
+			s.TimeoutSeconds = ptrTo(int64(60))
+			task := waitTaskState(t, cl, submit(t, cl, s), "FAILED", "SUCCEEDED")
+			a := task.Attempts[0]
+			if task.State != "FAILED" || strings.Contains(a.OutputTail, "survived") {
+				t.Fatalf("the hog was not stopped by %s: %+v", h.Agent.LimitMethod(), a)
+			}
+			t.Logf("%s stopped the hog: exit %d, tail %q", h.Agent.LimitMethod(), a.ExitCode, a.OutputTail)
+		})
+	}
+}
+
+// Test 6: cancel kills the running process; the task ends CANCELLED.
+func TestCancelKillsRunningAttempt(t *testing.T) {
+	c := NewClusterWith(t, 3, agentSetup())
+	h := c.StartAgent(agent.Config{ID: "edge-1", Slots: 1})
+	cl := c.AllClient()
+	marker := fmt.Sprintf("%d.75", 40+time.Now().Nanosecond()%50)
+	id := submit(t, cl, shSpec("cancel-me", "exec sleep "+marker))
+	waitTaskState(t, cl, id, "RUNNING")
+	if !Eventually(10*time.Second, func() bool { return len(ProcessesWith("sleep "+marker)) >= 1 }) {
+		t.Fatal("process never started")
+	}
+	task, err := cl.CancelTask(Ctx(t, 10*time.Second), id, "test cancel")
+	if err != nil || task.State != "CANCELLED" || task.Attempts[0].State != "CANCELLED" {
+		t.Fatalf("cancel: %+v %v", task, err)
+	}
+	if !Eventually(10*time.Second, func() bool { return len(ProcessesWith("sleep "+marker)) == 0 }) {
+		t.Fatal("the cancelled process still runs")
+	}
+	if !Eventually(10*time.Second, func() bool { return len(h.Agent.Running()) == 0 }) {
+		t.Fatalf("agent still tracks %v", h.Agent.Running())
+	}
+	// Cancelling again is fine; the task stays CANCELLED.
+	if task, err = cl.CancelTask(Ctx(t, 10*time.Second), id, ""); err != nil || task.State != "CANCELLED" {
+		t.Fatalf("second cancel: %+v %v", task, err)
+	}
+}
+
+// Test 7: the agent survives the loss of the replica it talks to and keeps
+// working through another.
+func TestAgentSurvivesLossOfItsReplica(t *testing.T) {
+	c := NewClusterWith(t, 3, agentSetup())
+	h := c.StartAgent(agent.Config{ID: "edge-1", Slots: 2}, 1, 2, 0)
+	cl := c.AllClient()
+	waitTaskState(t, cl, submit(t, cl, shSpec("before", "true")), "SUCCEEDED")
+	c.Stop(1) // the replica the agent prefers
+	c.WaitForLeader()
+	for i := 0; i < 5; i++ {
+		waitTaskState(t, cl, submit(t, cl, shSpec(fmt.Sprintf("after-%d", i), "true")), "SUCCEEDED")
+	}
+	if _, completed, _ := h.Agent.Stats(); completed != 6 {
+		t.Fatalf("agent completed %d attempts, want 6", completed)
+	}
+}

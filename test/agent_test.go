@@ -262,3 +262,60 @@ func TestAgentSurvivesLossOfItsReplica(t *testing.T) {
 		t.Fatalf("agent completed %d attempts, want 6", completed)
 	}
 }
+
+// An attempt reserved on a node whose agent never starts it is reclaimed
+// after the schedule-to-start timeout and the task is requeued.
+func TestNeverStartedAttemptIsReclaimed(t *testing.T) {
+	c := NewClusterWith(t, 3, Setup{CheckInvariants: true, Config: []ClusterOption{fastRetries, func(cfg *config.Server) {
+		cfg.Scheduler.ScheduleToStartTimeout = time.Second
+	}}})
+	cl := c.AllClient()
+	registerNode(t, cl, "silent", 4000, 4096, 0, 2, nil) // no agent behind it
+	s := shSpec("never-started", "true")
+	s.MaxAttempts = ptrTo(2)
+	task := waitTaskState(t, cl, submit(t, cl, s), "FAILED")
+	if len(task.Attempts) != 2 {
+		t.Fatalf("want 2 attempts, both reclaimed: %+v", task.Attempts)
+	}
+	for _, a := range task.Attempts {
+		if a.State != "LOST" {
+			t.Fatalf("attempt %d: %+v", a.Number, a)
+		}
+	}
+	found := false
+	for _, e := range task.Timeline {
+		if strings.Contains(e.Message, "not started within 1s") {
+			found = true
+		}
+	}
+	if !found {
+		t.Fatalf("the timeline should say why: %+v", task.Timeline)
+	}
+}
+
+// An agent that restarts while one of its attempts runs reports the lost
+// process, and the task is retried instead of waiting for a timeout.
+func TestAgentRestartReportsLostAttempt(t *testing.T) {
+	c := NewClusterWith(t, 3, agentSetup())
+	dir := t.TempDir()
+	h := c.StartAgent(agent.Config{ID: "edge-1", DataDir: dir, Slots: 1})
+	cl := c.AllClient()
+	marker := fmt.Sprintf("%d.5", 40+time.Now().Nanosecond()%50)
+	id := submit(t, cl, shSpec("long", "exec sleep "+marker))
+	waitTaskState(t, cl, id, "RUNNING")
+	h.Stop()
+	if len(ProcessesWith("sleep "+marker)) != 0 {
+		t.Fatal("a stopping agent must not leave its attempts running")
+	}
+	c.StartAgent(agent.Config{ID: "edge-1", DataDir: dir, Slots: 1})
+	task := waitTaskState(t, cl, id, "RUNNING", "PENDING", "SCHEDULED")
+	if !Eventually(30*time.Second, func() bool {
+		task, _, _ = cl.GetTask(context.Background(), id, api.ReadOptions{Consistent: true})
+		return len(task.Attempts) >= 2 && task.Attempts[0].State == "LOST"
+	}) {
+		t.Fatalf("the restarted agent should report attempt 1 lost: %+v", task.Attempts)
+	}
+	if _, err := cl.CancelTask(Ctx(t, 10*time.Second), id, "done"); err != nil {
+		t.Fatal(err)
+	}
+}

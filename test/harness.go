@@ -34,6 +34,7 @@ type Replica struct {
 
 // Cluster is a set of replicas running in this process.
 type Cluster struct {
+	mu       sync.Mutex // guards Replicas[i].Server for concurrent readers
 	t        testing.TB
 	Replicas []*Replica
 	logger   hclog.Logger
@@ -172,7 +173,11 @@ func (c *Cluster) Start(i int) {
 				}
 			}
 		}
-		r.Server, err = cluster.Start(r.Cfg, opts)
+		var srv *cluster.Server
+		srv, err = cluster.Start(r.Cfg, opts)
+		c.mu.Lock()
+		r.Server = srv
+		c.mu.Unlock()
 		// Right after a stop the old port can be briefly unavailable.
 		if err == nil || time.Now().After(deadline) {
 			break
@@ -191,10 +196,22 @@ func (c *Cluster) Stop(i int) {
 	if r.Server == nil {
 		return
 	}
-	if err := r.Server.Shutdown(); err != nil {
+	srv := r.Server
+	c.mu.Lock()
+	r.Server = nil
+	c.mu.Unlock()
+	if err := srv.Shutdown(); err != nil {
 		c.t.Errorf("stop %s: %v", r.Cfg.ID, err)
 	}
-	r.Server = nil
+}
+
+// Server returns replica i's running server or nil; unlike reading
+// Replicas[i].Server it is safe while other goroutines stop and start
+// replicas.
+func (c *Cluster) Server(i int) *cluster.Server {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.Replicas[i].Server
 }
 
 // StopAll stops every running replica.

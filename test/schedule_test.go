@@ -221,8 +221,8 @@ func TestConcurrentPlacementWithLeaderLoss(t *testing.T) {
 				return
 			case <-time.After(20 * time.Millisecond):
 			}
-			for _, r := range c.Replicas {
-				srv := r.Server
+			for i := range c.Replicas {
+				srv := c.Server(i)
 				if srv == nil || !srv.IsLeader() {
 					continue
 				}

@@ -435,3 +435,11 @@ func (c *Client) Explain(ctx context.Context, req ExplainRequest, o ReadOptions)
 	_, err := c.do(ctx, http.MethodPost, "/v1/explain"+o.query(url.Values{}), req, &ex)
 	return ex, err
 }
+
+// GossipInfo says where agents join the gossip pool (no servers: the
+// cluster runs without gossip).
+func (c *Client) GossipInfo(ctx context.Context) (GossipInfo, error) {
+	var g GossipInfo
+	_, err := c.do(ctx, http.MethodGet, "/v1/status/gossip", nil, &g)
+	return g, err
+}

@@ -57,6 +57,7 @@ type Backend interface {
 	// waits until everything committed before the call is applied locally.
 	ConsistentRead(ctx context.Context) error
 	Self() SelfInfo
+	GossipInfo() GossipInfo
 	Leader() (LeaderInfo, error)
 	RaftConfiguration() (RaftConfiguration, error)
 	RaftStats() map[string]string
@@ -132,6 +133,9 @@ func (h *Handler) handle(pattern string, r route) {
 func (h *Handler) routes() {
 	h.handle("/v1/status/leader", route{http.MethodGet: h.getLeader})
 	h.handle("/v1/status/self", route{http.MethodGet: h.getSelf})
+	h.handle("/v1/status/gossip", route{http.MethodGet: func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, h.backend.GossipInfo())
+	}})
 	h.handle("/v1/operator/raft/configuration", route{http.MethodGet: h.getRaftConfiguration})
 	h.handle("/v1/operator/raft/stats", route{http.MethodGet: h.getRaftStats})
 	h.handle("/v1/operator/raft/peer", route{http.MethodDelete: h.leaderOnly(h.deletePeer)})

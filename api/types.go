@@ -150,9 +150,10 @@ type RaftConfiguration struct {
 
 // JoinRequest asks the leader to add a server as a voter.
 type JoinRequest struct {
-	ID          string `json:"id"`
-	RaftAddress string `json:"raft_address"`
-	HTTPAddress string `json:"http_address"`
+	ID            string `json:"id"`
+	RaftAddress   string `json:"raft_address"`
+	HTTPAddress   string `json:"http_address"`
+	GossipAddress string `json:"gossip_address,omitempty"`
 }
 
 // SelfInfo describes the replica answering; servers use it to discover
@@ -268,7 +269,12 @@ type Node struct {
 	LastHeartbeat     time.Time           `json:"last_heartbeat"`
 	CreateIndex       uint64              `json:"create_index"`
 	ModifyIndex       uint64              `json:"modify_index"`
-	Attempts          []Attempt           `json:"attempts,omitempty"`
+	// Observation is the answering replica's live view of the node.
+	Observation NodeObservation `json:"observation"`
+	// Events is the node's recent history (registrations, verdicts with
+	// the observation behind each, drains).
+	Events   []TimelineEvent `json:"events,omitempty"`
+	Attempts []Attempt       `json:"attempts,omitempty"`
 }
 
 // DrainRequest turns draining on or off.

@@ -176,11 +176,11 @@ func (s *Server) Join(ctx context.Context, req api.JoinRequest) error {
 }
 
 func (s *Server) upsertServerMeta(ctx context.Context, req api.JoinRequest) error {
-	if have, err := s.fsm.State().Server(req.ID); err == nil && have.HTTPAddress == req.HTTPAddress && have.RaftAddress == req.RaftAddress {
+	if have, err := s.fsm.State().Server(req.ID); err == nil && have.HTTPAddress == req.HTTPAddress && have.RaftAddress == req.RaftAddress && have.GossipAddress == req.GossipAddress {
 		return nil
 	}
 	_, _, err := s.apply(ctx, fsm.MsgUpsertServer, fsm.UpsertServerRequest{Server: fsm.Server{
-		ID: req.ID, RaftAddress: req.RaftAddress, HTTPAddress: req.HTTPAddress,
+		ID: req.ID, RaftAddress: req.RaftAddress, HTTPAddress: req.HTTPAddress, GossipAddress: req.GossipAddress,
 	}})
 	return err
 }

@@ -143,7 +143,7 @@ func (s *Server) hasConfiguration() bool {
 }
 
 func (s *Server) joinLoop() {
-	req := api.JoinRequest{ID: s.cfg.ID, RaftAddress: s.cfg.RaftAdvertise, HTTPAddress: s.cfg.HTTPAdvertise}
+	req := s.selfJoinRequest()
 	wait := 500 * time.Millisecond
 	for attempt := 0; ; attempt++ {
 		if s.inConfiguration() {
@@ -203,8 +203,8 @@ func (s *Server) reconcileServerMeta() {
 		if !s.inConfiguration() {
 			continue
 		}
-		want := api.JoinRequest{ID: s.cfg.ID, RaftAddress: s.cfg.RaftAdvertise, HTTPAddress: s.cfg.HTTPAdvertise}
-		if have, err := s.fsm.State().Server(s.cfg.ID); err == nil && have.HTTPAddress == want.HTTPAddress && have.RaftAddress == want.RaftAddress {
+		want := s.selfJoinRequest()
+		if have, err := s.fsm.State().Server(s.cfg.ID); err == nil && have.HTTPAddress == want.HTTPAddress && have.RaftAddress == want.RaftAddress && have.GossipAddress == want.GossipAddress {
 			continue
 		}
 		if s.IsLeader() {

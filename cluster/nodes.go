@@ -110,6 +110,10 @@ func (s *Server) GetNode(id string) (api.Node, error) {
 		return api.Node{}, err
 	}
 	out := toAPINode(n)
+	out.Observation = s.Observation(n)
+	for _, e := range n.Events {
+		out.Events = append(out.Events, api.TimelineEvent{Index: e.Index, Time: e.Time, Kind: e.Kind, Message: e.Message})
+	}
 	attempts, err := st.AttemptsOnNode(id, nil)
 	if err != nil {
 		return api.Node{}, err
@@ -128,7 +132,9 @@ func (s *Server) ListNodes() ([]api.Node, error) {
 	}
 	out := make([]api.Node, 0, len(nodes))
 	for _, n := range nodes {
-		out = append(out, toAPINode(n))
+		an := toAPINode(n)
+		an.Observation = s.Observation(n)
+		out = append(out, an)
 	}
 	return out, nil
 }

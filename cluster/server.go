@@ -44,6 +44,8 @@ type Options struct {
 	// AfterApply observes the state after every applied entry (tests use
 	// it to check invariants at every index).
 	AfterApply func(index uint64, st *fsm.State)
+	// Gossip shapes the memberlist pool (tests).
+	Gossip GossipOptions
 }
 
 // Server is one running replica.
@@ -63,6 +65,8 @@ type Server struct {
 
 	leaderLoops []LeaderLoop
 	schedStats  SchedulerStats
+	monitor     *monitor
+	gossip      *serverGossip
 	notifyCh    chan bool
 	leaderReady atomic.Bool // true once this leader's Barrier completed
 
@@ -95,8 +99,10 @@ func Start(cfg config.Server, opts Options) (_ *Server, err error) {
 		leaderLoops: append([]LeaderLoop{
 			func(ctx context.Context, s *Server) { s.scheduleLoop(ctx) },
 			func(ctx context.Context, s *Server) { s.reclaimLoop(ctx) },
+			func(ctx context.Context, s *Server) { s.livenessLoop(ctx) },
 		}, opts.LeaderLoops...),
 		notifyCh:       make(chan bool, 16),
+		monitor:        newMonitor(cfg.Liveness),
 		shutdownCtx:    ctx,
 		shutdownCancel: cancel,
 	}
@@ -136,6 +142,10 @@ func Start(cfg config.Server, opts Options) (_ *Server, err error) {
 		return nil, err
 	}
 	cleanups = append(cleanups, func() { _ = s.raft.Shutdown().Error(); s.store.Close() })
+	if err := s.startGossip(opts.Gossip); err != nil {
+		return nil, err
+	}
+	cleanups = append(cleanups, s.stopGossip)
 
 	s.httpLn = httpLn
 	s.httpServer = &http.Server{
@@ -152,7 +162,8 @@ func Start(cfg config.Server, opts Options) (_ *Server, err error) {
 		}
 	}()
 
-	s.wg.Add(3)
+	s.wg.Add(4)
+	go func() { defer s.wg.Done(); s.joinGossip() }()
 	go func() { defer s.wg.Done(); s.monitorLeadership() }()
 	go func() { defer s.wg.Done(); s.formCluster() }()
 	go func() { defer s.wg.Done(); s.reconcileServerMeta() }()
@@ -234,6 +245,7 @@ func (s *Server) Shutdown() error {
 			err = fmt.Errorf("raft shutdown: %w", e)
 		}
 		s.wg.Wait()
+		s.stopGossip()
 		if e := s.transport.Close(); e != nil && err == nil {
 			err = fmt.Errorf("close transport: %w", e)
 		}
@@ -321,7 +333,7 @@ func (s *Server) leadership(ctx context.Context) {
 		}
 	}
 	s.leaderReady.Store(true)
-	if err := s.upsertServerMeta(ctx, api.JoinRequest{ID: s.cfg.ID, RaftAddress: s.cfg.RaftAdvertise, HTTPAddress: s.cfg.HTTPAdvertise}); err != nil {
+	if err := s.upsertServerMeta(ctx, s.selfJoinRequest()); err != nil {
 		s.logger.Warn("could not record own address", "error", err)
 	}
 	s.logger.Info("leadership established", "index", s.fsm.Index())
@@ -358,4 +370,8 @@ func (s *Server) FirstLogIndex() (uint64, error) {
 		return 0, fmt.Errorf("first log index: %w", err)
 	}
 	return idx, nil
+}
+
+func (s *Server) selfJoinRequest() api.JoinRequest {
+	return api.JoinRequest{ID: s.cfg.ID, RaftAddress: s.cfg.RaftAdvertise, HTTPAddress: s.cfg.HTTPAdvertise, GossipAddress: s.cfg.GossipAdvertise}
 }

@@ -4,6 +4,7 @@
 package config
 
 import (
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"net"
@@ -103,6 +104,34 @@ func DefaultScheduler() Scheduler {
 	}
 }
 
+// Liveness tunes how the leader turns gossip observations into node
+// states (seed 003 §2.3: weak networks must not cause false "offline").
+type Liveness struct {
+	// HeartbeatInterval is an agent's normal heartbeat; the interval in
+	// force for a node stretches towards MaxHeartbeatInterval as its
+	// observed heartbeat loss rises to 30%, and comes back as it falls.
+	HeartbeatInterval    time.Duration
+	MaxHeartbeatInterval time.Duration
+	// SuspectAfter and DownAfter count consecutive missed intervals.
+	SuspectAfter int
+	DownAfter    int
+	// LeaderGrace is how long a new leader observes before it may declare
+	// a node SUSPECT or DOWN (it does not inherit its predecessor's timers).
+	LeaderGrace time.Duration
+	// WakeTimeout is how long the leader waits for a hibernating node it
+	// woke before passing it over for the task.
+	WakeTimeout time.Duration
+}
+
+// DefaultLiveness: 5 s heartbeats stretched up to 15 s, SUSPECT after 2
+// misses, DOWN after 5.
+func DefaultLiveness() Liveness {
+	return Liveness{
+		HeartbeatInterval: 5 * time.Second, MaxHeartbeatInterval: 15 * time.Second,
+		SuspectAfter: 2, DownAfter: 5, LeaderGrace: 30 * time.Second, WakeTimeout: 10 * time.Second,
+	}
+}
+
 // Server is the configuration of one scheduler replica.
 type Server struct {
 	ID              string
@@ -117,6 +146,13 @@ type Server struct {
 	LogLevel        string
 	Raft            Raft
 	Scheduler       Scheduler
+	Liveness        Liveness
+	// GossipAddr is where the replica joins the memberlist pool ("" : no
+	// gossip; liveness then rests on HTTP heartbeats alone).
+	GossipAddr      string
+	GossipAdvertise string
+	// GossipKey is a base64 AES key (16, 24 or 32 bytes) encrypting gossip.
+	GossipKey string
 }
 
 // DefaultRaft returns the timings tuned for low-spec servers on weak links.
@@ -143,6 +179,7 @@ func DefaultServer() Server {
 		LogLevel:  "info",
 		Raft:      DefaultRaft(),
 		Scheduler: DefaultScheduler(),
+		Liveness:  DefaultLiveness(),
 	}
 }
 
@@ -161,6 +198,19 @@ type fileServer struct {
 	LogLevel        *string        `hcl:"log_level,optional"`
 	Raft            *fileRaft      `hcl:"raft,block"`
 	Scheduler       *fileScheduler `hcl:"scheduler,block"`
+	Liveness        *fileLiveness  `hcl:"liveness,block"`
+	GossipAddr      *string        `hcl:"gossip_addr,optional"`
+	GossipAdvertise *string        `hcl:"gossip_advertise,optional"`
+	GossipKey       *string        `hcl:"gossip_key,optional"`
+}
+
+type fileLiveness struct {
+	HeartbeatInterval    *string `hcl:"heartbeat_interval,optional"`
+	MaxHeartbeatInterval *string `hcl:"max_heartbeat_interval,optional"`
+	SuspectAfter         *int    `hcl:"suspect_after,optional"`
+	DownAfter            *int    `hcl:"down_after,optional"`
+	LeaderGrace          *string `hcl:"leader_grace,optional"`
+	WakeTimeout          *string `hcl:"wake_timeout,optional"`
 }
 
 type fileScheduler struct {
@@ -219,6 +269,32 @@ func ParseServer(c *Server, filename string, src []byte) error {
 	setString(&c.HTTPAdvertise, fs.HTTPAdvertise)
 	setString(&c.RaftAdvertise, fs.RaftAdvertise)
 	setString(&c.LogLevel, fs.LogLevel)
+	setString(&c.GossipAddr, fs.GossipAddr)
+	setString(&c.GossipAdvertise, fs.GossipAdvertise)
+	setString(&c.GossipKey, fs.GossipKey)
+	if l := fs.Liveness; l != nil {
+		for _, d := range []struct {
+			name string
+			src  *string
+			dst  *time.Duration
+		}{
+			{"heartbeat_interval", l.HeartbeatInterval, &c.Liveness.HeartbeatInterval},
+			{"max_heartbeat_interval", l.MaxHeartbeatInterval, &c.Liveness.MaxHeartbeatInterval},
+			{"leader_grace", l.LeaderGrace, &c.Liveness.LeaderGrace},
+			{"wake_timeout", l.WakeTimeout, &c.Liveness.WakeTimeout},
+		} {
+			if d.src == nil {
+				continue
+			}
+			v, err := time.ParseDuration(*d.src)
+			if err != nil {
+				return fmt.Errorf("%s: liveness.%s: %w", filename, d.name, err)
+			}
+			*d.dst = v
+		}
+		setInt(&c.Liveness.SuspectAfter, l.SuspectAfter)
+		setInt(&c.Liveness.DownAfter, l.DownAfter)
+	}
 	if fs.Bootstrap != nil {
 		c.Bootstrap = *fs.Bootstrap
 	}
@@ -325,6 +401,7 @@ func ApplyServerEnv(c *Server, lookup func(string) (string, bool)) error {
 		"HERD_ID": &c.ID, "HERD_DATA_DIR": &c.DataDir, "HERD_HTTP_ADDR": &c.HTTPAddr,
 		"HERD_RAFT_ADDR": &c.RaftAddr, "HERD_HTTP_ADVERTISE": &c.HTTPAdvertise,
 		"HERD_RAFT_ADVERTISE": &c.RaftAdvertise, "HERD_LOG_LEVEL": &c.LogLevel,
+		"HERD_GOSSIP_ADDR": &c.GossipAddr, "HERD_GOSSIP_ADVERTISE": &c.GossipAdvertise, "HERD_GOSSIP_KEY": &c.GossipKey,
 	} {
 		if v, ok := lookup(name); ok {
 			*dst = v
@@ -441,6 +518,32 @@ func (c *Server) Validate() error {
 	if r.SnapshotRetain < 1 {
 		errs = append(errs, errors.New("raft.snapshot_retain must be at least 1"))
 	}
+	lv := c.Liveness
+	if lv.HeartbeatInterval <= 0 || lv.MaxHeartbeatInterval < lv.HeartbeatInterval {
+		errs = append(errs, errors.New("liveness.heartbeat_interval must be positive and at most liveness.max_heartbeat_interval"))
+	}
+	if lv.SuspectAfter < 1 || lv.DownAfter <= lv.SuspectAfter {
+		errs = append(errs, errors.New("liveness.suspect_after must be at least 1 and below liveness.down_after"))
+	}
+	if lv.LeaderGrace < 0 || lv.WakeTimeout <= 0 {
+		errs = append(errs, errors.New("liveness.leader_grace must not be negative and liveness.wake_timeout must be positive"))
+	}
+	if c.GossipAddr != "" {
+		if _, _, err := net.SplitHostPort(c.GossipAddr); err != nil {
+			errs = append(errs, fmt.Errorf("gossip_addr %q: %w", c.GossipAddr, err))
+		}
+		if c.GossipAdvertise == "" {
+			c.GossipAdvertise = c.GossipAddr
+		}
+		if host, _, err := net.SplitHostPort(c.GossipAdvertise); err != nil || host == "" || net.ParseIP(host) == nil || net.ParseIP(host).IsUnspecified() {
+			errs = append(errs, fmt.Errorf("gossip_advertise %q must be an IP:port others can reach", c.GossipAdvertise))
+		}
+	}
+	if c.GossipKey != "" {
+		if _, err := DecodeGossipKey(c.GossipKey); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	sc := c.Scheduler
 	for name, d := range map[string]time.Duration{
 		"heartbeat_ttl": sc.HeartbeatTTL, "explain_interval": sc.ExplainInterval,
@@ -483,4 +586,18 @@ func joinSorted(errs []error) error {
 	}
 	slices.Sort(msgs)
 	return errors.New("invalid configuration: " + strings.Join(msgs, "; "))
+}
+
+// DecodeGossipKey decodes a base64 gossip encryption key of 16, 24 or 32
+// bytes (AES-128, -192 or -256).
+func DecodeGossipKey(s string) ([]byte, error) {
+	k, err := base64.StdEncoding.DecodeString(s)
+	if err != nil {
+		return nil, fmt.Errorf("gossip key is not base64: %w", err)
+	}
+	switch len(k) {
+	case 16, 24, 32:
+		return k, nil
+	}
+	return nil, fmt.Errorf("gossip key is %d bytes; it must be 16, 24 or 32", len(k))
 }

@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	memdb "github.com/hashicorp/go-memdb"
@@ -384,6 +385,9 @@ func applyNodeDrain(txn *memdb.Txn, index uint64, r *NodeDrainRequest) (any, err
 	if r.Enable {
 		n.Management = scheduler.ManagementDraining
 	}
+	if n.Management != node.Management {
+		n.addEvent(index, r.Now, "management", fmt.Sprintf("%s → %s", node.Management, n.Management))
+	}
 	n.ModifyIndex = index
 	return n, insert(txn, tableNodes, n)
 }
@@ -523,6 +527,32 @@ func applyNodeDown(txn *memdb.Txn, index uint64, r *NodeDownRequest) (any, error
 	n := node.clone()
 	n.Liveness = scheduler.LivenessDown
 	n.ModifyIndex = index
+	n.addEvent(index, r.Now, "down", fmt.Sprintf("declared DOWN: %s; %d attempts reclaimed", r.Reason, len(out.Reclaimed)))
 	out.Node = n
 	return out, insert(txn, tableNodes, n)
+}
+
+func applyNodeLiveness(txn *memdb.Txn, index uint64, r *NodeLivenessRequest) (any, error) {
+	node, err := getNode(txn, r.NodeID)
+	if err != nil {
+		return nil, err
+	}
+	want := scheduler.Liveness(r.Liveness)
+	if want != scheduler.LivenessReady && want != scheduler.LivenessSuspect {
+		return nil, reject(RejectInvalid, "liveness %q: only READY and SUSPECT are set this way", r.Liveness)
+	}
+	if node.SessionGeneration != r.SessionGeneration {
+		return nil, reject(RejectSessionChanged, "node %s session %d, verdict was for %d", node.ID, node.SessionGeneration, r.SessionGeneration)
+	}
+	if node.Liveness == scheduler.LivenessDown {
+		return nil, reject(RejectConflict, "node %s is DOWN: it must register again", node.ID)
+	}
+	if node.Liveness == want {
+		return node, nil
+	}
+	n := node.clone()
+	n.addEvent(index, r.Now, strings.ToLower(string(want)), fmt.Sprintf("%s → %s: %s", n.Liveness, want, r.Reason))
+	n.Liveness = want
+	n.ModifyIndex = index
+	return n, insert(txn, tableNodes, n)
 }

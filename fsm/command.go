@@ -39,6 +39,7 @@ const (
 	MsgExplain      MessageType = 13
 	MsgCancelTask   MessageType = 14
 	MsgNodeDown     MessageType = 15
+	MsgNodeLiveness MessageType = 16
 )
 
 // payloadVersion is the version byte written after the type. A replica
@@ -155,6 +156,8 @@ func (t MessageType) String() string {
 		return "cancel-task"
 	case MsgNodeDown:
 		return "node-down"
+	case MsgNodeLiveness:
+		return "node-liveness"
 	}
 	return fmt.Sprintf("type-%d", uint8(t))
 }
@@ -266,4 +269,15 @@ type NodeDownRequest struct {
 	NodeID string    `json:"node_id"`
 	Reason string    `json:"reason"`
 	Now    time.Time `json:"now"`
+}
+
+// NodeLivenessRequest moves a node between READY and SUSPECT, with the
+// observation that caused it. DOWN goes through NodeDownRequest (it
+// reclaims); a DOWN node comes back only by registering again.
+type NodeLivenessRequest struct {
+	NodeID            string    `json:"node_id"`
+	SessionGeneration uint64    `json:"session_generation"`
+	Liveness          string    `json:"liveness"`
+	Reason            string    `json:"reason"`
+	Now               time.Time `json:"now"`
 }

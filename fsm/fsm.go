@@ -169,6 +169,8 @@ func (f *FSM) applyOne(txn *memdb.Txn, index uint64, t MessageType, ignorable bo
 		resp, err = applyJSON(payload, func(r *CancelTaskRequest) (any, error) { return applyCancelTask(txn, index, r) })
 	case MsgNodeDown:
 		resp, err = applyJSON(payload, func(r *NodeDownRequest) (any, error) { return applyNodeDown(txn, index, r) })
+	case MsgNodeLiveness:
+		resp, err = applyJSON(payload, func(r *NodeLivenessRequest) (any, error) { return applyNodeLiveness(txn, index, r) })
 	default:
 		if ignorable {
 			f.logger.Warn("skipping unknown ignorable command", "index", index, "type", t)
@@ -286,9 +288,13 @@ func applyRegisterNode(txn *memdb.Txn, index uint64, r *RegisterNodeRequest) (an
 		n.Reserved = old.Reserved
 		n.RunningAttempts = old.RunningAttempts
 		n.RegisteredAt = old.RegisteredAt
+		n.HealthyIndex = old.HealthyIndex
+		n.Events = append([]TimelineEvent(nil), old.Events...)
 	} else {
 		n.RegisteredAt = r.Now
+		n.Events = nil
 	}
+	n.addEvent(index, r.Now, "registered", fmt.Sprintf("registered, session %d", n.SessionGeneration))
 	n.Liveness = scheduler.LivenessReady
 	n.LastHeartbeat = r.Now
 	n.ModifyIndex = index

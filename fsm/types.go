@@ -174,13 +174,27 @@ type Node struct {
 	// HealthyIndex is the index of the node's last successful attempt: a
 	// node blacklisted for a task before that has since proven itself.
 	HealthyIndex uint64 `json:"healthy_index"`
-	CreateIndex  uint64 `json:"create_index"`
-	ModifyIndex  uint64 `json:"modify_index"`
+	// Events is the node's recent history: registrations, liveness
+	// verdicts with the observation behind each, drains.
+	Events      []TimelineEvent `json:"events,omitempty"`
+	CreateIndex uint64          `json:"create_index"`
+	ModifyIndex uint64          `json:"modify_index"`
 }
+
+// maxNodeEvents bounds a node's event history.
+const maxNodeEvents = 50
 
 func (n *Node) clone() *Node {
 	c := *n
+	c.Events = append([]TimelineEvent(nil), n.Events...)
 	return &c
+}
+
+func (n *Node) addEvent(index uint64, at time.Time, kind, msg string) {
+	n.Events = append(n.Events, TimelineEvent{Index: index, Time: at, Kind: kind, Message: msg})
+	if len(n.Events) > maxNodeEvents {
+		n.Events = n.Events[len(n.Events)-maxNodeEvents:]
+	}
 }
 
 // Server is the replicated metadata of a scheduler replica: how to reach
@@ -189,5 +203,7 @@ type Server struct {
 	ID          string `json:"id"`
 	RaftAddress string `json:"raft_address"`
 	HTTPAddress string `json:"http_address"`
-	ModifyIndex uint64 `json:"modify_index"`
+	// GossipAddress is where the replica gossips ("" without gossip).
+	GossipAddress string `json:"gossip_address,omitempty"`
+	ModifyIndex   uint64 `json:"modify_index"`
 }

@@ -135,6 +135,9 @@ func NewClusterWith(t testing.TB, n int, setup Setup) *Cluster {
 			cfg.BootstrapExpect = n
 		}
 		FastRaft(&cfg)
+		// Liveness verdicts are off unless a test asks for them: many tests
+		// register nodes with no agent heartbeating behind them.
+		cfg.Liveness.HeartbeatInterval, cfg.Liveness.MaxHeartbeatInterval = time.Hour, time.Hour
 		for _, o := range opts {
 			o(&cfg)
 		}

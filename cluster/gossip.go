@@ -1,0 +1,214 @@
+package cluster
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+
+	"herd/api"
+	"herd/config"
+)
+
+// GossipOptions let tests shape the memberlist pool of a replica.
+type GossipOptions struct {
+	// WrapTransport wraps the real UDP/TCP transport (fault injection).
+	WrapTransport func(memberlist.Transport) memberlist.Transport
+	// Tune adjusts memberlist timings (tests shrink them).
+	Tune func(*memberlist.Config)
+}
+
+// serverGossip is a replica's membership in the gossip pool.
+type serverGossip struct {
+	ml *memberlist.Memberlist
+	s  *Server
+}
+
+// startGossip joins the pool as a server member. Server members learn of
+// agents (and their metadata) from memberlist events, and receive agents'
+// heartbeat messages. Gossip never changes Raft membership.
+func (s *Server) startGossip(opts GossipOptions) error {
+	if s.cfg.GossipAddr == "" {
+		return nil
+	}
+	host, portStr, _ := net.SplitHostPort(s.cfg.GossipAddr)
+	port, _ := strconv.Atoi(portStr)
+	advHost, advPortStr, _ := net.SplitHostPort(s.cfg.GossipAdvertise)
+	advPort, _ := strconv.Atoi(advPortStr)
+	mc := memberlist.DefaultLANConfig()
+	mc.Name = s.cfg.ID
+	mc.BindAddr, mc.BindPort = host, port
+	mc.AdvertiseAddr, mc.AdvertisePort = advHost, advPort
+	mc.Logger = s.logger.Named("gossip").StandardLogger(nil)
+	mc.LogOutput = nil
+	g := &serverGossip{s: s}
+	mc.Delegate = g
+	mc.Events = g
+	if s.cfg.GossipKey != "" {
+		key, err := config.DecodeGossipKey(s.cfg.GossipKey)
+		if err != nil {
+			return err
+		}
+		mc.SecretKey = key
+		mc.GossipVerifyIncoming, mc.GossipVerifyOutgoing = true, true
+	}
+	if opts.Tune != nil {
+		opts.Tune(mc)
+	}
+	if opts.WrapTransport != nil {
+		nt, err := memberlist.NewNetTransport(&memberlist.NetTransportConfig{BindAddrs: []string{host}, BindPort: port, Logger: mc.Logger})
+		if err != nil {
+			return fmt.Errorf("gossip transport on %s: %w", s.cfg.GossipAddr, err)
+		}
+		mc.Transport = opts.WrapTransport(nt)
+	}
+	ml, err := memberlist.Create(mc)
+	if err != nil {
+		return fmt.Errorf("start gossip on %s: %w", s.cfg.GossipAddr, err)
+	}
+	g.ml = ml
+	s.gossip = g
+	return nil
+}
+
+// joinGossip joins the other servers' gossip addresses, learned from the
+// replicated server table; it retries in the background until it works.
+func (s *Server) joinGossip() {
+	if s.gossip == nil {
+		return
+	}
+	for s.pause(2 * time.Second) {
+		if s.gossip.ml.NumMembers() > 1 {
+			continue
+		}
+		var peers []string
+		for _, addr := range s.gossipPeers() {
+			if addr != s.cfg.GossipAdvertise {
+				peers = append(peers, addr)
+			}
+		}
+		if len(peers) == 0 {
+			continue
+		}
+		if _, err := s.gossip.ml.Join(peers); err != nil {
+			s.logger.Warn("gossip join failed", "peers", peers, "error", err)
+		}
+	}
+}
+
+// gossipPeers are the servers' gossip addresses known to this replica:
+// its own memberlist view, plus those recorded in the server table.
+func (s *Server) gossipPeers() []string {
+	seen := map[string]bool{}
+	var out []string
+	add := func(a string) {
+		if a != "" && !seen[a] {
+			seen[a] = true
+			out = append(out, a)
+		}
+	}
+	if s.cfg.GossipAdvertise != "" {
+		add(s.cfg.GossipAdvertise)
+	}
+	if s.gossip != nil {
+		for _, m := range s.gossip.ml.Members() {
+			if meta, err := api.DecodeGossipMeta(m.Meta); err == nil && meta.Role == api.RoleServer {
+				add(net.JoinHostPort(m.Addr.String(), strconv.Itoa(int(m.Port))))
+			}
+		}
+	}
+	if servers, err := s.fsm.State().Servers(); err == nil {
+		for _, srv := range servers {
+			add(srv.GossipAddress)
+		}
+	}
+	return out
+}
+
+// GossipInfo tells agents where to join the pool.
+func (s *Server) GossipInfo() api.GossipInfo {
+	if s.gossip == nil {
+		return api.GossipInfo{Servers: []string{}}
+	}
+	return api.GossipInfo{Servers: s.gossipPeers(), Encrypted: s.cfg.GossipKey != ""}
+}
+
+// wake asks a hibernating agent to wake up.
+func (s *Server) wake(nodeID string) error {
+	if s.gossip == nil {
+		return errors.New("no gossip pool")
+	}
+	for _, m := range s.gossip.ml.Members() {
+		if m.Name == nodeID {
+			msg, err := api.EncodeGossipMsg(api.GossipWake, struct{}{})
+			if err != nil {
+				return err
+			}
+			return s.gossip.ml.SendReliable(m, msg)
+		}
+	}
+	return fmt.Errorf("node %s is not in the gossip pool", nodeID)
+}
+
+func (s *Server) stopGossip() {
+	if s.gossip == nil {
+		return
+	}
+	_ = s.gossip.ml.Leave(time.Second)
+	_ = s.gossip.ml.Shutdown()
+}
+
+// NodeMeta implements memberlist.Delegate.
+func (g *serverGossip) NodeMeta(limit int) []byte {
+	b, err := api.GossipMeta{Role: api.RoleServer, ID: g.s.cfg.ID, HTTP: g.s.cfg.HTTPAdvertise}.Encode()
+	if err != nil || len(b) > limit {
+		return nil
+	}
+	return b
+}
+
+// NotifyMsg receives agents' heartbeats.
+func (g *serverGossip) NotifyMsg(b []byte) {
+	if len(b) == 0 || b[0] != api.GossipHeartbeat {
+		return
+	}
+	var hb api.GossipHeartbeatMsg
+	if err := api.DecodeGossipMsg(b, &hb); err != nil || hb.Node == "" {
+		return
+	}
+	g.s.monitor.heartbeat(hb, g.s.now())
+}
+
+func (g *serverGossip) GetBroadcasts(int, int) [][]byte { return nil }
+func (g *serverGossip) LocalState(bool) []byte          { return nil }
+func (g *serverGossip) MergeRemoteState([]byte, bool)   {}
+
+func (g *serverGossip) NotifyJoin(n *memberlist.Node)   { g.observe(n, "alive") }
+func (g *serverGossip) NotifyLeave(n *memberlist.Node)  { g.observe(n, stateName(n.State)) }
+func (g *serverGossip) NotifyUpdate(n *memberlist.Node) { g.observe(n, "alive") }
+
+func (g *serverGossip) observe(n *memberlist.Node, state string) {
+	meta, err := api.DecodeGossipMeta(n.Meta)
+	if err != nil || meta.Role != api.RoleAgent {
+		return
+	}
+	g.s.monitor.gossipUpdate(n.Name, state, &meta)
+}
+
+func stateName(s memberlist.NodeStateType) string {
+	switch s {
+	case memberlist.StateAlive:
+		return "alive"
+	case memberlist.StateSuspect:
+		return "suspect"
+	case memberlist.StateDead:
+		return "dead"
+	case memberlist.StateLeft:
+		return "left"
+	}
+	return strings.ToLower(fmt.Sprint(s))
+}

@@ -1,0 +1,204 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"sync"
+	"time"
+
+	"herd/api"
+	"herd/config"
+	"herd/fsm"
+	"herd/scheduler"
+)
+
+// monitor keeps what this replica observes of each node's liveness. Every
+// replica receives agents' gossip heartbeats, so a new leader starts with
+// current observations; only the leader turns them into verdicts.
+type monitor struct {
+	cfg config.Liveness
+
+	mu    sync.Mutex
+	nodes map[string]*observation
+	// kick wakes the scheduling loop when a node wakes up.
+	kick chan struct{}
+}
+
+type observation struct {
+	lastHeard   time.Time
+	session     uint64
+	seq         uint64
+	loss        float64 // moving average of the heartbeat loss rate
+	gossipState string  // memberlist's view: alive, suspect, dead, left
+	hibernating bool
+}
+
+// lossWeight is the weight of each expected heartbeat in the loss average:
+// about the last 20 heartbeats count.
+const lossWeight = 0.05
+
+func newMonitor(cfg config.Liveness) *monitor {
+	return &monitor{cfg: cfg, nodes: map[string]*observation{}, kick: make(chan struct{}, 1)}
+}
+
+func (m *monitor) get(id string) *observation {
+	o := m.nodes[id]
+	if o == nil {
+		o = &observation{gossipState: "unknown"}
+		m.nodes[id] = o
+	}
+	return o
+}
+
+// heartbeat records an agent's heartbeat. Sequence gaps are heartbeats
+// lost on the way: they raise the loss estimate, arrivals lower it.
+func (m *monitor) heartbeat(msg api.GossipHeartbeatMsg, now time.Time) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	o := m.get(msg.Node)
+	if now.After(o.lastHeard) {
+		o.lastHeard = now
+	}
+	if msg.Session != o.session {
+		o.session, o.seq = msg.Session, msg.Seq // a new session starts a new count
+		return
+	}
+	if msg.Seq <= o.seq {
+		return // late or duplicated: alive, but says nothing about loss
+	}
+	for lost := msg.Seq - o.seq - 1; lost > 0 && lost < 1000; lost-- {
+		o.loss = o.loss*(1-lossWeight) + lossWeight
+	}
+	o.loss *= 1 - lossWeight
+	o.seq = msg.Seq
+}
+
+// gossipUpdate records memberlist's view of a node and its metadata.
+func (m *monitor) gossipUpdate(id, state string, meta *api.GossipMeta) {
+	m.mu.Lock()
+	o := m.get(id)
+	o.gossipState = state
+	woke := false
+	if meta != nil {
+		woke = o.hibernating && !meta.Hibernating
+		o.hibernating = meta.Hibernating
+	}
+	m.mu.Unlock()
+	if woke {
+		select {
+		case m.kick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// interval is the heartbeat interval in force for a loss estimate: the
+// base interval, stretched linearly up to the maximum at 30% loss.
+func (m *monitor) interval(loss float64) time.Duration {
+	stretch := math.Min(loss/0.3, 1)
+	return m.cfg.HeartbeatInterval + time.Duration(stretch*float64(m.cfg.MaxHeartbeatInterval-m.cfg.HeartbeatInterval))
+}
+
+// view is the monitor's verdict inputs for one node at now. lastCommitted
+// is the node's committed last heartbeat (HTTP heartbeats, registration),
+// which counts as being heard too.
+func (m *monitor) view(id string, lastCommitted, now time.Time) (api.NodeObservation, time.Time, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	o := m.nodes[id]
+	if o == nil {
+		o = &observation{gossipState: "unknown"}
+	}
+	last := o.lastHeard
+	if lastCommitted.After(last) {
+		last = lastCommitted
+	}
+	iv := m.interval(o.loss)
+	misses := 0
+	if !last.IsZero() && now.After(last) {
+		misses = int(now.Sub(last) / iv)
+	}
+	obs := api.NodeObservation{
+		IntervalMs: iv.Milliseconds(), Misses: misses, Loss: math.Round(o.loss*1000) / 1000,
+		GossipState: o.gossipState, Hibernating: o.hibernating,
+	}
+	if !last.IsZero() {
+		obs.LastHeard = last.UTC().Format(time.RFC3339Nano)
+	}
+	return obs, o.lastHeard, o.hibernating
+}
+
+// Observation is how this replica sees a node's liveness right now.
+func (s *Server) Observation(n *fsm.Node) api.NodeObservation {
+	obs, _, _ := s.monitor.view(n.ID, n.LastHeartbeat, s.now())
+	return obs
+}
+
+// livenessLoop (leader-only) turns observations into committed node
+// states: SUSPECT after SuspectAfter missed intervals, back to READY when
+// heard again (no reclaim), DOWN after DownAfter (live attempts reclaimed).
+// A new leader first observes for LeaderGrace without judging anyone.
+// It also commits, every few intervals, the latest gossip heartbeat of
+// each node so the replicated last-heartbeat (the scheduler's TTL rule)
+// stays current without a Raft write per heartbeat.
+func (s *Server) livenessLoop(ctx context.Context) {
+	cfg := s.cfg.Liveness
+	graceUntil := s.now().Add(cfg.LeaderGrace)
+	tick := time.NewTicker(max(cfg.HeartbeatInterval/5, 10*time.Millisecond))
+	defer tick.Stop()
+	lastSync := time.Time{}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		now := s.now()
+		nodes, err := s.fsm.State().Nodes()
+		if err != nil {
+			continue
+		}
+		var beats [][]byte
+		sync := now.Sub(lastSync) >= 2*cfg.HeartbeatInterval
+		for _, n := range nodes {
+			if n.Management == scheduler.ManagementRetired || n.Liveness == scheduler.LivenessDown {
+				continue
+			}
+			obs, heard, _ := s.monitor.view(n.ID, n.LastHeartbeat, now)
+			switch {
+			case obs.Misses >= cfg.DownAfter && now.After(graceUntil):
+				reason := fmt.Sprintf("%d heartbeat intervals of %s missed (loss %.0f%%, gossip %s)", obs.Misses, time.Duration(obs.IntervalMs)*time.Millisecond, obs.Loss*100, obs.GossipState)
+				if _, err := s.DeclareNodeDown(ctx, n.ID, reason); err != nil && ctx.Err() == nil {
+					s.logger.Warn("could not declare node down", "node", n.ID, "error", err)
+				}
+			case obs.Misses >= cfg.SuspectAfter && n.Liveness == scheduler.LivenessReady && now.After(graceUntil):
+				s.setLiveness(ctx, n, scheduler.LivenessSuspect, fmt.Sprintf("%d heartbeat intervals of %s missed (loss %.0f%%, gossip %s)", obs.Misses, time.Duration(obs.IntervalMs)*time.Millisecond, obs.Loss*100, obs.GossipState))
+			case obs.Misses < cfg.SuspectAfter && n.Liveness == scheduler.LivenessSuspect:
+				s.setLiveness(ctx, n, scheduler.LivenessReady, "heard again: suspicion refuted, nothing reclaimed")
+			}
+			if sync && heard.After(n.LastHeartbeat) {
+				if b, err := fsm.Encode(fsm.MsgHeartbeat, fsm.HeartbeatRequest{NodeID: n.ID, SessionGeneration: n.SessionGeneration, Now: heard.UTC()}); err == nil {
+					beats = append(beats, b)
+				}
+			}
+		}
+		if sync {
+			lastSync = now
+			if len(beats) > 0 {
+				s.commitBatches(ctx, beats, s.cfg.Scheduler.BatchSize)
+			}
+		}
+	}
+}
+
+func (s *Server) setLiveness(ctx context.Context, n *fsm.Node, to scheduler.Liveness, reason string) {
+	_, _, err := s.apply(ctx, fsm.MsgNodeLiveness, fsm.NodeLivenessRequest{
+		NodeID: n.ID, SessionGeneration: n.SessionGeneration, Liveness: string(to), Reason: reason, Now: s.now().UTC(),
+	})
+	if err != nil && ctx.Err() == nil {
+		s.logger.Warn("could not change node liveness", "node", n.ID, "to", to, "error", err)
+		return
+	}
+	s.logger.Info("node liveness", "node", n.ID, "to", to, "reason", reason)
+}

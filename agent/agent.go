@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -29,6 +30,11 @@ type Agent struct {
 
 	session    atomic.Uint64
 	reregister chan struct{}
+
+	gossip      *agentGossip
+	hibernating atomic.Bool
+	wakeCh      chan struct{}
+	metaDirty   atomic.Bool
 
 	mu       sync.Mutex
 	running  map[string]*execution // attempt id → what runs it
@@ -81,6 +87,7 @@ func New(cfg Config) (*Agent, error) {
 	return &Agent{
 		cfg: cfg, logger: logger, client: client, limiter: lim,
 		reregister: make(chan struct{}, 1),
+		wakeCh:     make(chan struct{}, 1),
 		running:    map[string]*execution{}, finished: map[string]bool{},
 	}, nil
 }
@@ -113,10 +120,20 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err := a.register(ctx); err != nil {
 		return err
 	}
+	if err := a.startGossip(ctx); err != nil {
+		return err
+	}
 	a.wg.Add(2)
 	go func() { defer a.wg.Done(); a.heartbeatLoop(ctx) }()
 	go func() { defer a.wg.Done(); a.janitor(ctx) }()
+	if a.gossip != nil {
+		a.wg.Add(1)
+		go func() { defer a.wg.Done(); a.gossipLoop(ctx) }()
+	}
 	a.assignmentLoop(ctx)
+	if a.gossip != nil {
+		defer a.gossip.stop()
+	}
 	a.mu.Lock()
 	for _, ex := range a.running {
 		ex.cancel()
@@ -171,7 +188,12 @@ func (a *Agent) requestReregister() {
 // heartbeatLoop keeps the session alive and registers again when the
 // cluster declared the node down or its session is no longer current.
 func (a *Agent) heartbeatLoop(ctx context.Context) {
-	t := time.NewTicker(a.cfg.HeartbeatInterval)
+	every := a.cfg.HeartbeatInterval
+	if a.gossip != nil {
+		// Gossip carries liveness; HTTP heartbeats only check the session.
+		every *= 6
+	}
+	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
 		select {
@@ -201,6 +223,7 @@ func (a *Agent) heartbeatLoop(ctx context.Context) {
 // assignmentLoop watches this node's assignments and reconciles.
 func (a *Agent) assignmentLoop(ctx context.Context) {
 	var index uint64
+	lastBusy := time.Now()
 	backoff := 200 * time.Millisecond
 	for ctx.Err() == nil {
 		as, err := a.client.Assignments(ctx, a.cfg.ID, index, a.cfg.AssignmentWait)
@@ -226,7 +249,95 @@ func (a *Agent) assignmentLoop(ctx context.Context) {
 		}
 		index = as.Index
 		a.reconcile(ctx, &as)
+		if len(as.Attempts) > 0 || len(a.Running()) > 0 {
+			lastBusy = time.Now()
+		}
+		if a.cfg.HibernateAfter > 0 && a.gossip != nil && time.Since(lastBusy) >= a.cfg.HibernateAfter {
+			if !a.hibernate(ctx) {
+				return
+			}
+			index, lastBusy = 0, time.Now()
+		}
 	}
+}
+
+// hibernate stops polling and advertises it, keeping only gossip (the
+// node stays alive) until the leader wakes it. It returns false when the
+// agent stops meanwhile.
+func (a *Agent) hibernate(ctx context.Context) bool {
+	a.hibernating.Store(true)
+	a.gossip.publish()
+	a.logger.Info("idle: hibernating until woken", "idle_for", a.cfg.HibernateAfter)
+	select {
+	case <-ctx.Done():
+		return false
+	case <-a.wakeCh:
+	}
+	a.hibernating.Store(false)
+	a.gossip.publish()
+	a.logger.Info("woken up: polling for assignments again")
+	return true
+}
+
+// wakeUp ends hibernation (a wake message from the leader).
+func (a *Agent) wakeUp() {
+	select {
+	case a.wakeCh <- struct{}{}:
+	default:
+	}
+}
+
+// Hibernating reports whether the agent sleeps.
+func (a *Agent) Hibernating() bool { return a.hibernating.Load() }
+
+// meta is what the agent advertises in the gossip pool.
+func (a *Agent) meta() api.GossipMeta {
+	a.mu.Lock()
+	running := len(a.running)
+	a.mu.Unlock()
+	return api.GossipMeta{
+		Role: api.RoleAgent, ID: a.cfg.ID, FreeSlots: max(a.cfg.Slots-running, 0), Running: running,
+		Load: loadAverage(), Hibernating: a.hibernating.Load(), Session: a.session.Load(),
+	}
+}
+
+// gossipLoop heartbeats the servers over gossip and pushes metadata
+// changes, at most once a second (memberlist spreads every update).
+func (a *Agent) gossipLoop(ctx context.Context) {
+	hb := time.NewTicker(a.cfg.HeartbeatInterval)
+	defer hb.Stop()
+	meta := time.NewTicker(time.Second)
+	defer meta.Stop()
+	a.gossip.heartbeatGossip()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hb.C:
+			a.gossip.heartbeatGossip()
+		case <-meta.C:
+			if a.metaDirty.Swap(false) {
+				a.gossip.publish()
+			}
+		}
+	}
+}
+
+// loadAverage is the 1-minute load average × 100 (0 if unknown).
+func loadAverage() int {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 0
+	}
+	v, err := strconv.ParseFloat(f[0], 64)
+	if err != nil {
+		return 0
+	}
+	return int(v * 100)
 }
 
 // reconcile makes what runs here match the cluster's assignments: stop
@@ -277,6 +388,7 @@ func (a *Agent) reconcile(ctx context.Context, as *api.Assignments) {
 		}
 		actx, cancel := context.WithCancel(ctx)
 		a.running[id] = &execution{assignment: x, cancel: cancel}
+		a.metaDirty.Store(true)
 		a.wg.Add(1)
 		go func() {
 			defer a.wg.Done()
@@ -286,6 +398,7 @@ func (a *Agent) reconcile(ctx context.Context, as *api.Assignments) {
 			delete(a.running, id)
 			a.finished[id] = true
 			a.mu.Unlock()
+			a.metaDirty.Store(true)
 			a.reconcile(ctx, nil) // a slot is free: start what waits
 		}()
 	}

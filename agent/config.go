@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/memberlist"
 
 	"herd/api"
 )
@@ -46,6 +47,21 @@ type Config struct {
 	// then cgroup v1, then rlimits), "cgroup-v2", "cgroup-v1", "rlimit"
 	// or "none".
 	Limits string
+
+	// GossipAddr is where the agent gossips (host:port); default: the
+	// local address it uses to reach the servers, on a free port that is
+	// kept across restarts.
+	GossipAddr string
+	// GossipKey is the pool's AES key, if it is encrypted.
+	GossipKey []byte
+	// HibernateAfter puts an idle agent to sleep: it stops polling for
+	// assignments and keeps only gossip until the leader wakes it. 0 never.
+	HibernateAfter time.Duration
+
+	// GossipTune and GossipTransport let tests shrink memberlist's timings
+	// and inject faults into its transport.
+	GossipTune      func(*memberlist.Config)
+	GossipTransport func(memberlist.Transport) memberlist.Transport
 
 	Logger hclog.Logger
 	// Transport, when set, carries every request to the servers (tests

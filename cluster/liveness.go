@@ -35,8 +35,9 @@ type observation struct {
 }
 
 // lossWeight is the weight of each expected heartbeat in the loss average:
-// about the last 20 heartbeats count.
-const lossWeight = 0.05
+// about the last 10 heartbeats count, so the interval adapts within a
+// minute at 5 s heartbeats.
+const lossWeight = 0.1
 
 func newMonitor(cfg config.Liveness) *monitor {
 	return &monitor{cfg: cfg, nodes: map[string]*observation{}, kick: make(chan struct{}, 1)}
@@ -100,10 +101,12 @@ func (m *monitor) interval(loss float64) time.Duration {
 	return m.cfg.HeartbeatInterval + time.Duration(stretch*float64(m.cfg.MaxHeartbeatInterval-m.cfg.HeartbeatInterval))
 }
 
-// view is the monitor's verdict inputs for one node at now. lastCommitted
-// is the node's committed last heartbeat (HTTP heartbeats, registration),
-// which counts as being heard too.
-func (m *monitor) view(id string, lastCommitted, now time.Time) (api.NodeObservation, time.Time, bool) {
+// view is the monitor's verdict inputs for one node at now. A node that
+// gossips is judged by its gossip heartbeats (and the start of its current
+// session: registering proves life); one that never did (no gossip in the
+// cluster, or an agent without it) by its committed last heartbeat (HTTP
+// heartbeats, registration).
+func (m *monitor) view(id string, lastCommitted, sessionStart, now time.Time) (api.NodeObservation, time.Time, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	o := m.nodes[id]
@@ -111,13 +114,17 @@ func (m *monitor) view(id string, lastCommitted, now time.Time) (api.NodeObserva
 		o = &observation{gossipState: "unknown"}
 	}
 	last := o.lastHeard
-	if lastCommitted.After(last) {
+	if last.IsZero() {
 		last = lastCommitted
+	} else if sessionStart.After(last) {
+		last = sessionStart
 	}
 	iv := m.interval(o.loss)
 	misses := 0
-	if !last.IsZero() && now.After(last) {
-		misses = int(now.Sub(last) / iv)
+	// A heartbeat up to half an interval late is not a miss: weak boxes
+	// and busy schedulers jitter.
+	if silent := now.Sub(last) - iv/2; !last.IsZero() && silent > 0 {
+		misses = int(silent / iv)
 	}
 	obs := api.NodeObservation{
 		IntervalMs: iv.Milliseconds(), Misses: misses, Loss: math.Round(o.loss*1000) / 1000,
@@ -131,7 +138,7 @@ func (m *monitor) view(id string, lastCommitted, now time.Time) (api.NodeObserva
 
 // Observation is how this replica sees a node's liveness right now.
 func (s *Server) Observation(n *fsm.Node) api.NodeObservation {
-	obs, _, _ := s.monitor.view(n.ID, n.LastHeartbeat, s.now())
+	obs, _, _ := s.monitor.view(n.ID, n.LastHeartbeat, n.SessionStartedAt, s.now())
 	return obs
 }
 
@@ -165,9 +172,13 @@ func (s *Server) livenessLoop(ctx context.Context) {
 			if n.Management == scheduler.ManagementRetired || n.Liveness == scheduler.LivenessDown {
 				continue
 			}
-			obs, heard, _ := s.monitor.view(n.ID, n.LastHeartbeat, now)
+			obs, heard, _ := s.monitor.view(n.ID, n.LastHeartbeat, n.SessionStartedAt, now)
 			switch {
 			case obs.Misses >= cfg.DownAfter && now.After(graceUntil):
+				if n.Liveness == scheduler.LivenessReady {
+					// Record the suspicion the misses passed through first.
+					s.setLiveness(ctx, n, scheduler.LivenessSuspect, fmt.Sprintf("%d heartbeat intervals of %s missed (loss %.0f%%, gossip %s)", obs.Misses, time.Duration(obs.IntervalMs)*time.Millisecond, obs.Loss*100, obs.GossipState))
+				}
 				reason := fmt.Sprintf("%d heartbeat intervals of %s missed (loss %.0f%%, gossip %s)", obs.Misses, time.Duration(obs.IntervalMs)*time.Millisecond, obs.Loss*100, obs.GossipState)
 				if _, err := s.DeclareNodeDown(ctx, n.ID, reason); err != nil && ctx.Err() == nil {
 					s.logger.Warn("could not declare node down", "node", n.ID, "error", err)

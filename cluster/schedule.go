@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"errors"
+	"fmt"
 	"hash/fnv"
 	"maps"
 	"math/rand/v2"
@@ -74,9 +75,10 @@ func (s *Server) scheduleLoop(ctx context.Context) {
 		s.logger.Info("weighted-random placement seeded", "term", term, "server", s.cfg.ID)
 	}
 	explained := map[string]time.Time{}
+	sleepers := &wakeTracker{requested: map[string]time.Time{}, passedOver: map[string]map[string]string{}}
 	for ctx.Err() == nil {
 		ws := memdb.NewWatchSet()
-		placed, wake := s.schedulePass(ctx, ws, rng, explained)
+		placed, wake := s.schedulePass(ctx, ws, rng, explained, sleepers)
 		if placed > 0 {
 			continue
 		}
@@ -85,6 +87,13 @@ func (s *Server) scheduleLoop(ctx context.Context) {
 			wait = min(wait, max(time.Until(wake), time.Millisecond))
 		}
 		wctx, cancel := context.WithTimeout(ctx, wait)
+		go func() {
+			select {
+			case <-s.monitor.kick: // a hibernating node woke up
+				cancel()
+			case <-wctx.Done():
+			}
+		}()
 		_ = ws.WatchCtx(wctx)
 		cancel()
 		// Coalesce bursts of changes (many submits, heartbeats) into one pass.
@@ -97,7 +106,15 @@ func (s *Server) scheduleLoop(ctx context.Context) {
 
 // schedulePass runs one pass and returns how many placements were
 // committed and when the earliest backing-off task becomes due.
-func (s *Server) schedulePass(ctx context.Context, ws memdb.WatchSet, rng randSource, explained map[string]time.Time) (int, time.Time) {
+// wakeTracker remembers, for the leader's term, which hibernating nodes
+// it woke and when, and which nodes it passed over for which task.
+type wakeTracker struct {
+	requested  map[string]time.Time         // node → when the wake was first sent
+	lastSent   map[string]time.Time         // node → last wake message
+	passedOver map[string]map[string]string // task → node → why
+}
+
+func (s *Server) schedulePass(ctx context.Context, ws memdb.WatchSet, rng randSource, explained map[string]time.Time, sleepers *wakeTracker) (int, time.Time) {
 	cfg := s.cfg.Scheduler
 	st := s.fsm.State()
 	now := s.now().UTC()
@@ -132,6 +149,11 @@ func (s *Server) schedulePass(ctx context.Context, ws memdb.WatchSet, rng randSo
 			delete(explained, id)
 		}
 	}
+	for id := range sleepers.passedOver {
+		if _, ok := byID[id]; !ok {
+			delete(sleepers.passedOver, id)
+		}
+	}
 	if len(queued) == 0 {
 		return 0, wake
 	}
@@ -145,7 +167,15 @@ func (s *Server) schedulePass(ctx context.Context, ws memdb.WatchSet, rng randSo
 	}
 	sessions := map[string]uint64{}
 	for _, n := range nodes {
-		sessions[n.ID] = nodeByID(n.ID).SessionGeneration
+		rec := nodeByID(n.ID)
+		sessions[n.ID] = rec.SessionGeneration
+		_, _, n.Hibernating = s.monitor.view(n.ID, rec.LastHeartbeat, rec.SessionStartedAt, now)
+		if !n.Hibernating {
+			delete(sleepers.requested, n.ID)
+		}
+	}
+	if sleepers.lastSent == nil {
+		sleepers.lastSent = map[string]time.Time{}
 	}
 	scoring := scoringConfig(cfg, rng)
 
@@ -162,7 +192,41 @@ func (s *Server) schedulePass(ctx context.Context, ws memdb.WatchSet, rng randSo
 		t := byID[q.ID]
 		req := t.Request(now, cfg.HeartbeatTTL)
 		req.Blacklist = t.Blacklist(nodeByID)
+		req.PassedOver = sleepers.passedOver[t.ID]
 		cand, err := scheduler.Select(nodes, &req, &scoring)
+		if err == nil && cand.Node.Hibernating {
+			// The best node sleeps: wake it and place the task once it
+			// advertises it is awake; if it does not wake in time, pass it
+			// over for this task and choose again.
+			id := cand.Node.ID
+			first, asked := sleepers.requested[id]
+			if !asked {
+				first = now
+				sleepers.requested[id] = now
+			}
+			if now.Sub(first) < s.cfg.Liveness.WakeTimeout {
+				if now.Sub(sleepers.lastSent[id]) >= time.Second {
+					sleepers.lastSent[id] = now
+					if werr := s.wake(id); werr != nil {
+						s.logger.Warn("could not wake node", "node", id, "error", werr)
+					} else {
+						s.logger.Info("waking hibernating node for a task", "node", id, "task", t.ID)
+					}
+				}
+				wake = earliest(wake, first.Add(s.cfg.Liveness.WakeTimeout))
+				continue
+			}
+			if sleepers.passedOver[t.ID] == nil {
+				sleepers.passedOver[t.ID] = map[string]string{}
+			}
+			sleepers.passedOver[t.ID][id] = fmt.Sprintf("hibernating, did not wake within %s", s.cfg.Liveness.WakeTimeout)
+			s.logger.Warn("passing over a node that did not wake", "node", id, "task", t.ID)
+			req.PassedOver = sleepers.passedOver[t.ID]
+			cand, err = scheduler.Select(nodes, &req, &scoring)
+			if err == nil && cand.Node.Hibernating {
+				continue // the next best sleeps too: it gets woken next pass
+			}
+		}
 		if errors.Is(err, scheduler.ErrNoEligibleNode) {
 			// Record why it waits, at most every ExplainInterval per task
 			// and only when the reason changed.
@@ -257,4 +321,11 @@ func (s *Server) commitBatches(ctx context.Context, cmds [][]byte, batchSize int
 		}
 	}
 	return out
+}
+
+func earliest(a, b time.Time) time.Time {
+	if a.IsZero() || b.Before(a) {
+		return b
+	}
+	return a
 }

@@ -297,6 +297,7 @@ func applyRegisterNode(txn *memdb.Txn, index uint64, r *RegisterNodeRequest) (an
 	n.addEvent(index, r.Now, "registered", fmt.Sprintf("registered, session %d", n.SessionGeneration))
 	n.Liveness = scheduler.LivenessReady
 	n.LastHeartbeat = r.Now
+	n.SessionStartedAt = r.Now
 	n.ModifyIndex = index
 	if err := txn.Insert(tableNodes, &n); err != nil {
 		return nil, fmt.Errorf("insert node %q: %w", n.ID, err)

@@ -168,6 +168,7 @@ type Node struct {
 	Scheduling        scheduler.Scheduling `json:"scheduling"`
 	SessionGeneration uint64               `json:"session_generation"`
 	RegisteredAt      time.Time            `json:"registered_at"`
+	SessionStartedAt  time.Time            `json:"session_started_at"`
 	LastHeartbeat     time.Time            `json:"last_heartbeat"`
 	Reserved          scheduler.Resources  `json:"reserved"`
 	RunningAttempts   int                  `json:"running_attempts"`

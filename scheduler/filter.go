@@ -32,6 +32,9 @@ type Node struct {
 	Weight int
 	// Profile feeds the optional profile score (seed 003).
 	Profile Profile
+	// Hibernating nodes sleep until woken; they score lower (see
+	// HibernatingPenalty) so awake nodes are preferred.
+	Hibernating bool
 }
 
 // Profile is a node's capability profile, each part normalised to 0..1.
@@ -60,6 +63,9 @@ type Request struct {
 	// FailedOn counts this task's failures per node: a retry prefers a
 	// node it has not failed on (RetryNodePenalty per failure).
 	FailedOn map[string]int
+	// PassedOver holds nodes the leader gave up on for this task, with why
+	// (a hibernating node that did not wake in time).
+	PassedOver map[string]string
 }
 
 // ReasonCode identifies why a node cannot take a task.
@@ -80,6 +86,7 @@ const (
 	ReasonNoFreeSlot        ReasonCode = "no_free_slot"
 	ReasonInsufficientFree  ReasonCode = "insufficient_capacity"
 	ReasonBlacklisted       ReasonCode = "blacklisted"
+	ReasonPassedOver        ReasonCode = "passed_over"
 )
 
 // Reason is one failed rule: a code for machines, a summary phrase shared
@@ -206,6 +213,12 @@ func evaluate(n *Node, req *Request, out *[]Reason) bool {
 			return false
 		}
 		fail(ReasonBlacklisted, "blacklisted for this task", "failed it twice, awaiting a health check")
+	}
+	if why, passed := req.PassedOver[n.ID]; passed {
+		if out == nil {
+			return false
+		}
+		fail(ReasonPassedOver, "passed over", why)
 	}
 	return ok
 }

@@ -20,6 +20,9 @@ const (
 	// RetryNodePenalty is subtracted per earlier failure of the task on a
 	// node, so a retry goes elsewhere when it can (half a preferred label).
 	RetryNodePenalty = 500_000
+	// HibernatingPenalty makes an awake node win over a sleeping one with
+	// the same preferred labels: waking a node costs seconds.
+	HibernatingPenalty = 300_000
 )
 
 // ProfileWeights weigh the parts of the profile score (seed 003).
@@ -78,6 +81,9 @@ func Score(n *Node, req *Request, cfg *Config) int64 {
 	s := ReferenceScore(n, req)
 	if f := req.FailedOn[n.ID]; f > 0 {
 		s -= int64(f) * RetryNodePenalty
+	}
+	if n.Hibernating {
+		s -= HibernatingPenalty
 	}
 	if cfg != nil && cfg.ProfileScale > 0 {
 		s += int64(math.Round(ProfileScore(n, req, cfg.ProfileWeights) * float64(cfg.ProfileScale)))

@@ -107,6 +107,19 @@ type Setup struct {
 	// CheckInvariants checks fsm invariants after every applied entry on
 	// every replica; violations fail the test.
 	CheckInvariants bool
+	// Gossip gives every replica a gossip address (fast memberlist timings)
+	// and liveness verdicts on the scale of LivenessScale.
+	Gossip bool
+}
+
+// FastLiveness scales liveness to tests: 150 ms heartbeats stretched up
+// to 450 ms (a thirty-third of 5 s and 15 s), SUSPECT after 2 misses, DOWN
+// after 5, 1 s leader grace.
+func FastLiveness(c *config.Server) {
+	c.Liveness = config.Liveness{
+		HeartbeatInterval: 150 * time.Millisecond, MaxHeartbeatInterval: 450 * time.Millisecond,
+		SuspectAfter: 2, DownAfter: 5, LeaderGrace: time.Second, WakeTimeout: time.Second,
+	}
 }
 
 // NewCluster starts n replicas that form a cluster the way operators do
@@ -138,6 +151,10 @@ func NewClusterWith(t testing.TB, n int, setup Setup) *Cluster {
 		// Liveness verdicts are off unless a test asks for them: many tests
 		// register nodes with no agent heartbeating behind them.
 		cfg.Liveness.HeartbeatInterval, cfg.Liveness.MaxHeartbeatInterval = time.Hour, time.Hour
+		if setup.Gossip {
+			cfg.GossipAddr = FreeAddr(t)
+			FastLiveness(&cfg)
+		}
 		for _, o := range opts {
 			o(&cfg)
 		}
@@ -168,6 +185,9 @@ func (c *Cluster) Start(i int) {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		opts := cluster.Options{Logger: c.logger, Now: c.setup.Clock}
+		if c.setup.Gossip {
+			opts.Gossip.Tune = FastGossip
+		}
 		if c.setup.CheckInvariants {
 			id := r.Cfg.ID
 			opts.AfterApply = func(index uint64, st *fsm.State) {
@@ -409,6 +429,12 @@ func (c *Cluster) StartAgent(cfg agent.Config, replicas ...int) *AgentHandle {
 	}
 	cut := NewCutTransport()
 	cfg.Transport = cut
+	if c.setup.Gossip {
+		cfg.GossipTune = FastGossip
+		if cfg.HeartbeatInterval == 0 {
+			cfg.HeartbeatInterval = c.Replicas[0].Cfg.Liveness.HeartbeatInterval
+		}
+	}
 	cfg.Logger = c.logger
 	ag, err := agent.New(cfg)
 	if err != nil {

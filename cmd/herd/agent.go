@@ -30,6 +30,9 @@ func runAgent(e *env, args []string) error {
 	retention := fs.Duration("log-retention", agent.DefaultLogRetention, "how long attempt logs and working directories are kept")
 	heartbeat := fs.Duration("heartbeat-interval", agent.DefaultHeartbeatInterval, "how often the agent heartbeats")
 	logLevel := fs.String("log-level", "info", "trace, debug, info, warn or error")
+	gossipAddr := fs.String("gossip-addr", "", "gossip address (default: the local address towards the servers, a free port kept across restarts)")
+	gossipKey := fs.String("gossip-key", "", "base64 gossip key, when the cluster encrypts gossip (HERD_GOSSIP_KEY)")
+	hibernate := fs.Duration("hibernate-after", 0, "sleep after this long idle, keeping only gossip, until the leader wakes the agent (0: never)")
 	if err := parse(e, fs, args); err != nil {
 		return err
 	}
@@ -49,12 +52,22 @@ func runAgent(e *env, args []string) error {
 	if err != nil {
 		return err
 	}
+	if *gossipKey == "" {
+		*gossipKey, _ = e.getenv("HERD_GOSSIP_KEY")
+	}
+	var key []byte
+	if *gossipKey != "" {
+		if key, err = config.DecodeGossipKey(*gossipKey); err != nil {
+			return usagef("-gossip-key: %v", err)
+		}
+	}
 	logger := hclog.New(&hclog.LoggerOptions{Name: "herd", Level: hclog.LevelFromString(*logLevel), Output: e.stderr})
 	ag, err := agent.New(agent.Config{
 		ID: *id, Servers: config.SplitList(*servers), DataDir: *dataDir, Labels: labels, Capabilities: capMap,
 		Resources: api.Resources{CPUMillis: *cpu, MemoryMB: *mem, GPU: *gpu, DiskMB: *disk},
 		Slots:     *slots, Weight: *weight, Limits: *limits, LogRetention: *retention,
 		HeartbeatInterval: *heartbeat, Logger: logger,
+		GossipAddr: *gossipAddr, GossipKey: key, HibernateAfter: *hibernate,
 	})
 	if err != nil {
 		return err

@@ -29,7 +29,10 @@ type devCluster struct {
 
 func startDevCluster(dir string, logger hclog.Logger) (*devCluster, error) {
 	const n = 3
-	type listeners struct{ http, raft net.Listener }
+	type listeners struct {
+		http, raft net.Listener
+		gossip     string
+	}
 	var (
 		ls   []listeners
 		join []string
@@ -52,7 +55,14 @@ func startDevCluster(dir string, logger hclog.Logger) (*devCluster, error) {
 			closeAll()
 			return nil, fmt.Errorf("listen: %w", err)
 		}
-		ls = append(ls, listeners{h, r})
+		g, err := freeGossipAddr()
+		if err != nil {
+			h.Close()
+			r.Close()
+			closeAll()
+			return nil, err
+		}
+		ls = append(ls, listeners{h, r, g})
 		join = append(join, h.Addr().String())
 	}
 	d := &devCluster{}
@@ -64,6 +74,7 @@ func startDevCluster(dir string, logger hclog.Logger) (*devCluster, error) {
 		cfg.RaftAddr = l.raft.Addr().String()
 		cfg.BootstrapExpect = n
 		cfg.Join = join
+		cfg.GossipAddr = l.gossip
 		srv, err := cluster.Start(cfg, cluster.Options{Logger: logger, HTTPListener: l.http, RaftListener: l.raft})
 		if err != nil {
 			for _, rest := range ls[i+1:] {
@@ -138,9 +149,9 @@ func (d *devCluster) shutdown() {
 func (d *devCluster) printBanner(w io.Writer, dir string) {
 	fmt.Fprintln(w, "herd dev cluster is up: 3 replicas and 2 agents, data in", dir)
 	fmt.Fprintln(w)
-	fmt.Fprintf(w, "  %-6s %-22s %-22s\n", "ID", "HTTP", "RAFT")
+	fmt.Fprintf(w, "  %-6s %-22s %-22s %-22s\n", "ID", "HTTP", "RAFT", "GOSSIP")
 	for _, s := range d.servers {
-		fmt.Fprintf(w, "  %-6s %-22s %-22s\n", s.ID(), s.HTTPAddr(), s.RaftAddr())
+		fmt.Fprintf(w, "  %-6s %-22s %-22s %-22s\n", s.ID(), s.HTTPAddr(), s.RaftAddr(), s.Config().GossipAdvertise)
 	}
 	fmt.Fprintln(w)
 	for _, a := range d.agents {
@@ -160,4 +171,23 @@ func (d *devCluster) printBanner(w io.Writer, dir string) {
 	fmt.Fprintf(w, "  curl -s %s/v1/status/leader\n", addr)
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Press Ctrl-C to stop.")
+}
+
+// freeGossipAddr finds a loopback port free for both TCP and UDP (memberlist
+// uses both on one port).
+func freeGossipAddr() (string, error) {
+	for i := 0; i < 50; i++ {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return "", fmt.Errorf("find a gossip port: %w", err)
+		}
+		addr := ln.Addr().String()
+		pc, err := net.ListenPacket("udp", addr)
+		ln.Close()
+		if err == nil {
+			pc.Close()
+			return addr, nil
+		}
+	}
+	return "", fmt.Errorf("no loopback port free for TCP and UDP")
 }

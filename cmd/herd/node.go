@@ -55,11 +55,13 @@ func runNodeList(e *env, args []string) error {
 		return printJSON(e.stdout, nodes)
 	}
 	tb := &table{}
-	tb.add("ID", "MANAGEMENT", "LIVENESS", "SCHEDULING", "ATTEMPTS", "CPU FREE", "MEM FREE", "GPU FREE", "LAST HEARTBEAT")
+	tb.add("ID", "MANAGEMENT", "LIVENESS", "SCHEDULING", "ATTEMPTS", "CPU FREE", "MEM FREE", "GPU FREE", "INTERVAL", "MISSED", "LOSS", "ASLEEP")
 	for _, n := range nodes {
+		o := n.Observation
 		tb.add(n.ID, n.Management, n.Liveness, n.Scheduling, fmt.Sprintf("%d/%d", n.RunningAttempts, n.Slots),
 			fmt.Sprintf("%d/%dm", n.Free.CPUMillis, n.Resources.CPUMillis), fmt.Sprintf("%d/%d MB", n.Free.MemoryMB, n.Resources.MemoryMB),
-			fmt.Sprintf("%d/%d", n.Free.GPU, n.Resources.GPU), ago(n.LastHeartbeat))
+			fmt.Sprintf("%d/%d", n.Free.GPU, n.Resources.GPU), fmt.Sprintf("%dms", o.IntervalMs), strconv.Itoa(o.Misses),
+			fmt.Sprintf("%.0f%%", o.Loss*100), strconv.FormatBool(o.Hibernating))
 	}
 	tb.write(e.stdout)
 	return nil
@@ -94,6 +96,9 @@ func runNodeStatus(e *env, args []string) error {
 	tb.add("Scheduling", n.Scheduling)
 	tb.add("Session", strconv.FormatUint(n.SessionGeneration, 10))
 	tb.add("Last heartbeat", ago(n.LastHeartbeat))
+	o := n.Observation
+	tb.add("Observed", fmt.Sprintf("heartbeat interval %dms, %d missed, loss %.0f%%, gossip %s, hibernating %v",
+		o.IntervalMs, o.Misses, o.Loss*100, o.GossipState, o.Hibernating))
 	tb.add("Labels", joinMap(n.Labels))
 	caps := make([]string, 0, len(n.Capabilities))
 	for name, vs := range n.Capabilities {
@@ -107,6 +112,15 @@ func runNodeStatus(e *env, args []string) error {
 	tb.add("Reserved", resources(n.Reserved))
 	tb.add("Free", resources(n.Free))
 	tb.write(e.stdout)
+	if len(n.Events) > 0 {
+		fmt.Fprintln(e.stdout, "\nEvents")
+		ev := &table{}
+		ev.add("TIME", "INDEX", "EVENT", "DETAIL")
+		for _, x := range n.Events {
+			ev.add(ago(x.Time), strconv.FormatUint(x.Index, 10), x.Kind, x.Message)
+		}
+		ev.write(e.stdout)
+	}
 	if len(n.Attempts) > 0 {
 		fmt.Fprintln(e.stdout, "\nAttempts")
 		at := &table{}

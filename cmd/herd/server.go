@@ -18,6 +18,7 @@ import (
 type serverFlags struct {
 	configFile                                                        string
 	id, dataDir, httpAddr, raftAddr, httpAdv, raftAdv, join, logLevel string
+	gossipAddr, gossipKey                                             string
 	bootstrap                                                         bool
 	bootstrapExpect                                                   int
 }
@@ -36,6 +37,8 @@ func runServer(e *env, args []string) error {
 	fs.IntVar(&f.bootstrapExpect, "bootstrap-expect", 0, "bootstrap once this many servers found each other through -join (HERD_BOOTSTRAP_EXPECT)")
 	fs.StringVar(&f.join, "join", "", "comma-separated HTTP addresses of servers to join (HERD_JOIN)")
 	fs.StringVar(&f.logLevel, "log-level", "", "trace, debug, info, warn or error (default info; HERD_LOG_LEVEL)")
+	fs.StringVar(&f.gossipAddr, "gossip-addr", "", "gossip (memberlist) address; empty: no gossip, liveness by HTTP heartbeats (HERD_GOSSIP_ADDR)")
+	fs.StringVar(&f.gossipKey, "gossip-key", "", "base64 AES key (16, 24 or 32 bytes) encrypting gossip (HERD_GOSSIP_KEY)")
 	if err := parse(e, fs, args); err != nil {
 		return err
 	}
@@ -90,6 +93,10 @@ func loadServerConfig(e *env, fs *flag.FlagSet, f *serverFlags) (config.Server, 
 			cfg.Join = config.SplitList(f.join)
 		case "log-level":
 			cfg.LogLevel = f.logLevel
+		case "gossip-addr":
+			cfg.GossipAddr = f.gossipAddr
+		case "gossip-key":
+			cfg.GossipKey = f.gossipKey
 		}
 	})
 	if err := cfg.Validate(); err != nil {

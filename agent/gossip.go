@@ -1,0 +1,230 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+
+	"herd/api"
+)
+
+// agentGossip is the agent's membership in the servers' gossip pool: it
+// advertises the node's state in its metadata, heartbeats the servers
+// over UDP, and receives wake messages.
+type agentGossip struct {
+	a   *Agent
+	ml  *memberlist.Memberlist
+	seq uint64
+	// servers are the servers' gossip addresses. Heartbeats go to each
+	// address directly, whatever memberlist currently thinks of it: on a
+	// lossy link it may have marked a server failed, and the heartbeats
+	// are exactly what must keep flowing.
+	servers map[string]string // address → server id
+}
+
+// startGossip joins the pool if the cluster runs one; without one the
+// agent's liveness rests on HTTP heartbeats.
+func (a *Agent) startGossip(ctx context.Context) error {
+	info, err := a.client.GossipInfo(ctx)
+	if err != nil {
+		return fmt.Errorf("ask the servers about gossip: %w", err)
+	}
+	if len(info.Servers) == 0 {
+		a.logger.Info("the cluster runs without gossip; liveness rests on HTTP heartbeats")
+		return nil
+	}
+	if info.Encrypted && a.cfg.GossipKey == nil {
+		return errors.New("the cluster encrypts gossip: set the gossip key (-gossip-key)")
+	}
+	host, port, err := a.gossipBind(info.Servers[0])
+	if err != nil {
+		return err
+	}
+	mc := memberlist.DefaultLANConfig()
+	mc.Name = a.cfg.ID
+	// Bound to one address, memberlist advertises it with the real port
+	// (also when the port is chosen automatically).
+	mc.BindAddr, mc.BindPort = host, port
+	mc.Logger = a.logger.Named("gossip").StandardLogger(nil)
+	// A restarted agent may come back on another address: once its old
+	// incarnation is dead it may take the name again.
+	mc.DeadNodeReclaimTime = time.Second
+	g := &agentGossip{a: a, servers: map[string]string{}}
+	for _, addr := range info.Servers {
+		g.servers[addr] = ""
+	}
+	mc.Delegate = g
+	mc.Merge = g
+	if a.cfg.GossipKey != nil {
+		mc.SecretKey = a.cfg.GossipKey
+		mc.GossipVerifyIncoming, mc.GossipVerifyOutgoing = true, true
+	}
+	if a.cfg.GossipTune != nil {
+		a.cfg.GossipTune(mc)
+	}
+	if a.cfg.GossipTransport != nil {
+		nt, err := memberlist.NewNetTransport(&memberlist.NetTransportConfig{BindAddrs: []string{host}, BindPort: port, Logger: mc.Logger})
+		if err != nil {
+			return fmt.Errorf("gossip transport: %w", err)
+		}
+		mc.Transport = a.cfg.GossipTransport(nt)
+	}
+	ml, err := memberlist.Create(mc)
+	if err != nil {
+		return fmt.Errorf("start gossip on %s:%d: %w", host, port, err)
+	}
+	g.ml = ml
+	// Keep the port for the next start, so a restart keeps its address.
+	self := ml.LocalNode()
+	_ = os.WriteFile(filepath.Join(a.cfg.DataDir, "gossip-port"), []byte(strconv.Itoa(int(self.Port))), 0o640)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_, err = ml.Join(info.Servers)
+		if err == nil {
+			break
+		}
+		if strings.Contains(err.Error(), "decrypt") || strings.Contains(err.Error(), "encrypt") {
+			_ = ml.Shutdown()
+			return fmt.Errorf("join the gossip pool: %w (is the gossip key the cluster's?)", err)
+		}
+		if !time.Now().Before(deadline) {
+			_ = ml.Shutdown()
+			return fmt.Errorf("join the gossip pool: %w", err)
+		}
+		// A previous incarnation of this agent may still look alive for a
+		// few seconds, or the servers may be starting: retry a while; a
+		// conflict that persists is a real duplicate name.
+		select {
+		case <-ctx.Done():
+			_ = ml.Shutdown()
+			return ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+	a.gossip = g
+	a.logger.Info("joined the gossip pool", "address", fmt.Sprintf("%s:%d", self.Addr, self.Port), "members", ml.NumMembers())
+	return nil
+}
+
+// gossipBind picks where to gossip: the configured address, else the
+// local address used to reach the servers, on the port used last time
+// (or a free one).
+func (a *Agent) gossipBind(server string) (string, int, error) {
+	if a.cfg.GossipAddr != "" {
+		host, p, err := net.SplitHostPort(a.cfg.GossipAddr)
+		if err != nil {
+			return "", 0, fmt.Errorf("gossip address %q: %w", a.cfg.GossipAddr, err)
+		}
+		port, err := strconv.Atoi(p)
+		if err != nil {
+			return "", 0, fmt.Errorf("gossip address %q: bad port", a.cfg.GossipAddr)
+		}
+		return host, port, nil
+	}
+	conn, err := net.Dial("udp", server)
+	if err != nil {
+		return "", 0, fmt.Errorf("find the local address towards %s: %w", server, err)
+	}
+	host := conn.LocalAddr().(*net.UDPAddr).IP.String()
+	conn.Close()
+	port := 0
+	if b, err := os.ReadFile(filepath.Join(a.cfg.DataDir, "gossip-port")); err == nil {
+		if p, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && portFree(host, p) {
+			port = p
+		}
+	}
+	return host, port, nil
+}
+
+func portFree(host string, port int) bool {
+	addr := net.JoinHostPort(host, strconv.Itoa(port))
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return false
+	}
+	ln.Close()
+	pc, err := net.ListenPacket("udp", addr)
+	if err != nil {
+		return false
+	}
+	pc.Close()
+	return true
+}
+
+// heartbeatGossip sends one heartbeat to every server member.
+func (g *agentGossip) heartbeatGossip() {
+	g.seq++
+	msg, err := api.EncodeGossipMsg(api.GossipHeartbeat, api.GossipHeartbeatMsg{Node: g.a.cfg.ID, Session: g.a.session.Load(), Seq: g.seq})
+	if err != nil {
+		return
+	}
+	for _, m := range g.ml.Members() {
+		if meta, err := api.DecodeGossipMeta(m.Meta); err == nil && meta.Role == api.RoleServer {
+			g.servers[m.Address()] = m.Name
+		}
+	}
+	for addr, name := range g.servers {
+		_ = g.ml.SendToAddress(memberlist.Address{Addr: addr, Name: name}, msg)
+	}
+}
+
+// publish pushes changed metadata to the pool (rate-limited by the caller).
+func (g *agentGossip) publish() {
+	if err := g.ml.UpdateNode(time.Second); err != nil {
+		g.a.logger.Debug("gossip metadata update", "error", err)
+	}
+}
+
+func (g *agentGossip) stop() {
+	_ = g.ml.Leave(time.Second)
+	_ = g.ml.Shutdown()
+}
+
+// NodeMeta implements memberlist.Delegate: role, id, free slots, running
+// attempts, load and the hibernation flag, in well under 512 bytes.
+func (g *agentGossip) NodeMeta(limit int) []byte {
+	b, err := g.a.meta().Encode()
+	if err != nil || len(b) > limit {
+		return nil
+	}
+	return b
+}
+
+// NotifyMsg receives wake messages from the leader.
+func (g *agentGossip) NotifyMsg(b []byte) {
+	if len(b) > 0 && b[0] == api.GossipWake {
+		g.a.wakeUp()
+	}
+}
+
+func (g *agentGossip) GetBroadcasts(int, int) [][]byte { return nil }
+func (g *agentGossip) LocalState(bool) []byte          { return nil }
+func (g *agentGossip) MergeRemoteState([]byte, bool)   {}
+
+type duplicateNameError struct {
+	name, at string
+}
+
+func (e *duplicateNameError) Error() string {
+	return fmt.Sprintf("another live member named %q gossips from %s: node ids must be unique", e.name, e.at)
+}
+
+// NotifyMerge implements memberlist.MergeDelegate: joining a pool where a
+// live member already has this agent's name is refused.
+func (g *agentGossip) NotifyMerge(peers []*memberlist.Node) error {
+	self := g.ml.LocalNode()
+	for _, p := range peers {
+		if p.Name == g.a.cfg.ID && p.State == memberlist.StateAlive && (!p.Addr.Equal(self.Addr) || p.Port != self.Port) {
+			return &duplicateNameError{name: p.Name, at: fmt.Sprintf("%s:%d", p.Addr, p.Port)}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,169 @@
+package test
+
+import (
+	"errors"
+	"math/rand/v2"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+)
+
+// FaultTransport wraps a memberlist transport (tests only): it drops a
+// fraction of the UDP packets going out and coming in, and can cut the
+// member off entirely (packets and streams), as a lossy or broken link.
+type FaultTransport struct {
+	inner memberlist.NodeAwareTransport
+	in    chan *memberlist.Packet
+	done  chan struct{}
+
+	mu          sync.Mutex
+	loss        float64
+	cut         bool
+	dropStreams bool
+	rng         *rand.Rand
+}
+
+// DropIncomingStreams refuses incoming TCP streams (reliable messages,
+// push-pull) while UDP keeps flowing: the member stays alive but cannot
+// be told anything reliably, e.g. woken up.
+func (t *FaultTransport) DropIncomingStreams(drop bool) {
+	t.mu.Lock()
+	t.dropStreams = drop
+	t.mu.Unlock()
+}
+
+// NewFaultTransport wraps inner, which must be node-aware (NetTransport is).
+func NewFaultTransport(inner memberlist.Transport, seed uint64) *FaultTransport {
+	t := &FaultTransport{
+		inner: inner.(memberlist.NodeAwareTransport),
+		in:    make(chan *memberlist.Packet, 1024),
+		done:  make(chan struct{}),
+		rng:   rand.New(rand.NewPCG(seed, 99)),
+	}
+	go func() {
+		for {
+			select {
+			case p := <-t.inner.PacketCh():
+				if !t.drop() {
+					t.in <- p
+				}
+			case <-t.done:
+				return
+			}
+		}
+	}()
+	return t
+}
+
+// SetLoss sets the fraction of UDP packets dropped each way.
+func (t *FaultTransport) SetLoss(f float64) {
+	t.mu.Lock()
+	t.loss = f
+	t.mu.Unlock()
+}
+
+// Cut cuts (true) or restores (false) the member's links.
+func (t *FaultTransport) Cut(cut bool) {
+	t.mu.Lock()
+	t.cut = cut
+	t.mu.Unlock()
+}
+
+func (t *FaultTransport) drop() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.cut || (t.loss > 0 && t.rng.Float64() < t.loss)
+}
+
+func (t *FaultTransport) isCut() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.cut
+}
+
+var errCut = errors.New("test fault: link cut")
+
+func (t *FaultTransport) FinalAdvertiseAddr(ip string, port int) (net.IP, int, error) {
+	return t.inner.FinalAdvertiseAddr(ip, port)
+}
+
+func (t *FaultTransport) WriteTo(b []byte, addr string) (time.Time, error) {
+	if t.drop() {
+		return time.Now(), nil // lost on the way: the sender cannot tell
+	}
+	return t.inner.WriteTo(b, addr)
+}
+
+func (t *FaultTransport) WriteToAddress(b []byte, a memberlist.Address) (time.Time, error) {
+	if t.drop() {
+		return time.Now(), nil
+	}
+	return t.inner.WriteToAddress(b, a)
+}
+
+func (t *FaultTransport) PacketCh() <-chan *memberlist.Packet { return t.in }
+
+func (t *FaultTransport) DialTimeout(addr string, timeout time.Duration) (net.Conn, error) {
+	if t.isCut() {
+		return nil, errCut
+	}
+	return t.inner.DialTimeout(addr, timeout)
+}
+
+func (t *FaultTransport) DialAddressTimeout(a memberlist.Address, timeout time.Duration) (net.Conn, error) {
+	if t.isCut() {
+		return nil, errCut
+	}
+	return t.inner.DialAddressTimeout(a, timeout)
+}
+
+// StreamCh passes incoming streams through, closing them while cut.
+func (t *FaultTransport) StreamCh() <-chan net.Conn {
+	out := make(chan net.Conn)
+	go func() {
+		for {
+			select {
+			case c := <-t.inner.StreamCh():
+				t.mu.Lock()
+				refuse := t.cut || t.dropStreams
+				t.mu.Unlock()
+				if refuse {
+					c.Close()
+					continue
+				}
+				select {
+				case out <- c:
+				case <-t.done:
+					c.Close()
+					return
+				}
+			case <-t.done:
+				return
+			}
+		}
+	}()
+	return out
+}
+
+func (t *FaultTransport) Shutdown() error {
+	select {
+	case <-t.done:
+	default:
+		close(t.done)
+	}
+	return t.inner.Shutdown()
+}
+
+// FastGossip shrinks memberlist's timings for tests on loopback.
+func FastGossip(c *memberlist.Config) {
+	c.ProbeInterval = 100 * time.Millisecond
+	c.ProbeTimeout = 50 * time.Millisecond
+	c.GossipInterval = 20 * time.Millisecond
+	c.PushPullInterval = time.Second
+	c.SuspicionMult = 2
+	c.TCPTimeout = 500 * time.Millisecond
+	c.GossipToTheDeadTime = 2 * time.Second
+	c.DeadNodeReclaimTime = 200 * time.Millisecond
+}

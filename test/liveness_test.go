@@ -1,0 +1,260 @@
+package test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+
+	"herd/agent"
+	"herd/api"
+	"herd/config"
+)
+
+func gossipSetup(extra ...ClusterOption) Setup {
+	return Setup{Gossip: true, CheckInvariants: true, Config: append([]ClusterOption{fastRetries}, extra...)}
+}
+
+// faultyAgent starts an agent whose gossip goes through a FaultTransport.
+func faultyAgent(c *Cluster, cfg agent.Config, seed uint64) (*AgentHandle, *FaultTransport) {
+	made := make(chan *FaultTransport, 1)
+	cfg.GossipTransport = func(inner memberlist.Transport) memberlist.Transport {
+		ft := NewFaultTransport(inner, seed)
+		made <- ft
+		return ft
+	}
+	h := c.StartAgent(cfg)
+	select {
+	case ft := <-made:
+		return h, ft
+	case <-time.After(30 * time.Second):
+		c.t.Fatalf("agent %s did not join gossip", cfg.ID)
+		return nil, nil
+	}
+}
+
+func node(t *testing.T, cl *api.Client, id string) api.Node {
+	t.Helper()
+	n, _, err := cl.GetNode(context.Background(), id, api.ReadOptions{Consistent: true})
+	if err != nil {
+		t.Fatalf("node %s: %v", id, err)
+	}
+	return n
+}
+
+func countEvents(n api.Node, kind string) int {
+	c := 0
+	for _, e := range n.Events {
+		if e.Kind == kind {
+			c++
+		}
+	}
+	return c
+}
+
+// Test 1: a killed agent goes SUSPECT then DOWN within the configured
+// bound; its attempt is reclaimed and finishes elsewhere.
+func TestDeadAgentIsDeclaredDownAndWorkMoves(t *testing.T) {
+	c := NewClusterWith(t, 3, gossipSetup())
+	victim := c.StartAgent(agent.Config{ID: "victim", Labels: map[string]string{"first": "yes"}, Slots: 1})
+	c.StartAgent(agent.Config{ID: "spare", Slots: 1})
+	cl := c.AllClient()
+	s := shSpec("moves", "sleep 1; echo done on $HERD_NODE_ID")
+	s.PreferredLabels = map[string]string{"first": "yes"}
+	id := submit(t, cl, s)
+	if task := waitTaskState(t, cl, id, "RUNNING"); task.Attempts[0].NodeID != "victim" {
+		t.Fatalf("first attempt should run on victim: %+v", task.Attempts)
+	}
+	killed := time.Now()
+	victim.Stop()
+	var n api.Node
+	if !Eventually(30*time.Second, func() bool { n = node(t, cl, "victim"); return n.Liveness == "DOWN" }) {
+		t.Fatalf("victim never declared DOWN: %+v", n)
+	}
+	took := time.Since(killed)
+	lv := c.Replicas[0].Cfg.Liveness
+	bound := time.Duration(lv.DownAfter)*lv.MaxHeartbeatInterval + lv.HeartbeatInterval
+	t.Logf("declared DOWN %v after the kill (configured bound %v)", took.Round(time.Millisecond), bound)
+	if countEvents(n, "suspect") != 1 || countEvents(n, "down") != 1 {
+		t.Fatalf("want SUSPECT then DOWN in the node's events: %+v", n.Events)
+	}
+	task := waitTaskState(t, cl, id, "SUCCEEDED")
+	if task.Attempts[0].State != "LOST" || task.Attempts[1].NodeID != "spare" || !strings.Contains(task.Attempts[1].OutputTail, "done on spare") {
+		t.Fatalf("the attempt should be reclaimed and finish on spare: %+v", task.Attempts)
+	}
+}
+
+// Test 2: heavy packet loss between an agent and everyone else stretches
+// its heartbeat interval instead of getting it declared down; the interval
+// comes back when the loss ends. Three agents suffer 10, 30 and 50% loss
+// at once; their false-DOWN counts are logged.
+func TestPacketLossStretchesInsteadOfKilling(t *testing.T) {
+	c := NewClusterWith(t, 3, gossipSetup())
+	levels := []float64{0.1, 0.3, 0.5}
+	faults := map[float64]*FaultTransport{}
+	name := func(loss float64) string { return fmt.Sprintf("lossy-%02.0f", loss*100) }
+	for i, loss := range levels {
+		_, faults[loss] = faultyAgent(c, agent.Config{ID: name(loss), Slots: 1}, uint64(7+i))
+	}
+	cl := c.AllClient()
+	lv := c.Replicas[0].Cfg.Liveness
+	for _, loss := range levels {
+		if !Eventually(10*time.Second, func() bool { return node(t, cl, name(loss)).Observation.GossipState == "alive" }) {
+			t.Fatalf("%s never gossiped", name(loss))
+		}
+	}
+	downBefore, suspectBefore, widest := map[float64]int{}, map[float64]int{}, map[float64]int64{}
+	for _, loss := range levels {
+		n := node(t, cl, name(loss))
+		downBefore[loss], suspectBefore[loss] = countEvents(n, "down"), countEvents(n, "suspect")
+		faults[loss].SetLoss(loss)
+	}
+	// 60 base intervals under loss: five minutes of 5 s heartbeats,
+	// squeezed into nine seconds.
+	for end := time.Now().Add(60 * lv.HeartbeatInterval); time.Now().Before(end); time.Sleep(lv.HeartbeatInterval) {
+		for _, loss := range levels {
+			widest[loss] = max(widest[loss], node(t, cl, name(loss)).Observation.IntervalMs)
+		}
+	}
+	for _, loss := range levels {
+		faults[loss].SetLoss(0)
+		n := node(t, cl, name(loss))
+		down, suspect := countEvents(n, "down")-downBefore[loss], countEvents(n, "suspect")-suspectBefore[loss]
+		t.Logf("loss %2.0f%%: %d false DOWN, %d SUSPECT (each refuted or ended by DOWN), widest interval %d ms (base %v, max %v)",
+			loss*100, down, suspect, widest[loss], lv.HeartbeatInterval, lv.MaxHeartbeatInterval)
+		if loss == 0.3 {
+			if down != 0 {
+				t.Errorf("30%% loss caused %d DOWN verdicts", down)
+			}
+			if widest[loss] < 2*lv.HeartbeatInterval.Milliseconds() {
+				t.Errorf("30%% loss should stretch the interval, widest was %d ms", widest[loss])
+			}
+		}
+	}
+	// Back to the base interval once the loss ends (a node declared DOWN
+	// registers again by itself first).
+	for _, loss := range levels {
+		if !Eventually(30*time.Second, func() bool {
+			n := node(t, cl, name(loss))
+			return n.Liveness == "READY" && n.Observation.IntervalMs <= lv.HeartbeatInterval.Milliseconds()*11/10
+		}) {
+			t.Fatalf("interval did not come back after %.0f%% loss: %+v", loss*100, node(t, cl, name(loss)).Observation)
+		}
+	}
+}
+
+// Test 3: an agent paused past the DOWN bound comes back with a new
+// session; its old attempt's late result is rejected; no attempt ever
+// ran as "current" twice (invariants are checked at every index).
+func TestPausedAgentRejoinsWithNewSession(t *testing.T) {
+	c := NewClusterWith(t, 3, gossipSetup())
+	paused, ft := faultyAgent(c, agent.Config{ID: "paused", Labels: map[string]string{"first": "yes"}, Slots: 1}, 3)
+	c.StartAgent(agent.Config{ID: "other", Slots: 1})
+	cl := c.AllClient()
+	s := shSpec("pause", "sleep 1.5; echo finished on $HERD_NODE_ID")
+	s.PreferredLabels = map[string]string{"first": "yes"}
+	id := submit(t, cl, s)
+	first := waitTaskState(t, cl, id, "RUNNING").Attempts[0]
+	if first.NodeID != "paused" {
+		t.Fatalf("first attempt on %s", first.NodeID)
+	}
+	session := node(t, cl, "paused").SessionGeneration
+	ft.Cut(true)
+	paused.Transport.Cut()
+	if !Eventually(30*time.Second, func() bool { return node(t, cl, "paused").Liveness == "DOWN" }) {
+		t.Fatal("paused agent never declared DOWN")
+	}
+	task := waitTaskState(t, cl, id, "SUCCEEDED")
+	if task.Attempts[1].NodeID != "other" {
+		t.Fatalf("the retry should run on other: %+v", task.Attempts)
+	}
+	ft.Cut(false)
+	paused.Transport.Heal()
+	if !Eventually(30*time.Second, func() bool {
+		n := node(t, cl, "paused")
+		return n.Liveness == "READY" && n.SessionGeneration > session
+	}) {
+		t.Fatalf("paused agent did not rejoin with a new session: %+v", node(t, cl, "paused"))
+	}
+	if !Eventually(30*time.Second, func() bool { _, _, rejected := paused.Agent.Stats(); return rejected >= 1 }) {
+		t.Fatal("the paused agent's late result was not refused")
+	}
+	if after, _, _ := cl.GetTask(context.Background(), id, api.ReadOptions{Consistent: true}); after.State != "SUCCEEDED" || after.Attempts[0].State != "LOST" {
+		t.Fatalf("the late result changed the task: %+v", after)
+	}
+}
+
+// Test 4: a leader failover while an agent is SUSPECT: the new leader
+// declares nothing DOWN during its grace period, then verdicts resume.
+func TestNewLeaderGraceBeforeVerdicts(t *testing.T) {
+	c := NewClusterWith(t, 3, gossipSetup(func(cfg *config.Server) {
+		cfg.Liveness.DownAfter = 20 // 2 s of silence at 100 ms
+		cfg.Liveness.LeaderGrace = 3 * time.Second
+	}))
+	_, ft := faultyAgent(c, agent.Config{ID: "shaky", Slots: 1}, 5)
+	cl := c.AllClient()
+	if !Eventually(10*time.Second, func() bool { return node(t, cl, "shaky").Observation.GossipState == "alive" }) {
+		t.Fatal("shaky never gossiped")
+	}
+	// The first leader's own grace must be over before SUSPECT can happen.
+	time.Sleep(c.Replicas[0].Cfg.Liveness.LeaderGrace)
+	ft.Cut(true)
+	if !Eventually(10*time.Second, func() bool { return node(t, cl, "shaky").Liveness == "SUSPECT" }) {
+		t.Fatal("shaky never became SUSPECT")
+	}
+	c.Stop(c.WaitForLeader())
+	c.WaitForLeader()
+	elected := time.Now()
+	grace := c.Replicas[0].Cfg.Liveness.LeaderGrace
+	// Well past the 2 s DOWN bound, but inside the new leader's grace.
+	for time.Since(elected) < grace-500*time.Millisecond {
+		if n := node(t, cl, "shaky"); n.Liveness == "DOWN" {
+			t.Fatalf("declared DOWN %v into the new leader's %v grace", time.Since(elected), grace)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if !Eventually(20*time.Second, func() bool { return node(t, cl, "shaky").Liveness == "DOWN" }) {
+		t.Fatal("verdicts did not resume after the grace period")
+	}
+	t.Logf("DOWN %v after the new leader was elected (grace %v)", time.Since(elected).Round(time.Millisecond), grace)
+}
+
+// Test 5: an idle agent hibernates; a task only it can run wakes it and
+// completes there; an agent that never wakes is passed over.
+func TestHibernationWakeAndPassOver(t *testing.T) {
+	c := NewClusterWith(t, 3, gossipSetup())
+	sleeper := c.StartAgent(agent.Config{ID: "sleeper", Labels: map[string]string{"only": "sleeper"}, Slots: 1, HibernateAfter: 300 * time.Millisecond})
+	deaf, ft := faultyAgent(c, agent.Config{ID: "deaf", Labels: map[string]string{"fast": "yes"}, Slots: 1, HibernateAfter: 300 * time.Millisecond}, 11)
+	c.StartAgent(agent.Config{ID: "awake", Slots: 1})
+	cl := c.AllClient()
+	if !Eventually(20*time.Second, func() bool {
+		return sleeper.Agent.Hibernating() && deaf.Agent.Hibernating() && node(t, cl, "sleeper").Observation.Hibernating
+	}) {
+		t.Fatal("idle agents did not hibernate")
+	}
+	// Only the sleeper can run this: the leader wakes it.
+	s := shSpec("wake", "echo awake on $HERD_NODE_ID")
+	s.RequiredLabels = map[string]string{"only": "sleeper"}
+	task := waitTaskState(t, cl, submit(t, cl, s), "SUCCEEDED")
+	if task.Attempts[0].NodeID != "sleeper" {
+		t.Fatalf("ran on %s", task.Attempts[0].NodeID)
+	}
+	// The deaf agent is preferred but cannot be woken (its reliable
+	// messages are dropped): after the wake timeout it is passed over.
+	ft.DropIncomingStreams(true)
+	p := shSpec("pass-over", "echo ran on $HERD_NODE_ID")
+	p.PreferredLabels = map[string]string{"fast": "yes"}
+	task = waitTaskState(t, cl, submit(t, cl, p), "SUCCEEDED")
+	if task.Attempts[0].NodeID == "deaf" {
+		t.Fatalf("a node that never woke should have been passed over: %+v", task.Attempts)
+	}
+	if !deaf.Agent.Hibernating() {
+		t.Fatal("the deaf agent should still be asleep")
+	}
+	if n := node(t, cl, "deaf"); n.Liveness != "READY" {
+		t.Fatalf("a hibernating agent must not be declared down: %+v", n)
+	}
+}

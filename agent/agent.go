@@ -117,10 +117,15 @@ func (a *Agent) Stats() (started, completed, rejected uint64) {
 // Run registers and works until ctx ends, then stops every attempt it
 // runs (reporting them lost) and returns.
 func (a *Agent) Run(ctx context.Context) error {
-	if err := a.register(ctx); err != nil {
+	// Join the gossip pool first: a duplicate name or a wrong key is then
+	// refused before this agent's registration disturbs anyone.
+	if err := a.startGossip(ctx); err != nil {
 		return err
 	}
-	if err := a.startGossip(ctx); err != nil {
+	if err := a.register(ctx); err != nil {
+		if a.gossip != nil {
+			a.gossip.stop()
+		}
 		return err
 	}
 	a.wg.Add(2)

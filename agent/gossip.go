@@ -95,6 +95,11 @@ func (a *Agent) startGossip(ctx context.Context) error {
 			_ = ml.Shutdown()
 			return fmt.Errorf("join the gossip pool: %w (is the gossip key the cluster's?)", err)
 		}
+		// memberlist flattens the merge error to text.
+		if strings.Contains(err.Error(), dupMarker) && time.Since(deadline.Add(-30*time.Second)) > dupWindow {
+			_ = ml.Shutdown()
+			return fmt.Errorf("join the gossip pool: %w", err)
+		}
 		if !time.Now().Before(deadline) {
 			_ = ml.Shutdown()
 			return fmt.Errorf("join the gossip pool: %w", err)
@@ -209,12 +214,19 @@ func (g *agentGossip) GetBroadcasts(int, int) [][]byte { return nil }
 func (g *agentGossip) LocalState(bool) []byte          { return nil }
 func (g *agentGossip) MergeRemoteState([]byte, bool)   {}
 
+// dupWindow is how long a name conflict may last before it counts as a
+// real duplicate: long enough for a restarted agent's previous incarnation
+// to be found dead (memberlist's suspicion timeout on a LAN is seconds).
+const dupWindow = 10 * time.Second
+
+const dupMarker = "another live member named"
+
 type duplicateNameError struct {
 	name, at string
 }
 
 func (e *duplicateNameError) Error() string {
-	return fmt.Sprintf("another live member named %q gossips from %s: node ids must be unique", e.name, e.at)
+	return fmt.Sprintf(dupMarker+" %q gossips from %s: node ids must be unique", e.name, e.at)
 }
 
 // NotifyMerge implements memberlist.MergeDelegate: joining a pool where a

@@ -45,6 +45,12 @@ func node(t *testing.T, cl *api.Client, id string) api.Node {
 	return n
 }
 
+// gossiping reports whether a registered node's gossip is seen alive.
+func gossiping(cl *api.Client, id string) bool {
+	n, _, err := cl.GetNode(context.Background(), id, api.ReadOptions{Consistent: true})
+	return err == nil && n.Observation.GossipState == "alive"
+}
+
 func countEvents(n api.Node, kind string) int {
 	c := 0
 	for _, e := range n.Events {
@@ -102,7 +108,7 @@ func TestPacketLossStretchesInsteadOfKilling(t *testing.T) {
 	cl := c.AllClient()
 	lv := c.Replicas[0].Cfg.Liveness
 	for _, loss := range levels {
-		if !Eventually(10*time.Second, func() bool { return node(t, cl, name(loss)).Observation.GossipState == "alive" }) {
+		if !Eventually(10*time.Second, func() bool { return gossiping(cl, name(loss)) }) {
 			t.Fatalf("%s never gossiped", name(loss))
 		}
 	}
@@ -196,7 +202,7 @@ func TestNewLeaderGraceBeforeVerdicts(t *testing.T) {
 	}))
 	_, ft := faultyAgent(c, agent.Config{ID: "shaky", Slots: 1}, 5)
 	cl := c.AllClient()
-	if !Eventually(10*time.Second, func() bool { return node(t, cl, "shaky").Observation.GossipState == "alive" }) {
+	if !Eventually(10*time.Second, func() bool { return gossiping(cl, "shaky") }) {
 		t.Fatal("shaky never gossiped")
 	}
 	// The first leader's own grace must be over before SUSPECT can happen.
@@ -257,4 +263,55 @@ func TestHibernationWakeAndPassOver(t *testing.T) {
 	if n := node(t, cl, "deaf"); n.Liveness != "READY" {
 		t.Fatalf("a hibernating agent must not be declared down: %+v", n)
 	}
+}
+
+// A second agent with a live agent's id, or with the wrong gossip key,
+// fails to start with a clear error instead of disturbing the pool.
+func TestGossipRefusesDuplicatesAndWrongKeys(t *testing.T) {
+	key := "c2VjcmV0LWtleS0xNi1ieQ==" // 16 bytes
+	c := NewClusterWith(t, 3, gossipSetup(func(cfg *config.Server) { cfg.GossipKey = key }))
+	good, err := config.DecodeGossipKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := c.StartAgent(agent.Config{ID: "unique", GossipKey: good, Slots: 1})
+	cl := c.AllClient()
+	if !Eventually(10*time.Second, func() bool { return gossiping(cl, "unique") }) {
+		t.Fatal("the first agent never gossiped")
+	}
+	session := node(t, cl, "unique").SessionGeneration
+	run := func(cfg agent.Config) error {
+		for _, r := range c.Replicas {
+			cfg.Servers = append(cfg.Servers, r.Cfg.HTTPAddr)
+		}
+		cfg.DataDir, cfg.GossipTune, cfg.Logger = t.TempDir(), FastGossip, TestLogger()
+		ag, err := agent.New(cfg)
+		if err != nil {
+			return err
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		return ag.Run(ctx)
+	}
+	wrong, _ := config.DecodeGossipKey("b3RoZXIta2V5LTE2LWJ5dA==")
+	cases := []struct {
+		name string
+		cfg  agent.Config
+		want string
+	}{
+		{"no key", agent.Config{ID: "nokey"}, "the cluster encrypts gossip"},
+		{"wrong key", agent.Config{ID: "wrongkey", GossipKey: wrong}, "gossip key"},
+		{"duplicate id", agent.Config{ID: "unique", GossipKey: good}, `another live member named "unique"`},
+	}
+	for _, tc := range cases {
+		err := run(tc.cfg)
+		t.Logf("%s: %q", tc.name, err)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: want an error about %q, got %v", tc.name, tc.want, err)
+		}
+	}
+	if n := node(t, cl, "unique"); n.SessionGeneration != session || n.Liveness != "READY" {
+		t.Fatalf("the refused duplicate disturbed the first agent: %+v", n)
+	}
+	_ = first
 }

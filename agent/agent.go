@@ -322,7 +322,9 @@ func (a *Agent) gossipLoop(ctx context.Context) {
 			a.gossip.heartbeatGossip()
 		case <-meta.C:
 			if a.metaDirty.Swap(false) {
-				a.gossip.publish()
+				// UpdateNode waits for the broadcast to go out: never let
+				// it delay a heartbeat.
+				go a.gossip.publish()
 			}
 		}
 	}

@@ -144,7 +144,8 @@ func (s *Server) Observation(n *fsm.Node) api.NodeObservation {
 
 // livenessLoop (leader-only) turns observations into committed node
 // states: SUSPECT after SuspectAfter missed intervals, back to READY when
-// heard again (no reclaim), DOWN after DownAfter (live attempts reclaimed).
+// heard again (no reclaim), DOWN after DownAfter once memberlist no longer
+// sees the node alive (live attempts reclaimed).
 // A new leader first observes for LeaderGrace without judging anyone.
 // It also commits, every few intervals, the latest gossip heartbeat of
 // each node so the replicated last-heartbeat (the scheduler's TTL rule)
@@ -174,7 +175,13 @@ func (s *Server) livenessLoop(ctx context.Context) {
 			}
 			obs, heard, _ := s.monitor.view(n.ID, n.LastHeartbeat, n.SessionStartedAt, now)
 			switch {
-			case obs.Misses >= cfg.DownAfter && now.After(graceUntil):
+			case obs.Misses >= cfg.DownAfter && now.After(graceUntil) && (obs.GossipState != "alive" || obs.Misses >= 3*cfg.DownAfter):
+				// DOWN takes memberlist's agreement too: its probes (direct,
+				// indirect through other members, TCP fallback) and Lifeguard
+				// suspicion survive loss that eats several heartbeats in a
+				// row. Only a node that gossips as alive yet sends no
+				// heartbeat for three times the bound (a hung agent) is
+				// declared down on heartbeats alone.
 				if n.Liveness == scheduler.LivenessReady {
 					// Record the suspicion the misses passed through first.
 					s.setLiveness(ctx, n, scheduler.LivenessSuspect, fmt.Sprintf("%d heartbeat intervals of %s missed (loss %.0f%%, gossip %s)", obs.Misses, time.Duration(obs.IntervalMs)*time.Millisecond, obs.Loss*100, obs.GossipState))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"strings"
 	"time"
@@ -134,6 +135,10 @@ func (s *Server) RaftStats() map[string]string {
 	st["fsm_index"] = fmt.Sprint(s.fsm.Index())
 	_, leader := s.raft.LeaderWithID()
 	st["leader_id"] = string(leader)
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	st["go_heap_inuse_bytes"] = fmt.Sprint(ms.HeapInuse)
+	st["go_sys_bytes"] = fmt.Sprint(ms.Sys)
 	return st
 }
 

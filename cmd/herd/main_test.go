@@ -142,7 +142,7 @@ func TestEveryCommandHasHelp(t *testing.T) {
 		{"operator", "raft", "remove-peer", "-h"}, {"operator", "raft", "transfer-leadership", "-h"},
 		{"operator", "snapshot", "-h"}, {"operator", "snapshot", "save", "-h"}, {"operator", "snapshot", "restore", "-h"},
 		{"node", "-h"}, {"node", "list", "-h"}, {"node", "status", "-h"}, {"node", "drain", "-h"}, {"node", "eligibility", "-h"},
-		{"node", "register", "-h"}, {"explain", "-h"}, {"task", "cancel", "-h"}, {"agent", "-h"},
+		{"node", "register", "-h"}, {"explain", "-h"}, {"task", "cancel", "-h"}, {"agent", "-h"}, {"bench", "-h"},
 	} {
 		e, out, _ := testEnv(nil)
 		if code := run(e, args); code != 0 || !strings.Contains(out.String(), "Usage: herd") {

@@ -1,0 +1,624 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"herd/agent"
+	"herd/api"
+	"herd/cluster"
+	"herd/config"
+	"herd/fsm"
+	"herd/scheduler"
+)
+
+// benchSizes are the workload sizes of one run.
+type benchSizes struct {
+	ceiling        time.Duration
+	nodes, backlog int
+	e2eTasks       int
+	footNodes      int
+	footTasks      int
+	failoverTrials int
+}
+
+func fullSizes() benchSizes {
+	return benchSizes{ceiling: 10 * time.Second, nodes: 1000, backlog: 100_000, e2eTasks: 20_000, footNodes: 1000, footTasks: 100_000, failoverTrials: 20}
+}
+
+func quickSizes() benchSizes {
+	return benchSizes{ceiling: 2 * time.Second, nodes: 100, backlog: 3000, e2eTasks: 200, footNodes: 100, footTasks: 2000, failoverTrials: 2}
+}
+
+// benchResult is what one run measured; the JSON keys are stable.
+type benchResult struct {
+	Machine struct {
+		CPUs   int    `json:"cpus"`
+		Go     string `json:"go"`
+		OS     string `json:"os"`
+		Commit string `json:"commit"`
+		Quick  bool   `json:"quick"`
+		Date   string `json:"date"`
+	} `json:"machine"`
+	RaftCeiling         float64 `json:"raft_ceiling_entries_per_sec"`
+	Placements          float64 `json:"placements_per_sec"`
+	PlacementToCeiling  float64 `json:"placement_to_ceiling_ratio"`
+	PlacementEntries    uint64  `json:"placement_entries"`
+	E2ETasksPerSec      float64 `json:"e2e_tasks_per_sec"`
+	E2ESubmitToStartP50 float64 `json:"e2e_submit_to_start_p50_ms"`
+	E2ESubmitToStartP99 float64 `json:"e2e_submit_to_start_p99_ms"`
+	Decision100Nodes    float64 `json:"decision_100_nodes_ms"`
+	Decision1kNodes     float64 `json:"decision_1k_nodes_ms"`
+	Decision10kNodes    float64 `json:"decision_10k_nodes_ms"`
+	QueueSelect10k      float64 `json:"queue_select_10k_ms"`
+	QueueSelect100k     float64 `json:"queue_select_100k_ms"`
+	ReplicaRSSMiB       float64 `json:"replica_rss_mib"`
+	ReplicaHeapMiB      float64 `json:"replica_heap_mib"`
+	SnapshotBytes       int64   `json:"snapshot_bytes"`
+	SnapshotSaveMs      float64 `json:"snapshot_save_ms"`
+	RestartToReadyMs    float64 `json:"restart_to_ready_ms"`
+	FailoverP50         float64 `json:"failover_p50_ms"`
+	FailoverP99         float64 `json:"failover_p99_ms"`
+	FootprintNodes      int     `json:"footprint_nodes"`
+	FootprintTasks      int     `json:"footprint_tasks"`
+	E2ETasks            int     `json:"e2e_tasks"`
+	PlacementBacklog    int     `json:"placement_backlog"`
+	PlacementNodes      int     `json:"placement_nodes"`
+}
+
+func runBench(e *env, args []string) error {
+	fs := newFlags(e, "bench", "", "Measure herd on this machine: the raft ceiling, placements per second,\nend-to-end throughput and latency, decision latency, footprint and failover.\nPrints a table and, with -json, writes the results with machine facts.")
+	quick := fs.Bool("quick", false, "shrink every workload so the run takes about a minute")
+	jsonOut := fs.String("json", "", "also write the results as JSON to this file")
+	if err := parse(e, fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() != 0 {
+		return usagef("bench takes no arguments")
+	}
+	sz := fullSizes()
+	if *quick {
+		sz = quickSizes()
+	}
+	dir, err := os.MkdirTemp("", "herd-bench-")
+	if err != nil {
+		return fmt.Errorf("bench: %w", err)
+	}
+	defer os.RemoveAll(dir)
+	var r benchResult
+	r.Machine.CPUs, r.Machine.Go, r.Machine.OS = runtime.NumCPU(), runtime.Version(), runtime.GOOS+"/"+runtime.GOARCH
+	r.Machine.Commit, r.Machine.Quick, r.Machine.Date = gitCommit(), *quick, time.Now().UTC().Format(time.RFC3339)
+	r.FootprintNodes, r.FootprintTasks, r.E2ETasks, r.PlacementBacklog, r.PlacementNodes = sz.footNodes, sz.footTasks, sz.e2eTasks, sz.backlog, sz.nodes
+	step := func(name string, fn func() error) error {
+		fmt.Fprintf(e.stderr, "bench: %s…\n", name)
+		start := time.Now()
+		if err := fn(); err != nil {
+			return fmt.Errorf("bench %s: %w", name, err)
+		}
+		fmt.Fprintf(e.stderr, "bench: %s done in %s\n", name, time.Since(start).Round(time.Millisecond))
+		return nil
+	}
+	steps := []struct {
+		name string
+		fn   func() error
+	}{
+		{"raft ceiling and placements", func() error { return benchPlacement(filepath.Join(dir, "placement"), sz, &r) }},
+		{"end to end", func() error { return benchE2E(filepath.Join(dir, "e2e"), sz, &r) }},
+		{"decision latency", func() error { benchDecisions(&r); return nil }},
+		{"footprint", func() error { return benchFootprint(filepath.Join(dir, "footprint"), sz, &r) }},
+		{"failover", func() error { return benchFailover(filepath.Join(dir, "failover"), sz, &r) }},
+	}
+	for _, s := range steps {
+		if err := step(s.name, s.fn); err != nil {
+			return err
+		}
+	}
+	printBench(e.stdout, &r)
+	if *jsonOut != "" {
+		b, _ := json.MarshalIndent(&r, "", "  ")
+		if err := os.WriteFile(*jsonOut, append(b, '\n'), 0o644); err != nil {
+			return fmt.Errorf("bench: write %s: %w", *jsonOut, err)
+		}
+	}
+	return nil
+}
+
+func printBench(w io.Writer, r *benchResult) {
+	tb := &table{}
+	tb.add("MEASURE", "VALUE", "WORKLOAD")
+	tb.add("raft ceiling", fmt.Sprintf("%.0f entries/s", r.RaftCeiling), "3 replicas, fsync, 256 appliers, one reservation-sized entry each")
+	tb.add("placements", fmt.Sprintf("%.0f /s (%.2f× ceiling, %d entries)", r.Placements, r.PlacementToCeiling, r.PlacementEntries), fmt.Sprintf("%d nodes, %d pending", r.PlacementNodes, r.PlacementBacklog))
+	tb.add("end to end", fmt.Sprintf("%.0f tasks/s, submit→start p50 %.1f ms, p99 %.1f ms", r.E2ETasksPerSec, r.E2ESubmitToStartP50, r.E2ESubmitToStartP99), fmt.Sprintf("%d × true, 3 replicas + 4 agents", r.E2ETasks))
+	tb.add("decision", fmt.Sprintf("%.3f / %.3f / %.3f ms", r.Decision100Nodes, r.Decision1kNodes, r.Decision10kNodes), "filter+score+select over 100 / 1k / 10k nodes")
+	tb.add("queue selection", fmt.Sprintf("%.2f / %.2f ms", r.QueueSelect10k, r.QueueSelect100k), "10k / 100k pending")
+	tb.add("replica memory", fmt.Sprintf("RSS %.0f MiB, heap %.0f MiB", r.ReplicaRSSMiB, r.ReplicaHeapMiB), fmt.Sprintf("one replica process, %d nodes, %d tasks", r.FootprintNodes, r.FootprintTasks))
+	tb.add("snapshot", fmt.Sprintf("%d bytes, saved in %.0f ms", r.SnapshotBytes, r.SnapshotSaveMs), "same replica")
+	tb.add("restart to ready", fmt.Sprintf("%.0f ms", r.RestartToReadyMs), "same replica, from its data dir")
+	tb.add("failover", fmt.Sprintf("p50 %.0f ms, p99 %.0f ms", r.FailoverP50, r.FailoverP99), "leader stopped under load → first acknowledged write, default timings")
+	tb.write(w)
+}
+
+func gitCommit() string {
+	out, err := exec.Command("git", "rev-parse", "--short", "HEAD").Output()
+	if err != nil {
+		return "unknown"
+	}
+	return strings.TrimSpace(string(out))
+}
+
+func quietLogger() hclog.Logger { return hclog.NewNullLogger() }
+
+// leaderOf waits for the dev cluster's leader.
+func (d *devCluster) leader() *cluster.Server {
+	for {
+		for _, s := range d.servers {
+			if s.IsLeader() {
+				return s
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// benchPlacement measures the raft ceiling, then placements per second on
+// the same cluster.
+func benchPlacement(dir string, sz benchSizes, r *benchResult) error {
+	d, err := startDevCluster(dir, quietLogger())
+	if err != nil {
+		return err
+	}
+	defer d.shutdown()
+	if err := d.waitForLeader(30 * time.Second); err != nil {
+		return err
+	}
+	leader := d.leader()
+	ctx := context.Background()
+	// An entry the size of one encoded reservation.
+	sample, _ := fsm.Encode(fsm.MsgReserve, fsm.ReserveRequest{TaskID: strings.Repeat("t", 26), AttemptID: strings.Repeat("a", 26), Number: 1,
+		NodeID: "node-0001", SessionGeneration: 1, Score: 1_080_000, Now: time.Now().UTC(), HeartbeatTTL: 30 * time.Second})
+	noop, _ := fsm.Encode(fsm.MsgNoop, fsm.NoopRequest{Pad: make([]byte, max(len(sample)-40, 1))})
+	var count atomic.Int64
+	stop := time.Now().Add(sz.ceiling)
+	var wg sync.WaitGroup
+	for i := 0; i < 256; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(stop) {
+				if _, _, err := leader.ApplyCommand(ctx, noop); err == nil {
+					count.Add(1)
+				}
+			}
+		}()
+	}
+	start := time.Now()
+	wg.Wait()
+	r.RaftCeiling = float64(count.Load()) / time.Since(start).Seconds()
+
+	// Placement: nodes drained while the backlog loads, then released.
+	now := time.Now().UTC()
+	var cmds [][]byte
+	for i := 0; i < sz.nodes; i++ {
+		b, _ := fsm.Encode(fsm.MsgRegisterNode, fsm.RegisterNodeRequest{Now: now, Node: fsm.Node{
+			ID: fmt.Sprintf("node-%04d", i), Capabilities: map[string][]string{"exec": {"1"}},
+			Resources: scheduler.Resources{CPUMillis: 64000, MemoryMB: 65536}, Slots: sz.backlog/sz.nodes + 10,
+		}})
+		cmds = append(cmds, b)
+		b, _ = fsm.Encode(fsm.MsgNodeDrain, fsm.NodeDrainRequest{NodeID: fmt.Sprintf("node-%04d", i), Enable: true, Now: now})
+		cmds = append(cmds, b)
+	}
+	if err := applyChunks(ctx, leader, cmds); err != nil {
+		return err
+	}
+	cmds = cmds[:0]
+	for i := 0; i < sz.backlog; i++ {
+		b, _ := fsm.Encode(fsm.MsgSubmitTask, fsm.SubmitTaskRequest{ID: fmt.Sprintf("task-%07d", i), SubmittedAt: now, Spec: fsm.TaskSpec{
+			Name: "b", Priority: rand.IntN(101), Command: []string{"true"}, Capability: "exec", CapabilityVersion: "1",
+			Resources: scheduler.Resources{CPUMillis: 10, MemoryMB: 1}, TimeoutSeconds: 60, MaxAttempts: 1, Submitter: fmt.Sprint("team-", i%8),
+		}})
+		cmds = append(cmds, b)
+	}
+	if err := applyChunks(ctx, leader, cmds); err != nil {
+		return err
+	}
+	cmds = cmds[:0]
+	for i := 0; i < sz.nodes; i++ {
+		b, _ := fsm.Encode(fsm.MsgNodeDrain, fsm.NodeDrainRequest{NodeID: fmt.Sprintf("node-%04d", i), Enable: false, Now: now})
+		cmds = append(cmds, b)
+	}
+	before, entries := leader.SchedulerStats().Placements.Load(), leader.SchedulerStats().Entries.Load()
+	start = time.Now()
+	if err := applyChunks(ctx, leader, cmds); err != nil {
+		return err
+	}
+	deadline := time.Now().Add(10 * time.Minute)
+	for leader.SchedulerStats().Placements.Load()-before < uint64(sz.backlog) {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("only %d of %d placed in 10 minutes", leader.SchedulerStats().Placements.Load()-before, sz.backlog)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	r.Placements = float64(sz.backlog) / time.Since(start).Seconds()
+	r.PlacementEntries = leader.SchedulerStats().Entries.Load() - entries
+	r.PlacementToCeiling = r.Placements / r.RaftCeiling
+	return nil
+}
+
+func applyChunks(ctx context.Context, s *cluster.Server, cmds [][]byte) error {
+	for start := 0; start < len(cmds); start += 1000 {
+		end := min(start+1000, len(cmds))
+		if _, _, err := s.ApplyCommand(ctx, fsm.EncodeBatch(cmds[start:end])); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// benchE2E submits trivial tasks through the HTTP API and waits for them
+// to succeed on four in-process agents running real subprocesses.
+func benchE2E(dir string, sz benchSizes, r *benchResult) error {
+	d, err := startDevCluster(dir, quietLogger())
+	if err != nil {
+		return err
+	}
+	defer d.shutdown()
+	if err := d.waitForLeader(30 * time.Second); err != nil {
+		return err
+	}
+	var addrs []string
+	for _, s := range d.servers {
+		addrs = append(addrs, s.HTTPAddr())
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var agents sync.WaitGroup
+	defer agents.Wait()
+	defer cancel()
+	for i := 0; i < 4; i++ {
+		ag, err := agent.New(agent.Config{
+			ID: fmt.Sprintf("bench-agent-%d", i), Servers: []string{addrs[i%3], addrs[(i+1)%3], addrs[(i+2)%3]},
+			DataDir: filepath.Join(dir, fmt.Sprintf("agent-%d", i)), Slots: 32,
+			Resources: api.Resources{CPUMillis: 32000, MemoryMB: 32768}, Logger: quietLogger(),
+		})
+		if err != nil {
+			return err
+		}
+		agents.Add(1)
+		go func() { defer agents.Done(); _ = ag.Run(ctx) }()
+	}
+	leader := d.leader()
+	for {
+		nodes, _ := leader.FSM().State().Nodes()
+		if len(nodes) == 4 {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cl, err := api.NewClient(addrs...)
+	if err != nil {
+		return err
+	}
+	cl.Retries = 20
+	var next atomic.Int64
+	start := time.Now()
+	var wg sync.WaitGroup
+	var firstErr atomic.Value
+	for w := 0; w < 32; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := next.Add(1)
+				if i > int64(sz.e2eTasks) {
+					return
+				}
+				_, _, err := cl.SubmitTask(ctx, api.TaskSpec{Name: "e2e", IdempotencyKey: fmt.Sprint("e2e-", i), Command: []string{"true"}})
+				if err != nil {
+					firstErr.CompareAndSwap(nil, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if err, ok := firstErr.Load().(error); ok {
+		return err
+	}
+	deadline := time.Now().Add(15 * time.Minute)
+	for {
+		counts, _ := leader.FSM().State().CountTasks()
+		if counts[fsm.TaskSucceeded] >= sz.e2eTasks {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("only %d of %d tasks succeeded in time", counts[fsm.TaskSucceeded], sz.e2eTasks)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	r.E2ETasksPerSec = float64(sz.e2eTasks) / time.Since(start).Seconds()
+	st := leader.FSM().State()
+	tasks, _ := st.Tasks(fsm.TaskFilter{})
+	var lat []float64
+	for _, t := range tasks {
+		as, _ := st.AttemptsOfTask(t.ID)
+		for _, a := range as {
+			if a.Number == 1 && !a.StartedAt.IsZero() {
+				lat = append(lat, float64(a.StartedAt.Sub(t.SubmittedAt).Microseconds())/1000)
+			}
+		}
+	}
+	r.E2ESubmitToStartP50, r.E2ESubmitToStartP99 = percentile(lat, 0.50), percentile(lat, 0.99)
+	return nil
+}
+
+func percentile(xs []float64, p float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return s[min(int(float64(len(s)-1)*p+0.5), len(s)-1)]
+}
+
+// benchDecisions times the pure scheduler: Select over synthetic nodes
+// and queue ordering over synthetic backlogs.
+func benchDecisions(r *benchResult) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	now := time.Now()
+	mkNodes := func(n int) []*scheduler.Node {
+		out := make([]*scheduler.Node, n)
+		for i := range out {
+			out[i] = &scheduler.Node{
+				ID: fmt.Sprintf("node-%05d", i), Management: scheduler.ManagementActive, Liveness: scheduler.LivenessReady,
+				Scheduling: scheduler.SchedulingEligible, LastHeartbeat: now, Capabilities: map[string][]string{"exec": {"1"}},
+				Labels:    map[string]string{"zone": fmt.Sprint("z", rng.IntN(4))},
+				Resources: scheduler.Resources{CPUMillis: int64(1+rng.IntN(16)) * 1000, MemoryMB: 8192}, Slots: 8, RunningAttempts: rng.IntN(4),
+				Weight: 50 + rng.IntN(100),
+			}
+		}
+		return out
+	}
+	req := &scheduler.Request{Capability: "exec", CapabilityVersion: "1", RequiredLabels: map[string]string{"zone": "z1"},
+		PreferredLabels: map[string]string{"disk": "ssd"}, Resources: scheduler.Resources{CPUMillis: 2000}, Now: now, HeartbeatTTL: time.Minute}
+	timeIt := func(fn func()) float64 {
+		fn() // warm up
+		n, start := 0, time.Now()
+		for time.Since(start) < 500*time.Millisecond || n < 3 {
+			fn()
+			n++
+		}
+		return float64(time.Since(start).Microseconds()) / 1000 / float64(n)
+	}
+	for _, c := range []struct {
+		n   int
+		out *float64
+	}{{100, &r.Decision100Nodes}, {1000, &r.Decision1kNodes}, {10000, &r.Decision10kNodes}} {
+		nodes := mkNodes(c.n)
+		*c.out = timeIt(func() { _, _ = scheduler.Select(nodes, req, nil) })
+	}
+	for _, c := range []struct {
+		n   int
+		out *float64
+	}{{10_000, &r.QueueSelect10k}, {100_000, &r.QueueSelect100k}} {
+		tasks := make([]scheduler.QueuedTask, c.n)
+		for i := range tasks {
+			tasks[i] = scheduler.QueuedTask{ID: fmt.Sprint(i), Priority: rng.IntN(101), Submitter: fmt.Sprint("s", rng.IntN(20)),
+				QueuedAt: now.Add(-time.Duration(rng.IntN(600)) * time.Second), Seq: uint64(i)}
+		}
+		*c.out = timeIt(func() { scheduler.Order(tasks, now, scheduler.DefaultQueueConfig()) })
+	}
+}
+
+// benchFootprint runs one replica as its own process, loads it through
+// the API, and reads its resident memory, snapshot and restart time.
+func benchFootprint(dir string, sz benchSizes, r *benchResult) error {
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	httpAddr, raftAddr := freeLoopback(), freeLoopback()
+	start := func() (*exec.Cmd, error) {
+		cmd := exec.Command(exe, "server", "-id", "bench", "-data-dir", dir, "-http-addr", httpAddr, "-raft-addr", raftAddr, "-bootstrap", "-log-level", "error")
+		cmd.Stdout, cmd.Stderr = io.Discard, io.Discard
+		if err := cmd.Start(); err != nil {
+			return nil, err
+		}
+		return cmd, nil
+	}
+	cmd, err := start()
+	if err != nil {
+		return err
+	}
+	defer func() { _ = cmd.Process.Kill(); _, _ = cmd.Process.Wait() }()
+	cl, _ := api.NewClient(httpAddr)
+	cl.Retries, cl.RetryWait = 100, 100*time.Millisecond
+	ctx := context.Background()
+	if err := waitReady(ctx, cl, 30*time.Second); err != nil {
+		return err
+	}
+	for i := 0; i < sz.footNodes; i++ {
+		// Nodes are drained so the tasks stay PENDING: the backlog case.
+		if _, err := cl.RegisterNode(ctx, api.NodeRegistration{ID: fmt.Sprintf("node-%04d", i), Capabilities: map[string][]string{"exec": {"1"}},
+			Resources: api.Resources{CPUMillis: 4000, MemoryMB: 4096}, Slots: 4, Labels: map[string]string{"zone": fmt.Sprint("z", i%4)}}); err != nil {
+			return err
+		}
+		if _, err := cl.DrainNode(ctx, fmt.Sprintf("node-%04d", i), true); err != nil {
+			return err
+		}
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	var firstErr atomic.Value
+	for w := 0; w < 32; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := next.Add(1)
+				if i > int64(sz.footTasks) {
+					return
+				}
+				if _, _, err := cl.SubmitTask(ctx, api.TaskSpec{Name: fmt.Sprint("t", i), IdempotencyKey: fmt.Sprint("k", i), Command: []string{"sh", "-c", "echo hello"},
+					Env: map[string]string{"K": "V"}, Resources: api.Resources{CPUMillis: 100, MemoryMB: 64}}); err != nil {
+					firstErr.CompareAndSwap(nil, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if err, ok := firstErr.Load().(error); ok {
+		return err
+	}
+	r.ReplicaRSSMiB = procRSSMiB(cmd.Process.Pid)
+	r.ReplicaHeapMiB = heapFromStats(ctx, cl)
+	t0 := time.Now()
+	var n countWriter
+	if err := cl.SnapshotSave(ctx, &n); err != nil {
+		return err
+	}
+	r.SnapshotSaveMs = float64(time.Since(t0).Microseconds()) / 1000
+	r.SnapshotBytes = n.n
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	_, _ = cmd.Process.Wait()
+	t0 = time.Now()
+	if cmd, err = start(); err != nil {
+		return err
+	}
+	if err := waitReady(ctx, cl, 5*time.Minute); err != nil {
+		return err
+	}
+	for {
+		list, _, err := cl.ListTasks(ctx, api.TaskQuery{After: fmt.Sprint(""), Limit: 1}, api.ReadOptions{Consistent: true})
+		if err == nil && len(list.Tasks) > 0 {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	r.RestartToReadyMs = float64(time.Since(t0).Microseconds()) / 1000
+	return nil
+}
+
+type countWriter struct{ n int64 }
+
+func (c *countWriter) Write(p []byte) (int, error) { c.n += int64(len(p)); return len(p), nil }
+
+func waitReady(ctx context.Context, cl *api.Client, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		if _, _, err := cl.ListTasks(ctx, api.TaskQuery{Limit: 1}, api.ReadOptions{Consistent: true}); err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("replica not ready after %s", timeout)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func procRSSMiB(pid int) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmRSS:" {
+			kb, _ := strconv.ParseFloat(f[1], 64)
+			return kb / 1024
+		}
+	}
+	return 0
+}
+
+// heapFromStats reads the replica's Go heap from its raft stats endpoint.
+func heapFromStats(ctx context.Context, cl *api.Client) float64 {
+	st, err := cl.RaftStats(ctx)
+	if err != nil {
+		return 0
+	}
+	v, _ := strconv.ParseFloat(st["go_heap_inuse_bytes"], 64)
+	return v / (1 << 20)
+}
+
+func freeLoopback() string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "127.0.0.1:0"
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// benchFailover stops the leader under a steady write load and measures
+// the time to the first write acknowledged after the stop.
+func benchFailover(dir string, sz benchSizes, r *benchResult) error {
+	d, err := startDevCluster(dir, quietLogger())
+	if err != nil {
+		return err
+	}
+	defer d.shutdown()
+	if err := d.waitForLeader(30 * time.Second); err != nil {
+		return err
+	}
+	var times []float64
+	for trial := 0; trial < sz.failoverTrials; trial++ {
+		leader := d.leader()
+		var live []string
+		for _, s := range d.servers {
+			if s != leader {
+				live = append(live, s.HTTPAddr())
+			}
+		}
+		cl, _ := api.NewClient(live...)
+		cl.Retries, cl.RetryWait = 1000, 20*time.Millisecond
+		cl.SetHTTPClient(&http.Client{Timeout: 5 * time.Second})
+		stopped := time.Now()
+		idx := slices.Index(d.servers, leader)
+		cfg := leader.Config()
+		_ = leader.Shutdown()
+		if _, _, err := cl.SubmitTask(context.Background(), api.TaskSpec{Name: "f", IdempotencyKey: fmt.Sprint("failover-", trial), Command: []string{"true"}}); err != nil {
+			return fmt.Errorf("trial %d: %w", trial, err)
+		}
+		times = append(times, float64(time.Since(stopped).Microseconds())/1000)
+		// Bring the old leader back from its data dir before the next trial.
+		srv, err := restartReplica(cfg)
+		if err != nil {
+			return err
+		}
+		d.servers[idx] = srv
+		if err := d.waitForLeader(30 * time.Second); err != nil {
+			return err
+		}
+	}
+	r.FailoverP50, r.FailoverP99 = percentile(times, 0.5), percentile(times, 0.99)
+	return nil
+}
+
+func restartReplica(cfg config.Server) (*cluster.Server, error) {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		srv, err := cluster.Start(cfg, cluster.Options{Logger: quietLogger()})
+		if err == nil || time.Now().After(deadline) {
+			return srv, err
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -88,6 +89,9 @@ func runBench(e *env, args []string) error {
 	fs := newFlags(e, "bench", "", "Measure herd on this machine: the raft ceiling, placements per second,\nend-to-end throughput and latency, decision latency, footprint and failover.\nPrints a table and, with -json, writes the results with machine facts.")
 	quick := fs.Bool("quick", false, "shrink every workload so the run takes about a minute")
 	jsonOut := fs.String("json", "", "also write the results as JSON to this file")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file (go tool pprof)")
+	only := fs.String("only", "", "run only these steps (comma-separated: placement,e2e,decision,footprint,failover)")
+	backlog := fs.Int("backlog", 0, "override the placement backlog size")
 	if err := parse(e, fs, args); err != nil {
 		return err
 	}
@@ -97,6 +101,20 @@ func runBench(e *env, args []string) error {
 	sz := fullSizes()
 	if *quick {
 		sz = quickSizes()
+	}
+	if *backlog > 0 {
+		sz.backlog = *backlog
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return fmt.Errorf("bench: %w", err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("bench: %w", err)
+		}
+		defer pprof.StopCPUProfile()
 	}
 	dir, err := os.MkdirTemp("", "herd-bench-")
 	if err != nil {
@@ -120,13 +138,16 @@ func runBench(e *env, args []string) error {
 		name string
 		fn   func() error
 	}{
-		{"raft ceiling and placements", func() error { return benchPlacement(filepath.Join(dir, "placement"), sz, &r) }},
-		{"end to end", func() error { return benchE2E(filepath.Join(dir, "e2e"), sz, &r) }},
-		{"decision latency", func() error { benchDecisions(&r); return nil }},
+		{"placement", func() error { return benchPlacement(filepath.Join(dir, "placement"), sz, &r) }},
+		{"e2e", func() error { return benchE2E(filepath.Join(dir, "e2e"), sz, &r) }},
+		{"decision", func() error { benchDecisions(&r); return nil }},
 		{"footprint", func() error { return benchFootprint(filepath.Join(dir, "footprint"), sz, &r) }},
 		{"failover", func() error { return benchFailover(filepath.Join(dir, "failover"), sz, &r) }},
 	}
 	for _, s := range steps {
+		if *only != "" && !slices.Contains(strings.Split(*only, ","), s.name) {
+			continue
+		}
 		if err := step(s.name, s.fn); err != nil {
 			return err
 		}

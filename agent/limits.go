@@ -116,6 +116,19 @@ func newCgroupV2() (limiter, error) {
 }
 
 func cgroup2Mount() (string, error) {
+	mount, err := findMount(func(fstype, _ string) bool { return fstype == "cgroup2" })
+	if err != nil {
+		return "", err
+	}
+	if mount == "" {
+		return "", errors.New("no cgroup2 file system mounted")
+	}
+	return mount, nil
+}
+
+// findMount returns the mount point of the first mount whose file system
+// type and super options match.
+func findMount(match func(fstype, options string) bool) (string, error) {
 	f, err := os.Open("/proc/self/mountinfo")
 	if err != nil {
 		return "", fmt.Errorf("read mounts: %w", err)
@@ -125,12 +138,13 @@ func cgroup2Mount() (string, error) {
 	for sc.Scan() {
 		fields := strings.Fields(sc.Text())
 		for i, fl := range fields {
-			if fl == "-" && i+1 < len(fields) && fields[i+1] == "cgroup2" {
+			// Fields after the "-" separator: fstype, source, super options.
+			if fl == "-" && i+3 < len(fields) && match(fields[i+1], fields[i+3]) {
 				return fields[4], nil
 			}
 		}
 	}
-	return "", errors.New("no cgroup2 file system mounted")
+	return "", nil
 }
 
 func ownCgroupV2() (string, error) {
@@ -237,21 +251,16 @@ func newCgroupV1() (limiter, error) {
 }
 
 func cgroupV1Mount(controller string) (string, error) {
-	f, err := os.Open("/proc/self/mountinfo")
+	mount, err := findMount(func(fstype, options string) bool {
+		return fstype == "cgroup" && contains(strings.Split(options, ","), controller)
+	})
 	if err != nil {
-		return "", fmt.Errorf("read mounts: %w", err)
+		return "", err
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		for i, fl := range fields {
-			if fl == "-" && i+3 < len(fields) && fields[i+1] == "cgroup" && contains(strings.Split(fields[i+3], ","), controller) {
-				return fields[4], nil
-			}
-		}
+	if mount == "" {
+		return "", fmt.Errorf("no cgroup v1 %s hierarchy mounted", controller)
 	}
-	return "", fmt.Errorf("no cgroup v1 %s hierarchy mounted", controller)
+	return mount, nil
 }
 
 func (c *cgroupV1) Name() string { return "cgroup-v1" }

@@ -100,6 +100,7 @@ func Start(cfg config.Server, opts Options) (_ *Server, err error) {
 			func(ctx context.Context, s *Server) { s.scheduleLoop(ctx) },
 			func(ctx context.Context, s *Server) { s.reclaimLoop(ctx) },
 			func(ctx context.Context, s *Server) { s.livenessLoop(ctx) },
+			func(ctx context.Context, s *Server) { s.retentionLoop(ctx) },
 		}, opts.LeaderLoops...),
 		notifyCh:       make(chan bool, 16),
 		monitor:        newMonitor(cfg.Liveness),

@@ -82,6 +82,11 @@ type Scheduler struct {
 	// ScheduleToStartTimeout reclaims an attempt that was reserved but
 	// never reported started (its agent never saw it, or died).
 	ScheduleToStartTimeout time.Duration
+	// TaskRetention is how long a finished task (and its attempts) is kept
+	// after its last event; then the leader forgets it, so finished work
+	// does not grow memory without bound. Its idempotency key is forgotten
+	// with it. 0 keeps finished tasks forever.
+	TaskRetention time.Duration
 }
 
 // DefaultScheduler returns the scheduler defaults.
@@ -101,6 +106,7 @@ func DefaultScheduler() Scheduler {
 		// Agents poll assignments with a blocking query and start within
 		// milliseconds; a minute covers a reconnect through another replica.
 		ScheduleToStartTimeout: time.Minute,
+		TaskRetention:          24 * time.Hour,
 	}
 }
 
@@ -228,6 +234,7 @@ type fileScheduler struct {
 	RetryFactor       *float64 `hcl:"retry_factor,optional"`
 	RetryCap          *string  `hcl:"retry_cap,optional"`
 	ScheduleToStart   *string  `hcl:"schedule_to_start_timeout,optional"`
+	TaskRetention     *string  `hcl:"task_retention,optional"`
 }
 
 type fileRaft struct {
@@ -358,6 +365,7 @@ func ParseServer(c *Server, filename string, src []byte) error {
 			{"retry_base", sc.RetryBase, &c.Scheduler.RetryBase},
 			{"retry_cap", sc.RetryCap, &c.Scheduler.RetryCap},
 			{"schedule_to_start_timeout", sc.ScheduleToStart, &c.Scheduler.ScheduleToStartTimeout},
+			{"task_retention", sc.TaskRetention, &c.Scheduler.TaskRetention},
 		} {
 			if d.src == nil {
 				continue
@@ -553,6 +561,9 @@ func (c *Server) Validate() error {
 		if d <= 0 {
 			errs = append(errs, fmt.Errorf("scheduler.%s must be positive", name))
 		}
+	}
+	if sc.TaskRetention < 0 {
+		errs = append(errs, errors.New("scheduler.task_retention must not be negative"))
 	}
 	if sc.AgingGrace < 0 {
 		errs = append(errs, errors.New("scheduler.aging_grace must not be negative"))

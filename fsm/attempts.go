@@ -556,3 +556,27 @@ func applyNodeLiveness(txn *memdb.Txn, index uint64, r *NodeLivenessRequest) (an
 	n.ModifyIndex = index
 	return n, insert(txn, tableNodes, n)
 }
+
+// applyForgetTasks deletes terminal tasks with their attempts; a task that
+// is not terminal (or no longer exists) is skipped. It returns how many
+// tasks were removed.
+func applyForgetTasks(txn *memdb.Txn, r *ForgetTasksRequest) (any, error) {
+	removed := 0
+	for _, id := range r.TaskIDs {
+		raw, err := txn.First(tableTasks, "id", id)
+		if err != nil {
+			return nil, fmt.Errorf("lookup task %q: %w", id, err)
+		}
+		if raw == nil || !raw.(*Task).State.Terminal() {
+			continue
+		}
+		if _, err := txn.DeleteAll(tableAttempts, "task", id); err != nil {
+			return nil, fmt.Errorf("forget attempts of %q: %w", id, err)
+		}
+		if err := txn.Delete(tableTasks, raw); err != nil {
+			return nil, fmt.Errorf("forget task %q: %w", id, err)
+		}
+		removed++
+	}
+	return removed, nil
+}

@@ -40,6 +40,7 @@ const (
 	MsgCancelTask   MessageType = 14
 	MsgNodeDown     MessageType = 15
 	MsgNodeLiveness MessageType = 16
+	MsgForgetTasks  MessageType = 17
 )
 
 // payloadVersion is the version byte written after the type. A replica
@@ -158,6 +159,8 @@ func (t MessageType) String() string {
 		return "node-down"
 	case MsgNodeLiveness:
 		return "node-liveness"
+	case MsgForgetTasks:
+		return "forget-tasks"
 	}
 	return fmt.Sprintf("type-%d", uint8(t))
 }
@@ -280,4 +283,10 @@ type NodeLivenessRequest struct {
 	Liveness          string    `json:"liveness"`
 	Reason            string    `json:"reason"`
 	Now               time.Time `json:"now"`
+}
+
+// ForgetTasksRequest removes finished tasks and their attempts (retention).
+// The leader chooses them; Apply only checks each is still terminal.
+type ForgetTasksRequest struct {
+	TaskIDs []string `json:"task_ids"`
 }

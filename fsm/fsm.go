@@ -171,6 +171,8 @@ func (f *FSM) applyOne(txn *memdb.Txn, index uint64, t MessageType, ignorable bo
 		resp, err = applyJSON(payload, func(r *NodeDownRequest) (any, error) { return applyNodeDown(txn, index, r) })
 	case MsgNodeLiveness:
 		resp, err = applyJSON(payload, func(r *NodeLivenessRequest) (any, error) { return applyNodeLiveness(txn, index, r) })
+	case MsgForgetTasks:
+		resp, err = applyJSON(payload, func(r *ForgetTasksRequest) (any, error) { return applyForgetTasks(txn, r) })
 	default:
 		if ignorable {
 			f.logger.Warn("skipping unknown ignorable command", "index", index, "type", t)

@@ -454,3 +454,32 @@ func TestNodeDownReclaimsAndCancelIsFinal(t *testing.T) {
 		t.Fatalf("cancel of a finished task: %#v", err)
 	}
 }
+
+func TestForgetTasksOnlyForgetsFinishedOnes(t *testing.T) {
+	h := newHarness(t)
+	n := h.register("n1", scheduler.Resources{CPUMillis: 2000}, 4)
+	h.submit("done", scheduler.Resources{}, 1)
+	h.submit("waiting", scheduler.Resources{}, 1)
+	h.applyBatch(reserveCmd(t, "done", "a1", "n1", 1, n.SessionGeneration))
+	h.apply(MsgAttemptEnd, AttemptEndRequest{AttemptID: "a1", LeaseVersion: leaseOf(t, h, "a1"), State: AttemptSucceeded, Now: epoch})
+	ids, err := h.f.State().FinishedTasks(epoch.Add(time.Hour), 10)
+	if err != nil || len(ids) != 1 || ids[0] != "done" {
+		t.Fatalf("finished tasks: %v %v", ids, err)
+	}
+	if n, ok := h.apply(MsgForgetTasks, ForgetTasksRequest{TaskIDs: []string{"done", "waiting", "ghost"}}).(int); !ok || n != 1 {
+		t.Fatalf("want exactly one task forgotten, got %v", n)
+	}
+	st := h.f.State()
+	if _, err := st.Task("done"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("finished task should be gone: %v", err)
+	}
+	if _, err := st.Attempt("a1"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("its attempt should be gone: %v", err)
+	}
+	if _, err := st.Task("waiting"); err != nil {
+		t.Fatalf("a pending task must be kept: %v", err)
+	}
+	if as, _ := st.AttemptsOnNode("n1", nil); len(as) != 0 {
+		t.Fatalf("the node's attempt history should shrink: %d left", len(as))
+	}
+}

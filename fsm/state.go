@@ -3,6 +3,7 @@ package fsm
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	memdb "github.com/hashicorp/go-memdb"
 )
@@ -295,6 +296,28 @@ func (s *State) AttemptsInState(state AttemptState) ([]*Attempt, error) {
 	var out []*Attempt
 	for raw := it.Next(); raw != nil; raw = it.Next() {
 		out = append(out, raw.(*Attempt))
+	}
+	return out, nil
+}
+
+// FinishedTasks lists terminal tasks whose last event is before cutoff, at
+// most limit of them, oldest states first (for retention).
+func (s *State) FinishedTasks(cutoff time.Time, limit int) ([]string, error) {
+	var out []string
+	for _, st := range []TaskState{TaskSucceeded, TaskFailed, TaskTimedOut, TaskCancelled} {
+		it, err := s.txn.Get(tableTasks, "state", string(st))
+		if err != nil {
+			return nil, fmt.Errorf("list %s tasks: %w", st, err)
+		}
+		for raw := it.Next(); raw != nil; raw = it.Next() {
+			t := raw.(*Task)
+			if n := len(t.Timeline); n > 0 && t.Timeline[n-1].Time.Before(cutoff) {
+				out = append(out, t.ID)
+				if len(out) >= limit {
+					return out, nil
+				}
+			}
+		}
 	}
 	return out, nil
 }

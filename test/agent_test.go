@@ -319,3 +319,29 @@ func TestAgentRestartReportsLostAttempt(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Finished tasks are forgotten after the retention; pending ones are kept.
+func TestFinishedTasksAreForgottenAfterRetention(t *testing.T) {
+	c := NewClusterWith(t, 3, Setup{CheckInvariants: true, Config: []ClusterOption{fastRetries, func(cfg *config.Server) {
+		cfg.Scheduler.TaskRetention = time.Second
+	}}})
+	c.StartAgent(agent.Config{ID: "edge-1", Slots: 2})
+	cl := c.AllClient()
+	done := submit(t, cl, shSpec("short-lived", "true"))
+	waitTaskState(t, cl, done, "SUCCEEDED")
+	s := shSpec("stuck", "true")
+	s.RequiredLabels = map[string]string{"nowhere": "yes"}
+	stuck := submit(t, cl, s)
+	if !Eventually(30*time.Second, func() bool {
+		_, _, err := cl.GetTask(context.Background(), done, api.ReadOptions{Consistent: true})
+		return errors.Is(err, api.ErrNotFound)
+	}) {
+		t.Fatal("the finished task was never forgotten")
+	}
+	if n, _, err := cl.GetNode(context.Background(), "edge-1", api.ReadOptions{Consistent: true}); err != nil || len(n.Attempts) != 0 {
+		t.Fatalf("the node should not list forgotten attempts: %+v %v", n.Attempts, err)
+	}
+	if task, _, err := cl.GetTask(context.Background(), stuck, api.ReadOptions{Consistent: true}); err != nil || task.State != "PENDING" {
+		t.Fatalf("a pending task must be kept: %+v %v", task, err)
+	}
+}

@@ -202,14 +202,11 @@ func (d *devCluster) leader() *cluster.Server {
 // benchPlacement measures the raft ceiling, then placements per second on
 // the same cluster.
 func benchPlacement(dir string, sz benchSizes, r *benchResult) error {
-	d, err := startDevCluster(dir, quietLogger())
+	d, err := startBenchCluster(dir)
 	if err != nil {
 		return err
 	}
 	defer d.shutdown()
-	if err := d.waitForLeader(30 * time.Second); err != nil {
-		return err
-	}
 	leader := d.leader()
 	ctx := context.Background()
 	// An entry the size of one encoded reservation.
@@ -296,14 +293,11 @@ func applyChunks(ctx context.Context, s *cluster.Server, cmds [][]byte) error {
 // benchE2E submits trivial tasks through the HTTP API and waits for them
 // to succeed on four in-process agents running real subprocesses.
 func benchE2E(dir string, sz benchSizes, r *benchResult) error {
-	d, err := startDevCluster(dir, quietLogger())
+	d, err := startBenchCluster(dir)
 	if err != nil {
 		return err
 	}
 	defer d.shutdown()
-	if err := d.waitForLeader(30 * time.Second); err != nil {
-		return err
-	}
 	var addrs []string
 	for _, s := range d.servers {
 		addrs = append(addrs, s.HTTPAddr())
@@ -591,14 +585,11 @@ func freeLoopback() string {
 // benchFailover stops the leader under a steady write load and measures
 // the time to the first write acknowledged after the stop.
 func benchFailover(dir string, sz benchSizes, r *benchResult) error {
-	d, err := startDevCluster(dir, quietLogger())
+	d, err := startBenchCluster(dir)
 	if err != nil {
 		return err
 	}
 	defer d.shutdown()
-	if err := d.waitForLeader(30 * time.Second); err != nil {
-		return err
-	}
 	var times []float64
 	for trial := 0; trial < sz.failoverTrials; trial++ {
 		leader := d.leader()
@@ -642,4 +633,18 @@ func restartReplica(cfg config.Server) (*cluster.Server, error) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// startBenchCluster starts a quiet three-replica cluster and waits for its
+// leader.
+func startBenchCluster(dir string) (*devCluster, error) {
+	d, err := startDevCluster(dir, quietLogger())
+	if err != nil {
+		return nil, err
+	}
+	if err := d.waitForLeader(30 * time.Second); err != nil {
+		d.shutdown()
+		return nil, err
+	}
+	return d, nil
 }

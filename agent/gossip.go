@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/memberlist"
@@ -23,6 +24,9 @@ type agentGossip struct {
 	a   *Agent
 	ml  *memberlist.Memberlist
 	seq uint64
+	// dup records a name conflict seen during a join (memberlist counts a
+	// join as done when any one server accepted it).
+	dup atomic.Pointer[duplicateNameError]
 	// servers are the servers' gossip addresses. Heartbeats go to each
 	// address directly, whatever memberlist currently thinks of it: on a
 	// lossy link it may have marked a server failed, and the heartbeats
@@ -87,9 +91,14 @@ func (a *Agent) startGossip(ctx context.Context) error {
 	_ = os.WriteFile(filepath.Join(a.cfg.DataDir, "gossip-port"), []byte(strconv.Itoa(int(self.Port))), 0o640)
 	deadline := time.Now().Add(30 * time.Second)
 	for {
+		g.dup.Store(nil)
 		_, err = ml.Join(info.Servers)
 		if err == nil {
-			break
+			if d := g.dup.Load(); d != nil {
+				err = d // one server knows a live member with this name
+			} else {
+				break
+			}
 		}
 		if strings.Contains(err.Error(), "decrypt") || strings.Contains(err.Error(), "encrypt") {
 			_ = ml.Shutdown()
@@ -234,8 +243,13 @@ func (e *duplicateNameError) Error() string {
 func (g *agentGossip) NotifyMerge(peers []*memberlist.Node) error {
 	self := g.ml.LocalNode()
 	for _, p := range peers {
-		if p.Name == g.a.cfg.ID && p.State == memberlist.StateAlive && (!p.Addr.Equal(self.Addr) || p.Port != self.Port) {
-			return &duplicateNameError{name: p.Name, at: fmt.Sprintf("%s:%d", p.Addr, p.Port)}
+		// Alive or merely suspected: only a member known dead (or gone) may
+		// have its name taken over.
+		live := p.State == memberlist.StateAlive || p.State == memberlist.StateSuspect
+		if p.Name == g.a.cfg.ID && live && (!p.Addr.Equal(self.Addr) || p.Port != self.Port) {
+			d := &duplicateNameError{name: p.Name, at: fmt.Sprintf("%s:%d", p.Addr, p.Port)}
+			g.dup.Store(d)
+			return d
 		}
 	}
 	return nil

@@ -332,29 +332,10 @@ func benchE2E(dir string, sz benchSizes, r *benchResult) error {
 		return err
 	}
 	cl.Retries = 20
-	var next atomic.Int64
 	start := time.Now()
-	var wg sync.WaitGroup
-	var firstErr atomic.Value
-	for w := 0; w < 32; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := next.Add(1)
-				if i > int64(sz.e2eTasks) {
-					return
-				}
-				_, _, err := cl.SubmitTask(ctx, api.TaskSpec{Name: "e2e", IdempotencyKey: fmt.Sprint("e2e-", i), Command: []string{"true"}})
-				if err != nil {
-					firstErr.CompareAndSwap(nil, err)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	if err, ok := firstErr.Load().(error); ok {
+	if err := submitConcurrently(ctx, cl, sz.e2eTasks, func(i int) api.TaskSpec {
+		return api.TaskSpec{Name: "e2e", IdempotencyKey: fmt.Sprint("e2e-", i), Command: []string{"true"}}
+	}); err != nil {
 		return err
 	}
 	deadline := time.Now().Add(15 * time.Minute)
@@ -479,28 +460,10 @@ func benchFootprint(dir string, sz benchSizes, r *benchResult) error {
 			return err
 		}
 	}
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	var firstErr atomic.Value
-	for w := 0; w < 32; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := next.Add(1)
-				if i > int64(sz.footTasks) {
-					return
-				}
-				if _, _, err := cl.SubmitTask(ctx, api.TaskSpec{Name: fmt.Sprint("t", i), IdempotencyKey: fmt.Sprint("k", i), Command: []string{"sh", "-c", "echo hello"},
-					Env: map[string]string{"K": "V"}, Resources: api.Resources{CPUMillis: 100, MemoryMB: 64}}); err != nil {
-					firstErr.CompareAndSwap(nil, err)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	if err, ok := firstErr.Load().(error); ok {
+	if err := submitConcurrently(ctx, cl, sz.footTasks, func(i int) api.TaskSpec {
+		return api.TaskSpec{Name: fmt.Sprint("t", i), IdempotencyKey: fmt.Sprint("k", i), Command: []string{"sh", "-c", "echo hello"},
+			Env: map[string]string{"K": "V"}, Resources: api.Resources{CPUMillis: 100, MemoryMB: 64}}
+	}); err != nil {
 		return err
 	}
 	r.ReplicaRSSMiB = procRSSMiB(cmd.Process.Pid)
@@ -647,4 +610,33 @@ func startBenchCluster(dir string) (*devCluster, error) {
 		return nil, err
 	}
 	return d, nil
+}
+
+// submitConcurrently submits n tasks (spec(1) … spec(n)) from 32
+// goroutines and returns the first error.
+func submitConcurrently(ctx context.Context, cl *api.Client, n int, spec func(i int) api.TaskSpec) error {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	var firstErr atomic.Value
+	for w := 0; w < 32; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1))
+				if i > n {
+					return
+				}
+				if _, _, err := cl.SubmitTask(ctx, spec(i)); err != nil {
+					firstErr.CompareAndSwap(nil, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if err, ok := firstErr.Load().(error); ok {
+		return err
+	}
+	return nil
 }

@@ -2,6 +2,8 @@ package agent
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"maps"
@@ -156,9 +158,13 @@ func (a *Agent) register(ctx context.Context) error {
 		labels = map[string]string{}
 	}
 	labels["herd.limits"] = a.limiter.Name()
+	// One token per registration: its retries (a lost answer, a failover)
+	// return the same session instead of starting new ones.
+	token := make([]byte, 12)
+	_, _ = rand.Read(token)
 	reg := api.NodeRegistration{
 		ID: a.cfg.ID, Address: a.cfg.Address, Labels: labels, Capabilities: a.cfg.Capabilities,
-		Resources: a.cfg.Resources, Slots: a.cfg.Slots, Weight: a.cfg.Weight,
+		Resources: a.cfg.Resources, Slots: a.cfg.Slots, Weight: a.cfg.Weight, Token: hex.EncodeToString(token),
 	}
 	backoff := 200 * time.Millisecond
 	for {

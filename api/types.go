@@ -238,6 +238,9 @@ type NodeRegistration struct {
 	Resources    Resources           `json:"resources"`
 	Slots        int                 `json:"slots"`
 	Weight       int                 `json:"weight,omitempty"`
+	// Token, when set, makes the registration idempotent: the same token
+	// again returns the session it started instead of a new one.
+	Token string `json:"token,omitempty"`
 }
 
 // RegisterResponse carries the node's new session generation: every

@@ -33,7 +33,7 @@ func (s *Server) RegisterNode(ctx context.Context, reg api.NodeRegistration) (ap
 	res := scheduler.Resources{CPUMillis: reg.Resources.CPUMillis, MemoryMB: reg.Resources.MemoryMB, GPU: reg.Resources.GPU, DiskMB: reg.Resources.DiskMB}
 	resp, index, err := s.apply(ctx, fsm.MsgRegisterNode, fsm.RegisterNodeRequest{Now: s.now().UTC(), Node: fsm.Node{
 		ID: reg.ID, Address: reg.Address, Labels: reg.Labels, Capabilities: reg.Capabilities,
-		Resources: res, Slots: reg.Slots, Weight: reg.Weight,
+		Resources: res, Slots: reg.Slots, Weight: reg.Weight, RegistrationToken: reg.Token,
 	}})
 	if err != nil {
 		return api.RegisterResponse{}, err
@@ -68,6 +68,9 @@ func validateRegistration(reg api.NodeRegistration) error {
 		if name == "" || len(versions) == 0 || slices.Contains(versions, "") {
 			errs = append(errs, fmt.Errorf("capability %q needs at least one non-empty version", name))
 		}
+	}
+	if len(reg.Token) > 128 {
+		errs = append(errs, errors.New("token is longer than 128 bytes"))
 	}
 	if len(reg.Address) > 256 {
 		errs = append(errs, errors.New("address is longer than 256 bytes"))

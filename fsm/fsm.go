@@ -279,6 +279,11 @@ func applyRegisterNode(txn *memdb.Txn, index uint64, r *RegisterNodeRequest) (an
 	n.Scheduling = scheduler.SchedulingEligible
 	n.Reserved = scheduler.Resources{}
 	n.RunningAttempts = 0
+	if raw != nil && n.RegistrationToken != "" && raw.(*Node).RegistrationToken == n.RegistrationToken {
+		// The same registration again (a client retry whose first try
+		// committed): answer it without starting another session.
+		return raw.(*Node), nil
+	}
 	if raw != nil {
 		old := raw.(*Node)
 		// A re-registration keeps what the cluster decided about the node

@@ -483,3 +483,21 @@ func TestForgetTasksOnlyForgetsFinishedOnes(t *testing.T) {
 		t.Fatalf("the node's attempt history should shrink: %d left", len(as))
 	}
 }
+
+func TestRegistrationRetryKeepsTheSession(t *testing.T) {
+	h := newHarness(t)
+	reg := RegisterNodeRequest{Now: epoch, Node: Node{ID: "n1", Resources: scheduler.Resources{CPUMillis: 1000}, Slots: 1, RegistrationToken: "tok-1"}}
+	first := h.apply(MsgRegisterNode, reg).(*Node)
+	again := h.apply(MsgRegisterNode, reg).(*Node)
+	if first.SessionGeneration != 1 || again.SessionGeneration != 1 {
+		t.Fatalf("a retried registration must not start a session: %d then %d", first.SessionGeneration, again.SessionGeneration)
+	}
+	reg.Node.RegistrationToken = "tok-2"
+	if next := h.apply(MsgRegisterNode, reg).(*Node); next.SessionGeneration != 2 {
+		t.Fatalf("a new registration starts a new session, got %d", next.SessionGeneration)
+	}
+	reg.Node.RegistrationToken = ""
+	if next := h.apply(MsgRegisterNode, reg).(*Node); next.SessionGeneration != 3 {
+		t.Fatalf("without a token every registration is new, got %d", next.SessionGeneration)
+	}
+}

@@ -169,9 +169,12 @@ type Node struct {
 	SessionGeneration uint64               `json:"session_generation"`
 	RegisteredAt      time.Time            `json:"registered_at"`
 	SessionStartedAt  time.Time            `json:"session_started_at"`
-	LastHeartbeat     time.Time            `json:"last_heartbeat"`
-	Reserved          scheduler.Resources  `json:"reserved"`
-	RunningAttempts   int                  `json:"running_attempts"`
+	// RegistrationToken identifies one registration request, so that its
+	// retries do not start new sessions.
+	RegistrationToken string              `json:"registration_token,omitempty"`
+	LastHeartbeat     time.Time           `json:"last_heartbeat"`
+	Reserved          scheduler.Resources `json:"reserved"`
+	RunningAttempts   int                 `json:"running_attempts"`
 	// HealthyIndex is the index of the node's last successful attempt: a
 	// node blacklisted for a task before that has since proven itself.
 	HealthyIndex uint64 `json:"healthy_index"`

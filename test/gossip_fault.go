@@ -156,13 +156,15 @@ func (t *FaultTransport) Shutdown() error {
 	return t.inner.Shutdown()
 }
 
-// FastGossip shrinks memberlist's timings for tests on loopback.
+// FastGossip shrinks memberlist's timings for tests on loopback, keeping
+// LAN-like ratios (probe timeout half the interval, suspicion multiplier
+// 4) so Lifeguard still rides out heavy packet loss on a loaded machine.
 func FastGossip(c *memberlist.Config) {
 	c.ProbeInterval = 100 * time.Millisecond
 	c.ProbeTimeout = 50 * time.Millisecond
 	c.GossipInterval = 20 * time.Millisecond
 	c.PushPullInterval = time.Second
-	c.SuspicionMult = 2
+	c.SuspicionMult = 4
 	c.TCPTimeout = 500 * time.Millisecond
 	c.GossipToTheDeadTime = 2 * time.Second
 	c.DeadNodeReclaimTime = 200 * time.Millisecond

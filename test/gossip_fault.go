@@ -16,7 +16,12 @@ import (
 type FaultTransport struct {
 	inner memberlist.NodeAwareTransport
 	in    chan *memberlist.Packet
-	done  chan struct{}
+	// closing closes when Shutdown starts: the forwarders then drain and
+	// drop what the inner transport still delivers, so its listeners can
+	// finish (NetTransport.Shutdown waits for them).
+	closing   chan struct{}
+	stopped   chan struct{} // closes once the inner transport has shut down
+	closeOnce sync.Once
 
 	mu          sync.Mutex
 	loss        float64
@@ -37,19 +42,24 @@ func (t *FaultTransport) DropIncomingStreams(drop bool) {
 // NewFaultTransport wraps inner, which must be node-aware (NetTransport is).
 func NewFaultTransport(inner memberlist.Transport, seed uint64) *FaultTransport {
 	t := &FaultTransport{
-		inner: inner.(memberlist.NodeAwareTransport),
-		in:    make(chan *memberlist.Packet, 1024),
-		done:  make(chan struct{}),
-		rng:   rand.New(rand.NewPCG(seed, 99)),
+		inner:   inner.(memberlist.NodeAwareTransport),
+		in:      make(chan *memberlist.Packet, 1024),
+		closing: make(chan struct{}),
+		stopped: make(chan struct{}),
+		rng:     rand.New(rand.NewPCG(seed, 99)),
 	}
 	go func() {
 		for {
 			select {
 			case p := <-t.inner.PacketCh():
-				if !t.drop() {
-					t.in <- p
+				if t.drop() {
+					continue
 				}
-			case <-t.done:
+				select {
+				case t.in <- p:
+				case <-t.closing:
+				}
+			case <-t.stopped:
 				return
 			}
 		}
@@ -124,36 +134,39 @@ func (t *FaultTransport) StreamCh() <-chan net.Conn {
 	out := make(chan net.Conn)
 	go func() {
 		for {
+			var c net.Conn
 			select {
-			case c := <-t.inner.StreamCh():
-				t.mu.Lock()
-				refuse := t.cut || t.dropStreams
-				t.mu.Unlock()
-				if refuse {
-					c.Close()
-					continue
-				}
-				select {
-				case out <- c:
-				case <-t.done:
-					c.Close()
-					return
-				}
-			case <-t.done:
+			case c = <-t.inner.StreamCh():
+			case <-t.stopped:
 				return
+			}
+			t.mu.Lock()
+			refuse := t.cut || t.dropStreams
+			t.mu.Unlock()
+			if refuse {
+				c.Close()
+				continue
+			}
+			select {
+			case out <- c:
+			case <-t.closing:
+				c.Close()
 			}
 		}
 	}()
 	return out
 }
 
+// Shutdown stops the inner transport while the forwarders keep draining
+// it.
 func (t *FaultTransport) Shutdown() error {
-	select {
-	case <-t.done:
-	default:
-		close(t.done)
-	}
-	return t.inner.Shutdown()
+	var err error
+	t.closeOnce.Do(func() {
+		close(t.closing)
+		err = t.inner.Shutdown()
+		close(t.stopped)
+	})
+	return err
 }
 
 // FastGossip shrinks memberlist's timings for tests on loopback, keeping

@@ -93,7 +93,6 @@ type Handler struct {
 	backend Backend
 	logger  hclog.Logger
 	mux     *http.ServeMux
-	proxy   *http.Client
 }
 
 // NewHandler builds the HTTP handler for a replica.
@@ -105,7 +104,6 @@ func NewHandler(b Backend, logger hclog.Logger) *Handler {
 		backend: b,
 		logger:  logger.Named("http"),
 		mux:     http.NewServeMux(),
-		proxy:   &http.Client{Timeout: 0},
 	}
 	h.routes()
 	return h

@@ -75,7 +75,7 @@ func (s *Server) scheduleLoop(ctx context.Context) {
 		s.logger.Info("weighted-random placement seeded", "term", term, "server", s.cfg.ID)
 	}
 	explained := map[string]time.Time{}
-	sleepers := &wakeTracker{requested: map[string]time.Time{}, passedOver: map[string]map[string]string{}}
+	sleepers := &wakeTracker{requested: map[string]time.Time{}, lastSent: map[string]time.Time{}, passedOver: map[string]map[string]string{}}
 	for ctx.Err() == nil {
 		ws := memdb.NewWatchSet()
 		placed, wake := s.schedulePass(ctx, ws, rng, explained, sleepers)
@@ -173,9 +173,6 @@ func (s *Server) schedulePass(ctx context.Context, ws memdb.WatchSet, rng randSo
 		if !n.Hibernating {
 			delete(sleepers.requested, n.ID)
 		}
-	}
-	if sleepers.lastSent == nil {
-		sleepers.lastSent = map[string]time.Time{}
 	}
 	scoring := scoringConfig(cfg, rng)
 

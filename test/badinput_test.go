@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"herd/api"
 )
 
 type badRequest struct {
@@ -118,7 +120,7 @@ func TestBadInputGetsJSON4xx(t *testing.T) {
 	}
 	// Still up, still one cluster, and nothing was created by the bad requests.
 	c.WaitForLeader()
-	list, _, err := c.AllClient().ListTasks(Ctx(t, 10*time.Second), apiQueryAll(), consistent())
+	list, _, err := c.AllClient().ListTasks(Ctx(t, 10*time.Second), api.TaskQuery{Limit: api.MaxListLimit}, api.ReadOptions{Consistent: true})
 	if err != nil || len(list.Tasks) != 0 {
 		t.Fatalf("bad requests must not create tasks: %d (%v)", len(list.Tasks), err)
 	}

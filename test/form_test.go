@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -124,7 +125,7 @@ func TestNoLeaderAnswers503WithRetryAfter(t *testing.T) {
 	}
 	var resp *http.Response
 	if !Eventually(20*time.Second, func() bool {
-		r, err := http.Post("http://"+c.Replicas[f].Cfg.HTTPAddr+"/v1/tasks", "application/json", bytesReader(`{"command":["true"]}`))
+		r, err := http.Post("http://"+c.Replicas[f].Cfg.HTTPAddr+"/v1/tasks", "application/json", strings.NewReader(`{"command":["true"]}`))
 		if err != nil {
 			return false
 		}

@@ -360,11 +360,6 @@ func Ctx(t testing.TB, d time.Duration) context.Context {
 	return ctx
 }
 
-func apiQueryAll() api.TaskQuery  { return api.TaskQuery{Limit: api.MaxListLimit} }
-func consistent() api.ReadOptions { return api.ReadOptions{Consistent: true} }
-
-func bytesReader(s string) *strings.Reader { return strings.NewReader(s) }
-
 // FakeClock is a settable clock for the timestamps leaders write.
 type FakeClock struct {
 	mu  sync.Mutex

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"strings"
 
 	"github.com/hashicorp/go-hclog"
 
@@ -86,6 +85,3 @@ func runAgent(e *env, args []string) error {
 	}
 	return nil
 }
-
-// joinAddrs renders addresses for a banner.
-func joinAddrs(addrs []string) string { return strings.Join(addrs, ",") }

@@ -315,3 +315,35 @@ func TestGossipRefusesDuplicatesAndWrongKeys(t *testing.T) {
 	}
 	_ = first
 }
+
+// A suspicion that the agent's heartbeats refute returns the node to
+// READY with nothing reclaimed: its running attempt and session survive.
+func TestRefutedSuspicionReclaimsNothing(t *testing.T) {
+	c := NewClusterWith(t, 3, gossipSetup())
+	h, ft := faultyAgent(c, agent.Config{ID: "blip", Slots: 1}, 13)
+	cl := c.AllClient()
+	id := submit(t, cl, shSpec("survives", "sleep 4; echo still here"))
+	running := waitTaskState(t, cl, id, "RUNNING")
+	session := node(t, cl, "blip").SessionGeneration
+	// Lose every heartbeat for a moment: long enough for SUSPECT, far too
+	// short for memberlist to call the agent dead.
+	ft.SetLoss(1)
+	if !Eventually(10*time.Second, func() bool { return node(t, cl, "blip").Liveness == "SUSPECT" }) {
+		t.Fatal("blip never became SUSPECT")
+	}
+	ft.SetLoss(0)
+	if !Eventually(10*time.Second, func() bool { return node(t, cl, "blip").Liveness == "READY" }) {
+		t.Fatal("blip did not return to READY")
+	}
+	n := node(t, cl, "blip")
+	if n.SessionGeneration != session || countEvents(n, "down") != 0 || countEvents(n, "ready") == 0 {
+		t.Fatalf("refuted suspicion must keep the session and reclaim nothing: %+v", n.Events)
+	}
+	task := waitTaskState(t, cl, id, "SUCCEEDED")
+	if len(task.Attempts) != 1 || task.Attempts[0].ID != running.Attempts[0].ID || !strings.Contains(task.Attempts[0].OutputTail, "still here") {
+		t.Fatalf("the attempt should have run to the end on blip: %+v", task.Attempts)
+	}
+	if _, _, rejected := h.Agent.Stats(); rejected != 0 {
+		t.Fatalf("no result should have been refused, got %d", rejected)
+	}
+}

@@ -63,6 +63,15 @@ func FreeAddr(t testing.TB) string {
 	low := ephemeralLow()
 	for i := 0; i < 1000; i++ {
 		port := 10000 + rand.IntN(low-10000)
+		// Never hand out a port twice in one test binary: an address picked
+		// for a replica that has not bound it yet still looks free.
+		handedOutMu.Lock()
+		taken := handedOut[port]
+		handedOut[port] = true
+		handedOutMu.Unlock()
+		if taken {
+			continue
+		}
 		ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
 		if err != nil {
 			continue
@@ -74,6 +83,11 @@ func FreeAddr(t testing.TB) string {
 	t.Fatal("no free port found below the ephemeral range")
 	return ""
 }
+
+var (
+	handedOutMu sync.Mutex
+	handedOut   = map[int]bool{}
+)
 
 func ephemeralLow() int {
 	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")

@@ -3,6 +3,7 @@ module herd
 go 1.26.8
 
 require (
+	github.com/anishathalye/porcupine v1.3.1
 	github.com/hashicorp/go-hclog v1.6.3
 	github.com/hashicorp/go-memdb v1.3.5
 	github.com/hashicorp/go-msgpack/v2 v2.1.5
@@ -10,6 +11,7 @@ require (
 	github.com/hashicorp/memberlist v0.6.0
 	github.com/hashicorp/raft v1.7.3
 	github.com/hashicorp/raft-boltdb/v2 v2.3.1
+	go.uber.org/goleak v1.3.0
 	golang.org/x/sys v0.50.0
 	pgregory.net/rapid v1.3.0
 )

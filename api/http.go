@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
@@ -93,6 +94,16 @@ type Handler struct {
 	backend Backend
 	logger  hclog.Logger
 	mux     *http.ServeMux
+	// forwardTransport carries requests forwarded to the leader; nil means
+	// http.DefaultTransport.
+	forwardTransport http.RoundTripper
+}
+
+// WithForwardTransport sets the transport for requests forwarded to the
+// leader (the replica's own dialer, so fault tests can cut that link too).
+func (h *Handler) WithForwardTransport(rt http.RoundTripper) *Handler {
+	h.forwardTransport = rt
+	return h
 }
 
 // NewHandler builds the HTTP handler for a replica.
@@ -211,9 +222,19 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request) {
 			pr.Out.Header.Set(HeaderForwarded, h.backend.ID())
 		},
 		FlushInterval: -1,
+		Transport:     h.forwardTransport,
 		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, err error) {
 			h.logger.Warn("forwarding to leader failed", "leader", addr, "error", err)
-			writeNoLeader(w, fmt.Sprintf("leader at %s unreachable: %v", addr, err))
+			var op *net.OpError
+			if errors.As(err, &op) && op.Op == "dial" {
+				writeNoLeader(w, fmt.Sprintf("leader at %s unreachable: %v", addr, err))
+				return
+			}
+			// The request may have reached the leader before the link broke.
+			w.Header().Set("Retry-After", "1")
+			writeJSON(w, http.StatusServiceUnavailable, ErrorResponse{
+				Error: fmt.Sprintf("lost the leader at %s mid-request (outcome unknown): %v", addr, err), Code: CodeOutcomeUnknown,
+			})
 		},
 	}
 	proxy.ServeHTTP(w, r)
@@ -722,9 +743,10 @@ func writeError(w http.ResponseWriter, status int, msg string) {
 	writeJSON(w, status, ErrorResponse{Error: msg})
 }
 
+// writeNoLeader answers 503 for a request that was not executed.
 func writeNoLeader(w http.ResponseWriter, msg string) {
 	w.Header().Set("Retry-After", "1")
-	writeError(w, http.StatusServiceUnavailable, msg)
+	writeJSON(w, http.StatusServiceUnavailable, ErrorResponse{Error: msg, Code: CodeNotApplied})
 }
 
 // writeErr maps a backend error to its status, keeping its code if any.

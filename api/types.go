@@ -186,6 +186,16 @@ type CodedError struct {
 func (e *CodedError) Error() string { return e.Err.Error() }
 func (e *CodedError) Unwrap() error { return e.Err }
 
+// Codes on 503 answers tell a client whether its write may have happened:
+// CodeNotApplied means the request was refused before anything was
+// proposed (safe to retry without an idempotency key); CodeOutcomeUnknown
+// means leadership was lost after the entry went out, so it may still
+// commit (retry with the same idempotency key).
+const (
+	CodeNotApplied     = "not_applied"
+	CodeOutcomeUnknown = "outcome_unknown"
+)
+
 // Sentinel errors a Backend wraps so the HTTP layer can pick a status.
 var (
 	ErrBadRequest = errors.New("bad request")

@@ -296,11 +296,13 @@ func (s *Server) ApplyCommand(ctx context.Context, buf []byte) (any, uint64, err
 
 func (s *Server) raftErr(op string, err error) error {
 	switch {
-	case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipLost),
-		errors.Is(err, raft.ErrLeadershipTransferInProgress), errors.Is(err, raft.ErrRaftShutdown):
-		// ErrLeadershipLost leaves the outcome unknown: the entry may still
-		// commit. Clients retry with the same idempotency key.
-		return fmt.Errorf("%s on %s: %v (outcome unknown if lost mid-write): %w", op, s.cfg.ID, err, api.ErrNotLeader)
+	case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipTransferInProgress):
+		// Refused before the entry was appended.
+		return &api.CodedError{Code: api.CodeNotApplied, Err: fmt.Errorf("%s on %s: %v: %w", op, s.cfg.ID, err, api.ErrNotLeader)}
+	case errors.Is(err, raft.ErrLeadershipLost), errors.Is(err, raft.ErrRaftShutdown):
+		// The entry may still commit: the outcome is unknown. Clients
+		// retry with the same idempotency key.
+		return &api.CodedError{Code: api.CodeOutcomeUnknown, Err: fmt.Errorf("%s on %s: %v (outcome unknown): %w", op, s.cfg.ID, err, api.ErrNotLeader)}
 	case errors.Is(err, raft.ErrEnqueueTimeout):
 		return fmt.Errorf("%s on %s: %v: %w", op, s.cfg.ID, err, api.ErrTimeout)
 	}

@@ -125,7 +125,7 @@ func (s *Server) bootstrapExpect() {
 }
 
 func (s *Server) peerInfo(addr string) (api.SelfInfo, error) {
-	c, err := api.NewClient(addr)
+	c, err := s.peerClient(addr)
 	if err != nil {
 		return api.SelfInfo{}, err
 	}
@@ -169,7 +169,7 @@ func (s *Server) joinLoop() {
 }
 
 func (s *Server) askToJoin(addr string, req api.JoinRequest) error {
-	c, err := api.NewClient(addr)
+	c, err := s.peerClient(addr)
 	if err != nil {
 		return err
 	}
@@ -221,4 +221,14 @@ func (s *Server) reconcileServerMeta() {
 			s.logger.Warn("could not record own address with the leader", "error", err)
 		}
 	}
+}
+
+// peerClient talks to one other replica over the replica's own dialer.
+func (s *Server) peerClient(addr string) (*api.Client, error) {
+	c, err := api.NewClient(addr)
+	if err != nil {
+		return nil, err
+	}
+	c.SetHTTPClient(s.peerHTTP)
+	return c, nil
 }

@@ -46,6 +46,10 @@ type Options struct {
 	AfterApply func(index uint64, st *fsm.State)
 	// Gossip shapes the memberlist pool (tests).
 	Gossip GossipOptions
+	// Dial, when set, opens every outgoing TCP connection of the replica
+	// (Raft, forwarding to the leader, asking peers to join); fault tests
+	// route links through it.
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
 // Server is one running replica.
@@ -53,6 +57,9 @@ type Server struct {
 	cfg    config.Server
 	logger hclog.Logger
 	now    func() time.Time
+	dial   func(ctx context.Context, network, addr string) (net.Conn, error)
+	// peerHTTP carries requests to other replicas (join, peer info).
+	peerHTTP *http.Client
 
 	fsm       *fsm.FSM
 	raft      *raft.Raft
@@ -110,6 +117,13 @@ func Start(cfg config.Server, opts Options) (_ *Server, err error) {
 	if opts.AfterApply != nil {
 		s.fsm.SetAfterApply(opts.AfterApply)
 	}
+	s.dial = opts.Dial
+	if s.dial == nil {
+		s.dial = (&net.Dialer{}).DialContext
+	}
+	peerTransport := http.DefaultTransport.(*http.Transport).Clone()
+	peerTransport.DialContext = s.dial
+	s.peerHTTP = &http.Client{Transport: peerTransport, Timeout: 60 * time.Second}
 	var cleanups []func()
 	defer func() {
 		if err != nil {
@@ -150,7 +164,7 @@ func Start(cfg config.Server, opts Options) (_ *Server, err error) {
 
 	s.httpLn = httpLn
 	s.httpServer = &http.Server{
-		Handler:           api.NewHandler(s, logger),
+		Handler:           api.NewHandler(s, logger).WithForwardTransport(s.peerHTTP.Transport),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       120 * time.Second,
 		ErrorLog:          logger.Named("http").StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true}),
@@ -202,7 +216,7 @@ func (s *Server) setupRaft(ln net.Listener) error {
 		return fmt.Errorf("open snapshot store: %w", err)
 	}
 	s.snaps = snaps
-	layer, err := newStreamLayer(ln, cfg.RaftAdvertise)
+	layer, err := newStreamLayer(ln, cfg.RaftAdvertise, s.dial)
 	if err != nil {
 		store.Close()
 		return err

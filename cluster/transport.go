@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -15,10 +16,10 @@ import (
 type streamLayer struct {
 	ln        net.Listener
 	advertise net.Addr
-	dial      func(address string, timeout time.Duration) (net.Conn, error)
+	dial      func(ctx context.Context, network, address string) (net.Conn, error)
 }
 
-func newStreamLayer(ln net.Listener, advertise string) (*streamLayer, error) {
+func newStreamLayer(ln net.Listener, advertise string, dial func(ctx context.Context, network, address string) (net.Conn, error)) (*streamLayer, error) {
 	addr, err := net.ResolveTCPAddr("tcp", advertise)
 	if err != nil {
 		return nil, fmt.Errorf("resolve raft advertise address %q: %w", advertise, err)
@@ -26,13 +27,13 @@ func newStreamLayer(ln net.Listener, advertise string) (*streamLayer, error) {
 	if addr.IP == nil || addr.IP.IsUnspecified() {
 		return nil, errors.New("raft advertise address must be a reachable IP, not " + advertise)
 	}
-	return &streamLayer{ln: ln, advertise: addr, dial: func(a string, t time.Duration) (net.Conn, error) {
-		return net.DialTimeout("tcp", a, t)
-	}}, nil
+	return &streamLayer{ln: ln, advertise: addr, dial: dial}, nil
 }
 
 func (s *streamLayer) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
-	return s.dial(string(address), timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	return s.dial(ctx, "tcp", string(address))
 }
 
 func (s *streamLayer) Accept() (net.Conn, error) { return s.ln.Accept() }

@@ -124,6 +124,15 @@ type Setup struct {
 	// Gossip gives every replica a gossip address (fast memberlist timings)
 	// and liveness verdicts on the scale of LivenessScale.
 	Gossip bool
+	// Network, when set, carries every link of the replicas and of the
+	// agents started with StartAgent (raft, HTTP, forwarding, gossip), so
+	// the test can partition, pause and degrade them.
+	Network *Network
+	// OnViolation receives invariant violations found by CheckInvariants;
+	// nil fails the test.
+	OnViolation func(replica string, index uint64, err error)
+	// AfterApply, when set, also observes every applied entry.
+	AfterApply func(replica string, index uint64, st *fsm.State)
 }
 
 // FastLiveness scales liveness to tests: 150 ms heartbeats stretched up
@@ -202,16 +211,39 @@ func (c *Cluster) Start(i int) {
 		if c.setup.Gossip {
 			opts.Gossip.Tune = FastGossip
 		}
-		if c.setup.CheckInvariants {
-			id := r.Cfg.ID
+		id := r.Cfg.ID
+		check, observe, onViolation := c.setup.CheckInvariants, c.setup.AfterApply, c.setup.OnViolation
+		if check || observe != nil {
 			opts.AfterApply = func(index uint64, st *fsm.State) {
-				if err := st.CheckInvariants(); err != nil {
-					c.t.Errorf("%s: invariant broken at index %d: %v", id, index, err)
+				if check {
+					if err := st.CheckInvariants(); err != nil {
+						if onViolation != nil {
+							onViolation(id, index, err)
+						} else {
+							c.t.Errorf("%s: invariant broken at index %d: %v", id, index, err)
+						}
+					}
+				}
+				if observe != nil {
+					observe(id, index, st)
 				}
 			}
 		}
 		var srv *cluster.Server
+		if n := c.setup.Network; n != nil {
+			if err = c.networkOptions(r, &opts); err != nil {
+				if time.Now().After(deadline) {
+					break
+				}
+				time.Sleep(50 * time.Millisecond)
+				continue
+			}
+		}
 		srv, err = cluster.Start(r.Cfg, opts)
+		if err != nil && opts.HTTPListener != nil {
+			opts.HTTPListener.Close()
+			opts.RaftListener.Close()
+		}
 		c.mu.Lock()
 		r.Server = srv
 		c.mu.Unlock()
@@ -224,6 +256,27 @@ func (c *Cluster) Start(i int) {
 	if err != nil {
 		c.t.Fatalf("start %s: %v", r.Cfg.ID, err)
 	}
+}
+
+// networkOptions routes replica r's links through the test network.
+func (c *Cluster) networkOptions(r *Replica, opts *cluster.Options) error {
+	n, id := c.setup.Network, r.Cfg.ID
+	httpLn, err := n.Listen(id, r.Cfg.HTTPAddr)
+	if err != nil {
+		return err
+	}
+	raftLn, err := n.Listen(id, r.Cfg.RaftAddr)
+	if err != nil {
+		httpLn.Close()
+		return err
+	}
+	opts.HTTPListener, opts.RaftListener = httpLn, raftLn
+	opts.Dial = n.Dialer(id)
+	if r.Cfg.GossipAddr != "" {
+		n.Own(r.Cfg.GossipAddr, id)
+		opts.Gossip.WrapTransport = n.GossipTransport(id, uint64(len(id))*7919)
+	}
+	return nil
 }
 
 // Stop shuts replica i down, keeping its data directory.
@@ -437,6 +490,18 @@ func (c *Cluster) StartAgent(cfg agent.Config, replicas ...int) *AgentHandle {
 		cfg.KillGrace = time.Second
 	}
 	cut := NewCutTransport()
+	if n := c.setup.Network; n != nil {
+		base := http.DefaultTransport.(*http.Transport).Clone()
+		base.DialContext = n.Dialer(cfg.ID)
+		cut.base = base
+		if c.setup.Gossip {
+			if cfg.GossipAddr == "" {
+				cfg.GossipAddr = FreeAddr(c.t)
+			}
+			n.Own(cfg.GossipAddr, cfg.ID)
+			cfg.GossipTransport = n.GossipTransport(cfg.ID, uint64(len(cfg.ID))*104729)
+		}
+	}
 	cfg.Transport = cut
 	if c.setup.Gossip {
 		cfg.GossipTune = FastGossip

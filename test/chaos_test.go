@@ -1,0 +1,69 @@
+package test
+
+import (
+	"flag"
+	"os"
+	"strings"
+	"testing"
+	"time"
+)
+
+var (
+	chaosSchedules = flag.Int("chaos.schedules", 2, "chaos schedules to run (each a fresh cluster)")
+	chaosDuration  = flag.Duration("chaos.duration", 6*time.Second, "fault phase of each chaos schedule")
+	chaosSeed      = flag.Uint64("chaos.seed", 0, "seed of the first schedule (0: from the clock); schedule i uses seed+i")
+	chaosOut       = flag.String("chaos.out", "", "directory for failing histories and porcupine's HTML (default: the test's artifact directory)")
+)
+
+// TestChaos runs seeded fault schedules against a 3-replica cluster with
+// agents and checks the promise after each: see test/README.md. The short
+// default runs in every `go test ./...`; a campaign is
+//
+//	go test ./test -run Chaos -chaos.schedules=200 -chaos.duration=60s -timeout 0 -v
+func TestChaos(t *testing.T) {
+	seed := *chaosSeed
+	if seed == 0 {
+		seed = uint64(time.Now().UnixNano() % 1_000_000)
+	}
+	total := newReport()
+	for i := 0; i < *chaosSchedules; i++ {
+		s := seed + uint64(i)
+		var rep *ChaosReport
+		ok := t.Run("seed="+itoa(s), func(t *testing.T) {
+			rep = RunChaos(t, ChaosConfig{Seed: s, Duration: *chaosDuration, OutDir: *chaosOut})
+			for checker, found := range rep.Anomalies {
+				for _, a := range found {
+					t.Errorf("%s: %s", checker, a)
+				}
+			}
+			if rep.AnomalyCount() > 0 {
+				t.Logf("reproduce: go test ./test -run 'TestChaos' -chaos.seed=%d -chaos.schedules=1 -chaos.duration=%v", s, *chaosDuration)
+			}
+		})
+		if rep != nil {
+			total.Merge(rep)
+		}
+		if !ok && testing.Short() {
+			break
+		}
+	}
+	var b strings.Builder
+	total.Table(&b)
+	t.Logf("chaos campaign, first seed %d, %v per schedule:\n%s", seed, *chaosDuration, b.String())
+	if *chaosSchedules > 2 {
+		os.Stdout.WriteString(b.String())
+	}
+}
+
+func itoa(u uint64) string {
+	var buf [20]byte
+	i := len(buf)
+	for {
+		i--
+		buf[i] = byte('0' + u%10)
+		u /= 10
+		if u == 0 {
+			return string(buf[i:])
+		}
+	}
+}

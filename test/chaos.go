@@ -417,6 +417,7 @@ func isClientError(err error) bool {
 	c := statusOf(err)
 	return c >= 400 && c < 500 && c != http.StatusRequestTimeout && c != http.StatusTooManyRequests
 }
+
 // notApplied reports an error that proves the request had no effect: it
 // was never sent, or the server said so.
 func notApplied(err error) bool {

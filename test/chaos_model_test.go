@@ -20,7 +20,9 @@ func TestTaskModelVerdicts(t *testing.T) {
 	}
 	ok := taskOutput{}
 	unknown := taskOutput{Unknown: true}
-	found := func(state string, index uint64) taskOutput { return taskOutput{Found: true, State: state, Index: index} }
+	found := func(state string, index uint64) taskOutput {
+		return taskOutput{Found: true, State: state, Index: index}
+	}
 	cases := []struct {
 		name string
 		h    []porcupine.Operation

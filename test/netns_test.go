@@ -1,0 +1,450 @@
+package test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+	"golang.org/x/sys/unix"
+
+	"herd/api"
+	"herd/fsm"
+)
+
+// netnsLab is a set of Linux network namespaces joined by veth pairs to a
+// bridge that lives in a namespace of its own, with addresses in
+// 10.213.N.0/24, which exist only inside these namespaces. Deleting the
+// namespaces removes everything (links, addresses, nftables rules, qdiscs).
+type netnsLab struct {
+	t      *testing.T
+	prefix string
+	subnet int
+	bridge string // namespace holding the bridge
+	dir    string // data directories and logs
+	nodes  map[string]*nsNode
+	next   int
+}
+
+type nsNode struct {
+	name, ns, ip, hostVeth string
+	cmd                    *exec.Cmd
+	log                    *os.File
+}
+
+func run(args ...string) error {
+	out, err := exec.Command(args[0], args[1:]...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%s: %v: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// newNetnsLab skips the test unless it runs as root with iproute2 and the
+// kernel lets it create namespaces.
+func newNetnsLab(t *testing.T) *netnsLab {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("network-namespace tests need root")
+	}
+	if _, err := exec.LookPath("ip"); err != nil {
+		t.Skip("network-namespace tests need iproute2 (ip)")
+	}
+	l := &netnsLab{t: t, prefix: fmt.Sprintf("herdt%d", os.Getpid()%100000), subnet: 100 + rand.IntN(150), dir: t.TempDir(), nodes: map[string]*nsNode{}, next: 1}
+	l.bridge = l.prefix + "-br"
+	if err := run("ip", "netns", "add", l.bridge); err != nil {
+		t.Skipf("cannot create network namespaces here: %v", err)
+	}
+	t.Cleanup(l.destroy)
+	for _, cmd := range [][]string{
+		{"ip", "-n", l.bridge, "link", "add", "br0", "type", "bridge"},
+		{"ip", "-n", l.bridge, "link", "set", "br0", "up"},
+	} {
+		if err := run(cmd...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return l
+}
+
+// add creates a namespace for name with one address on the bridge.
+func (l *netnsLab) add(name string) *nsNode {
+	l.t.Helper()
+	n := &nsNode{name: name, ns: l.prefix + "-" + name, ip: fmt.Sprintf("10.213.%d.%d", l.subnet, l.next), hostVeth: "v-" + name}
+	l.next++
+	cmds := [][]string{
+		{"ip", "netns", "add", n.ns},
+		{"ip", "-n", l.bridge, "link", "add", n.hostVeth, "type", "veth", "peer", "name", "eth0", "netns", n.ns},
+		{"ip", "-n", l.bridge, "link", "set", n.hostVeth, "master", "br0", "up"},
+		{"ip", "-n", n.ns, "addr", "add", n.ip + "/24", "dev", "eth0"},
+		{"ip", "-n", n.ns, "link", "set", "eth0", "up"},
+		{"ip", "-n", n.ns, "link", "set", "lo", "up"},
+	}
+	for _, c := range cmds {
+		if err := run(c...); err != nil {
+			l.t.Fatal(err)
+		}
+	}
+	l.nodes[name] = n
+	return n
+}
+
+// start runs bin with args inside n's namespace.
+func (l *netnsLab) start(n *nsNode, bin string, args ...string) {
+	l.t.Helper()
+	n.cmd = exec.Command("ip", append([]string{"netns", "exec", n.ns, bin}, args...)...)
+	var err error
+	n.log, err = os.OpenFile(filepath.Join(l.dir, n.name+".log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+	if err != nil {
+		l.t.Fatal(err)
+	}
+	n.cmd.Stdout, n.cmd.Stderr = n.log, n.log
+	if err := n.cmd.Start(); err != nil {
+		l.t.Fatalf("start %s: %v", n.name, err)
+	}
+}
+
+func (n *nsNode) signal(sig syscall.Signal) {
+	if n.cmd != nil && n.cmd.Process != nil {
+		_ = n.cmd.Process.Signal(sig) // ip netns exec execs the binary: same pid
+	}
+}
+
+func (n *nsNode) kill() {
+	if n.cmd != nil && n.cmd.Process != nil {
+		_ = n.cmd.Process.Signal(syscall.SIGCONT)
+		_ = n.cmd.Process.Signal(syscall.SIGKILL)
+		_ = n.cmd.Wait()
+	}
+	n.cmd = nil
+	if n.log != nil {
+		n.log.Close()
+		n.log = nil
+	}
+}
+
+func (l *netnsLab) destroy() {
+	if l.t.Failed() {
+		for _, n := range l.nodes {
+			if b, err := os.ReadFile(filepath.Join(l.dir, n.name+".log")); err == nil {
+				lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+				l.t.Logf("--- last lines of %s's log:\n%s", n.name, strings.Join(lines[max(0, len(lines)-25):], "\n"))
+			}
+		}
+	}
+	for _, n := range l.nodes {
+		n.kill()
+		_ = run("ip", "netns", "del", n.ns)
+	}
+	_ = run("ip", "netns", "del", l.bridge)
+}
+
+// dialer dials from inside n's namespace: a socket belongs to the
+// namespace of the thread that creates it, so a locked thread enters the
+// namespace, connects, and is thrown away (never returned to the pool).
+func (n *nsNode) dialer() func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		type result struct {
+			c   net.Conn
+			err error
+		}
+		ch := make(chan result, 1)
+		go func() {
+			runtime.LockOSThread() // not unlocked: the thread exits with the goroutine
+			f, err := os.Open("/run/netns/" + n.ns)
+			if err != nil {
+				ch <- result{nil, err}
+				return
+			}
+			defer f.Close()
+			if err := unix.Unshare(unix.CLONE_FS); err != nil {
+				ch <- result{nil, fmt.Errorf("unshare: %w", err)}
+				return
+			}
+			if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
+				ch <- result{nil, fmt.Errorf("setns %s: %w", n.ns, err)}
+				return
+			}
+			var d net.Dialer
+			c, err := d.DialContext(ctx, network, addr)
+			ch <- result{c, err}
+		}()
+		r := <-ch
+		return r.c, r.err
+	}
+}
+
+// firewall drops everything between n and the given addresses, both ways,
+// TCP and UDP, with nftables inside n's namespace.
+func (l *netnsLab) firewall(n *nsNode, peers []string) error {
+	set := "{ " + strings.Join(peers, ", ") + " }"
+	rules := fmt.Sprintf(`table inet herdfault {
+  chain in { type filter hook input priority 0; policy accept; ip saddr %s drop; }
+  chain out { type filter hook output priority 0; policy accept; ip daddr %s drop; }
+}`, set, set)
+	cmd := exec.Command("ip", "netns", "exec", n.ns, "nft", "-f", "-")
+	cmd.Stdin = strings.NewReader(rules)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("nft: %v: %s", err, out)
+	}
+	return nil
+}
+
+func (l *netnsLab) unfirewall(n *nsNode) {
+	_ = run("ip", "netns", "exec", n.ns, "nft", "delete", "table", "inet", "herdfault")
+}
+
+// The chaos workload against real `herd server` and `herd agent` processes,
+// each in its own network namespace: SIGKILL of the leader, SIGSTOP of a
+// follower past its election timeout, an nftables partition of the leader
+// (TCP and UDP), an agent's link taken down, and netem loss and delay
+// where the kernel has sch_netem. Every acknowledged submit must be on
+// every replica, every task must end, and the history must be
+// linearizable.
+func TestNetnsProcessesUnderFaults(t *testing.T) {
+	lab := newNetnsLab(t)
+	bin := buildHerd(t)
+	_, nftErr := exec.LookPath("nft")
+
+	var servers []*nsNode
+	var httpAddrs []string
+	for i := 1; i <= 3; i++ {
+		n := lab.add(fmt.Sprintf("s%d", i))
+		servers = append(servers, n)
+		httpAddrs = append(httpAddrs, n.ip+":4646")
+	}
+	startServer := func(n *nsNode) {
+		lab.start(n, bin, "server", "-id", n.name, "-data-dir", filepath.Join(lab.dir, n.name),
+			"-http-addr", n.ip+":4646", "-raft-addr", n.ip+":4647", "-gossip-addr", n.ip+":4648",
+			"-bootstrap-expect", "3", "-join", strings.Join(httpAddrs, ","), "-log-level", "info")
+	}
+	for _, n := range servers {
+		startServer(n)
+	}
+	var agents []*nsNode
+	for i := 1; i <= 2; i++ {
+		n := lab.add(fmt.Sprintf("a%d", i))
+		agents = append(agents, n)
+		lab.start(n, bin, "agent", "-id", n.name, "-servers", strings.Join(httpAddrs, ","), "-data-dir", filepath.Join(lab.dir, n.name),
+			"-gossip-addr", n.ip+":4648", "-slots", "4", "-cpu-millis", "4000", "-memory-mb", "2048", "-limits", "none", "-heartbeat-interval", "1s")
+	}
+	cli := lab.add("cli")
+	tr := &http.Transport{DialContext: cli.dialer(), DisableKeepAlives: true}
+	hc := &http.Client{Transport: tr, Timeout: 5 * time.Second}
+	newClient := func(addrs ...string) *api.Client {
+		c, err := api.NewClient(addrs...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.SetHTTPClient(hc)
+		return c
+	}
+	all := newClient(httpAddrs...)
+	all.Retries, all.RetryWait = 60, 500*time.Millisecond
+	leaderIndex := func() int {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		info, err := all.Leader(ctx)
+		if err != nil {
+			return -1
+		}
+		for i, a := range httpAddrs {
+			if info.HTTPAddress == a {
+				return i
+			}
+		}
+		return -1
+	}
+	if !Eventually(60*time.Second, func() bool { return leaderIndex() >= 0 }) {
+		t.Fatal("the namespaced cluster elected no leader")
+	}
+
+	// Workload: submits and consistent reads through random replicas.
+	var mu sync.Mutex
+	var history []porcupine.Operation
+	acked := map[string]string{}
+	start := time.Now()
+	ctx, stop := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for w := 0; w < 3; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(w), 9))
+			var keys []string
+			for n := 0; ctx.Err() == nil; n++ {
+				cl := newClient(httpAddrs[rng.IntN(3)])
+				opCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				call := int64(time.Since(start))
+				if len(keys) == 0 || rng.IntN(2) == 0 {
+					key := fmt.Sprintf("ns-%d-%d", w, n)
+					resp, _, err := cl.SubmitTask(opCtx, api.TaskSpec{IdempotencyKey: key, Command: []string{"sleep", "0.3"}, MaxAttempts: ptr(3)})
+					out := taskOutput{}
+					switch {
+					case err == nil:
+						mu.Lock()
+						acked[key] = resp.ID
+						mu.Unlock()
+						keys = append(keys, key)
+					case isClientError(err) || notApplied(err):
+						cancel()
+						time.Sleep(100 * time.Millisecond)
+						continue
+					default:
+						out.Unknown = true
+						keys = append(keys, key)
+					}
+					ret := int64(time.Since(start))
+					if out.Unknown {
+						ret = math.MaxInt64
+					}
+					mu.Lock()
+					history = append(history, porcupine.Operation{ClientId: w, Input: taskInput{"submit", key}, Output: out, Call: call, Return: ret})
+					mu.Unlock()
+				} else {
+					key := keys[rng.IntN(len(keys))]
+					mu.Lock()
+					id, ok := acked[key]
+					mu.Unlock()
+					if ok {
+						task, _, err := cl.GetTask(opCtx, id, api.ReadOptions{Consistent: true})
+						if err == nil || isNotFound(err) {
+							out := taskOutput{}
+							if err == nil {
+								out = taskOutput{Found: true, State: task.State, Index: task.ModifyIndex}
+							}
+							mu.Lock()
+							history = append(history, porcupine.Operation{ClientId: w, Input: taskInput{"get", key}, Output: out, Call: call, Return: int64(time.Since(start))})
+							mu.Unlock()
+						}
+					}
+				}
+				cancel()
+				time.Sleep(50 * time.Millisecond)
+			}
+		}()
+	}
+
+	faults := []struct {
+		name string
+		do   func() (heal func(), err error)
+	}{
+		{"SIGKILL leader", func() (func(), error) {
+			i := leaderIndex()
+			if i < 0 {
+				return nil, errors.New("no leader")
+			}
+			servers[i].kill()
+			return func() { startServer(servers[i]) }, nil
+		}},
+		{"SIGSTOP follower", func() (func(), error) {
+			i := (max(leaderIndex(), 0) + 1) % 3
+			servers[i].signal(syscall.SIGSTOP)
+			return func() { servers[i].signal(syscall.SIGCONT) }, nil
+		}},
+		{"nftables partition of the leader", func() (func(), error) {
+			if nftErr != nil {
+				return nil, errSkipFault
+			}
+			i := leaderIndex()
+			if i < 0 {
+				return nil, errors.New("no leader")
+			}
+			var peers []string
+			for _, n := range lab.nodes {
+				if n != servers[i] {
+					peers = append(peers, n.ip)
+				}
+			}
+			if err := lab.firewall(servers[i], peers); err != nil {
+				return nil, err
+			}
+			return func() { lab.unfirewall(servers[i]) }, nil
+		}},
+		{"agent link down", func() (func(), error) {
+			a := agents[0]
+			if err := run("ip", "-n", lab.bridge, "link", "set", a.hostVeth, "down"); err != nil {
+				return nil, err
+			}
+			return func() { _ = run("ip", "-n", lab.bridge, "link", "set", a.hostVeth, "up") }, nil
+		}},
+		{"netem loss and delay", func() (func(), error) {
+			i := (max(leaderIndex(), 0) + 2) % 3
+			if err := run("ip", "netns", "exec", servers[i].ns, "tc", "qdisc", "add", "dev", "eth0", "root", "netem", "loss", "20%", "delay", "50ms"); err != nil {
+				t.Logf("netem unavailable, fault skipped: %v", err)
+				return nil, errSkipFault
+			}
+			return func() { _ = run("ip", "netns", "exec", servers[i].ns, "tc", "qdisc", "del", "dev", "eth0", "root") }, nil
+		}},
+	}
+	for _, f := range faults {
+		time.Sleep(2 * time.Second)
+		heal, err := f.do()
+		if errors.Is(err, errSkipFault) {
+			continue
+		}
+		if err != nil {
+			t.Errorf("%s: %v", f.name, err)
+			continue
+		}
+		t.Logf("%v: %s", time.Since(start).Round(time.Millisecond), f.name)
+		time.Sleep(4 * time.Second)
+		heal()
+	}
+	time.Sleep(2 * time.Second)
+	stop()
+	wg.Wait()
+
+	// Quiesce: every acknowledged task ends, on every replica.
+	mu.Lock()
+	ackedCopy := make(map[string]string, len(acked))
+	for k, v := range acked {
+		ackedCopy[k] = v
+	}
+	ops := slices.Clone(history)
+	mu.Unlock()
+	if len(ackedCopy) == 0 {
+		t.Fatal("no submit was acknowledged")
+	}
+	for i, addr := range httpAddrs {
+		cl := newClient(addr)
+		cl.Retries, cl.RetryWait = 10, 500*time.Millisecond
+		for key, id := range ackedCopy {
+			var last string
+			ok := Eventually(120*time.Second, func() bool {
+				c, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				task, _, err := cl.GetTask(c, id, api.ReadOptions{})
+				if err != nil {
+					last = err.Error()
+					return false
+				}
+				last = task.State
+				return fsm.TaskState(task.State).Terminal()
+			})
+			if !ok {
+				t.Errorf("s%d: acknowledged task %s (key %s) not ended: %s", i+1, id, key, last)
+			}
+		}
+	}
+	if res := porcupine.CheckOperations(TaskModel, ops); !res {
+		t.Errorf("history of %d operations is not linearizable", len(ops))
+	}
+	t.Logf("%d operations, %d acknowledged tasks, all present and ended on every replica", len(ops), len(ackedCopy))
+}
+
+var errSkipFault = errors.New("fault not available here")

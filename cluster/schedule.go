@@ -130,36 +130,51 @@ func (s *Server) schedulePass(ctx context.Context, ws memdb.WatchSet, rng randSo
 	s.schedStats.QueueDepth.Store(int64(len(pending)))
 	var wake time.Time
 	queued := make([]scheduler.QueuedTask, 0, len(pending))
-	byID := make(map[string]*fsm.Task, len(pending))
 	var oldest time.Duration
-	for _, t := range pending {
-		byID[t.ID] = t
+	for i, t := range pending {
 		oldest = max(oldest, now.Sub(t.QueuedAt))
 		if now.Before(t.NotBefore) && (wake.IsZero() || t.NotBefore.Before(wake)) {
 			wake = t.NotBefore
 		}
 		queued = append(queued, scheduler.QueuedTask{
 			ID: t.ID, Priority: t.Spec.Priority, Submitter: t.Spec.Submitter, QueuedAt: t.QueuedAt,
-			Seq: t.CreateIndex, Failures: t.Failures, NotBefore: t.NotBefore,
+			Seq: t.CreateIndex, Failures: t.Failures, NotBefore: t.NotBefore, Ref: i,
 		})
 	}
 	s.schedStats.OldestWaitMs.Store(oldest.Milliseconds())
-	for id := range explained {
-		if _, ok := byID[id]; !ok {
-			delete(explained, id)
+	// Forget what was noted about tasks that are no longer pending.
+	if len(explained) > 0 || len(sleepers.passedOver) > 0 {
+		stillPending := make(map[string]bool, len(pending))
+		for _, t := range pending {
+			stillPending[t.ID] = true
 		}
-	}
-	for id := range sleepers.passedOver {
-		if _, ok := byID[id]; !ok {
-			delete(sleepers.passedOver, id)
+		for id := range explained {
+			if !stillPending[id] {
+				delete(explained, id)
+			}
+		}
+		for id := range sleepers.passedOver {
+			if !stillPending[id] {
+				delete(sleepers.passedOver, id)
+			}
 		}
 	}
 	if len(queued) == 0 {
 		return 0, wake
 	}
-	order := scheduler.Order(queued, now, scheduler.QueueConfig{
+	// The pass considers the head of the queue first; only when that many
+	// tasks could not all be placed does it order the whole backlog.
+	qcfg := scheduler.QueueConfig{
 		AgingGrace: cfg.AgingGrace, AgingInterval: cfg.AgingInterval, AgingCap: cfg.AgingCap, FailurePenalty: cfg.FailurePenalty,
-	})
+	}
+	head := scheduler.Head(queued, now, qcfg, cfg.MaxPassPlacements)
+	order := head
+	rest := func() []scheduler.QueuedTask {
+		if len(head) < cfg.MaxPassPlacements {
+			return nil // the head was the whole schedulable backlog
+		}
+		return scheduler.Order(queued, now, qcfg)[len(head):]
+	}
 	nodes, nodeByID, err := nodeViews(st)
 	if err != nil {
 		s.logger.Error("list nodes", "error", err)
@@ -182,11 +197,14 @@ func (s *Server) schedulePass(ctx context.Context, ws memdb.WatchSet, rng randSo
 		explainN  int
 		decisions int
 	)
-	for _, q := range order {
-		if decisions >= cfg.MaxPassPlacements {
+	for i := 0; ; i++ {
+		if i == len(order) && len(order) == len(head) && decisions < cfg.MaxPassPlacements {
+			order = append(head, rest()...)
+		}
+		if i >= len(order) || decisions >= cfg.MaxPassPlacements {
 			break
 		}
-		t := byID[q.ID]
+		t := pending[order[i].Ref]
 		req := t.Request(now, cfg.HeartbeatTTL)
 		req.Blacklist = t.Blacklist(nodeByID)
 		req.PassedOver = sleepers.passedOver[t.ID]

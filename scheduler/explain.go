@@ -31,14 +31,16 @@ type Explanation struct {
 func Explain(nodes []*Node, req *Request, cfg *Config) Explanation {
 	ex := Explanation{Total: len(nodes), Nodes: make([]NodeExplanation, 0, len(nodes))}
 	counts := map[string]int{}
+	c := compile(req)
 	for _, n := range nodes {
-		reasons := Check(n, req)
+		var reasons []Reason
+		evaluate(n, &c, &reasons)
 		ne := NodeExplanation{NodeID: n.ID, Eligible: len(reasons) == 0, Reasons: reasons}
 		if ne.Reasons == nil {
 			ne.Reasons = []Reason{}
 		}
 		if ne.Eligible {
-			s := Score(n, req, cfg)
+			s := score(n, &c, cfg)
 			ne.Score = &s
 			ex.Eligible++
 		}

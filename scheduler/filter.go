@@ -106,24 +106,58 @@ func (r Reason) String() string {
 }
 
 // Eligible reports whether node can take the request. It runs the same
-// rules as Check but stops at the first failure and builds no text, so
-// the leader can call it for every node and task without allocating.
+// rules as Check but stops at the first failure and builds no text.
 func Eligible(n *Node, req *Request) bool {
-	return evaluate(n, req, nil)
+	c := compile(req)
+	return evaluate(n, &c, nil)
 }
 
 // Check returns every rule the node fails for the request; none means
 // eligible. The leader uses it to explain, and the FSM to re-check a
 // reservation at apply time: the same rules as Eligible, by construction.
 func Check(n *Node, req *Request) []Reason {
+	c := compile(req)
 	var out []Reason
-	evaluate(n, req, &out)
+	evaluate(n, &c, &out)
+	return out
+}
+
+// compiled is a request prepared once for evaluating many nodes: label
+// maps flattened to slices (ranging over a map costs more than the rest of
+// a node's checks) and the heartbeat cutoff computed.
+type compiled struct {
+	req       *Request
+	cutoff    time.Time // heartbeats before it are expired (HeartbeatTTL > 0)
+	required  []labelPair
+	preferred []labelPair
+}
+
+type labelPair struct{ key, value string }
+
+func compile(req *Request) compiled {
+	c := compiled{req: req, required: pairs(req.RequiredLabels), preferred: pairs(req.PreferredLabels)}
+	if req.HeartbeatTTL > 0 {
+		c.cutoff = req.Now.Add(-req.HeartbeatTTL)
+	}
+	return c
+}
+
+func pairs(m map[string]string) []labelPair {
+	if len(m) == 0 {
+		return nil
+	}
+	out := make([]labelPair, 0, len(m))
+	for k, v := range m {
+		out = append(out, labelPair{k, v})
+	}
+	slices.SortFunc(out, func(a, b labelPair) int { return strings.Compare(a.key, b.key) })
 	return out
 }
 
 // evaluate applies every rule in order. With out nil it returns false at
 // the first failure; otherwise it appends a Reason per failed rule.
-func evaluate(n *Node, req *Request, out *[]Reason) bool {
+func evaluate(n *Node, c *compiled, out *[]Reason) bool {
+	req := c.req
 	ok := true
 	fail := func(code ReasonCode, summary, detail string) {
 		ok = false
@@ -147,7 +181,7 @@ func evaluate(n *Node, req *Request, out *[]Reason) bool {
 		}
 		fail(ReasonIneligible, "ineligible", "")
 	}
-	if req.HeartbeatTTL > 0 && n.LastHeartbeat.Before(req.Now.Add(-req.HeartbeatTTL)) {
+	if req.HeartbeatTTL > 0 && n.LastHeartbeat.Before(c.cutoff) {
 		if out == nil {
 			return false
 		}
@@ -164,7 +198,7 @@ func evaluate(n *Node, req *Request, out *[]Reason) bool {
 		}
 		fail(ReasonMissingCapability, "missing capability "+req.Capability+"@"+req.CapabilityVersion, detail)
 	}
-	if !labelsMatch(n.Labels, req.RequiredLabels) {
+	if !labelsMatch(n.Labels, c.required) {
 		if out == nil {
 			return false
 		}
@@ -223,9 +257,9 @@ func evaluate(n *Node, req *Request, out *[]Reason) bool {
 	return ok
 }
 
-func labelsMatch(have, want map[string]string) bool {
-	for k, v := range want {
-		if h, ok := have[k]; !ok || h != v {
+func labelsMatch(have map[string]string, want []labelPair) bool {
+	for _, p := range want {
+		if h, ok := have[p.key]; !ok || h != p.value {
 			return false
 		}
 	}
@@ -263,10 +297,10 @@ func shortfall(free, want Resources) string {
 }
 
 // matchCount counts preferred labels the node carries.
-func matchCount(have, preferred map[string]string) int {
+func matchCount(have map[string]string, preferred []labelPair) int {
 	n := 0
-	for k, v := range preferred {
-		if have[k] == v {
+	for _, p := range preferred {
+		if h, ok := have[p.key]; ok && h == p.value {
 			n++
 		}
 	}

@@ -15,6 +15,9 @@ type QueuedTask struct {
 	Seq       uint64    // submission order (the Raft index that created it)
 	Failures  int       // failed attempts so far
 	NotBefore time.Time // retry backoff: not schedulable before this time
+	// Ref is the caller's handle on the task (an index into its own list),
+	// carried through unchanged so it need not build a map to find it.
+	Ref int
 }
 
 // QueueConfig tunes queue order.
@@ -56,33 +59,51 @@ func EffectivePriority(t *QueuedTask, now time.Time, cfg *QueueConfig) int {
 // they should be placed: effective priority first; among equal effective
 // priority, submitters take turns (each submitter's first task, then each
 // one's second, …) so that no submitter monopolises the head; within a
-// submitter, submission order. The input is not modified.
+// submitter, submission order (then id: the order is total). The input
+// is not modified.
 func Order(tasks []QueuedTask, now time.Time, cfg QueueConfig) []QueuedTask {
+	// Sort compact keys, not tasks: submitters are interned to small ints
+	// (only grouping by submitter matters, not their names' order), and a
+	// task is touched again only to break a Seq tie by id.
 	type keyed struct {
-		t       *QueuedTask
-		eff     int
-		ordinal int
+		seq     uint64
+		idx     int32
+		eff     int32
+		sub     int32
+		ordinal int32
 	}
+	subs := map[string]int32{}
 	ks := make([]keyed, 0, len(tasks))
 	for i := range tasks {
 		t := &tasks[i]
 		if now.Before(t.NotBefore) {
 			continue
 		}
-		ks = append(ks, keyed{t: t, eff: EffectivePriority(t, now, &cfg)})
+		sub, ok := subs[t.Submitter]
+		if !ok {
+			sub = int32(len(subs))
+			subs[t.Submitter] = sub
+		}
+		ks = append(ks, keyed{seq: t.Seq, idx: int32(i), eff: int32(EffectivePriority(t, now, &cfg)), sub: sub})
+	}
+	bySeq := func(a, b keyed) int {
+		if c := cmp.Compare(a.seq, b.seq); c != 0 {
+			return c
+		}
+		return cmp.Compare(tasks[a.idx].ID, tasks[b.idx].ID)
 	}
 	// Number each submitter's tasks within an effective priority level.
 	slices.SortFunc(ks, func(a, b keyed) int {
 		if c := cmp.Compare(b.eff, a.eff); c != 0 {
 			return c
 		}
-		if c := cmp.Compare(a.t.Submitter, b.t.Submitter); c != 0 {
+		if c := cmp.Compare(a.sub, b.sub); c != 0 {
 			return c
 		}
-		return cmp.Compare(a.t.Seq, b.t.Seq)
+		return bySeq(a, b)
 	})
 	for i := range ks {
-		if i > 0 && ks[i].eff == ks[i-1].eff && ks[i].t.Submitter == ks[i-1].t.Submitter {
+		if i > 0 && ks[i].eff == ks[i-1].eff && ks[i].sub == ks[i-1].sub {
 			ks[i].ordinal = ks[i-1].ordinal + 1
 		}
 	}
@@ -93,11 +114,174 @@ func Order(tasks []QueuedTask, now time.Time, cfg QueueConfig) []QueuedTask {
 		if c := cmp.Compare(a.ordinal, b.ordinal); c != 0 {
 			return c
 		}
-		return cmp.Compare(a.t.Seq, b.t.Seq)
+		return bySeq(a, b)
 	})
 	out := make([]QueuedTask, len(ks))
 	for i, k := range ks {
-		out[i] = *k.t
+		out[i] = tasks[k.idx]
 	}
 	return out
+}
+
+// compareSeq orders by submission, then id: tasks submitted in one batch
+// entry share a Seq, and the order must be total.
+func compareSeq(a, b *QueuedTask) int {
+	if c := cmp.Compare(a.Seq, b.Seq); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.ID, b.ID)
+}
+
+// Head returns the first k tasks of Order(tasks, now, cfg) without
+// ordering the rest: a leader with a deep backlog places a few thousand
+// tasks per pass and must not sort a hundred thousand to find them. It
+// makes a few linear passes (effective priority per task, a count per
+// level), fully orders only the levels above the one where the k-th task
+// falls, and at that level takes just enough of each submitter's oldest
+// tasks to fill the round-robin. The result equals Order's prefix.
+func Head(tasks []QueuedTask, now time.Time, cfg QueueConfig, k int) []QueuedTask {
+	if k <= 0 {
+		return nil
+	}
+	effs := make([]int32, len(tasks))
+	top := 0
+	for i := range tasks {
+		t := &tasks[i]
+		if now.Before(t.NotBefore) {
+			effs[i] = -1
+			continue
+		}
+		e := EffectivePriority(t, now, &cfg)
+		effs[i] = int32(e)
+		top = max(top, e)
+	}
+	if top > 1<<16 {
+		out := Order(tasks, now, cfg) // absurd priorities: no level table
+		return out[:min(k, len(out))]
+	}
+	counts := make([]int, top+1)
+	for _, e := range effs {
+		if e >= 0 {
+			counts[e]++
+		}
+	}
+	// The threshold level holds the k-th task; every level above it is
+	// taken whole.
+	threshold, above := -1, 0
+	for lvl := top; lvl >= 0; lvl-- {
+		if above+counts[lvl] >= k {
+			threshold = lvl
+			break
+		}
+		above += counts[lvl]
+	}
+	if threshold < 0 { // fewer than k schedulable: all of them
+		return Order(tasks, now, cfg)
+	}
+	need := k - above
+
+	// Above the threshold: ordered exactly as Order does.
+	whole := make([]QueuedTask, 0, above)
+	perSubmitter := map[string]int{} // tasks at the threshold, by submitter
+	for i := range tasks {
+		switch e := int(effs[i]); {
+		case e > threshold:
+			whole = append(whole, tasks[i])
+		case e == threshold:
+			perSubmitter[tasks[i].Submitter]++
+		}
+	}
+	out := Order(whole, now, cfg)
+
+	// At the threshold, the round-robin's first `need` tasks come from
+	// each submitter's `rounds` oldest, where rounds is the fewest turns
+	// that yield `need` tasks.
+	rounds := roundsFor(perSubmitter, need)
+	oldest := map[string]*seqHeap{}
+	for i := range tasks {
+		if int(effs[i]) != threshold {
+			continue
+		}
+		t := &tasks[i]
+		h := oldest[t.Submitter]
+		if h == nil {
+			h = &seqHeap{limit: rounds}
+			oldest[t.Submitter] = h
+		}
+		h.offer(t)
+	}
+	var level []QueuedTask
+	for _, h := range oldest {
+		for _, t := range h.items {
+			level = append(level, *t)
+		}
+	}
+	level = Order(level, now, cfg)
+	return append(out, level[:need]...)
+}
+
+// roundsFor is the fewest round-robin turns R with Σ min(count, R) ≥ need.
+func roundsFor(counts map[string]int, need int) int {
+	lo, hi := 1, need
+	for lo < hi {
+		mid := (lo + hi) / 2
+		got := 0
+		for _, c := range counts {
+			got += min(c, mid)
+		}
+		if got >= need {
+			hi = mid
+		} else {
+			lo = mid + 1
+		}
+	}
+	return lo
+}
+
+// seqHeap keeps the `limit` oldest tasks offered to it (a
+// max-heap in compareSeq order, so the newest kept is evicted first).
+type seqHeap struct {
+	limit int
+	items []*QueuedTask
+}
+
+func (h *seqHeap) offer(t *QueuedTask) {
+	if len(h.items) < h.limit {
+		h.items = append(h.items, t)
+		h.up(len(h.items) - 1)
+		return
+	}
+	if compareSeq(t, h.items[0]) >= 0 {
+		return
+	}
+	h.items[0] = t
+	h.down(0)
+}
+
+func (h *seqHeap) up(i int) {
+	for i > 0 {
+		p := (i - 1) / 2
+		if compareSeq(h.items[p], h.items[i]) >= 0 {
+			return
+		}
+		h.items[p], h.items[i] = h.items[i], h.items[p]
+		i = p
+	}
+}
+
+func (h *seqHeap) down(i int) {
+	for {
+		l, big := 2*i+1, i
+		if l < len(h.items) && compareSeq(h.items[l], h.items[big]) > 0 {
+			big = l
+		}
+		if r := l + 1; r < len(h.items) && compareSeq(h.items[r], h.items[big]) > 0 {
+			big = r
+		}
+		if big == i {
+			return
+		}
+		h.items[i], h.items[big] = h.items[big], h.items[i]
+		i = big
+	}
 }

@@ -3,6 +3,7 @@ package scheduler
 import (
 	"fmt"
 	"math/rand/v2"
+	"pgregory.net/rapid"
 	"strings"
 	"testing"
 	"time"
@@ -354,5 +355,60 @@ func BenchmarkOrder(b *testing.B) {
 				Order(tasks, now, DefaultQueueConfig())
 			}
 		})
+	}
+}
+
+// Head is Order's prefix, for any backlog and any k: same tasks, same
+// order (priorities, failures, aging, backoff and submitters drawn at
+// random, with shared Seqs as batch submits produce).
+func TestHeadIsOrderPrefix(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		cfg := DefaultQueueConfig()
+		cfg.AgingGrace = time.Duration(rapid.IntRange(0, 120).Draw(rt, "grace")) * time.Second
+		n := rapid.IntRange(0, 300).Draw(rt, "n")
+		tasks := make([]QueuedTask, n)
+		for i := range tasks {
+			tasks[i] = QueuedTask{
+				ID:        fmt.Sprintf("t%03d", i),
+				Priority:  rapid.SampledFrom([]int{0, 10, 50, 50, 50, 100}).Draw(rt, "prio"),
+				Submitter: rapid.SampledFrom([]string{"a", "b", "c", "d"}).Draw(rt, "sub"),
+				QueuedAt:  now.Add(-time.Duration(rapid.IntRange(0, 1200).Draw(rt, "age")) * time.Second),
+				Seq:       uint64(rapid.IntRange(1, 60).Draw(rt, "seq")),
+				Failures:  rapid.IntRange(0, 2).Draw(rt, "failures"),
+			}
+			if rapid.IntRange(0, 9).Draw(rt, "backoff") == 0 {
+				tasks[i].NotBefore = now.Add(time.Minute)
+			}
+		}
+		k := rapid.IntRange(1, n+5).Draw(rt, "k")
+		want := Order(tasks, now, cfg)
+		want = want[:min(k, len(want))]
+		got := Head(tasks, now, cfg, k)
+		if len(got) != len(want) {
+			rt.Fatalf("Head returned %d tasks, Order's prefix has %d", len(got), len(want))
+		}
+		for i := range want {
+			if got[i].ID != want[i].ID {
+				rt.Fatalf("position %d: Head has %s, Order has %s", i, got[i].ID, want[i].ID)
+			}
+		}
+	})
+}
+
+func BenchmarkHead(b *testing.B) {
+	for _, n := range []int{10_000, 100_000} {
+		rng := rand.New(rand.NewPCG(2, 2))
+		tasks := make([]QueuedTask, n)
+		for i := range tasks {
+			tasks[i] = qt(fmt.Sprint(i), fmt.Sprint("s", rng.IntN(20)), rng.IntN(101), uint64(i), now.Add(-time.Duration(rng.IntN(600))*time.Second))
+		}
+		for _, k := range []int{512, 4096} {
+			b.Run(fmt.Sprintf("pending=%d/k=%d", n, k), func(b *testing.B) {
+				b.ReportAllocs()
+				for b.Loop() {
+					Head(tasks, now, DefaultQueueConfig(), k)
+				}
+			})
+		}
 	}
 }

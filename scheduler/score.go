@@ -67,18 +67,29 @@ var ErrNoEligibleNode = errors.New("no eligible node")
 // ReferenceScore is seed 000's formula:
 // preferredLabelMatches*1_000_000 + weight*1_000 - runningAttempts*10_000.
 func ReferenceScore(n *Node, req *Request) int64 {
+	c := compile(req)
+	return referenceScore(n, &c)
+}
+
+func referenceScore(n *Node, c *compiled) int64 {
 	weight := n.Weight
 	if weight <= 0 {
 		weight = DefaultWeight
 	}
-	return int64(matchCount(n.Labels, req.PreferredLabels))*PreferredLabelPoints +
+	return int64(matchCount(n.Labels, c.preferred))*PreferredLabelPoints +
 		int64(weight)*WeightPoints - int64(n.RunningAttempts)*RunningAttemptCost
 }
 
 // Score is the reference score, less the retry penalty, plus (when
 // configured) the profile score.
 func Score(n *Node, req *Request, cfg *Config) int64 {
-	s := ReferenceScore(n, req)
+	c := compile(req)
+	return score(n, &c, cfg)
+}
+
+func score(n *Node, c *compiled, cfg *Config) int64 {
+	req := c.req
+	s := referenceScore(n, c)
 	if f := req.FailedOn[n.ID]; f > 0 {
 		s -= int64(f) * RetryNodePenalty
 	}
@@ -132,9 +143,10 @@ func clamp01(f float64) float64 {
 // broken by node id ascending, so the order is total and stable.
 func Rank(nodes []*Node, req *Request, cfg *Config) []Candidate {
 	out := make([]Candidate, 0, len(nodes))
+	c := compile(req)
 	for _, n := range nodes {
-		if Eligible(n, req) {
-			out = append(out, Candidate{Node: n, Score: Score(n, req, cfg)})
+		if evaluate(n, &c, nil) {
+			out = append(out, Candidate{Node: n, Score: score(n, &c, cfg)})
 		}
 	}
 	slices.SortFunc(out, compareCandidates)
@@ -149,9 +161,9 @@ func compareCandidates(a, b Candidate) int {
 }
 
 // Select picks the node for a request: the best-scoring eligible node, or
-// with RandomTopK a score-weighted draw among the best K. It allocates
-// nothing in the deterministic case, so the leader can call it for every
-// queued task.
+// with RandomTopK a score-weighted draw among the best K. In the
+// deterministic case it allocates only the request's flattened labels, so
+// the leader can call it for every queued task.
 func Select(nodes []*Node, req *Request, cfg *Config) (Candidate, error) {
 	if cfg != nil && cfg.RandomTopK > 1 && cfg.Rand != nil {
 		ranked := Rank(nodes, req, cfg)
@@ -162,13 +174,14 @@ func Select(nodes []*Node, req *Request, cfg *Config) (Candidate, error) {
 	}
 	var best Candidate
 	found := false
+	c := compile(req)
 	for _, n := range nodes {
-		if !Eligible(n, req) {
+		if !evaluate(n, &c, nil) {
 			continue
 		}
-		c := Candidate{Node: n, Score: Score(n, req, cfg)}
-		if !found || compareCandidates(c, best) < 0 {
-			best, found = c, true
+		cand := Candidate{Node: n, Score: score(n, &c, cfg)}
+		if !found || compareCandidates(cand, best) < 0 {
+			best, found = cand, true
 		}
 	}
 	if !found {

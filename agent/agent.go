@@ -68,7 +68,7 @@ func New(cfg Config) (*Agent, error) {
 	if err != nil {
 		return nil, fmt.Errorf("servers: %w", err)
 	}
-	hc := &http.Client{Timeout: cfg.AssignmentWait + 30*time.Second}
+	hc := &http.Client{Timeout: cfg.AssignmentWait + 30*time.Second, Transport: api.NewTransport()}
 	if cfg.Transport != nil {
 		hc.Transport = cfg.Transport
 	}

@@ -190,6 +190,9 @@ func (s *Server) schedulePass(ctx context.Context, ws memdb.WatchSet, rng randSo
 		}
 	}
 	scoring := scoringConfig(cfg, rng)
+	// Tasks with the same requirements share one ranking of the nodes for
+	// the pass, kept current as the pass books nodes.
+	placer := scheduler.NewPlacer(nodes, &scoring)
 
 	var (
 		cmds      [][]byte
@@ -208,7 +211,7 @@ func (s *Server) schedulePass(ctx context.Context, ws memdb.WatchSet, rng randSo
 		req := t.Request(now, cfg.HeartbeatTTL)
 		req.Blacklist = t.Blacklist(nodeByID)
 		req.PassedOver = sleepers.passedOver[t.ID]
-		cand, err := scheduler.Select(nodes, &req, &scoring)
+		cand, err := placer.Select(&req)
 		if err == nil && cand.Node.Hibernating {
 			// The best node sleeps: wake it and place the task once it
 			// advertises it is awake; if it does not wake in time, pass it
@@ -237,7 +240,7 @@ func (s *Server) schedulePass(ctx context.Context, ws memdb.WatchSet, rng randSo
 			sleepers.passedOver[t.ID][id] = fmt.Sprintf("hibernating, did not wake within %s", s.cfg.Liveness.WakeTimeout)
 			s.logger.Warn("passing over a node that did not wake", "node", id, "task", t.ID)
 			req.PassedOver = sleepers.passedOver[t.ID]
-			cand, err = scheduler.Select(nodes, &req, &scoring)
+			cand, err = placer.Select(&req)
 			if err == nil && cand.Node.Hibernating {
 				continue // the next best sleeps too: it gets woken next pass
 			}

@@ -121,7 +121,7 @@ func Start(cfg config.Server, opts Options) (_ *Server, err error) {
 	if s.dial == nil {
 		s.dial = (&net.Dialer{}).DialContext
 	}
-	peerTransport := http.DefaultTransport.(*http.Transport).Clone()
+	peerTransport := api.NewTransport()
 	peerTransport.DialContext = s.dial
 	s.peerHTTP = &http.Client{Transport: peerTransport, Timeout: 60 * time.Second}
 	var cleanups []func()

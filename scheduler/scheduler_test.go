@@ -412,3 +412,71 @@ func BenchmarkHead(b *testing.B) {
 		}
 	}
 }
+
+// A Placer answers exactly as Select does while the caller books the
+// chosen nodes, across interleaved requirement classes, per-task state
+// and the profile score.
+func TestPlacerMatchesSelect(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		n := rapid.IntRange(0, 40).Draw(rt, "nodes")
+		nodes := make([]*Node, n)
+		for i := range nodes {
+			nd := node(fmt.Sprintf("n%02d", i), int64(rapid.IntRange(1, 8).Draw(rt, "cores")), rapid.IntRange(0, 3).Draw(rt, "busy"))
+			nd.Slots = rapid.IntRange(1, 6).Draw(rt, "slots")
+			nd.Weight = rapid.SampledFrom([]int{0, 50, 100, 150}).Draw(rt, "weight")
+			if rapid.Bool().Draw(rt, "ssd") {
+				nd.Labels["disk"] = "ssd"
+			}
+			nd.Labels["zone"] = rapid.SampledFrom([]string{"a", "b"}).Draw(rt, "zone")
+			nodes[i] = nd
+		}
+		var cfg *Config
+		if rapid.Bool().Draw(rt, "profile") {
+			cfg = &Config{ProfileScale: 100_000, ProfileWeights: DefaultProfileWeights()}
+		}
+		p := NewPlacer(nodes, cfg)
+		steps := rapid.IntRange(1, 80).Draw(rt, "steps")
+		for s := 0; s < steps; s++ {
+			req := seedRequest()
+			req.Resources = Resources{CPUMillis: int64(rapid.SampledFrom([]int{250, 1000, 2000}).Draw(rt, "cpu"))}
+			if rapid.Bool().Draw(rt, "zoned") {
+				req.RequiredLabels = map[string]string{"zone": "a"}
+			}
+			if rapid.IntRange(0, 9).Draw(rt, "failed") == 0 && n > 0 {
+				req.FailedOn = map[string]int{nodes[rapid.IntRange(0, n-1).Draw(rt, "on")].ID: 1}
+			}
+			want, wantErr := Select(nodes, req, cfg)
+			got, gotErr := p.Select(req)
+			if (wantErr == nil) != (gotErr == nil) || (wantErr == nil && (got.Node != want.Node || got.Score != want.Score)) {
+				rt.Fatalf("step %d: placer chose %v (%v), Select chose %v (%v)", s, got, gotErr, want, wantErr)
+			}
+			if wantErr == nil {
+				want.Node.Reserved = want.Node.Reserved.Add(req.Resources)
+				want.Node.RunningAttempts++
+			}
+		}
+	})
+}
+
+func BenchmarkPlacer(b *testing.B) {
+	for _, n := range []int{1_000, 10_000} {
+		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) {
+			nodes := benchNodes(n)
+			for _, nd := range nodes {
+				nd.Slots = 1 << 30
+				nd.Resources.CPUMillis = 1 << 40
+			}
+			req := seedRequest()
+			p := NewPlacer(nodes, nil)
+			b.ReportAllocs()
+			for b.Loop() {
+				c, err := p.Select(req)
+				if err != nil {
+					b.Fatal(err)
+				}
+				c.Node.Reserved = c.Node.Reserved.Add(req.Resources)
+				c.Node.RunningAttempts++
+			}
+		})
+	}
+}

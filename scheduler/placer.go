@@ -1,0 +1,115 @@
+package scheduler
+
+import (
+	"container/heap"
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// Placer answers Select for many requests against one set of nodes that
+// the caller books as it goes (adding reservations and running attempts),
+// as the leader does within one placement pass. Requests with the same
+// requirements form a class; the first request of a class ranks every
+// node once, and later ones take the best from a heap, re-checking only
+// the nodes they look at. That is correct because booking only ever
+// lowers a node's score and eligibility: a stale heap entry overstates,
+// so the first entry whose fresh score matches its key is the best node.
+//
+// The answer is always exactly Select(nodes, req, cfg). Requests carrying
+// per-task state (blacklist, failures, passed-over nodes) and weighted
+// random choice go straight to Select.
+type Placer struct {
+	nodes   []*Node
+	cfg     *Config
+	classes map[string]*placerClass
+}
+
+// NewPlacer prepares a placer over nodes; cfg may be nil.
+func NewPlacer(nodes []*Node, cfg *Config) *Placer {
+	return &Placer{nodes: nodes, cfg: cfg, classes: map[string]*placerClass{}}
+}
+
+type placerClass struct {
+	req  Request // the class's requirements, no per-task state
+	c    compiled
+	heap candidateHeap
+}
+
+// Select returns what Select(nodes, req, cfg) would return now.
+func (p *Placer) Select(req *Request) (Candidate, error) {
+	if (p.cfg != nil && p.cfg.RandomTopK > 1 && p.cfg.Rand != nil) ||
+		len(req.Blacklist) > 0 || len(req.FailedOn) > 0 || len(req.PassedOver) > 0 {
+		return Select(p.nodes, req, p.cfg)
+	}
+	key := classKey(req)
+	cl := p.classes[key]
+	if cl == nil {
+		cl = &placerClass{req: *req}
+		cl.req.TaskID = ""
+		cl.c = compile(&cl.req)
+		for _, n := range p.nodes {
+			if evaluate(n, &cl.c, nil) {
+				cl.heap = append(cl.heap, Candidate{Node: n, Score: score(n, &cl.c, p.cfg)})
+			}
+		}
+		heap.Init(&cl.heap)
+		p.classes[key] = cl
+	}
+	for len(cl.heap) > 0 {
+		top := &cl.heap[0]
+		if !evaluate(top.Node, &cl.c, nil) {
+			heap.Pop(&cl.heap) // booked full: it stays full for this pass
+			continue
+		}
+		if s := score(top.Node, &cl.c, p.cfg); s != top.Score {
+			top.Score = s
+			heap.Fix(&cl.heap, 0)
+			continue
+		}
+		return *top, nil
+	}
+	return Candidate{}, ErrNoEligibleNode
+}
+
+// classKey names a request's requirements (everything evaluate and score
+// read, except per-task state).
+func classKey(r *Request) string {
+	var b strings.Builder
+	b.WriteString(r.Capability)
+	b.WriteByte(0)
+	b.WriteString(r.CapabilityVersion)
+	for _, m := range []map[string]string{r.RequiredLabels, r.PreferredLabels} {
+		b.WriteByte(1)
+		for _, p := range pairs(m) {
+			b.WriteString(p.key)
+			b.WriteByte(0)
+			b.WriteString(p.value)
+			b.WriteByte(0)
+		}
+	}
+	b.WriteByte(2)
+	ds := slices.Clone(r.DataLocality)
+	slices.Sort(ds)
+	for _, d := range ds {
+		b.WriteString(d)
+		b.WriteByte(0)
+	}
+	fmt.Fprintf(&b, "\x03%d/%d/%d/%d\x03%d\x03%d", r.Resources.CPUMillis, r.Resources.MemoryMB, r.Resources.GPU, r.Resources.DiskMB,
+		r.Now.UnixNano(), r.HeartbeatTTL)
+	return b.String()
+}
+
+// candidateHeap is a max-heap in compareCandidates order (best first).
+type candidateHeap []Candidate
+
+func (h candidateHeap) Len() int           { return len(h) }
+func (h candidateHeap) Less(i, j int) bool { return compareCandidates(h[i], h[j]) < 0 }
+func (h candidateHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *candidateHeap) Push(x any)        { *h = append(*h, x.(Candidate)) }
+func (h *candidateHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}

@@ -34,7 +34,9 @@ type Raft struct {
 	// an isolated leader stops answering well before a new one is elected.
 	LeaderLeaseTimeout time.Duration
 	// CommitTimeout bounds how long followers wait to learn a new commit
-	// index when no other traffic flows; it sets follower-read staleness.
+	// index when no other traffic flows; it sets follower-read staleness,
+	// and so how soon an agent watching a follower sees its reservation.
+	// 20 ms costs an idle leader 50 small messages a second per follower.
 	CommitTimeout time.Duration
 	// MaxAppendEntries is how many entries one replication message carries;
 	// larger than raft's 64 so slow disks fsync fewer, bigger batches.
@@ -167,7 +169,7 @@ func DefaultRaft() Raft {
 		HeartbeatTimeout:   1500 * time.Millisecond,
 		ElectionTimeout:    1500 * time.Millisecond,
 		LeaderLeaseTimeout: 750 * time.Millisecond,
-		CommitTimeout:      50 * time.Millisecond,
+		CommitTimeout:      20 * time.Millisecond,
 		MaxAppendEntries:   128,
 		SnapshotInterval:   120 * time.Second,
 		SnapshotThreshold:  8192,

@@ -81,6 +81,8 @@ type benchResult struct {
 	QueueOrder100k   float64 `json:"queue_full_order_100k_ms"`
 	ReplicaRSSMiB    float64 `json:"replica_rss_mib"`
 	ReplicaHeapMiB   float64 `json:"replica_heap_mib"`
+	ReplicaAnonMiB   float64 `json:"replica_rss_anon_mib"`
+	ReplicaFileMiB   float64 `json:"replica_rss_file_mib"`
 	SnapshotBytes    int64   `json:"snapshot_bytes"`
 	SnapshotSaveMs   float64 `json:"snapshot_save_ms"`
 	RestartToReadyMs float64 `json:"restart_to_ready_ms"`
@@ -179,7 +181,7 @@ func printBench(w io.Writer, r *benchResult) {
 	tb.add("submit→start, light load", fmt.Sprintf("p50 %.1f ms, p99 %.1f ms", r.E2ESubmitToStartP50, r.E2ESubmitToStartP99), fmt.Sprintf("%.0f tasks/s steady, same cluster", r.E2ELightRate))
 	tb.add("decision", fmt.Sprintf("%.3f / %.3f / %.3f ms", r.Decision100Nodes, r.Decision1kNodes, r.Decision10kNodes), "filter+score+select over 100 / 1k / 10k nodes")
 	tb.add("queue selection", fmt.Sprintf("%.2f / %.2f ms (full order of 100k: %.0f ms)", r.QueueSelect10k, r.QueueSelect100k, r.QueueOrder100k), "head of one 512-task batch from 10k / 100k pending")
-	tb.add("replica memory", fmt.Sprintf("RSS %.0f MiB, heap %.0f MiB", r.ReplicaRSSMiB, r.ReplicaHeapMiB), fmt.Sprintf("one replica process, %d nodes, %d tasks", r.FootprintNodes, r.FootprintTasks))
+	tb.add("replica memory", fmt.Sprintf("RSS %.0f MiB (anon %.0f, mapped files %.0f), heap in use %.0f MiB", r.ReplicaRSSMiB, r.ReplicaAnonMiB, r.ReplicaFileMiB, r.ReplicaHeapMiB), fmt.Sprintf("one replica process, %d nodes, %d tasks", r.FootprintNodes, r.FootprintTasks))
 	tb.add("snapshot", fmt.Sprintf("%d bytes, saved in %.0f ms", r.SnapshotBytes, r.SnapshotSaveMs), "same replica")
 	tb.add("restart to ready", fmt.Sprintf("%.0f ms", r.RestartToReadyMs), "same replica, from its data dir")
 	tb.add("failover", fmt.Sprintf("p50 %.0f ms, p99 %.0f ms", r.FailoverP50, r.FailoverP99), "leader stopped under load → first acknowledged write, default timings")
@@ -512,7 +514,9 @@ func benchFootprint(dir string, sz benchSizes, r *benchResult) error {
 	}); err != nil {
 		return err
 	}
-	r.ReplicaRSSMiB = procRSSMiB(cmd.Process.Pid)
+	r.ReplicaRSSMiB = procRSSMiB(cmd.Process.Pid, "VmRSS")
+	r.ReplicaAnonMiB = procRSSMiB(cmd.Process.Pid, "RssAnon")
+	r.ReplicaFileMiB = procRSSMiB(cmd.Process.Pid, "RssFile")
 	r.ReplicaHeapMiB = heapFromStats(ctx, cl)
 	t0 := time.Now()
 	var n countWriter
@@ -558,13 +562,16 @@ func waitReady(ctx context.Context, cl *api.Client, timeout time.Duration) error
 	}
 }
 
-func procRSSMiB(pid int) float64 {
+// procRSSMiB reads a field of /proc/PID/status in MiB: VmRSS (all
+// resident memory), RssAnon (heap and stacks) or RssFile (mapped files:
+// bbolt's memory-mapped raft log).
+func procRSSMiB(pid int, field string) float64 {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0
 	}
 	for _, line := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmRSS:" {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == field+":" {
 			kb, _ := strconv.ParseFloat(f[1], 64)
 			return kb / 1024
 		}

@@ -732,11 +732,11 @@ func (ch *chaos) quiesce() {
 	ch.mu.Unlock()
 	var last string
 	ok := Eventually(90*time.Second, func() bool {
-		srv := ch.c.Server(ch.leader())
-		if ch.leader() < 0 || srv == nil {
+		i := ch.leader()
+		if i < 0 {
 			return false
 		}
-		st := srv.FSM().State()
+		st := ch.c.Server(i).FSM().State()
 		for k := range keys {
 			task, err := st.TaskByIdempotencyKey(k)
 			if err != nil || task == nil {
@@ -792,7 +792,7 @@ func (ch *chaos) check() {
 
 	// Zombie replays: none with another outcome may have been accepted,
 	// and no attempt may carry a claimed outcome it did not have before.
-	st := ch.c.Server(ch.leader()).FSM().State()
+	st := ch.c.Server(ch.c.WaitForLeader()).FSM().State()
 	ch.mu.Lock()
 	replays := slices.Clone(ch.replays)
 	ch.mu.Unlock()

@@ -143,21 +143,20 @@ func (s *Server) schedulePass(ctx context.Context, ws memdb.WatchSet, rng randSo
 		})
 	}
 	s.schedStats.OldestWaitMs.Store(oldest.Milliseconds())
-	// Forget what was noted about tasks that are no longer pending.
-	if len(explained) > 0 || len(sleepers.passedOver) > 0 {
-		stillPending := make(map[string]bool, len(pending))
-		for _, t := range pending {
-			stillPending[t.ID] = true
+	// Forget what was noted about tasks that are no longer pending (one
+	// lookup per note, not a set of the whole backlog).
+	stillPending := func(id string) bool {
+		t, err := st.Task(id)
+		return err == nil && t != nil && t.State == fsm.TaskPending
+	}
+	for id := range explained {
+		if !stillPending(id) {
+			delete(explained, id)
 		}
-		for id := range explained {
-			if !stillPending[id] {
-				delete(explained, id)
-			}
-		}
-		for id := range sleepers.passedOver {
-			if !stillPending[id] {
-				delete(sleepers.passedOver, id)
-			}
+	}
+	for id := range sleepers.passedOver {
+		if !stillPending(id) {
+			delete(sleepers.passedOver, id)
 		}
 	}
 	if len(queued) == 0 {

@@ -265,23 +265,55 @@ func benchPlacement(dir string, sz benchSizes, r *benchResult) error {
 		}})
 		cmds = append(cmds, b)
 	}
+	loadStart := time.Now()
 	if err := applyChunks(ctx, leader, cmds); err != nil {
 		return err
 	}
+	fmt.Fprintf(os.Stderr, "bench: %d pending tasks loaded in %s\n", sz.backlog, time.Since(loadStart).Round(time.Millisecond))
 	cmds = cmds[:0]
 	for i := 0; i < sz.nodes; i++ {
 		b, _ := fsm.Encode(fsm.MsgNodeDrain, fsm.NodeDrainRequest{NodeID: fmt.Sprintf("node-%04d", i), Enable: false, Now: now})
 		cmds = append(cmds, b)
 	}
+	// The nodes heartbeat every 5 s, as agents would: without it their
+	// heartbeat TTL expires in the middle of a deep backlog.
+	hbCtx, stopHeartbeats := context.WithCancel(ctx)
+	defer stopHeartbeats()
+	go func() {
+		for hbCtx.Err() == nil {
+			st := leader.FSM().State()
+			var hbs [][]byte
+			for i := 0; i < sz.nodes; i++ {
+				n, err := st.Node(fmt.Sprintf("node-%04d", i))
+				if err != nil || n == nil {
+					continue
+				}
+				b, _ := fsm.Encode(fsm.MsgHeartbeat, fsm.HeartbeatRequest{NodeID: n.ID, SessionGeneration: n.SessionGeneration, Now: time.Now().UTC()})
+				hbs = append(hbs, b)
+			}
+			_ = applyChunks(hbCtx, leader, hbs)
+			select {
+			case <-hbCtx.Done():
+			case <-time.After(5 * time.Second):
+			}
+		}
+	}()
 	before, entries := leader.SchedulerStats().Placements.Load(), leader.SchedulerStats().Entries.Load()
 	start = time.Now()
 	if err := applyChunks(ctx, leader, cmds); err != nil {
 		return err
 	}
 	deadline := time.Now().Add(10 * time.Minute)
+	progress := time.Now()
 	for leader.SchedulerStats().Placements.Load()-before < uint64(sz.backlog) {
+		if time.Since(progress) >= 10*time.Second {
+			progress = time.Now()
+			st := leader.SchedulerStats()
+			fmt.Fprintf(os.Stderr, "bench: placed %d of %d after %s (%d passes)\n", st.Placements.Load()-before, sz.backlog, time.Since(start).Round(time.Second), st.Passes.Load())
+		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("only %d of %d placed in 10 minutes", leader.SchedulerStats().Placements.Load()-before, sz.backlog)
+			st := leader.SchedulerStats()
+			return fmt.Errorf("only %d of %d placed in 10 minutes (%d passes, rejected at apply: %v)", st.Placements.Load()-before, sz.backlog, st.Passes.Load(), st.Rejections())
 		}
 		time.Sleep(2 * time.Millisecond)
 	}

@@ -143,16 +143,15 @@ func (s *Server) Assignments(ctx context.Context, nodeID string, index uint64, w
 		if err != nil {
 			return api.Assignments{}, err
 		}
-		attempts, err := st.AttemptsOnNode(nodeID, ws)
+		attempts, err := st.LiveAttemptsOnNode(nodeID, ws)
 		if err != nil {
 			return api.Assignments{}, err
 		}
-		out := api.Assignments{NodeID: node.ID, SessionGeneration: node.SessionGeneration, Liveness: string(node.Liveness), Index: 1, Attempts: []api.Assignment{}}
+		// The index moves when a live attempt changes, and when one ends or
+		// is added: both rewrite the node record (its reservations).
+		out := api.Assignments{NodeID: node.ID, SessionGeneration: node.SessionGeneration, Liveness: string(node.Liveness), Index: max(1, node.ModifyIndex), Attempts: []api.Assignment{}}
 		for _, a := range attempts {
 			out.Index = max(out.Index, a.ModifyIndex)
-			if !a.State.Live() {
-				continue
-			}
 			t, err := st.Task(a.TaskID)
 			if err != nil {
 				continue

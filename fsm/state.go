@@ -46,6 +46,33 @@ func (idempotencyIndexer) FromArgs(args ...any) ([]byte, error) {
 	return []byte(s + "\x00"), nil
 }
 
+// liveNodeIndexer indexes only live (reserved or running) attempts by
+// node: an agent's assignment watch reads its node's live attempts, and
+// must not wade through every attempt the node ever ran.
+type liveNodeIndexer struct{}
+
+func (liveNodeIndexer) FromObject(obj any) (bool, []byte, error) {
+	a, ok := obj.(*Attempt)
+	if !ok {
+		return false, nil, fmt.Errorf("live-node index: unexpected %T", obj)
+	}
+	if !a.State.Live() {
+		return false, nil, nil
+	}
+	return true, []byte(a.NodeID + "\x00"), nil
+}
+
+func (liveNodeIndexer) FromArgs(args ...any) ([]byte, error) {
+	if len(args) != 1 {
+		return nil, fmt.Errorf("live-node index: want one argument, got %d", len(args))
+	}
+	s, ok := args[0].(string)
+	if !ok {
+		return nil, fmt.Errorf("live-node index: argument must be a string, got %T", args[0])
+	}
+	return []byte(s + "\x00"), nil
+}
+
 func schema() *memdb.DBSchema {
 	id := func(field string) *memdb.IndexSchema {
 		return &memdb.IndexSchema{Name: "id", Unique: true, Indexer: &memdb.StringFieldIndex{Field: field}}
@@ -59,10 +86,11 @@ func schema() *memdb.DBSchema {
 			"idempotency": {Name: "idempotency", Unique: true, AllowMissing: true, Indexer: idempotencyIndexer{}},
 		}},
 		tableAttempts: {Name: tableAttempts, Indexes: map[string]*memdb.IndexSchema{
-			"id":    id("ID"),
-			"task":  {Name: "task", Indexer: &memdb.StringFieldIndex{Field: "TaskID"}},
-			"node":  {Name: "node", Indexer: &memdb.StringFieldIndex{Field: "NodeID"}},
-			"state": {Name: "state", Indexer: &memdb.StringFieldIndex{Field: "State"}},
+			"id":        id("ID"),
+			"task":      {Name: "task", Indexer: &memdb.StringFieldIndex{Field: "TaskID"}},
+			"node":      {Name: "node", Indexer: &memdb.StringFieldIndex{Field: "NodeID"}},
+			"live_node": {Name: "live_node", AllowMissing: true, Indexer: liveNodeIndexer{}},
+			"state":     {Name: "state", Indexer: &memdb.StringFieldIndex{Field: "State"}},
 		}},
 	}}
 }
@@ -268,6 +296,23 @@ func (s *State) Attempt(id string) (*Attempt, error) {
 		return nil, fmt.Errorf("attempt %q: %w", id, ErrNotFound)
 	}
 	return raw.(*Attempt), nil
+}
+
+// LiveAttemptsOnNode lists a node's reserved and running attempts in id
+// order, and adds a channel to ws that fires when that list changes.
+func (s *State) LiveAttemptsOnNode(nodeID string, ws memdb.WatchSet) ([]*Attempt, error) {
+	it, err := s.txn.Get(tableAttempts, "live_node", nodeID)
+	if err != nil {
+		return nil, fmt.Errorf("list live attempts on %q: %w", nodeID, err)
+	}
+	if ws != nil {
+		ws.Add(it.WatchCh())
+	}
+	var out []*Attempt
+	for raw := it.Next(); raw != nil; raw = it.Next() {
+		out = append(out, raw.(*Attempt))
+	}
+	return out, nil
 }
 
 // AttemptsOnNode lists a node's attempts (live and ended) in id order, and

@@ -78,10 +78,12 @@ func (s *Server) scheduleLoop(ctx context.Context) {
 	sleepers := &wakeTracker{requested: map[string]time.Time{}, lastSent: map[string]time.Time{}, passedOver: map[string]map[string]string{}}
 	for ctx.Err() == nil {
 		ws := memdb.NewWatchSet()
+		passStart := time.Now()
 		placed, wake := s.schedulePass(ctx, ws, rng, explained, sleepers)
 		if placed > 0 {
 			continue
 		}
+		passTook := time.Since(passStart)
 		wait := time.Second
 		if !wake.IsZero() {
 			wait = min(wait, max(time.Until(wake), time.Millisecond))
@@ -97,10 +99,12 @@ func (s *Server) scheduleLoop(ctx context.Context) {
 		_ = ws.WatchCtx(wctx)
 		cancel()
 		// Coalesce bursts of changes (many submits, heartbeats) into one
-		// pass; short, because it adds to every idle task's start latency.
+		// pass: 5 ms, since it adds to an idle cluster's start latency, or
+		// as long as the pass took, so that a deep backlog nothing can
+		// take does not keep the leader re-reading it on every submit.
 		select {
 		case <-ctx.Done():
-		case <-time.After(5 * time.Millisecond):
+		case <-time.After(max(5*time.Millisecond, passTook)):
 		}
 	}
 }

@@ -44,15 +44,26 @@ func DefaultQueueConfig() QueueConfig {
 
 // EffectivePriority is the priority a task is ordered by at now.
 func EffectivePriority(t *QueuedTask, now time.Time, cfg *QueueConfig) int {
+	return effective(t, now.UnixNano(), cfg)
+}
+
+// effective is EffectivePriority on nanosecond clocks: the queue computes
+// it for every pending task, and time.Time arithmetic was most of that.
+func effective(t *QueuedTask, nowNs int64, cfg *QueueConfig) int {
 	p := t.Priority - t.Failures*cfg.FailurePenalty
 	p = max(p, 0)
 	if cfg.AgingInterval > 0 {
-		waited := now.Sub(t.QueuedAt) - cfg.AgingGrace
+		waited := nowNs - t.QueuedAt.UnixNano() - int64(cfg.AgingGrace)
 		if waited > 0 {
-			p += int(min(int64(waited/cfg.AgingInterval), int64(cfg.AgingCap)))
+			p += int(min(waited/int64(cfg.AgingInterval), int64(cfg.AgingCap)))
 		}
 	}
 	return p
+}
+
+// waiting reports a task still backing off at now.
+func waiting(t *QueuedTask, nowNs int64) bool {
+	return !t.NotBefore.IsZero() && nowNs < t.NotBefore.UnixNano()
 }
 
 // Order returns the schedulable tasks (NotBefore reached) in the order
@@ -74,9 +85,10 @@ func Order(tasks []QueuedTask, now time.Time, cfg QueueConfig) []QueuedTask {
 	}
 	subs := map[string]int32{}
 	ks := make([]keyed, 0, len(tasks))
+	nowNs := now.UnixNano()
 	for i := range tasks {
 		t := &tasks[i]
-		if now.Before(t.NotBefore) {
+		if waiting(t, nowNs) {
 			continue
 		}
 		sub, ok := subs[t.Submitter]
@@ -84,7 +96,7 @@ func Order(tasks []QueuedTask, now time.Time, cfg QueueConfig) []QueuedTask {
 			sub = int32(len(subs))
 			subs[t.Submitter] = sub
 		}
-		ks = append(ks, keyed{seq: t.Seq, idx: int32(i), eff: int32(EffectivePriority(t, now, &cfg)), sub: sub})
+		ks = append(ks, keyed{seq: t.Seq, idx: int32(i), eff: int32(effective(t, nowNs, &cfg)), sub: sub})
 	}
 	bySeq := func(a, b keyed) int {
 		if c := cmp.Compare(a.seq, b.seq); c != 0 {
@@ -145,13 +157,14 @@ func Head(tasks []QueuedTask, now time.Time, cfg QueueConfig, k int) []QueuedTas
 	}
 	effs := make([]int32, len(tasks))
 	top := 0
+	nowNs := now.UnixNano()
 	for i := range tasks {
 		t := &tasks[i]
-		if now.Before(t.NotBefore) {
+		if waiting(t, nowNs) {
 			effs[i] = -1
 			continue
 		}
-		e := EffectivePriority(t, now, &cfg)
+		e := effective(t, nowNs, &cfg)
 		effs[i] = int32(e)
 		top = max(top, e)
 	}

@@ -212,9 +212,9 @@ func (l *netnsLab) unfirewall(n *nsNode) {
 // each in its own network namespace: SIGKILL of the leader, SIGSTOP of a
 // follower past its election timeout, an nftables partition of the leader
 // (TCP and UDP), an agent's link taken down, and netem loss and delay
-// where the kernel has sch_netem. Every acknowledged submit must be on
-// every replica, every task must end, and the history must be
-// linearizable.
+// where the kernel has sch_netem. Clients submit, read with ?consistent
+// and cancel. Every acknowledged submit must be on every replica, end in
+// the same state on each, and the history must be linearizable.
 func TestNetnsProcessesUnderFaults(t *testing.T) {
 	lab := newNetnsLab(t)
 	bin := buildHerd(t)
@@ -320,7 +320,26 @@ func TestNetnsProcessesUnderFaults(t *testing.T) {
 					mu.Lock()
 					id, ok := acked[key]
 					mu.Unlock()
-					if ok {
+					if ok && rng.IntN(8) == 0 {
+						// A cancel: recorded when its answer is definite.
+						task, err := cl.CancelTask(opCtx, id, "netns")
+						var out taskOutput
+						recorded := true
+						switch {
+						case err == nil:
+							out = taskOutput{Found: true, State: task.State, Index: task.ModifyIndex}
+						case isNotFound(err):
+						case isConflict(err):
+							out = taskOutput{Found: true, Rejected: true}
+						default:
+							recorded = false
+						}
+						if recorded {
+							mu.Lock()
+							history = append(history, porcupine.Operation{ClientId: w, Input: taskInput{"cancel", key}, Output: out, Call: call, Return: int64(time.Since(start))})
+							mu.Unlock()
+						}
+					} else if ok {
 						task, _, err := cl.GetTask(opCtx, id, api.ReadOptions{Consistent: true})
 						if err == nil || isNotFound(err) {
 							out := taskOutput{}
@@ -420,6 +439,7 @@ func TestNetnsProcessesUnderFaults(t *testing.T) {
 	if len(ackedCopy) == 0 {
 		t.Fatal("no submit was acknowledged")
 	}
+	final := map[string]string{} // task id → terminal state on the first replica
 	for i, addr := range httpAddrs {
 		cl := newClient(addr)
 		cl.Retries, cl.RetryWait = 10, 500*time.Millisecond
@@ -438,13 +458,19 @@ func TestNetnsProcessesUnderFaults(t *testing.T) {
 			})
 			if !ok {
 				t.Errorf("s%d: acknowledged task %s (key %s) not ended: %s", i+1, id, key, last)
+				continue
+			}
+			if want, seen := final[id]; !seen {
+				final[id] = last
+			} else if last != want {
+				t.Errorf("task %s ended %s on s1 but %s on s%d", id, want, last, i+1)
 			}
 		}
 	}
 	if res := porcupine.CheckOperations(TaskModel, ops); !res {
 		t.Errorf("history of %d operations is not linearizable", len(ops))
 	}
-	t.Logf("%d operations, %d acknowledged tasks, all present and ended on every replica", len(ops), len(ackedCopy))
+	t.Logf("%d operations, %d acknowledged tasks, all present and ended alike on every replica", len(ops), len(ackedCopy))
 }
 
 var errSkipFault = errors.New("fault not available here")

@@ -301,26 +301,19 @@ func (s *State) Attempt(id string) (*Attempt, error) {
 // LiveAttemptsOnNode lists a node's reserved and running attempts in id
 // order, and adds a channel to ws that fires when that list changes.
 func (s *State) LiveAttemptsOnNode(nodeID string, ws memdb.WatchSet) ([]*Attempt, error) {
-	it, err := s.txn.Get(tableAttempts, "live_node", nodeID)
-	if err != nil {
-		return nil, fmt.Errorf("list live attempts on %q: %w", nodeID, err)
-	}
-	if ws != nil {
-		ws.Add(it.WatchCh())
-	}
-	var out []*Attempt
-	for raw := it.Next(); raw != nil; raw = it.Next() {
-		out = append(out, raw.(*Attempt))
-	}
-	return out, nil
+	return s.attemptsBy("live_node", nodeID, ws)
 }
 
 // AttemptsOnNode lists a node's attempts (live and ended) in id order, and
-// adds to ws (when not nil) a channel that closes when they change.
+// adds a channel to ws that fires when any of them changes.
 func (s *State) AttemptsOnNode(nodeID string, ws memdb.WatchSet) ([]*Attempt, error) {
-	it, err := s.txn.Get(tableAttempts, "node", nodeID)
+	return s.attemptsBy("node", nodeID, ws)
+}
+
+func (s *State) attemptsBy(index, nodeID string, ws memdb.WatchSet) ([]*Attempt, error) {
+	it, err := s.txn.Get(tableAttempts, index, nodeID)
 	if err != nil {
-		return nil, fmt.Errorf("list attempts on %q: %w", nodeID, err)
+		return nil, fmt.Errorf("list attempts on %q by %s: %w", nodeID, index, err)
 	}
 	if ws != nil {
 		ws.Add(it.WatchCh())
@@ -332,7 +325,6 @@ func (s *State) AttemptsOnNode(nodeID string, ws memdb.WatchSet) ([]*Attempt, er
 	return out, nil
 }
 
-// AttemptsInState lists attempts in one state, in id order.
 func (s *State) AttemptsInState(state AttemptState) ([]*Attempt, error) {
 	it, err := s.txn.Get(tableAttempts, "state", string(state))
 	if err != nil {

@@ -336,26 +336,6 @@ func (ch *chaos) client(ctx context.Context, id int) {
 				ch.mu.Unlock()
 			}
 			ch.record(id, taskInput{"submit", key}, out, call)
-		case p < 85:
-			key := keys[rng.IntN(len(keys))]
-			taskID, ok := ch.taskID(key)
-			if !ok {
-				cancel()
-				continue
-			}
-			call := ch.now()
-			task, _, err := cl.GetTask(opCtx, taskID, api.ReadOptions{Consistent: true})
-			var out taskOutput
-			switch {
-			case err == nil:
-				out = taskOutput{Found: true, State: task.State, Index: task.ModifyIndex}
-			case isNotFound(err):
-				out = taskOutput{}
-			default:
-				cancel()
-				continue // a read that did not answer says nothing
-			}
-			ch.record(id, taskInput{"get", key}, out, call)
 		default:
 			key := keys[rng.IntN(len(keys))]
 			taskID, ok := ch.taskID(key)
@@ -364,22 +344,20 @@ func (ch *chaos) client(ctx context.Context, id int) {
 				continue
 			}
 			call := ch.now()
-			task, err := cl.CancelTask(opCtx, taskID, "chaos")
-			var out taskOutput
-			switch {
-			case err == nil:
-				out = taskOutput{Found: true, State: task.State, Index: task.ModifyIndex}
-			case isNotFound(err):
-				out = taskOutput{}
-			case isConflict(err):
-				out = taskOutput{Found: true, Rejected: true}
-			default:
-				// Unknown cancels are left out: the model lets a read see
-				// CANCELLED without a recorded cancel anyway.
+			kind, out, answered := "get", taskOutput{}, false
+			if p < 85 {
+				task, _, err := cl.GetTask(opCtx, taskID, api.ReadOptions{Consistent: true})
+				out, answered = readOutput(task, err)
+			} else {
+				kind = "cancel"
+				task, err := cl.CancelTask(opCtx, taskID, "chaos")
+				out, answered = cancelOutput(task, err)
+			}
+			if !answered {
 				cancel()
 				continue
 			}
-			ch.record(id, taskInput{"cancel", key}, out, call)
+			ch.record(id, taskInput{kind, key}, out, call)
 		}
 		cancel()
 		time.Sleep(time.Duration(5+rng.IntN(20)) * time.Millisecond)
@@ -387,6 +365,27 @@ func (ch *chaos) client(ctx context.Context, id int) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// readOutput turns a consistent read's answer into a history output; false
+// means the read did not answer, which says nothing.
+func readOutput(task api.Task, err error) (taskOutput, bool) {
+	switch {
+	case err == nil:
+		return taskOutput{Found: true, State: task.State, Index: task.ModifyIndex}, true
+	case isNotFound(err):
+		return taskOutput{}, true
+	}
+	return taskOutput{}, false
+}
+
+// cancelOutput does the same for a cancel. Unknown outcomes are left out:
+// the model lets a read see CANCELLED without a recorded cancel anyway.
+func cancelOutput(task api.Task, err error) (taskOutput, bool) {
+	if isConflict(err) {
+		return taskOutput{Found: true, Rejected: true}, true
+	}
+	return readOutput(task, err)
+}
 
 func (ch *chaos) taskID(key string) (string, bool) {
 	ch.mu.Lock()

@@ -320,34 +320,19 @@ func TestNetnsProcessesUnderFaults(t *testing.T) {
 					mu.Lock()
 					id, ok := acked[key]
 					mu.Unlock()
-					if ok && rng.IntN(8) == 0 {
-						// A cancel: recorded when its answer is definite.
-						task, err := cl.CancelTask(opCtx, id, "netns")
-						var out taskOutput
-						recorded := true
-						switch {
-						case err == nil:
-							out = taskOutput{Found: true, State: task.State, Index: task.ModifyIndex}
-						case isNotFound(err):
-						case isConflict(err):
-							out = taskOutput{Found: true, Rejected: true}
-						default:
-							recorded = false
+					if ok {
+						kind, out, answered := "get", taskOutput{}, false
+						if rng.IntN(8) == 0 {
+							kind = "cancel"
+							task, err := cl.CancelTask(opCtx, id, "netns")
+							out, answered = cancelOutput(task, err)
+						} else {
+							task, _, err := cl.GetTask(opCtx, id, api.ReadOptions{Consistent: true})
+							out, answered = readOutput(task, err)
 						}
-						if recorded {
+						if answered {
 							mu.Lock()
-							history = append(history, porcupine.Operation{ClientId: w, Input: taskInput{"cancel", key}, Output: out, Call: call, Return: int64(time.Since(start))})
-							mu.Unlock()
-						}
-					} else if ok {
-						task, _, err := cl.GetTask(opCtx, id, api.ReadOptions{Consistent: true})
-						if err == nil || isNotFound(err) {
-							out := taskOutput{}
-							if err == nil {
-								out = taskOutput{Found: true, State: task.State, Index: task.ModifyIndex}
-							}
-							mu.Lock()
-							history = append(history, porcupine.Operation{ClientId: w, Input: taskInput{"get", key}, Output: out, Call: call, Return: int64(time.Since(start))})
+							history = append(history, porcupine.Operation{ClientId: w, Input: taskInput{kind, key}, Output: out, Call: call, Return: int64(time.Since(start))})
 							mu.Unlock()
 						}
 					}

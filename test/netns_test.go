@@ -343,6 +343,65 @@ func TestNetnsProcessesUnderFaults(t *testing.T) {
 		}()
 	}
 
+	// An operator drains an agent's node now and then; a zombie replays
+	// completions of attempts that already ended, claiming the other
+	// outcome: every replay must be refused.
+	type zombieReplay struct {
+		attempt, before string
+		accepted        bool
+	}
+	var replays []zombieReplay
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		for i := 0; ctx.Err() == nil; i++ {
+			node := agents[i%len(agents)].name
+			for _, drain := range []bool{true, false} {
+				c, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+				_, _ = all.DrainNode(c, node, drain)
+				cancel()
+				sleepCtx(ctx, 700*time.Millisecond)
+			}
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		rng := rand.New(rand.NewPCG(7, 7))
+		for ctx.Err() == nil {
+			sleepCtx(ctx, 300*time.Millisecond)
+			mu.Lock()
+			var ids []string
+			for _, id := range acked {
+				ids = append(ids, id)
+			}
+			mu.Unlock()
+			if len(ids) == 0 {
+				continue
+			}
+			c, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			task, _, err := all.GetTask(c, ids[rng.IntN(len(ids))], api.ReadOptions{})
+			if err == nil {
+				for _, a := range task.Attempts {
+					if !fsm.AttemptState(a.State).Terminal() {
+						continue
+					}
+					claim := api.AttemptCompleteRequest{LeaseVersion: a.LeaseVersion, State: string(fsm.AttemptSucceeded)}
+					if a.State == string(fsm.AttemptSucceeded) {
+						claim.State, claim.ExitCode = string(fsm.AttemptFailed), 9
+					}
+					_, err := all.CompleteAttempt(c, a.ID, claim)
+					if err == nil || isConflict(err) { // other failures say nothing
+						mu.Lock()
+						replays = append(replays, zombieReplay{attempt: a.ID, before: a.State, accepted: err == nil})
+						mu.Unlock()
+					}
+					break
+				}
+			}
+			cancel()
+		}
+	}()
+
 	faults := []struct {
 		name string
 		do   func() (heal func(), err error)
@@ -452,6 +511,15 @@ func TestNetnsProcessesUnderFaults(t *testing.T) {
 			}
 		}
 	}
+	refused := 0
+	for _, r := range replays {
+		if r.accepted {
+			t.Errorf("a zombie's replayed result for attempt %s, which had ended %s, was accepted", r.attempt, r.before)
+		} else {
+			refused++
+		}
+	}
+	t.Logf("%d zombie replays, %d refused", len(replays), refused)
 	if res := porcupine.CheckOperations(TaskModel, ops); !res {
 		t.Errorf("history of %d operations is not linearizable", len(ops))
 	}

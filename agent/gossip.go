@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -32,6 +33,27 @@ type agentGossip struct {
 	// lossy link it may have marked a server failed, and the heartbeats
 	// are exactly what must keep flowing.
 	servers map[string]string // address → server id
+	// learned holds server members as memberlist reported them in events
+	// (copied there, under memberlist's lock: the *Node values Members()
+	// returns are mutated concurrently by memberlist).
+	mu      sync.Mutex
+	learned map[string]string // address → server id
+}
+
+// NotifyJoin, NotifyUpdate and NotifyLeave implement memberlist.EventDelegate.
+func (g *agentGossip) NotifyJoin(n *memberlist.Node)   { g.learn(n) }
+func (g *agentGossip) NotifyUpdate(n *memberlist.Node) { g.learn(n) }
+func (g *agentGossip) NotifyLeave(*memberlist.Node)    {}
+
+func (g *agentGossip) learn(n *memberlist.Node) {
+	meta, err := api.DecodeGossipMeta(n.Meta)
+	if err != nil || meta.Role != api.RoleServer {
+		return
+	}
+	addr := n.Address()
+	g.mu.Lock()
+	g.learned[addr] = n.Name
+	g.mu.Unlock()
 }
 
 // startGossip joins the pool if the cluster runs one; without one the
@@ -61,11 +83,12 @@ func (a *Agent) startGossip(ctx context.Context) error {
 	// A restarted agent may come back on another address: once its old
 	// incarnation is dead it may take the name again.
 	mc.DeadNodeReclaimTime = time.Second
-	g := &agentGossip{a: a, servers: map[string]string{}}
+	g := &agentGossip{a: a, servers: map[string]string{}, learned: map[string]string{}}
 	for _, addr := range info.Servers {
 		g.servers[addr] = ""
 	}
 	mc.Delegate = g
+	mc.Events = g
 	mc.Merge = g
 	if a.cfg.GossipKey != nil {
 		mc.SecretKey = a.cfg.GossipKey
@@ -180,11 +203,11 @@ func (g *agentGossip) heartbeatGossip() {
 	if err != nil {
 		return
 	}
-	for _, m := range g.ml.Members() {
-		if meta, err := api.DecodeGossipMeta(m.Meta); err == nil && meta.Role == api.RoleServer {
-			g.servers[m.Address()] = m.Name
-		}
+	g.mu.Lock()
+	for addr, name := range g.learned {
+		g.servers[addr] = name
 	}
+	g.mu.Unlock()
 	for addr, name := range g.servers {
 		_ = g.ml.SendToAddress(memberlist.Address{Addr: addr, Name: name}, msg)
 	}

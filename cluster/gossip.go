@@ -4,8 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/memberlist"
@@ -26,6 +28,18 @@ type GossipOptions struct {
 type serverGossip struct {
 	ml *memberlist.Memberlist
 	s  *Server
+
+	// members are the pool's members as memberlist reported them in
+	// events, copied under memberlist's lock: the *Node values Members()
+	// returns are mutated concurrently by memberlist.
+	mu      sync.Mutex
+	members map[string]gossipMember // name → member
+}
+
+type gossipMember struct {
+	addr net.IP
+	port uint16
+	role string
 }
 
 // startGossip joins the pool as a server member. Server members learn of
@@ -45,7 +59,7 @@ func (s *Server) startGossip(opts GossipOptions) error {
 	mc.AdvertiseAddr, mc.AdvertisePort = advHost, advPort
 	mc.Logger = s.logger.Named("gossip").StandardLogger(nil)
 	mc.LogOutput = nil
-	g := &serverGossip{s: s}
+	g := &serverGossip{s: s, members: map[string]gossipMember{}}
 	mc.Delegate = g
 	mc.Events = g
 	if s.cfg.GossipKey != "" {
@@ -115,11 +129,15 @@ func (s *Server) gossipPeers() []string {
 		add(s.cfg.GossipAdvertise)
 	}
 	if s.gossip != nil {
-		for _, m := range s.gossip.ml.Members() {
-			if meta, err := api.DecodeGossipMeta(m.Meta); err == nil && meta.Role == api.RoleServer {
-				add(net.JoinHostPort(m.Addr.String(), strconv.Itoa(int(m.Port))))
+		first := len(out)
+		s.gossip.mu.Lock()
+		for _, m := range s.gossip.members {
+			if m.role == api.RoleServer {
+				add(net.JoinHostPort(m.addr.String(), strconv.Itoa(int(m.port))))
 			}
 		}
+		s.gossip.mu.Unlock()
+		slices.Sort(out[first:]) // map order is random; keep the answer stable
 	}
 	if servers, err := s.fsm.State().Servers(); err == nil {
 		for _, srv := range servers {
@@ -142,16 +160,17 @@ func (s *Server) wake(nodeID string) error {
 	if s.gossip == nil {
 		return errors.New("no gossip pool")
 	}
-	for _, m := range s.gossip.ml.Members() {
-		if m.Name == nodeID {
-			msg, err := api.EncodeGossipMsg(api.GossipWake, struct{}{})
-			if err != nil {
-				return err
-			}
-			return s.gossip.ml.SendReliable(m, msg)
-		}
+	s.gossip.mu.Lock()
+	m, ok := s.gossip.members[nodeID]
+	s.gossip.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("node %s is not in the gossip pool", nodeID)
 	}
-	return fmt.Errorf("node %s is not in the gossip pool", nodeID)
+	msg, err := api.EncodeGossipMsg(api.GossipWake, struct{}{})
+	if err != nil {
+		return err
+	}
+	return s.gossip.ml.SendReliable(&memberlist.Node{Name: nodeID, Addr: m.addr, Port: m.port}, msg)
 }
 
 func (s *Server) stopGossip() {
@@ -193,7 +212,17 @@ func (g *serverGossip) NotifyUpdate(n *memberlist.Node) { g.observe(n, "alive") 
 
 func (g *serverGossip) observe(n *memberlist.Node, state string) {
 	meta, err := api.DecodeGossipMeta(n.Meta)
-	if err != nil || meta.Role != api.RoleAgent {
+	if err != nil {
+		return
+	}
+	g.mu.Lock()
+	if state == "alive" {
+		g.members[n.Name] = gossipMember{addr: slices.Clone(n.Addr), port: n.Port, role: meta.Role}
+	} else {
+		delete(g.members, n.Name)
+	}
+	g.mu.Unlock()
+	if meta.Role != api.RoleAgent {
 		return
 	}
 	g.s.monitor.gossipUpdate(n.Name, state, &meta)

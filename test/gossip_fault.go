@@ -47,12 +47,20 @@ func (t *FaultTransport) DropIncomingStreams(drop bool) {
 
 // NewFaultTransport wraps inner, which must be node-aware (NetTransport is).
 func NewFaultTransport(inner memberlist.Transport, seed uint64) *FaultTransport {
+	return newFaultTransport(inner, seed, nil, nil)
+}
+
+// newFaultTransport also takes the per-peer link check and the dialed-
+// address recorder (both set before the forwarding goroutine starts).
+func newFaultTransport(inner memberlist.Transport, seed uint64, link func(peer string, outgoing bool) bool, ownDialed func(local string)) *FaultTransport {
 	t := &FaultTransport{
-		inner:   inner.(memberlist.NodeAwareTransport),
-		in:      make(chan *memberlist.Packet, 1024),
-		closing: make(chan struct{}),
-		stopped: make(chan struct{}),
-		rng:     rand.New(rand.NewPCG(seed, 99)),
+		inner:     inner.(memberlist.NodeAwareTransport),
+		in:        make(chan *memberlist.Packet, 1024),
+		closing:   make(chan struct{}),
+		stopped:   make(chan struct{}),
+		rng:       rand.New(rand.NewPCG(seed, 99)),
+		link:      link,
+		ownDialed: ownDialed,
 	}
 	go func() {
 		for {

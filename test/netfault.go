@@ -369,8 +369,7 @@ func (c *faultConn) SetWriteDeadline(t time.Time) error {
 // while either end is paused, streams are refused.
 func (n *Network) GossipTransport(name string, seed uint64) func(memberlist.Transport) memberlist.Transport {
 	return func(inner memberlist.Transport) memberlist.Transport {
-		ft := NewFaultTransport(inner, seed)
-		ft.link = func(peer string, outgoing bool) bool {
+		link := func(peer string, outgoing bool) bool {
 			from, to := name, n.owner(peer)
 			if !outgoing {
 				from, to = to, name
@@ -382,7 +381,6 @@ func (n *Network) GossipTransport(name string, seed uint64) func(memberlist.Tran
 			}
 			return n.loss == 0 || n.rng.Float64() >= n.loss
 		}
-		ft.ownDialed = func(local string) { n.Own(local, name) }
-		return ft
+		return newFaultTransport(inner, seed, link, func(local string) { n.Own(local, name) })
 	}
 }

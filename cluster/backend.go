@@ -278,7 +278,11 @@ func (s *Server) applyRaw(ctx context.Context, buf []byte) (any, uint64, error) 
 		timeout = min(timeout, time.Until(dl))
 	}
 	f := s.raft.Apply(buf, timeout)
-	if err := f.Error(); err != nil {
+	if err := awaitFuture(ctx, f); err != nil {
+		if ctx.Err() != nil {
+			// The entry went out; whether it commits is unknown.
+			return nil, 0, &api.CodedError{Code: api.CodeOutcomeUnknown, Err: fmt.Errorf("apply on %s: %w", s.cfg.ID, ctx.Err())}
+		}
 		return nil, 0, s.raftErr("apply", err)
 	}
 	resp := f.Response()

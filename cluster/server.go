@@ -336,9 +336,12 @@ func (s *Server) monitorLeadership() {
 func (s *Server) leadership(ctx context.Context) {
 	defer s.leaderReady.Store(false)
 	for {
-		err := s.raft.Barrier(s.cfg.Raft.ApplyTimeout).Error()
+		err := awaitFuture(ctx, s.raft.Barrier(s.cfg.Raft.ApplyTimeout))
 		if err == nil {
 			break
+		}
+		if ctx.Err() != nil {
+			return
 		}
 		s.logger.Warn("leader barrier failed, retrying", "error", err)
 		select {
@@ -389,4 +392,20 @@ func (s *Server) FirstLogIndex() (uint64, error) {
 
 func (s *Server) selfJoinRequest() api.JoinRequest {
 	return api.JoinRequest{ID: s.cfg.ID, RaftAddress: s.cfg.RaftAdvertise, HTTPAddress: s.cfg.HTTPAdvertise, GossipAddress: s.cfg.GossipAdvertise}
+}
+
+// awaitFuture waits for a raft future, or for ctx to end. A future can stay
+// unanswered when leadership is lost while it is in flight (seen under
+// fault injection: a Barrier never answered kept a replica's Shutdown
+// waiting for its leader loops forever), so loops that must stop with
+// their context never wait on one unconditionally.
+func awaitFuture(ctx context.Context, f raft.Future) error {
+	done := make(chan error, 1)
+	go func() { done <- f.Error() }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }

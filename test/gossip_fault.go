@@ -34,6 +34,9 @@ type FaultTransport struct {
 	// each stream this member dials (both set by Network).
 	link      func(peer string, outgoing bool) bool
 	ownDialed func(local string)
+
+	streamOnce sync.Once
+	streams    chan net.Conn
 }
 
 // DropIncomingStreams refuses incoming TCP streams (reliable messages,
@@ -145,7 +148,14 @@ func (t *FaultTransport) DialAddressTimeout(a memberlist.Address, timeout time.D
 }
 
 // StreamCh passes incoming streams through, closing them while cut.
+// memberlist calls it on every turn of its accept loop: the forwarder is
+// started once and its channel returned every time.
 func (t *FaultTransport) StreamCh() <-chan net.Conn {
+	t.streamOnce.Do(func() { t.streams = t.forwardStreams() })
+	return t.streams
+}
+
+func (t *FaultTransport) forwardStreams() chan net.Conn {
 	out := make(chan net.Conn)
 	go func() {
 		for {

@@ -2,6 +2,7 @@ package test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"path/filepath"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"herd/api"
 	"herd/cluster"
 	"herd/config"
 )
@@ -114,7 +116,8 @@ func TestLeaderLoopsFollowLeadership(t *testing.T) {
 	}
 }
 
-// Without a leader a write gets 503 with Retry-After and a JSON error.
+// Without a leader a write gets 503 with Retry-After and a JSON error
+// whose code says nothing was proposed (safe to retry).
 func TestNoLeaderAnswers503WithRetryAfter(t *testing.T) {
 	c := NewCluster(t, 3)
 	f := c.Follower()
@@ -124,11 +127,14 @@ func TestNoLeaderAnswers503WithRetryAfter(t *testing.T) {
 		}
 	}
 	var resp *http.Response
+	var body api.ErrorResponse
 	if !Eventually(20*time.Second, func() bool {
 		r, err := http.Post("http://"+c.Replicas[f].Cfg.HTTPAddr+"/v1/tasks", "application/json", strings.NewReader(`{"command":["true"]}`))
 		if err != nil {
 			return false
 		}
+		body = api.ErrorResponse{}
+		_ = json.NewDecoder(r.Body).Decode(&body)
 		r.Body.Close()
 		resp = r
 		return r.StatusCode == http.StatusServiceUnavailable
@@ -137,5 +143,8 @@ func TestNoLeaderAnswers503WithRetryAfter(t *testing.T) {
 	}
 	if resp.Header.Get("Retry-After") == "" || resp.Header.Get("Content-Type") != "application/json" {
 		t.Fatalf("503 must carry Retry-After and a JSON body: %v", resp.Header)
+	}
+	if body.Code != api.CodeNotApplied || body.Error == "" {
+		t.Fatalf("503 without a leader: want code %q and a message, got %+v", api.CodeNotApplied, body)
 	}
 }

@@ -294,26 +294,45 @@ func (ch *chaos) client(ctx context.Context, id int) {
 	cls := ch.clientsFor(name)
 	rng := rand.New(rand.NewPCG(ch.cfg.Seed, uint64(100+id)))
 	var keys []string
+	// A submit that failed is retried, same key and spec, up to 3 times
+	// before the client moves on, as a real client would.
+	var retry *api.TaskSpec
+	retries := 0
 	for n := 0; ctx.Err() == nil; n++ {
 		cl := cls[rng.IntN(len(cls))]
 		opCtx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-		switch p := rng.IntN(100); {
+		p := rng.IntN(100)
+		if retry != nil {
+			p = 0
+		}
+		switch {
 		case p < 45 || len(keys) == 0:
-			key := fmt.Sprintf("%s-%d-%d", name, ch.cfg.Seed, n)
-			if len(keys) > 0 && rng.IntN(10) == 0 {
-				key = keys[rng.IntN(len(keys))] // a client retrying an old submit
+			var spec api.TaskSpec
+			if retry != nil {
+				spec = *retry
 			} else {
-				keys = append(keys, key)
+				key := fmt.Sprintf("%s-%d-%d", name, ch.cfg.Seed, n)
+				if len(keys) > 0 && rng.IntN(10) == 0 {
+					key = keys[rng.IntN(len(keys))] // an old submit sent again
+				} else {
+					keys = append(keys, key)
+				}
+				spec = api.TaskSpec{
+					IdempotencyKey: key, Command: chaosCommands[rng.IntN(len(chaosCommands))], Submitter: name,
+					Resources:   api.Resources{CPUMillis: 500, MemoryMB: 64},
+					MaxAttempts: ptr(2), TimeoutSeconds: ptr(int64(20)),
+				}
 			}
-			cmd := chaosCommands[rng.IntN(len(chaosCommands))]
-			spec := api.TaskSpec{
-				IdempotencyKey: key, Command: cmd, Submitter: name,
-				Resources:   api.Resources{CPUMillis: 500, MemoryMB: 64},
-				MaxAttempts: ptr(2), TimeoutSeconds: ptr(int64(20)),
-			}
+			key := spec.IdempotencyKey
+			retry = nil
 			call := ch.now()
 			resp, _, err := cl.SubmitTask(opCtx, spec)
 			out := taskOutput{}
+			if err != nil && !isClientError(err) && retries < 3 {
+				retry, retries = &spec, retries+1
+			} else {
+				retries = 0
+			}
 			switch {
 			case err == nil:
 				ch.mu.Lock()
@@ -328,9 +347,6 @@ func (ch *chaos) client(ctx context.Context, id int) {
 				continue // a definite refusal, or never sent: not recorded
 			default:
 				out.Unknown = true
-				if os.Getenv("CHAOS_DEBUG") != "" {
-					ch.t.Logf("unknown submit: %v", err)
-				}
 				ch.mu.Lock()
 				ch.unknownKey[key] = true
 				ch.mu.Unlock()

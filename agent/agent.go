@@ -472,8 +472,7 @@ func (a *Agent) reportStart(ctx context.Context, x api.Assignment, log hclog.Log
 		if err == nil {
 			return true
 		}
-		var se *api.StatusError
-		if errors.As(err, &se) && se.Code != http.StatusServiceUnavailable {
+		if refused(err) {
 			log.Warn("start refused; not running the attempt", "error", err)
 			return false
 		}
@@ -492,6 +491,15 @@ func (a *Agent) reportStart(ctx context.Context, x api.Assignment, log hclog.Log
 
 // report sends an attempt's result until a server acknowledges or
 // refuses it, or the agent stops.
+// refused reports an answer that settles a report: a 4xx. A 5xx (no
+// leader, outcome unknown, a timeout) and a failed request are retried:
+// reports are idempotent, a repeat of an applied one is answered as a
+// duplicate.
+func refused(err error) bool {
+	var se *api.StatusError
+	return errors.As(err, &se) && se.Code >= 400 && se.Code < 500
+}
+
 func (a *Agent) report(ctx context.Context, x api.Assignment, out outcome) {
 	log := a.logger.With("task", x.Attempt.TaskID, "attempt", x.Attempt.ID)
 	req := api.AttemptCompleteRequest{
@@ -506,9 +514,8 @@ func (a *Agent) report(ctx context.Context, x api.Assignment, out outcome) {
 			log.Info("result accepted", "state", out.state, "exit_code", out.exitCode, "duplicate", rep.Duplicate)
 			return
 		}
-		var se *api.StatusError
-		if errors.As(err, &se) && se.Code != http.StatusServiceUnavailable {
-			if se.Code == http.StatusConflict {
+		if refused(err) {
+			if errors.Is(err, api.ErrConflict) {
 				a.rejected.Add(1)
 			}
 			log.Warn("result refused by the cluster", "state", out.state, "error", err)

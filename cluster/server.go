@@ -335,15 +335,30 @@ func (s *Server) monitorLeadership() {
 // address, then runs the leader loops until ctx ends.
 func (s *Server) leadership(ctx context.Context) {
 	defer s.leaderReady.Store(false)
-	for {
-		err := awaitFuture(ctx, s.raft.Barrier(s.cfg.Raft.ApplyTimeout))
+	// Each Barrier gets ApplyTimeout: one was seen never answered after a
+	// leadership change, which left a leader that never became ready and
+	// a cluster refusing every write. After three failures in a row the
+	// replica hands leadership to another server instead of waiting on.
+	for failures := 0; ; failures++ {
+		bctx, cancel := context.WithTimeout(ctx, s.cfg.Raft.ApplyTimeout)
+		err := awaitFuture(bctx, s.raft.Barrier(s.cfg.Raft.ApplyTimeout))
+		cancel()
 		if err == nil {
 			break
 		}
 		if ctx.Err() != nil {
 			return
 		}
-		s.logger.Warn("leader barrier failed, retrying", "error", err)
+		s.logger.Warn("leader barrier failed, retrying", "error", err, "failures", failures+1)
+		if failures+1 >= 3 {
+			s.logger.Error("leadership could not be established; handing it over", "error", err)
+			tctx, cancel := context.WithTimeout(ctx, s.cfg.Raft.ApplyTimeout)
+			if terr := awaitFuture(tctx, s.raft.LeadershipTransfer()); terr != nil {
+				s.logger.Warn("leadership transfer failed", "error", terr)
+			}
+			cancel()
+			failures = -1
+		}
 		select {
 		case <-ctx.Done():
 			return

@@ -68,6 +68,19 @@ func TestDeadAgentIsDeclaredDownAndWorkMoves(t *testing.T) {
 	victim := c.StartAgent(agent.Config{ID: "victim", Labels: map[string]string{"first": "yes"}, Slots: 1})
 	c.StartAgent(agent.Config{ID: "spare", Slots: 1})
 	cl := c.AllClient()
+	// Both must be registered, or the task may go to the only one there.
+	if !Eventually(30*time.Second, func() bool {
+		nodes, _, err := cl.ListNodes(context.Background(), api.ReadOptions{Consistent: true})
+		ready := 0
+		for _, n := range nodes {
+			if n.Liveness == "READY" {
+				ready++
+			}
+		}
+		return err == nil && ready == 2
+	}) {
+		t.Fatal("the two agents did not register")
+	}
 	s := shSpec("moves", "sleep 1; echo done on $HERD_NODE_ID")
 	s.PreferredLabels = map[string]string{"first": "yes"}
 	id := submit(t, cl, s)

@@ -5,8 +5,6 @@ import (
 	"strings"
 	"time"
 
-	memdb "github.com/hashicorp/go-memdb"
-
 	"herd/scheduler"
 )
 
@@ -91,44 +89,25 @@ type ReserveResult struct {
 	Attempt *Attempt
 }
 
-func getTask(txn *memdb.Txn, id string) (*Task, error) {
-	raw, err := txn.First(tableTasks, "id", id)
-	if err != nil {
-		return nil, fmt.Errorf("lookup task %q: %w", id, err)
+func getTask(db *store, id string) (*Task, error) {
+	if t, ok := db.task(id); ok {
+		return t, nil
 	}
-	if raw == nil {
-		return nil, reject(RejectNotFound, "task %q not found", id)
-	}
-	return raw.(*Task), nil
+	return nil, reject(RejectNotFound, "task %q not found", id)
 }
 
-func getNode(txn *memdb.Txn, id string) (*Node, error) {
-	raw, err := txn.First(tableNodes, "id", id)
-	if err != nil {
-		return nil, fmt.Errorf("lookup node %q: %w", id, err)
+func getNode(db *store, id string) (*Node, error) {
+	if n, ok := db.node(id); ok {
+		return n, nil
 	}
-	if raw == nil {
-		return nil, reject(RejectNotFound, "node %q not found", id)
-	}
-	return raw.(*Node), nil
+	return nil, reject(RejectNotFound, "node %q not found", id)
 }
 
-func getAttempt(txn *memdb.Txn, id string) (*Attempt, error) {
-	raw, err := txn.First(tableAttempts, "id", id)
-	if err != nil {
-		return nil, fmt.Errorf("lookup attempt %q: %w", id, err)
+func getAttempt(db *store, id string) (*Attempt, error) {
+	if a, ok := db.attempt(id); ok {
+		return a, nil
 	}
-	if raw == nil {
-		return nil, reject(RejectNotFound, "attempt %q not found", id)
-	}
-	return raw.(*Attempt), nil
-}
-
-func insert(txn *memdb.Txn, table string, obj any) error {
-	if err := txn.Insert(table, obj); err != nil {
-		return fmt.Errorf("write %s: %w", table, err)
-	}
-	return nil
+	return nil, reject(RejectNotFound, "attempt %q not found", id)
 }
 
 // applyReserve is promise 1: whatever view the leader decided from, a
@@ -136,11 +115,11 @@ func insert(txn *memdb.Txn, table string, obj any) error {
 // still waiting for exactly this attempt and the node still qualifies
 // and has the capacity. Of two reservations for the last unit of a
 // resource, the second to apply is rejected.
-func applyReserve(txn *memdb.Txn, index uint64, r *ReserveRequest) (any, error) {
+func applyReserve(db *store, index uint64, r *ReserveRequest) (any, error) {
 	if r.AttemptID == "" {
 		return nil, reject(RejectInvalid, "attempt id is required")
 	}
-	task, err := getTask(txn, r.TaskID)
+	task, err := getTask(db, r.TaskID)
 	if err != nil {
 		return nil, err
 	}
@@ -153,10 +132,10 @@ func applyReserve(txn *memdb.Txn, index uint64, r *ReserveRequest) (any, error) 
 	if r.Number != task.Attempts+1 {
 		return nil, reject(RejectAttemptNumber, "task %s: attempt %d proposed, next is %d", task.ID, r.Number, task.Attempts+1)
 	}
-	if raw, _ := txn.First(tableAttempts, "id", r.AttemptID); raw != nil {
+	if _, exists := db.attempt(r.AttemptID); exists {
 		return nil, reject(RejectConflict, "attempt id %q already exists", r.AttemptID)
 	}
-	node, err := getNode(txn, r.NodeID)
+	node, err := getNode(db, r.NodeID)
 	if err != nil {
 		return nil, err
 	}
@@ -188,11 +167,9 @@ func applyReserve(txn *memdb.Txn, index uint64, r *ReserveRequest) (any, error) 
 	t.ModifyIndex = index
 	t.LastExplain = ""
 	t.addEvent(index, r.Now, "node_selected", fmt.Sprintf("attempt %d reserved on %s (score %d, lease %d)", a.Number, n.ID, r.Score, a.LeaseVersion))
-	for _, e := range []error{insert(txn, tableAttempts, a), insert(txn, tableNodes, n), insert(txn, tableTasks, t)} {
-		if e != nil {
-			return nil, e
-		}
-	}
+	db.putAttempt(a)
+	db.putNode(n)
+	db.putTask(t)
 	return &ReserveResult{Attempt: a}, nil
 }
 
@@ -206,38 +183,36 @@ type AttemptResult struct {
 
 // staleReport rejects a report whose fencing token is not current, and
 // records the refusal in the task's timeline.
-func staleReport(txn *memdb.Txn, index uint64, a *Attempt, lease uint64, now time.Time, why string) (any, error) {
-	if task, err := getTask(txn, a.TaskID); err == nil {
+func staleReport(db *store, index uint64, a *Attempt, lease uint64, now time.Time, why string) (any, error) {
+	if task, err := getTask(db, a.TaskID); err == nil {
 		t := task.clone()
 		t.addEvent(index, now, "stale_result_rejected", fmt.Sprintf("stale result rejected (attempt %d, lease %d): %s", a.Number, lease, why))
 		t.ModifyIndex = index
-		if err := insert(txn, tableTasks, t); err != nil {
-			return nil, err
-		}
+		db.putTask(t)
 	}
 	return nil, reject(RejectStale, "attempt %s (number %d) lease %d: %s", a.ID, a.Number, lease, why)
 }
 
-func applyAttemptStart(txn *memdb.Txn, index uint64, r *AttemptStartRequest) (any, error) {
-	a, err := getAttempt(txn, r.AttemptID)
+func applyAttemptStart(db *store, index uint64, r *AttemptStartRequest) (any, error) {
+	a, err := getAttempt(db, r.AttemptID)
 	if err != nil {
 		return nil, err
 	}
 	if a.LeaseVersion != r.LeaseVersion {
-		return staleReport(txn, index, a, r.LeaseVersion, r.Now, fmt.Sprintf("current lease is %d", a.LeaseVersion))
+		return staleReport(db, index, a, r.LeaseVersion, r.Now, fmt.Sprintf("current lease is %d", a.LeaseVersion))
 	}
 	if a.State == AttemptRunning {
 		return &AttemptResult{Attempt: a, Duplicate: true}, nil
 	}
 	if a.State != AttemptReserved {
-		return staleReport(txn, index, a, r.LeaseVersion, r.Now, "attempt is "+string(a.State))
+		return staleReport(db, index, a, r.LeaseVersion, r.Now, "attempt is "+string(a.State))
 	}
-	task, err := getTask(txn, a.TaskID)
+	task, err := getTask(db, a.TaskID)
 	if err != nil {
 		return nil, err
 	}
 	if task.CurrentAttempt != a.ID || !ValidTaskTransition(task.State, TaskRunning) {
-		return staleReport(txn, index, a, r.LeaseVersion, r.Now, "not the task's current attempt")
+		return staleReport(db, index, a, r.LeaseVersion, r.Now, "not the task's current attempt")
 	}
 	na := *a
 	na.State = AttemptRunning
@@ -247,46 +222,42 @@ func applyAttemptStart(txn *memdb.Txn, index uint64, r *AttemptStartRequest) (an
 	t.State = TaskRunning
 	t.ModifyIndex = index
 	t.addEvent(index, r.Now, "started", fmt.Sprintf("attempt %d started on %s", a.Number, a.NodeID))
-	if err := insert(txn, tableAttempts, &na); err != nil {
-		return nil, err
-	}
-	if err := insert(txn, tableTasks, t); err != nil {
-		return nil, err
-	}
+	db.putAttempt(&na)
+	db.putTask(t)
 	return &AttemptResult{Attempt: &na, Task: t}, nil
 }
 
-func applyAttemptEnd(txn *memdb.Txn, index uint64, r *AttemptEndRequest) (any, error) {
+func applyAttemptEnd(db *store, index uint64, r *AttemptEndRequest) (any, error) {
 	if !r.State.Terminal() {
 		return nil, reject(RejectInvalid, "an attempt cannot end as %q", r.State)
 	}
-	a, err := getAttempt(txn, r.AttemptID)
+	a, err := getAttempt(db, r.AttemptID)
 	if err != nil {
 		return nil, err
 	}
 	if a.LeaseVersion != r.LeaseVersion {
-		return staleReport(txn, index, a, r.LeaseVersion, r.Now, fmt.Sprintf("current lease is %d", a.LeaseVersion))
+		return staleReport(db, index, a, r.LeaseVersion, r.Now, fmt.Sprintf("current lease is %d", a.LeaseVersion))
 	}
 	if a.State.Terminal() {
 		if a.State == r.State && a.ExitCode == r.ExitCode {
 			return &AttemptResult{Attempt: a, Duplicate: true}, nil
 		}
-		return staleReport(txn, index, a, r.LeaseVersion, r.Now, "attempt already ended "+string(a.State))
+		return staleReport(db, index, a, r.LeaseVersion, r.Now, "attempt already ended "+string(a.State))
 	}
-	task, err := getTask(txn, a.TaskID)
+	task, err := getTask(db, a.TaskID)
 	if err != nil {
 		return nil, err
 	}
 	if task.CurrentAttempt != a.ID {
-		return staleReport(txn, index, a, r.LeaseVersion, r.Now, "not the task's current attempt")
+		return staleReport(db, index, a, r.LeaseVersion, r.Now, "not the task's current attempt")
 	}
-	return endAttempt(txn, index, a, task, r)
+	return endAttempt(db, index, a, task, r)
 }
 
 // endAttempt moves a live attempt to its terminal state, releases its
 // reservation and moves the task on: done, failed for good, or back to
 // PENDING for a new attempt.
-func endAttempt(txn *memdb.Txn, index uint64, a *Attempt, task *Task, r *AttemptEndRequest) (any, error) {
+func endAttempt(db *store, index uint64, a *Attempt, task *Task, r *AttemptEndRequest) (any, error) {
 	if !ValidAttemptTransition(a.State, r.State) {
 		return nil, reject(RejectIllegalTransfer, "attempt %s: %s → %s", a.ID, a.State, r.State)
 	}
@@ -297,7 +268,7 @@ func endAttempt(txn *memdb.Txn, index uint64, a *Attempt, task *Task, r *Attempt
 	na.OutputTail = r.OutputTail
 	na.ModifyIndex = index
 
-	node, err := getNode(txn, a.NodeID)
+	node, err := getNode(db, a.NodeID)
 	if err != nil {
 		return nil, err
 	}
@@ -364,16 +335,14 @@ func endAttempt(txn *memdb.Txn, index uint64, a *Attempt, task *Task, r *Attempt
 	case TaskFailed, TaskTimedOut:
 		t.addEvent(index, r.Now, "failed", fmt.Sprintf("gave up after %d attempts", t.Attempts))
 	}
-	for _, e := range []error{insert(txn, tableAttempts, &na), insert(txn, tableNodes, n), insert(txn, tableTasks, t)} {
-		if e != nil {
-			return nil, e
-		}
-	}
+	db.putAttempt(&na)
+	db.putNode(n)
+	db.putTask(t)
 	return &AttemptResult{Attempt: &na, Task: t}, nil
 }
 
-func applyNodeDrain(txn *memdb.Txn, index uint64, r *NodeDrainRequest) (any, error) {
-	node, err := getNode(txn, r.NodeID)
+func applyNodeDrain(db *store, index uint64, r *NodeDrainRequest) (any, error) {
+	node, err := getNode(db, r.NodeID)
 	if err != nil {
 		return nil, err
 	}
@@ -389,11 +358,12 @@ func applyNodeDrain(txn *memdb.Txn, index uint64, r *NodeDrainRequest) (any, err
 		n.addEvent(index, r.Now, "management", fmt.Sprintf("%s → %s", node.Management, n.Management))
 	}
 	n.ModifyIndex = index
-	return n, insert(txn, tableNodes, n)
+	db.putNode(n)
+	return n, nil
 }
 
-func applyNodeEligibility(txn *memdb.Txn, index uint64, r *NodeEligibilityRequest) (any, error) {
-	node, err := getNode(txn, r.NodeID)
+func applyNodeEligibility(db *store, index uint64, r *NodeEligibilityRequest) (any, error) {
+	node, err := getNode(db, r.NodeID)
 	if err != nil {
 		return nil, err
 	}
@@ -403,11 +373,12 @@ func applyNodeEligibility(txn *memdb.Txn, index uint64, r *NodeEligibilityReques
 		n.Scheduling = scheduler.SchedulingEligible
 	}
 	n.ModifyIndex = index
-	return n, insert(txn, tableNodes, n)
+	db.putNode(n)
+	return n, nil
 }
 
-func applyHeartbeat(txn *memdb.Txn, index uint64, r *HeartbeatRequest) (any, error) {
-	node, err := getNode(txn, r.NodeID)
+func applyHeartbeat(db *store, index uint64, r *HeartbeatRequest) (any, error) {
+	node, err := getNode(db, r.NodeID)
 	if err != nil {
 		return nil, err
 	}
@@ -420,11 +391,12 @@ func applyHeartbeat(txn *memdb.Txn, index uint64, r *HeartbeatRequest) (any, err
 	n := node.clone()
 	n.LastHeartbeat = r.Now
 	n.ModifyIndex = index
-	return n, insert(txn, tableNodes, n)
+	db.putNode(n)
+	return n, nil
 }
 
-func applyExplain(txn *memdb.Txn, index uint64, r *ExplainRequest) (any, error) {
-	task, err := getTask(txn, r.TaskID)
+func applyExplain(db *store, index uint64, r *ExplainRequest) (any, error) {
+	task, err := getTask(db, r.TaskID)
 	if err != nil {
 		return nil, err
 	}
@@ -435,7 +407,8 @@ func applyExplain(txn *memdb.Txn, index uint64, r *ExplainRequest) (any, error) 
 	t.LastExplain = r.Summary
 	t.ModifyIndex = index
 	t.addEvent(index, r.Now, "waiting", r.Summary)
-	return nil, insert(txn, tableTasks, t)
+	db.putTask(t)
+	return nil, nil
 }
 
 // CancelResult answers a cancel; AlreadyCancelled makes cancel idempotent.
@@ -444,8 +417,8 @@ type CancelResult struct {
 	AlreadyCancelled bool
 }
 
-func applyCancelTask(txn *memdb.Txn, index uint64, r *CancelTaskRequest) (any, error) {
-	task, err := getTask(txn, r.TaskID)
+func applyCancelTask(db *store, index uint64, r *CancelTaskRequest) (any, error) {
+	task, err := getTask(db, r.TaskID)
 	if err != nil {
 		return nil, err
 	}
@@ -460,12 +433,12 @@ func applyCancelTask(txn *memdb.Txn, index uint64, r *CancelTaskRequest) (any, e
 		reason = "cancelled by request"
 	}
 	if task.CurrentAttempt != "" {
-		a, err := getAttempt(txn, task.CurrentAttempt)
+		a, err := getAttempt(db, task.CurrentAttempt)
 		if err != nil {
 			return nil, err
 		}
 		if a.State.Live() {
-			res, err := endAttempt(txn, index, a, task, &AttemptEndRequest{
+			res, err := endAttempt(db, index, a, task, &AttemptEndRequest{
 				AttemptID: a.ID, LeaseVersion: a.LeaseVersion, State: AttemptCancelled, ExitCode: -1, Error: reason, Now: r.Now,
 			})
 			if err != nil {
@@ -481,7 +454,8 @@ func applyCancelTask(txn *memdb.Txn, index uint64, r *CancelTaskRequest) (any, e
 	t.State = TaskCancelled
 	t.ModifyIndex = index
 	t.addEvent(index, r.Now, "cancelled", reason)
-	return &CancelResult{Task: t}, insert(txn, tableTasks, t)
+	db.putTask(t)
+	return &CancelResult{Task: t}, nil
 }
 
 // NodeDownResult lists the attempts a node-down reclaimed.
@@ -490,28 +464,21 @@ type NodeDownResult struct {
 	Reclaimed []string
 }
 
-func applyNodeDown(txn *memdb.Txn, index uint64, r *NodeDownRequest) (any, error) {
-	node, err := getNode(txn, r.NodeID)
+func applyNodeDown(db *store, index uint64, r *NodeDownRequest) (any, error) {
+	node, err := getNode(db, r.NodeID)
 	if err != nil {
 		return nil, err
 	}
-	it, err := txn.Get(tableAttempts, "node", node.ID)
-	if err != nil {
-		return nil, fmt.Errorf("list attempts on %s: %w", node.ID, err)
-	}
+	// Collect first: ending an attempt rewrites the index being scanned.
 	var live []*Attempt
-	for raw := it.Next(); raw != nil; raw = it.Next() {
-		if a := raw.(*Attempt); a.State.Live() {
-			live = append(live, a)
-		}
-	}
+	db.attemptsOnNode(true, node.ID, func(a *Attempt) bool { live = append(live, a); return true })
 	out := &NodeDownResult{}
 	for _, a := range live {
-		task, err := getTask(txn, a.TaskID)
+		task, err := getTask(db, a.TaskID)
 		if err != nil {
 			return nil, err
 		}
-		if _, err := endAttempt(txn, index, a, task, &AttemptEndRequest{
+		if _, err := endAttempt(db, index, a, task, &AttemptEndRequest{
 			AttemptID: a.ID, LeaseVersion: a.LeaseVersion, State: AttemptLost, ExitCode: -1,
 			Error: "reclaimed: node down: " + r.Reason, Now: r.Now, RetryAt: r.Now,
 		}); err != nil {
@@ -520,7 +487,7 @@ func applyNodeDown(txn *memdb.Txn, index uint64, r *NodeDownRequest) (any, error
 		out.Reclaimed = append(out.Reclaimed, a.ID)
 	}
 	// Re-read: endAttempt released the reservations on the node record.
-	node, err = getNode(txn, r.NodeID)
+	node, err = getNode(db, r.NodeID)
 	if err != nil {
 		return nil, err
 	}
@@ -529,11 +496,12 @@ func applyNodeDown(txn *memdb.Txn, index uint64, r *NodeDownRequest) (any, error
 	n.ModifyIndex = index
 	n.addEvent(index, r.Now, "down", fmt.Sprintf("declared DOWN: %s; %d attempts reclaimed", r.Reason, len(out.Reclaimed)))
 	out.Node = n
-	return out, insert(txn, tableNodes, n)
+	db.putNode(n)
+	return out, nil
 }
 
-func applyNodeLiveness(txn *memdb.Txn, index uint64, r *NodeLivenessRequest) (any, error) {
-	node, err := getNode(txn, r.NodeID)
+func applyNodeLiveness(db *store, index uint64, r *NodeLivenessRequest) (any, error) {
+	node, err := getNode(db, r.NodeID)
 	if err != nil {
 		return nil, err
 	}
@@ -554,28 +522,26 @@ func applyNodeLiveness(txn *memdb.Txn, index uint64, r *NodeLivenessRequest) (an
 	n.addEvent(index, r.Now, strings.ToLower(string(want)), fmt.Sprintf("%s → %s: %s", n.Liveness, want, r.Reason))
 	n.Liveness = want
 	n.ModifyIndex = index
-	return n, insert(txn, tableNodes, n)
+	db.putNode(n)
+	return n, nil
 }
 
 // applyForgetTasks deletes terminal tasks with their attempts; a task that
 // is not terminal (or no longer exists) is skipped. It returns how many
 // tasks were removed.
-func applyForgetTasks(txn *memdb.Txn, r *ForgetTasksRequest) (any, error) {
+func applyForgetTasks(db *store, r *ForgetTasksRequest) (any, error) {
 	removed := 0
 	for _, id := range r.TaskIDs {
-		raw, err := txn.First(tableTasks, "id", id)
-		if err != nil {
-			return nil, fmt.Errorf("lookup task %q: %w", id, err)
-		}
-		if raw == nil || !raw.(*Task).State.Terminal() {
+		t, ok := db.task(id)
+		if !ok || !t.State.Terminal() {
 			continue
 		}
-		if _, err := txn.DeleteAll(tableAttempts, "task", id); err != nil {
-			return nil, fmt.Errorf("forget attempts of %q: %w", id, err)
+		var attempts []*Attempt
+		db.attemptsOfTask(id, func(a *Attempt) bool { attempts = append(attempts, a); return true })
+		for _, a := range attempts {
+			db.deleteAttempt(a)
 		}
-		if err := txn.Delete(tableTasks, raw); err != nil {
-			return nil, fmt.Errorf("forget task %q: %w", id, err)
-		}
+		db.deleteTask(t)
 		removed++
 	}
 	return removed, nil

@@ -13,7 +13,6 @@ import (
 	"sync/atomic"
 
 	"github.com/hashicorp/go-hclog"
-	memdb "github.com/hashicorp/go-memdb"
 	"github.com/hashicorp/raft"
 
 	"herd/scheduler"
@@ -52,9 +51,15 @@ type BatchResult []any
 type FSM struct {
 	logger hclog.Logger
 
-	mu    sync.RWMutex // guards db, swapped wholesale by Restore
-	db    *memdb.MemDB
+	// mu serialises the writer (Apply, Restore) with taking a view: a
+	// view clones the store, which must not race a write. It is held for
+	// one entry at a time, so a reader waits at most that long.
+	mu    sync.Mutex
+	db    *store        // the writer's store
+	view  *State        // cached view of db at index; nil after a write
 	index atomic.Uint64 // last applied Raft index
+
+	watches *watchHub
 
 	// afterApply, when set, observes the state after every entry (tests
 	// check invariants with it). It must not modify anything.
@@ -70,17 +75,19 @@ func New(logger hclog.Logger) *FSM {
 	if logger == nil {
 		logger = hclog.NewNullLogger()
 	}
-	return &FSM{logger: logger.Named("fsm"), db: newMemDB()}
+	return &FSM{logger: logger.Named("fsm"), db: newStore(), watches: newWatchHub()}
 }
 
-// State returns a read-only view of the latest applied state.
+// State returns a read-only view of the latest applied state. Views are
+// shared until the next write, so readers between two entries pay for
+// one clone.
 func (f *FSM) State() *State {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	// Index is read before the transaction: a view may contain entries
-	// newer than its index, never older.
-	idx := f.index.Load()
-	return &State{txn: f.db.Txn(false), index: idx}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.view == nil {
+		f.view = &State{st: f.db.clone(), index: f.index.Load(), watches: f.watches}
+	}
+	return f.view
 }
 
 // Index is the last applied Raft index.
@@ -89,13 +96,13 @@ func (f *FSM) Index() uint64 { return f.index.Load() }
 // Apply applies one Raft log entry. Configuration and other non-command
 // entries are not delivered here by hashicorp/raft.
 func (f *FSM) Apply(l *raft.Log) any {
-	f.mu.RLock()
-	db := f.db
-	f.mu.RUnlock()
-	txn := db.Txn(true)
-	resp := f.applyEntry(txn, l.Index, l.Data)
-	txn.Commit()
+	f.mu.Lock()
+	resp := f.applyEntry(f.db, l.Index, l.Data)
 	f.index.Store(l.Index)
+	f.view = nil
+	f.watches.fire(f.db.touched, l.Index)
+	clear(f.db.touched)
+	f.mu.Unlock()
 	if f.afterApply != nil {
 		f.afterApply(l.Index, f.State())
 	}
@@ -108,14 +115,14 @@ func (f *FSM) ApplyBytes(index uint64, data []byte) any {
 	return f.Apply(&raft.Log{Index: index, Type: raft.LogCommand, Data: data})
 }
 
-func (f *FSM) applyEntry(txn *memdb.Txn, index uint64, data []byte) any {
+func (f *FSM) applyEntry(db *store, index uint64, data []byte) any {
 	t, ignorable, payload, err := decodeHeader(data)
 	if err != nil {
 		f.logger.Error("refusing undecodable entry", "index", index, "error", err)
 		return err
 	}
 	if t != MsgBatch {
-		return f.applyOne(txn, index, t, ignorable, payload)
+		return f.applyOne(db, index, t, ignorable, payload)
 	}
 	cmds, err := splitBatch(payload)
 	if err != nil {
@@ -131,48 +138,48 @@ func (f *FSM) applyEntry(txn *memdb.Txn, index uint64, data []byte) any {
 		case ct == MsgBatch:
 			out[i] = fmt.Errorf("%w: nested batch", ErrMalformedCommand)
 		default:
-			out[i] = f.applyOne(txn, index, ct, ign, p)
+			out[i] = f.applyOne(db, index, ct, ign, p)
 		}
 	}
 	return out
 }
 
-func (f *FSM) applyOne(txn *memdb.Txn, index uint64, t MessageType, ignorable bool, payload []byte) any {
+func (f *FSM) applyOne(db *store, index uint64, t MessageType, ignorable bool, payload []byte) any {
 	var resp any
 	var err error
 	switch t {
 	case MsgNoop:
 		return nil
 	case MsgUpsertServer:
-		resp, err = applyJSON(payload, func(r *UpsertServerRequest) (any, error) { return applyUpsertServer(txn, index, r) })
+		resp, err = applyJSON(payload, func(r *UpsertServerRequest) (any, error) { return applyUpsertServer(db, index, r) })
 	case MsgRemoveServer:
-		resp, err = applyJSON(payload, func(r *RemoveServerRequest) (any, error) { return applyRemoveServer(txn, r) })
+		resp, err = applyJSON(payload, func(r *RemoveServerRequest) (any, error) { return applyRemoveServer(db, r) })
 	case MsgSubmitTask:
-		resp, err = applyJSON(payload, func(r *SubmitTaskRequest) (any, error) { return applySubmitTask(txn, index, r) })
+		resp, err = applyJSON(payload, func(r *SubmitTaskRequest) (any, error) { return applySubmitTask(db, index, r) })
 	case MsgRegisterNode:
-		resp, err = applyJSON(payload, func(r *RegisterNodeRequest) (any, error) { return applyRegisterNode(txn, index, r) })
+		resp, err = applyJSON(payload, func(r *RegisterNodeRequest) (any, error) { return applyRegisterNode(db, index, r) })
 	case MsgReserve:
-		resp, err = applyJSON(payload, func(r *ReserveRequest) (any, error) { return applyReserve(txn, index, r) })
+		resp, err = applyJSON(payload, func(r *ReserveRequest) (any, error) { return applyReserve(db, index, r) })
 	case MsgAttemptStart:
-		resp, err = applyJSON(payload, func(r *AttemptStartRequest) (any, error) { return applyAttemptStart(txn, index, r) })
+		resp, err = applyJSON(payload, func(r *AttemptStartRequest) (any, error) { return applyAttemptStart(db, index, r) })
 	case MsgAttemptEnd:
-		resp, err = applyJSON(payload, func(r *AttemptEndRequest) (any, error) { return applyAttemptEnd(txn, index, r) })
+		resp, err = applyJSON(payload, func(r *AttemptEndRequest) (any, error) { return applyAttemptEnd(db, index, r) })
 	case MsgNodeDrain:
-		resp, err = applyJSON(payload, func(r *NodeDrainRequest) (any, error) { return applyNodeDrain(txn, index, r) })
+		resp, err = applyJSON(payload, func(r *NodeDrainRequest) (any, error) { return applyNodeDrain(db, index, r) })
 	case MsgNodeEligible:
-		resp, err = applyJSON(payload, func(r *NodeEligibilityRequest) (any, error) { return applyNodeEligibility(txn, index, r) })
+		resp, err = applyJSON(payload, func(r *NodeEligibilityRequest) (any, error) { return applyNodeEligibility(db, index, r) })
 	case MsgHeartbeat:
-		resp, err = applyJSON(payload, func(r *HeartbeatRequest) (any, error) { return applyHeartbeat(txn, index, r) })
+		resp, err = applyJSON(payload, func(r *HeartbeatRequest) (any, error) { return applyHeartbeat(db, index, r) })
 	case MsgExplain:
-		resp, err = applyJSON(payload, func(r *ExplainRequest) (any, error) { return applyExplain(txn, index, r) })
+		resp, err = applyJSON(payload, func(r *ExplainRequest) (any, error) { return applyExplain(db, index, r) })
 	case MsgCancelTask:
-		resp, err = applyJSON(payload, func(r *CancelTaskRequest) (any, error) { return applyCancelTask(txn, index, r) })
+		resp, err = applyJSON(payload, func(r *CancelTaskRequest) (any, error) { return applyCancelTask(db, index, r) })
 	case MsgNodeDown:
-		resp, err = applyJSON(payload, func(r *NodeDownRequest) (any, error) { return applyNodeDown(txn, index, r) })
+		resp, err = applyJSON(payload, func(r *NodeDownRequest) (any, error) { return applyNodeDown(db, index, r) })
 	case MsgNodeLiveness:
-		resp, err = applyJSON(payload, func(r *NodeLivenessRequest) (any, error) { return applyNodeLiveness(txn, index, r) })
+		resp, err = applyJSON(payload, func(r *NodeLivenessRequest) (any, error) { return applyNodeLiveness(db, index, r) })
 	case MsgForgetTasks:
-		resp, err = applyJSON(payload, func(r *ForgetTasksRequest) (any, error) { return applyForgetTasks(txn, r) })
+		resp, err = applyJSON(payload, func(r *ForgetTasksRequest) (any, error) { return applyForgetTasks(db, r) })
 	default:
 		if ignorable {
 			f.logger.Warn("skipping unknown ignorable command", "index", index, "type", t)
@@ -196,33 +203,24 @@ func applyJSON[R any](payload []byte, fn func(*R) (any, error)) (any, error) {
 	return fn(&req)
 }
 
-func applyUpsertServer(txn *memdb.Txn, index uint64, r *UpsertServerRequest) (any, error) {
+func applyUpsertServer(db *store, index uint64, r *UpsertServerRequest) (any, error) {
 	if r.Server.ID == "" {
 		return nil, reject(RejectInvalid, "server id is required")
 	}
 	s := r.Server
 	s.ModifyIndex = index
-	if err := txn.Insert(tableServers, &s); err != nil {
-		return nil, fmt.Errorf("upsert server %q: %w", s.ID, err)
-	}
+	db.putServer(&s)
 	return &s, nil
 }
 
-func applyRemoveServer(txn *memdb.Txn, r *RemoveServerRequest) (any, error) {
-	raw, err := txn.First(tableServers, "id", r.ID)
-	if err != nil {
-		return nil, fmt.Errorf("lookup server %q: %w", r.ID, err)
+func applyRemoveServer(db *store, r *RemoveServerRequest) (any, error) {
+	if v, ok := db.server(r.ID); ok {
+		db.deleteServer(v)
 	}
-	if raw == nil {
-		return nil, nil // already gone: removal is idempotent
-	}
-	if err := txn.Delete(tableServers, raw); err != nil {
-		return nil, fmt.Errorf("remove server %q: %w", r.ID, err)
-	}
-	return nil, nil
+	return nil, nil // removing a server already gone is a no-op
 }
 
-func applySubmitTask(txn *memdb.Txn, index uint64, r *SubmitTaskRequest) (any, error) {
+func applySubmitTask(db *store, index uint64, r *SubmitTaskRequest) (any, error) {
 	if r.ID == "" {
 		return nil, reject(RejectInvalid, "task id is required")
 	}
@@ -230,16 +228,11 @@ func applySubmitTask(txn *memdb.Txn, index uint64, r *SubmitTaskRequest) (any, e
 		return nil, reject(RejectInvalid, "%v", err)
 	}
 	if r.Spec.IdempotencyKey != "" {
-		existing, err := taskByKey(txn, r.Spec.IdempotencyKey)
-		if err == nil {
+		if existing, ok := db.taskByKey(r.Spec.IdempotencyKey); ok {
 			return &SubmitResult{Task: existing, Created: false}, nil
 		}
 	}
-	raw, err := txn.First(tableTasks, "id", r.ID)
-	if err != nil {
-		return nil, fmt.Errorf("lookup task %q: %w", r.ID, err)
-	}
-	if raw != nil {
+	if _, exists := db.task(r.ID); exists {
 		return nil, reject(RejectConflict, "task id %q already exists", r.ID)
 	}
 	t := &Task{
@@ -255,13 +248,11 @@ func applySubmitTask(txn *memdb.Txn, index uint64, r *SubmitTaskRequest) (any, e
 			Message: fmt.Sprintf("submitted by %s with priority %d", r.Spec.Submitter, r.Spec.Priority),
 		}},
 	}
-	if err := txn.Insert(tableTasks, t); err != nil {
-		return nil, fmt.Errorf("insert task %q: %w", t.ID, err)
-	}
+	db.putTask(t)
 	return &SubmitResult{Task: t, Created: true}, nil
 }
 
-func applyRegisterNode(txn *memdb.Txn, index uint64, r *RegisterNodeRequest) (any, error) {
+func applyRegisterNode(db *store, index uint64, r *RegisterNodeRequest) (any, error) {
 	n := r.Node
 	if n.ID == "" {
 		return nil, reject(RejectInvalid, "node id is required")
@@ -269,23 +260,19 @@ func applyRegisterNode(txn *memdb.Txn, index uint64, r *RegisterNodeRequest) (an
 	if n.Resources.Negative() || n.Slots < 0 {
 		return nil, reject(RejectInvalid, "node %q: resources and slots must not be negative", n.ID)
 	}
-	raw, err := txn.First(tableNodes, "id", n.ID)
-	if err != nil {
-		return nil, fmt.Errorf("lookup node %q: %w", n.ID, err)
-	}
+	old, exists := db.node(n.ID)
 	n.SessionGeneration = 1
 	n.CreateIndex = index
 	n.Management = scheduler.ManagementActive
 	n.Scheduling = scheduler.SchedulingEligible
 	n.Reserved = scheduler.Resources{}
 	n.RunningAttempts = 0
-	if raw != nil && n.RegistrationToken != "" && raw.(*Node).RegistrationToken == n.RegistrationToken {
+	if exists && n.RegistrationToken != "" && old.RegistrationToken == n.RegistrationToken {
 		// The same registration again (a client retry whose first try
 		// committed): answer it without starting another session.
-		return raw.(*Node), nil
+		return old, nil
 	}
-	if raw != nil {
-		old := raw.(*Node)
+	if exists {
 		// A re-registration keeps what the cluster decided about the node
 		// and what it holds; only the agent-reported facts are replaced.
 		n.SessionGeneration = old.SessionGeneration + 1
@@ -306,14 +293,12 @@ func applyRegisterNode(txn *memdb.Txn, index uint64, r *RegisterNodeRequest) (an
 	n.LastHeartbeat = r.Now
 	n.SessionStartedAt = r.Now
 	n.ModifyIndex = index
-	if err := txn.Insert(tableNodes, &n); err != nil {
-		return nil, fmt.Errorf("insert node %q: %w", n.ID, err)
-	}
+	db.putNode(&n)
 	return &n, nil
 }
 
 // Snapshot returns a point-in-time view; taking it costs O(1) because the
-// store's trees are immutable. Persist streams it without blocking Apply.
+// store's trees are copy-on-write. Persist streams it without blocking Apply.
 func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 	return &snapshot{state: f.State()}, nil
 }
@@ -340,6 +325,8 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	f.mu.Lock()
 	f.db = db
 	f.index.Store(index)
+	f.view = nil
+	f.watches.fireAll(index)
 	f.mu.Unlock()
 	f.logger.Info("restored state from snapshot", "index", index)
 	return nil

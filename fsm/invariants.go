@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/google/btree"
+
 	"herd/scheduler"
 )
 
@@ -12,11 +14,12 @@ import (
 //     its live attempts fit its slots;
 //   - each node's reserved totals equal the sum of its live attempts;
 //   - no task has more than one live attempt, and a task's live attempt
-//     is its current one.
+//     is its current one;
+//   - the store's indexes hold exactly its current records.
 //
 // Tests call it after every Apply; it is O(state) and not for production.
 func (s *State) CheckInvariants() error {
-	var errs []error
+	errs := []error{s.st.checkIndexes()}
 	nodes, err := s.Nodes()
 	if err != nil {
 		return err
@@ -24,19 +27,14 @@ func (s *State) CheckInvariants() error {
 	reserved := map[string]scheduler.Resources{}
 	live := map[string]int{}
 	liveByTask := map[string][]string{}
-	it, err := s.txn.Get(tableAttempts, "id")
-	if err != nil {
-		return fmt.Errorf("scan attempts: %w", err)
-	}
-	for raw := it.Next(); raw != nil; raw = it.Next() {
-		a := raw.(*Attempt)
-		if !a.State.Live() {
-			continue
+	s.st.attempts.Ascend(func(a *Attempt) bool {
+		if a.State.Live() {
+			reserved[a.NodeID] = reserved[a.NodeID].Add(a.Resources)
+			live[a.NodeID]++
+			liveByTask[a.TaskID] = append(liveByTask[a.TaskID], a.ID)
 		}
-		reserved[a.NodeID] = reserved[a.NodeID].Add(a.Resources)
-		live[a.NodeID]++
-		liveByTask[a.TaskID] = append(liveByTask[a.TaskID], a.ID)
-	}
+		return true
+	})
 	for _, n := range nodes {
 		if n.Reserved != reserved[n.ID] || n.RunningAttempts != live[n.ID] {
 			errs = append(errs, fmt.Errorf("node %s: books say %+v reserved in %d attempts, live attempts hold %+v in %d",
@@ -62,6 +60,68 @@ func (s *State) CheckInvariants() error {
 		if t.CurrentAttempt != ids[0] {
 			errs = append(errs, fmt.Errorf("task %s: live attempt %s is not its current attempt %q", taskID, ids[0], t.CurrentAttempt))
 		}
+	}
+	return errors.Join(errs...)
+}
+
+// checkIndexes verifies that every secondary index holds exactly the
+// current records of its primary tree, and that the counts agree.
+func (s *store) checkIndexes() error {
+	var errs []error
+	tasks := map[*Task]bool{}
+	counts := map[TaskState]int{}
+	keyed := 0
+	s.tasks.Ascend(func(t *Task) bool {
+		tasks[t] = true
+		counts[t.State]++
+		if t.Spec.IdempotencyKey != "" {
+			keyed++
+			if got, ok := s.tasksByKey.Get(t); !ok || got != t {
+				errs = append(errs, fmt.Errorf("task %s: idempotency index does not hold it", t.ID))
+			}
+		}
+		return true
+	})
+	if s.tasksByStat.Len() != len(tasks) || s.tasksByKey.Len() != keyed {
+		errs = append(errs, fmt.Errorf("task indexes: %d by state, %d by key, for %d tasks (%d keyed)", s.tasksByStat.Len(), s.tasksByKey.Len(), len(tasks), keyed))
+	}
+	s.tasksByStat.Ascend(func(t *Task) bool {
+		if !tasks[t] {
+			errs = append(errs, fmt.Errorf("state index holds a stale record of task %s", t.ID))
+		}
+		return true
+	})
+	for st, n := range counts {
+		if s.taskCounts[st] != n {
+			errs = append(errs, fmt.Errorf("count of %s tasks is %d, %d stored", st, s.taskCounts[st], n))
+		}
+	}
+	if len(s.taskCounts) != len(counts) {
+		errs = append(errs, fmt.Errorf("task counts %v, stored %v", s.taskCounts, counts))
+	}
+	attempts := map[*Attempt]bool{}
+	live := 0
+	s.attempts.Ascend(func(a *Attempt) bool {
+		attempts[a] = true
+		if a.State.Live() {
+			live++
+		}
+		return true
+	})
+	for name, idx := range map[string]*btree.BTreeG[*Attempt]{"task": s.attemptsByTask, "node": s.attemptsByNode, "state": s.attemptsByStat, "live node": s.liveByNode} {
+		want := len(attempts)
+		if name == "live node" {
+			want = live
+		}
+		if idx.Len() != want {
+			errs = append(errs, fmt.Errorf("attempt index by %s holds %d, want %d", name, idx.Len(), want))
+		}
+		idx.Ascend(func(a *Attempt) bool {
+			if !attempts[a] || (name == "live node" && !a.State.Live()) {
+				errs = append(errs, fmt.Errorf("attempt index by %s holds a stale record of %s", name, a.ID))
+			}
+			return true
+		})
 	}
 	return errors.Join(errs...)
 }

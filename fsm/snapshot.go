@@ -8,8 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-
-	memdb "github.com/hashicorp/go-memdb"
 )
 
 // snapshotFormat names the stream layout written by Persist: one JSON
@@ -32,7 +30,12 @@ type snapshotRecord struct {
 }
 
 // snapshotTables is the order tables are written in.
-var snapshotTables = []string{tableServers, tableNodes, tableTasks, tableAttempts}
+const (
+	tableServers  = "servers"
+	tableNodes    = "nodes"
+	tableTasks    = "tasks"
+	tableAttempts = "attempts"
+)
 
 func writeSnapshot(w io.Writer, s *State) error {
 	bw := bufio.NewWriterSize(w, 256<<10)
@@ -40,25 +43,36 @@ func writeSnapshot(w io.Writer, s *State) error {
 	if err := enc.Encode(snapshotHeader{Format: snapshotFormat, Version: snapshotVersion, Index: s.index}); err != nil {
 		return fmt.Errorf("write header: %w", err)
 	}
-	for _, table := range snapshotTables {
-		it, err := s.txn.Get(table, "id")
+	var werr error
+	write := func(table string, rec any) bool {
+		body, err := json.Marshal(rec)
 		if err != nil {
-			return fmt.Errorf("scan %s: %w", table, err)
+			werr = fmt.Errorf("encode %s record: %w", table, err)
+			return false
 		}
-		for raw := it.Next(); raw != nil; raw = it.Next() {
-			body, err := json.Marshal(raw)
-			if err != nil {
-				return fmt.Errorf("encode %s record: %w", table, err)
-			}
-			if err := enc.Encode(snapshotRecord{Table: table, Record: body}); err != nil {
-				return fmt.Errorf("write %s record: %w", table, err)
-			}
+		if err := enc.Encode(snapshotRecord{Table: table, Record: body}); err != nil {
+			werr = fmt.Errorf("write %s record: %w", table, err)
+			return false
 		}
+		return true
+	}
+	s.st.servers.Ascend(func(v *Server) bool { return write(tableServers, v) })
+	if werr == nil {
+		s.st.nodes.Ascend(func(v *Node) bool { return write(tableNodes, v) })
+	}
+	if werr == nil {
+		s.st.tasks.Ascend(func(v *Task) bool { return write(tableTasks, v) })
+	}
+	if werr == nil {
+		s.st.attempts.Ascend(func(v *Attempt) bool { return write(tableAttempts, v) })
+	}
+	if werr != nil {
+		return werr
 	}
 	return bw.Flush()
 }
 
-func readSnapshot(r io.Reader) (*memdb.MemDB, uint64, error) {
+func readSnapshot(r io.Reader) (*store, uint64, error) {
 	dec := json.NewDecoder(bufio.NewReaderSize(r, 256<<10))
 	var hdr snapshotHeader
 	if err := dec.Decode(&hdr); err != nil {
@@ -67,9 +81,7 @@ func readSnapshot(r io.Reader) (*memdb.MemDB, uint64, error) {
 	if hdr.Format != snapshotFormat || hdr.Version != snapshotVersion {
 		return nil, 0, fmt.Errorf("unsupported snapshot %q version %d", hdr.Format, hdr.Version)
 	}
-	db := newMemDB()
-	txn := db.Txn(true)
-	defer txn.Abort()
+	db := newStore()
 	for n := 0; ; n++ {
 		var rec snapshotRecord
 		err := dec.Decode(&rec)
@@ -79,57 +91,41 @@ func readSnapshot(r io.Reader) (*memdb.MemDB, uint64, error) {
 		if err != nil {
 			return nil, 0, fmt.Errorf("read record %d: %w", n, err)
 		}
-		obj, err := decodeRecord(rec)
-		if err != nil {
+		if err := decodeRecord(db, rec); err != nil {
 			return nil, 0, fmt.Errorf("record %d: %w", n, err)
 		}
-		if err := txn.Insert(rec.Table, obj); err != nil {
-			return nil, 0, fmt.Errorf("insert record %d into %s: %w", n, rec.Table, err)
-		}
 	}
-	txn.Commit()
+	clear(db.touched)
 	return db, hdr.Index, nil
 }
 
-func decodeRecord(rec snapshotRecord) (any, error) {
-	var obj any
-	var id string
+// decodeRecord decodes one record and puts it into db.
+func decodeRecord(db *store, rec snapshotRecord) error {
 	switch rec.Table {
 	case tableServers:
-		v := &Server{}
-		obj = v
-		if err := json.Unmarshal(rec.Record, v); err != nil {
-			return nil, fmt.Errorf("decode server: %w", err)
-		}
-		id = v.ID
+		return decodeInto(rec, func(v *Server) string { return v.ID }, db.putServer)
 	case tableNodes:
-		v := &Node{}
-		obj = v
-		if err := json.Unmarshal(rec.Record, v); err != nil {
-			return nil, fmt.Errorf("decode node: %w", err)
-		}
-		id = v.ID
+		return decodeInto(rec, func(v *Node) string { return v.ID }, db.putNode)
 	case tableTasks:
-		v := &Task{}
-		obj = v
-		if err := json.Unmarshal(rec.Record, v); err != nil {
-			return nil, fmt.Errorf("decode task: %w", err)
-		}
-		id = v.ID
+		return decodeInto(rec, func(v *Task) string { return v.ID }, db.putTask)
 	case tableAttempts:
-		v := &Attempt{}
-		obj = v
-		if err := json.Unmarshal(rec.Record, v); err != nil {
-			return nil, fmt.Errorf("decode attempt: %w", err)
-		}
-		id = v.ID
+		return decodeInto(rec, func(v *Attempt) string { return v.ID }, db.putAttempt)
 	default:
-		return nil, fmt.Errorf("unknown table %q", rec.Table)
+		return fmt.Errorf("unknown table %q", rec.Table)
 	}
-	if id == "" {
-		return nil, fmt.Errorf("%s record without id", rec.Table)
+}
+
+// decodeInto decodes rec as an R, refuses it without an id, and stores it.
+func decodeInto[R any](rec snapshotRecord, id func(*R) string, put func(*R)) error {
+	v := new(R)
+	if err := json.Unmarshal(rec.Record, v); err != nil {
+		return fmt.Errorf("decode %s record: %w", rec.Table, err)
 	}
-	return obj, nil
+	if id(v) == "" {
+		return fmt.Errorf("%s record without id", rec.Table)
+	}
+	put(v)
+	return nil
 }
 
 // Hash returns a digest of the state as it would be snapshotted. Replicas

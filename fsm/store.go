@@ -1,0 +1,346 @@
+package fsm
+
+import (
+	"sync"
+
+	"github.com/google/btree"
+)
+
+// store holds the replicated records in ordered copy-on-write B-trees: one
+// tree per record kind ordered by id, and one per secondary index ordered
+// by (key, id). Trees hold pointers to immutable records, so an index
+// entry costs one pointer, and a record is replaced, never modified.
+//
+// A store has one writer, the apply goroutine. A reader gets its own
+// store from clone, in O(1): the trees then share every node, and the
+// writer copies a node the first time it changes it after the clone. So
+// applying an entry copies only the paths it touches, once per view
+// taken, and a reader never blocks the writer nor sees a later write.
+type store struct {
+	servers *btree.BTreeG[*Server]
+	nodes   *btree.BTreeG[*Node]
+
+	tasks       *btree.BTreeG[*Task] // by id
+	tasksByKey  *btree.BTreeG[*Task] // by idempotency key; tasks without one are left out
+	tasksByStat *btree.BTreeG[*Task] // by (state, id)
+	taskCounts  map[TaskState]int
+
+	attempts       *btree.BTreeG[*Attempt] // by id
+	attemptsByTask *btree.BTreeG[*Attempt] // by (task, id)
+	attemptsByNode *btree.BTreeG[*Attempt] // by (node, id)
+	liveByNode     *btree.BTreeG[*Attempt] // by (node, id); reserved and running only
+	attemptsByStat *btree.BTreeG[*Attempt] // by (state, id)
+
+	// Writer-only scratch: probes for lookups (so a lookup allocates
+	// nothing) and the watch topics changed by the entry being applied.
+	taskProbe    Task
+	attemptProbe Attempt
+	nodeProbe    Node
+	touched      map[string]struct{}
+}
+
+// btreeDegree sets the fan-out: nodes of up to 63 items keep a 1M-record
+// tree four levels deep while a copied path stays a few KiB.
+const btreeDegree = 32
+
+func newStore() *store {
+	return &store{
+		servers:        btree.NewG(btreeDegree, func(a, b *Server) bool { return a.ID < b.ID }),
+		nodes:          btree.NewG(btreeDegree, func(a, b *Node) bool { return a.ID < b.ID }),
+		tasks:          btree.NewG(btreeDegree, func(a, b *Task) bool { return a.ID < b.ID }),
+		tasksByKey:     btree.NewG(btreeDegree, func(a, b *Task) bool { return a.Spec.IdempotencyKey < b.Spec.IdempotencyKey }),
+		tasksByStat:    btree.NewG(btreeDegree, lessTaskState),
+		taskCounts:     map[TaskState]int{},
+		attempts:       btree.NewG(btreeDegree, func(a, b *Attempt) bool { return a.ID < b.ID }),
+		attemptsByTask: btree.NewG(btreeDegree, lessAttemptTask),
+		attemptsByNode: btree.NewG(btreeDegree, lessAttemptNode),
+		liveByNode:     btree.NewG(btreeDegree, lessAttemptNode),
+		attemptsByStat: btree.NewG(btreeDegree, lessAttemptState),
+		touched:        map[string]struct{}{},
+	}
+}
+
+func lessTaskState(a, b *Task) bool {
+	if a.State != b.State {
+		return a.State < b.State
+	}
+	return a.ID < b.ID
+}
+
+func lessAttemptTask(a, b *Attempt) bool {
+	if a.TaskID != b.TaskID {
+		return a.TaskID < b.TaskID
+	}
+	return a.ID < b.ID
+}
+
+func lessAttemptNode(a, b *Attempt) bool {
+	if a.NodeID != b.NodeID {
+		return a.NodeID < b.NodeID
+	}
+	return a.ID < b.ID
+}
+
+func lessAttemptState(a, b *Attempt) bool {
+	if a.State != b.State {
+		return a.State < b.State
+	}
+	return a.ID < b.ID
+}
+
+// clone returns a read-only view sharing every tree node with s. It must
+// not run concurrently with a write to s.
+func (s *store) clone() *store {
+	counts := make(map[TaskState]int, len(s.taskCounts))
+	for k, v := range s.taskCounts {
+		counts[k] = v
+	}
+	return &store{
+		servers: s.servers.Clone(), nodes: s.nodes.Clone(),
+		tasks: s.tasks.Clone(), tasksByKey: s.tasksByKey.Clone(), tasksByStat: s.tasksByStat.Clone(), taskCounts: counts,
+		attempts: s.attempts.Clone(), attemptsByTask: s.attemptsByTask.Clone(), attemptsByNode: s.attemptsByNode.Clone(),
+		liveByNode: s.liveByNode.Clone(), attemptsByStat: s.attemptsByStat.Clone(),
+	}
+}
+
+// Watch topics: what a blocking reader waits on.
+const (
+	topicPending = "pending"   // the set of pending tasks, or one of them, changed
+	topicNodes   = "nodes"     // a node record changed
+	topicNodePre = "attempts/" // + node id: an attempt on that node changed
+)
+
+// writer reports whether s is the apply goroutine's store (views have no
+// touched set).
+func (s *store) writer() bool { return s.touched != nil }
+
+func (s *store) touch(topic string) {
+	if s.writer() {
+		s.touched[topic] = struct{}{}
+	}
+}
+
+// Lookups. Readers pass fresh probes (views are shared between
+// goroutines); the writer reuses its own.
+
+func (s *store) task(id string) (*Task, bool) {
+	if s.writer() {
+		s.taskProbe.ID = id
+		return s.tasks.Get(&s.taskProbe)
+	}
+	return s.tasks.Get(&Task{ID: id})
+}
+
+func (s *store) taskByKey(key string) (*Task, bool) {
+	probe := &Task{}
+	if s.writer() {
+		probe = &s.taskProbe
+	}
+	probe.Spec.IdempotencyKey = key
+	t, ok := s.tasksByKey.Get(probe)
+	probe.Spec.IdempotencyKey = ""
+	return t, ok
+}
+
+func (s *store) attempt(id string) (*Attempt, bool) {
+	if s.writer() {
+		s.attemptProbe.ID = id
+		return s.attempts.Get(&s.attemptProbe)
+	}
+	return s.attempts.Get(&Attempt{ID: id})
+}
+
+func (s *store) node(id string) (*Node, bool) {
+	if s.writer() {
+		s.nodeProbe.ID = id
+		return s.nodes.Get(&s.nodeProbe)
+	}
+	return s.nodes.Get(&Node{ID: id})
+}
+
+func (s *store) server(id string) (*Server, bool) {
+	return s.servers.Get(&Server{ID: id})
+}
+
+// Writes (the apply goroutine only).
+
+func (s *store) putServer(v *Server) { s.servers.ReplaceOrInsert(v) }
+
+func (s *store) deleteServer(v *Server) { s.servers.Delete(v) }
+
+func (s *store) putNode(n *Node) {
+	s.nodes.ReplaceOrInsert(n)
+	s.touch(topicNodes)
+}
+
+// putTask inserts or replaces a task and keeps its indexes.
+func (s *store) putTask(t *Task) {
+	old, existed := s.tasks.ReplaceOrInsert(t)
+	if existed {
+		s.tasksByStat.Delete(old)
+		s.uncount(old.State)
+		if old.State == TaskPending {
+			s.touch(topicPending)
+		}
+		if old.Spec.IdempotencyKey != "" && old.Spec.IdempotencyKey != t.Spec.IdempotencyKey {
+			s.tasksByKey.Delete(old)
+		}
+	}
+	s.tasksByStat.ReplaceOrInsert(t)
+	s.taskCounts[t.State]++
+	if t.State == TaskPending {
+		s.touch(topicPending)
+	}
+	if t.Spec.IdempotencyKey != "" {
+		s.tasksByKey.ReplaceOrInsert(t)
+	}
+}
+
+func (s *store) uncount(st TaskState) {
+	if s.taskCounts[st]--; s.taskCounts[st] <= 0 {
+		delete(s.taskCounts, st)
+	}
+}
+
+func (s *store) deleteTask(t *Task) {
+	old, existed := s.tasks.Delete(t)
+	if !existed {
+		return
+	}
+	s.tasksByStat.Delete(old)
+	s.uncount(old.State)
+	if old.State == TaskPending {
+		s.touch(topicPending)
+	}
+	if old.Spec.IdempotencyKey != "" {
+		s.tasksByKey.Delete(old)
+	}
+}
+
+// putAttempt inserts or replaces an attempt and keeps its indexes. An
+// attempt's task and node never change; its state does.
+func (s *store) putAttempt(a *Attempt) {
+	old, existed := s.attempts.ReplaceOrInsert(a)
+	if existed {
+		s.attemptsByStat.Delete(old)
+		if old.State.Live() && !a.State.Live() {
+			s.liveByNode.Delete(old)
+		}
+	}
+	s.attemptsByTask.ReplaceOrInsert(a)
+	s.attemptsByNode.ReplaceOrInsert(a)
+	s.attemptsByStat.ReplaceOrInsert(a)
+	if a.State.Live() {
+		s.liveByNode.ReplaceOrInsert(a)
+	}
+	s.touch(topicNodePre + a.NodeID)
+}
+
+func (s *store) deleteAttempt(a *Attempt) {
+	old, existed := s.attempts.Delete(a)
+	if !existed {
+		return
+	}
+	s.attemptsByTask.Delete(old)
+	s.attemptsByNode.Delete(old)
+	s.attemptsByStat.Delete(old)
+	s.liveByNode.Delete(old)
+	s.touch(topicNodePre + old.NodeID)
+}
+
+// Range scans over (key, id) indexes.
+
+func (s *store) tasksInState(state TaskState, after string, fn func(*Task) bool) {
+	s.tasksByStat.AscendGreaterOrEqual(&Task{State: state, ID: after}, func(t *Task) bool {
+		if t.State != state {
+			return false
+		}
+		if t.ID == after && after != "" {
+			return true
+		}
+		return fn(t)
+	})
+}
+
+func (s *store) attemptsOf(tree *btree.BTreeG[*Attempt], key func(*Attempt) string, probe *Attempt, want string, fn func(*Attempt) bool) {
+	tree.AscendGreaterOrEqual(probe, func(a *Attempt) bool {
+		if key(a) != want {
+			return false
+		}
+		return fn(a)
+	})
+}
+
+func (s *store) attemptsOfTask(taskID string, fn func(*Attempt) bool) {
+	s.attemptsOf(s.attemptsByTask, func(a *Attempt) string { return a.TaskID }, &Attempt{TaskID: taskID}, taskID, fn)
+}
+
+func (s *store) attemptsOnNode(live bool, nodeID string, fn func(*Attempt) bool) {
+	tree := s.attemptsByNode
+	if live {
+		tree = s.liveByNode
+	}
+	s.attemptsOf(tree, func(a *Attempt) string { return a.NodeID }, &Attempt{NodeID: nodeID}, nodeID, fn)
+}
+
+func (s *store) attemptsInState(state AttemptState, fn func(*Attempt) bool) {
+	s.attemptsOf(s.attemptsByStat, func(a *Attempt) string { return string(a.State) }, &Attempt{State: state}, string(state), fn)
+}
+
+// watchHub hands out channels that close when a topic changes after a
+// given index. A reader holding a view at index i asks for topic t as of
+// i: if t already changed after i, it gets a closed channel, so no change
+// between taking the view and starting to wait is missed.
+type watchHub struct {
+	mu       sync.Mutex
+	chans    map[string]chan struct{}
+	changed  map[string]uint64 // topic → index of its latest change
+	restored uint64            // index of the latest restore: every topic changed
+}
+
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+func newWatchHub() *watchHub {
+	return &watchHub{chans: map[string]chan struct{}{}, changed: map[string]uint64{}}
+}
+
+func (h *watchHub) watch(topic string, asOf uint64) <-chan struct{} {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.changed[topic] > asOf || h.restored > asOf {
+		return closedChan
+	}
+	ch, ok := h.chans[topic]
+	if !ok {
+		ch = make(chan struct{})
+		h.chans[topic] = ch
+	}
+	return ch
+}
+
+// fire records that topics changed at index and wakes their waiters.
+func (h *watchHub) fire(topics map[string]struct{}, index uint64) {
+	if len(topics) == 0 {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for t := range topics {
+		h.changed[t] = index
+		if ch, ok := h.chans[t]; ok {
+			close(ch)
+			delete(h.chans, t)
+		}
+	}
+}
+
+// fireAll wakes every waiter: the whole state was replaced at index.
+func (h *watchHub) fireAll(index uint64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.restored = index
+	for t, ch := range h.chans {
+		close(ch)
+		delete(h.chans, t)
+	}
+}

@@ -76,14 +76,27 @@ func (s *Server) scheduleLoop(ctx context.Context) {
 	}
 	explained := map[string]time.Time{}
 	sleepers := &wakeTracker{requested: map[string]time.Time{}, lastSent: map[string]time.Time{}, passedOver: map[string]map[string]string{}}
+	fl := newInflight()
+	var commits sync.WaitGroup
+	defer commits.Wait()
 	for ctx.Err() == nil {
 		ws := memdb.NewWatchSet()
 		passStart := time.Now()
-		placed, wake := s.schedulePass(ctx, ws, rng, explained, sleepers)
-		if placed > 0 {
+		decided, wake := s.schedulePass(ctx, ws, rng, explained, sleepers, fl, &commits)
+		passTook := time.Since(passStart)
+		passes, futile, changed := fl.state()
+		if decided > 0 && !futile {
+			// Pipeline: decide the next pass while this one commits, but
+			// never more than maxPassesInFlight at once.
+			for passes >= maxPassesInFlight && ctx.Err() == nil {
+				select {
+				case <-ctx.Done():
+				case <-changed:
+				}
+				passes, _, changed = fl.state()
+			}
 			continue
 		}
-		passTook := time.Since(passStart)
 		wait := time.Second
 		if !wake.IsZero() {
 			wait = min(wait, max(time.Until(wake), time.Millisecond))
@@ -93,6 +106,10 @@ func (s *Server) scheduleLoop(ctx context.Context) {
 			select {
 			case <-s.monitor.kick: // a hibernating node woke up
 				cancel()
+			case <-changed: // a commit ended: its rejections may free capacity
+				if passes > 0 {
+					cancel()
+				}
 			case <-wctx.Done():
 			}
 		}()
@@ -109,8 +126,9 @@ func (s *Server) scheduleLoop(ctx context.Context) {
 	}
 }
 
-// schedulePass runs one pass and returns how many placements were
-// committed and when the earliest backing-off task becomes due.
+// schedulePass runs one pass, hands its placements to Raft (committed in
+// the background, tracked in fl until the FSM answers) and returns how
+// many it decided and when the earliest backing-off task becomes due.
 // wakeTracker remembers, for the leader's term, which hibernating nodes
 // it woke and when, and which nodes it passed over for which task.
 type wakeTracker struct {
@@ -119,8 +137,10 @@ type wakeTracker struct {
 	passedOver map[string]map[string]string // task → node → why
 }
 
-func (s *Server) schedulePass(ctx context.Context, ws memdb.WatchSet, rng randSource, explained map[string]time.Time, sleepers *wakeTracker) (int, time.Time) {
+func (s *Server) schedulePass(ctx context.Context, ws memdb.WatchSet, rng randSource, explained map[string]time.Time, sleepers *wakeTracker, fl *inflight, commits *sync.WaitGroup) (int, time.Time) {
 	cfg := s.cfg.Scheduler
+	// In-flight placements are read before the view (see inflight).
+	flTasks, flNodes := fl.snapshot()
 	st := s.fsm.State()
 	now := s.now().UTC()
 	s.schedStats.Passes.Add(1)
@@ -137,6 +157,9 @@ func (s *Server) schedulePass(ctx context.Context, ws memdb.WatchSet, rng randSo
 	queued := make([]scheduler.QueuedTask, 0, len(pending))
 	var oldest time.Duration
 	for i, t := range pending {
+		if _, proposed := flTasks[t.ID]; proposed {
+			continue
+		}
 		oldest = max(oldest, now.Sub(t.QueuedAt))
 		if now.Before(t.NotBefore) && (wake.IsZero() || t.NotBefore.Before(wake)) {
 			wake = t.NotBefore
@@ -189,6 +212,10 @@ func (s *Server) schedulePass(ctx context.Context, ws memdb.WatchSet, rng randSo
 		rec := nodeByID(n.ID)
 		sessions[n.ID] = rec.SessionGeneration
 		_, _, n.Hibernating = s.monitor.view(n.ID, rec.LastHeartbeat, rec.SessionStartedAt, now)
+		if b, ok := flNodes[n.ID]; ok {
+			n.Reserved = n.Reserved.Add(b.resources)
+			n.RunningAttempts += b.attempts
+		}
 		if !n.Hibernating {
 			delete(sleepers.requested, n.ID)
 		}
@@ -200,6 +227,7 @@ func (s *Server) schedulePass(ctx context.Context, ws memdb.WatchSet, rng randSo
 
 	var (
 		cmds      [][]byte
+		proposals []proposal
 		explains  [][]byte
 		explainN  int
 		decisions int
@@ -268,25 +296,31 @@ func (s *Server) schedulePass(ctx context.Context, ws memdb.WatchSet, rng randSo
 			s.logger.Error("select", "task", t.ID, "error", err)
 			continue
 		}
-		b, err := fsm.Encode(fsm.MsgReserve, fsm.ReserveRequest{
+		b := fsm.EncodeReserve(fsm.ReserveRequest{
 			TaskID: t.ID, AttemptID: newID(now), Number: t.Attempts + 1, NodeID: cand.Node.ID,
 			SessionGeneration: sessions[cand.Node.ID], Score: cand.Score, Now: now, HeartbeatTTL: cfg.HeartbeatTTL,
 		})
-		if err != nil {
-			s.logger.Error("encode reservation", "error", err)
-			continue
-		}
 		cmds = append(cmds, b)
+		proposals = append(proposals, proposal{taskID: t.ID, nodeID: cand.Node.ID, resources: t.Spec.Resources})
 		decisions++
 		// Book it in the working copy so later tasks of this pass see it.
 		cand.Node.Reserved = cand.Node.Reserved.Add(t.Spec.Resources)
 		cand.Node.RunningAttempts++
 	}
-	placed := s.commitPlacements(ctx, cmds, cfg.BatchSize)
-	if len(explains) > 0 {
-		s.commitBatches(ctx, explains, cfg.BatchSize)
+	if len(cmds) == 0 && len(explains) == 0 {
+		return 0, wake
 	}
-	return placed, wake
+	fl.add(proposals)
+	commits.Add(1)
+	go func() {
+		defer commits.Done()
+		accepted := s.commitPlacements(ctx, cmds, cfg.BatchSize)
+		if len(explains) > 0 {
+			s.commitBatches(ctx, explains, cfg.BatchSize)
+		}
+		fl.done(proposals, accepted)
+	}()
+	return decisions, wake
 }
 
 // commitPlacements proposes the reservations in entries of up to

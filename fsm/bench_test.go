@@ -56,7 +56,7 @@ func BenchmarkReserveApply(b *testing.B) {
 		cmds = cmds[:0]
 		for i := 0; i < batch; i++ {
 			node := fmt.Sprintf("node-%04d", (next+i)%nodes)
-			c, _ := Encode(MsgReserve, ReserveRequest{TaskID: fmt.Sprintf("task-%07d", next+i), AttemptID: fmt.Sprintf("att-%07d", next+i), Number: 1,
+			c := EncodeReserve(ReserveRequest{TaskID: fmt.Sprintf("task-%07d", next+i), AttemptID: fmt.Sprintf("att-%07d", next+i), Number: 1,
 				NodeID: node, SessionGeneration: sessions[node], Score: 1, Now: now, HeartbeatTTL: time.Hour})
 			cmds = append(cmds, c)
 		}

@@ -88,18 +88,28 @@ func EncodeBatch(cmds [][]byte) []byte {
 	return buf
 }
 
-// decodeHeader splits an entry into its type, flag and payload.
-func decodeHeader(buf []byte) (MessageType, bool, []byte, error) {
+// header is a command's first two bytes, decoded.
+type header struct {
+	typ       MessageType
+	ignorable bool
+	binary    bool // payload in the binary form (binaryVersion), not JSON
+}
+
+// decodeHeader splits an entry into its header and payload.
+func decodeHeader(buf []byte) (header, []byte, error) {
 	if len(buf) < 2 {
-		return 0, false, nil, fmt.Errorf("%w: entry of %d bytes is shorter than its header", ErrMalformedCommand, len(buf))
+		return header{}, nil, fmt.Errorf("%w: entry of %d bytes is shorter than its header", ErrMalformedCommand, len(buf))
 	}
 	t := MessageType(buf[0])
-	ignorable := t&IgnoreUnknownFlag != 0
-	t &^= IgnoreUnknownFlag
-	if buf[1] != payloadVersion {
-		return t, ignorable, nil, fmt.Errorf("%w: %s payload version %d not supported", ErrMalformedCommand, t, buf[1])
+	h := header{typ: t &^ IgnoreUnknownFlag, ignorable: t&IgnoreUnknownFlag != 0}
+	switch {
+	case buf[1] == payloadVersion:
+	case buf[1] == binaryVersion && h.typ == MsgReserve:
+		h.binary = true
+	default:
+		return h, nil, fmt.Errorf("%w: %s payload version %d not supported", ErrMalformedCommand, h.typ, buf[1])
 	}
-	return t, ignorable, buf[2:], nil
+	return h, buf[2:], nil
 }
 
 // splitBatch returns the commands inside a batch payload.

@@ -116,13 +116,13 @@ func (f *FSM) ApplyBytes(index uint64, data []byte) any {
 }
 
 func (f *FSM) applyEntry(db *store, index uint64, data []byte) any {
-	t, ignorable, payload, err := decodeHeader(data)
+	h, payload, err := decodeHeader(data)
 	if err != nil {
 		f.logger.Error("refusing undecodable entry", "index", index, "error", err)
 		return err
 	}
-	if t != MsgBatch {
-		return f.applyOne(db, index, t, ignorable, payload)
+	if h.typ != MsgBatch {
+		return f.applyOne(db, index, h, payload)
 	}
 	cmds, err := splitBatch(payload)
 	if err != nil {
@@ -131,22 +131,23 @@ func (f *FSM) applyEntry(db *store, index uint64, data []byte) any {
 	}
 	out := make(BatchResult, len(cmds))
 	for i, c := range cmds {
-		ct, ign, p, err := decodeHeader(c)
+		ch, p, err := decodeHeader(c)
 		switch {
 		case err != nil:
 			out[i] = err
-		case ct == MsgBatch:
+		case ch.typ == MsgBatch:
 			out[i] = fmt.Errorf("%w: nested batch", ErrMalformedCommand)
 		default:
-			out[i] = f.applyOne(db, index, ct, ign, p)
+			out[i] = f.applyOne(db, index, ch, p)
 		}
 	}
 	return out
 }
 
-func (f *FSM) applyOne(db *store, index uint64, t MessageType, ignorable bool, payload []byte) any {
+func (f *FSM) applyOne(db *store, index uint64, h header, payload []byte) any {
 	var resp any
 	var err error
+	t := h.typ
 	switch t {
 	case MsgNoop:
 		return nil
@@ -159,6 +160,13 @@ func (f *FSM) applyOne(db *store, index uint64, t MessageType, ignorable bool, p
 	case MsgRegisterNode:
 		resp, err = applyJSON(payload, func(r *RegisterNodeRequest) (any, error) { return applyRegisterNode(db, index, r) })
 	case MsgReserve:
+		if h.binary {
+			var r *ReserveRequest
+			if r, err = decodeReserve(payload); err == nil {
+				resp, err = applyReserve(db, index, r)
+			}
+			break
+		}
 		resp, err = applyJSON(payload, func(r *ReserveRequest) (any, error) { return applyReserve(db, index, r) })
 	case MsgAttemptStart:
 		resp, err = applyJSON(payload, func(r *AttemptStartRequest) (any, error) { return applyAttemptStart(db, index, r) })
@@ -181,7 +189,7 @@ func (f *FSM) applyOne(db *store, index uint64, t MessageType, ignorable bool, p
 	case MsgForgetTasks:
 		resp, err = applyJSON(payload, func(r *ForgetTasksRequest) (any, error) { return applyForgetTasks(db, r) })
 	default:
-		if ignorable {
+		if h.ignorable {
 			f.logger.Warn("skipping unknown ignorable command", "index", index, "type", t)
 			return nil
 		}

@@ -30,6 +30,9 @@ func seedCommands(f *testing.F) {
 		f.Add(b)
 		f.Add(EncodeBatch([][]byte{b, b}))
 	}
+	bin := EncodeReserve(ReserveRequest{TaskID: "t1", AttemptID: "a1", Number: 1, NodeID: "n1", SessionGeneration: 1, Now: now, HeartbeatTTL: time.Minute})
+	f.Add(bin)
+	f.Add(EncodeBatch([][]byte{bin, bin}))
 	f.Add([]byte{})
 	f.Add([]byte{byte(MsgBatch), payloadVersion, 0xff, 0xff})
 	f.Add([]byte{0x80 | 77, payloadVersion})

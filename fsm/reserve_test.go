@@ -69,8 +69,9 @@ func (h *harness) submit(id string, res scheduler.Resources, maxAttempts int) {
 	}
 }
 
+// reserveCmd encodes a reservation as the leader does (binary form).
 func reserveCmd(t tb, task, attempt, node string, number int, gen uint64) []byte {
-	return mustEncode(t, MsgReserve, ReserveRequest{TaskID: task, AttemptID: attempt, Number: number, NodeID: node,
+	return EncodeReserve(ReserveRequest{TaskID: task, AttemptID: attempt, Number: number, NodeID: node,
 		SessionGeneration: gen, Now: epoch.Add(time.Second), HeartbeatTTL: ttl})
 }
 

@@ -63,6 +63,7 @@ type benchResult struct {
 	Placements         float64 `json:"placements_per_sec"`
 	PlacementToCeiling float64 `json:"placement_to_ceiling_ratio"`
 	PlacementEntries   uint64  `json:"placement_entries"`
+	PlacementCPUCores  float64 `json:"placement_cpu_cores"`
 	E2ETasksPerSec     float64 `json:"e2e_tasks_per_sec"`
 	// Submit→start latency at a light, steady rate (not saturated), and
 	// over the saturating burst.
@@ -176,7 +177,7 @@ func printBench(w io.Writer, r *benchResult) {
 	tb := &table{}
 	tb.add("MEASURE", "VALUE", "WORKLOAD")
 	tb.add("raft ceiling", fmt.Sprintf("%.0f entries/s", r.RaftCeiling), "3 replicas, fsync, 256 appliers, one reservation-sized entry each")
-	tb.add("placements", fmt.Sprintf("%.0f /s (%.2f× ceiling, %d entries)", r.Placements, r.PlacementToCeiling, r.PlacementEntries), fmt.Sprintf("%d nodes, %d pending", r.PlacementNodes, r.PlacementBacklog))
+	tb.add("placements", fmt.Sprintf("%.0f /s (%.2f× ceiling, %d entries, %.2f cores busy)", r.Placements, r.PlacementToCeiling, r.PlacementEntries, r.PlacementCPUCores), fmt.Sprintf("%d nodes, %d pending", r.PlacementNodes, r.PlacementBacklog))
 	tb.add("end to end", fmt.Sprintf("%.0f tasks/s, submit→start p50 %.1f ms, p99 %.1f ms", r.E2ETasksPerSec, r.E2ESaturatedStartP50, r.E2ESaturatedStartP99), fmt.Sprintf("%d × true at once, 3 replicas + 4 agents", r.E2ETasks))
 	tb.add("submit→start, light load", fmt.Sprintf("p50 %.1f ms, p99 %.1f ms", r.E2ESubmitToStartP50, r.E2ESubmitToStartP99), fmt.Sprintf("%.0f tasks/s steady, same cluster", r.E2ELightRate))
 	tb.add("decision", fmt.Sprintf("%.3f / %.3f / %.3f ms", r.Decision100Nodes, r.Decision1kNodes, r.Decision10kNodes), "filter+score+select over 100 / 1k / 10k nodes")
@@ -221,7 +222,7 @@ func benchPlacement(dir string, sz benchSizes, r *benchResult) error {
 	leader := d.leader()
 	ctx := context.Background()
 	// An entry the size of one encoded reservation.
-	sample, _ := fsm.Encode(fsm.MsgReserve, fsm.ReserveRequest{TaskID: strings.Repeat("t", 26), AttemptID: strings.Repeat("a", 26), Number: 1,
+	sample := fsm.EncodeReserve(fsm.ReserveRequest{TaskID: strings.Repeat("t", 26), AttemptID: strings.Repeat("a", 26), Number: 1,
 		NodeID: "node-0001", SessionGeneration: 1, Score: 1_080_000, Now: time.Now().UTC(), HeartbeatTTL: 30 * time.Second})
 	noop, _ := fsm.Encode(fsm.MsgNoop, fsm.NoopRequest{Pad: make([]byte, max(len(sample)-40, 1))})
 	var count atomic.Int64
@@ -299,6 +300,7 @@ func benchPlacement(dir string, sz benchSizes, r *benchResult) error {
 		}
 	}()
 	before, entries := leader.SchedulerStats().Placements.Load(), leader.SchedulerStats().Entries.Load()
+	cpuBefore := processCPU()
 	start = time.Now()
 	if err := applyChunks(ctx, leader, cmds); err != nil {
 		return err
@@ -318,6 +320,7 @@ func benchPlacement(dir string, sz benchSizes, r *benchResult) error {
 		time.Sleep(2 * time.Millisecond)
 	}
 	r.Placements = float64(sz.backlog) / time.Since(start).Seconds()
+	r.PlacementCPUCores = (processCPU() - cpuBefore).Seconds() / time.Since(start).Seconds()
 	r.PlacementEntries = leader.SchedulerStats().Entries.Load() - entries
 	r.PlacementToCeiling = r.Placements / r.RaftCeiling
 	return nil
@@ -575,6 +578,16 @@ func benchFootprint(dir string, sz benchSizes, r *benchResult) error {
 	}
 	r.RestartToReadyMs = float64(time.Since(t0).Microseconds()) / 1000
 	return nil
+}
+
+// processCPU is the CPU time (user and system) this process has used: the
+// whole cluster runs in it, so its rate is how many cores a run kept busy.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 type countWriter struct{ n int64 }

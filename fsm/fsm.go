@@ -100,8 +100,8 @@ func (f *FSM) Apply(l *raft.Log) any {
 	resp := f.applyEntry(f.db, l.Index, l.Data)
 	f.index.Store(l.Index)
 	f.view = nil
-	f.watches.fire(f.db.touched, l.Index)
-	clear(f.db.touched)
+	f.watches.fire(f.db.w.touched, l.Index)
+	clear(f.db.w.touched)
 	f.mu.Unlock()
 	if f.afterApply != nil {
 		f.afterApply(l.Index, f.State())

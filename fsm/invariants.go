@@ -123,5 +123,27 @@ func (s *store) checkIndexes() error {
 			return true
 		})
 	}
+	if s.w != nil {
+		errs = append(errs,
+			checkWriterMap("task", s.tasks, s.w.tasks, func(t *Task) string { return t.ID }),
+			checkWriterMap("attempt", s.attempts, s.w.attempts, func(a *Attempt) string { return a.ID }),
+			checkWriterMap("node", s.nodes, s.w.nodes, func(n *Node) string { return n.ID }))
+	}
 	return errors.Join(errs...)
+}
+
+// checkWriterMap verifies that the writer's map holds exactly the tree's
+// records.
+func checkWriterMap[T any](kind string, tree *btree.BTreeG[*T], m map[string]*T, id func(*T) string) error {
+	if tree.Len() != len(m) {
+		return fmt.Errorf("%s map holds %d, tree %d", kind, len(m), tree.Len())
+	}
+	var err error
+	tree.Ascend(func(rec *T) bool {
+		if m[id(rec)] != rec {
+			err = fmt.Errorf("%s map disagrees with the tree on %s", kind, id(rec))
+		}
+		return err == nil
+	})
+	return err
 }

@@ -95,7 +95,7 @@ func readSnapshot(r io.Reader) (*store, uint64, error) {
 			return nil, 0, fmt.Errorf("record %d: %w", n, err)
 		}
 	}
-	clear(db.touched)
+	clear(db.w.touched)
 	return db, hdr.Index, nil
 }
 

@@ -31,12 +31,17 @@ type store struct {
 	liveByNode     *btree.BTreeG[*Attempt] // by (node, id); reserved and running only
 	attemptsByStat *btree.BTreeG[*Attempt] // by (state, id)
 
-	// Writer-only scratch: probes for lookups (so a lookup allocates
-	// nothing) and the watch topics changed by the entry being applied.
-	taskProbe    Task
-	attemptProbe Attempt
-	nodeProbe    Node
-	touched      map[string]struct{}
+	// Writer only (nil in views): records by id for the writer's own
+	// lookups, which are most of what applying a command reads, and the
+	// watch topics changed by the entry being applied.
+	w *writerMaps
+}
+
+type writerMaps struct {
+	tasks    map[string]*Task
+	attempts map[string]*Attempt
+	nodes    map[string]*Node
+	touched  map[string]struct{}
 }
 
 // btreeDegree sets the fan-out: nodes of up to 63 items keep a 1M-record
@@ -56,7 +61,10 @@ func newStore() *store {
 		attemptsByNode: btree.NewG(btreeDegree, lessAttemptNode),
 		liveByNode:     btree.NewG(btreeDegree, lessAttemptNode),
 		attemptsByStat: btree.NewG(btreeDegree, lessAttemptState),
-		touched:        map[string]struct{}{},
+		w: &writerMaps{
+			tasks: map[string]*Task{}, attempts: map[string]*Attempt{}, nodes: map[string]*Node{},
+			touched: map[string]struct{}{},
+		},
 	}
 }
 
@@ -110,50 +118,38 @@ const (
 	topicNodePre = "attempts/" // + node id: an attempt on that node changed
 )
 
-// writer reports whether s is the apply goroutine's store (views have no
-// touched set).
-func (s *store) writer() bool { return s.touched != nil }
-
 func (s *store) touch(topic string) {
-	if s.writer() {
-		s.touched[topic] = struct{}{}
+	if s.w != nil {
+		s.w.touched[topic] = struct{}{}
 	}
 }
 
-// Lookups. Readers pass fresh probes (views are shared between
-// goroutines); the writer reuses its own.
+// Lookups: the writer's maps, or a view's trees (with a probe record).
 
 func (s *store) task(id string) (*Task, bool) {
-	if s.writer() {
-		s.taskProbe.ID = id
-		return s.tasks.Get(&s.taskProbe)
+	if s.w != nil {
+		t, ok := s.w.tasks[id]
+		return t, ok
 	}
 	return s.tasks.Get(&Task{ID: id})
 }
 
 func (s *store) taskByKey(key string) (*Task, bool) {
-	probe := &Task{}
-	if s.writer() {
-		probe = &s.taskProbe
-	}
-	probe.Spec.IdempotencyKey = key
-	t, ok := s.tasksByKey.Get(probe)
-	probe.Spec.IdempotencyKey = ""
-	return t, ok
+	return s.tasksByKey.Get(&Task{Spec: TaskSpec{IdempotencyKey: key}})
 }
 
 func (s *store) attempt(id string) (*Attempt, bool) {
-	if s.writer() {
-		s.attemptProbe.ID = id
-		return s.attempts.Get(&s.attemptProbe)
+	if s.w != nil {
+		a, ok := s.w.attempts[id]
+		return a, ok
 	}
 	return s.attempts.Get(&Attempt{ID: id})
 }
 
 func (s *store) node(id string) (*Node, bool) {
-	if s.writer() {
-		s.nodeProbe.ID = id
-		return s.nodes.Get(&s.nodeProbe)
+	if s.w != nil {
+		n, ok := s.w.nodes[id]
+		return n, ok
 	}
 	return s.nodes.Get(&Node{ID: id})
 }
@@ -170,14 +166,18 @@ func (s *store) deleteServer(v *Server) { s.servers.Delete(v) }
 
 func (s *store) putNode(n *Node) {
 	s.nodes.ReplaceOrInsert(n)
+	s.w.nodes[n.ID] = n
 	s.touch(topicNodes)
 }
 
 // putTask inserts or replaces a task and keeps its indexes.
 func (s *store) putTask(t *Task) {
 	old, existed := s.tasks.ReplaceOrInsert(t)
-	if existed {
+	s.w.tasks[t.ID] = t
+	if existed && old.State != t.State {
 		s.tasksByStat.Delete(old)
+	}
+	if existed {
 		s.uncount(old.State)
 		if old.State == TaskPending {
 			s.touch(topicPending)
@@ -207,6 +207,7 @@ func (s *store) deleteTask(t *Task) {
 	if !existed {
 		return
 	}
+	delete(s.w.tasks, old.ID)
 	s.tasksByStat.Delete(old)
 	s.uncount(old.State)
 	if old.State == TaskPending {
@@ -221,8 +222,11 @@ func (s *store) deleteTask(t *Task) {
 // attempt's task and node never change; its state does.
 func (s *store) putAttempt(a *Attempt) {
 	old, existed := s.attempts.ReplaceOrInsert(a)
+	s.w.attempts[a.ID] = a
 	if existed {
-		s.attemptsByStat.Delete(old)
+		if old.State != a.State {
+			s.attemptsByStat.Delete(old)
+		}
 		if old.State.Live() && !a.State.Live() {
 			s.liveByNode.Delete(old)
 		}
@@ -241,6 +245,7 @@ func (s *store) deleteAttempt(a *Attempt) {
 	if !existed {
 		return
 	}
+	delete(s.w.attempts, old.ID)
 	s.attemptsByTask.Delete(old)
 	s.attemptsByNode.Delete(old)
 	s.attemptsByStat.Delete(old)

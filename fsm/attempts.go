@@ -78,10 +78,7 @@ func (t *Task) Blacklist(nodeByID func(string) *Node) map[string]bool {
 }
 
 func (t *Task) addEvent(index uint64, at time.Time, kind, msg string) {
-	t.Timeline = append(t.Timeline, TimelineEvent{Index: index, Time: at, Kind: kind, Message: msg})
-	if len(t.Timeline) > maxTimeline {
-		t.Timeline = append(t.Timeline[:1], t.Timeline[len(t.Timeline)-maxTimeline+1:]...)
-	}
+	t.Timeline = appendEvent(t.Timeline, TimelineEvent{Index: index, Time: at, Kind: kind, Message: msg}, maxTimeline, 1)
 }
 
 // ReserveResult is the response to an accepted reservation.

@@ -108,7 +108,7 @@ func (s *store) checkIndexes() error {
 		}
 		return true
 	})
-	for name, idx := range map[string]*btree.BTreeG[*Attempt]{"task": s.attemptsByTask, "node": s.attemptsByNode, "state": s.attemptsByStat, "live node": s.liveByNode} {
+	for name, idx := range map[string]*btree.BTreeG[*Attempt]{"task": s.attemptsByTask, "node": s.attemptsByNode, "live node": s.liveByNode} {
 		want := len(attempts)
 		if name == "live node" {
 			want = live

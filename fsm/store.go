@@ -1,6 +1,8 @@
 package fsm
 
 import (
+	"slices"
+	"strings"
 	"sync"
 
 	"github.com/google/btree"
@@ -29,7 +31,6 @@ type store struct {
 	attemptsByTask *btree.BTreeG[*Attempt] // by (task, id)
 	attemptsByNode *btree.BTreeG[*Attempt] // by (node, id)
 	liveByNode     *btree.BTreeG[*Attempt] // by (node, id); reserved and running only
-	attemptsByStat *btree.BTreeG[*Attempt] // by (state, id)
 
 	// Writer only (nil in views): records by id for the writer's own
 	// lookups, which are most of what applying a command reads, and the
@@ -60,7 +61,6 @@ func newStore() *store {
 		attemptsByTask: btree.NewG(btreeDegree, lessAttemptTask),
 		attemptsByNode: btree.NewG(btreeDegree, lessAttemptNode),
 		liveByNode:     btree.NewG(btreeDegree, lessAttemptNode),
-		attemptsByStat: btree.NewG(btreeDegree, lessAttemptState),
 		w: &writerMaps{
 			tasks: map[string]*Task{}, attempts: map[string]*Attempt{}, nodes: map[string]*Node{},
 			touched: map[string]struct{}{},
@@ -89,13 +89,6 @@ func lessAttemptNode(a, b *Attempt) bool {
 	return a.ID < b.ID
 }
 
-func lessAttemptState(a, b *Attempt) bool {
-	if a.State != b.State {
-		return a.State < b.State
-	}
-	return a.ID < b.ID
-}
-
 // clone returns a read-only view sharing every tree node with s. It must
 // not run concurrently with a write to s.
 func (s *store) clone() *store {
@@ -107,7 +100,7 @@ func (s *store) clone() *store {
 		servers: s.servers.Clone(), nodes: s.nodes.Clone(),
 		tasks: s.tasks.Clone(), tasksByKey: s.tasksByKey.Clone(), tasksByStat: s.tasksByStat.Clone(), taskCounts: counts,
 		attempts: s.attempts.Clone(), attemptsByTask: s.attemptsByTask.Clone(), attemptsByNode: s.attemptsByNode.Clone(),
-		liveByNode: s.liveByNode.Clone(), attemptsByStat: s.attemptsByStat.Clone(),
+		liveByNode: s.liveByNode.Clone(),
 	}
 }
 
@@ -224,16 +217,12 @@ func (s *store) putAttempt(a *Attempt) {
 	old, existed := s.attempts.ReplaceOrInsert(a)
 	s.w.attempts[a.ID] = a
 	if existed {
-		if old.State != a.State {
-			s.attemptsByStat.Delete(old)
-		}
 		if old.State.Live() && !a.State.Live() {
 			s.liveByNode.Delete(old)
 		}
 	}
 	s.attemptsByTask.ReplaceOrInsert(a)
 	s.attemptsByNode.ReplaceOrInsert(a)
-	s.attemptsByStat.ReplaceOrInsert(a)
 	if a.State.Live() {
 		s.liveByNode.ReplaceOrInsert(a)
 	}
@@ -248,7 +237,6 @@ func (s *store) deleteAttempt(a *Attempt) {
 	delete(s.w.attempts, old.ID)
 	s.attemptsByTask.Delete(old)
 	s.attemptsByNode.Delete(old)
-	s.attemptsByStat.Delete(old)
 	s.liveByNode.Delete(old)
 	s.touch(topicNodePre + old.NodeID)
 }
@@ -288,8 +276,28 @@ func (s *store) attemptsOnNode(live bool, nodeID string, fn func(*Attempt) bool)
 	s.attemptsOf(tree, func(a *Attempt) string { return a.NodeID }, &Attempt{NodeID: nodeID}, nodeID, fn)
 }
 
+// attemptsInState visits the attempts in one state in id order. Live
+// states are read from the live index (bounded by the cluster's slots);
+// ended ones need a scan of every attempt, which only tests and
+// operators ask for.
 func (s *store) attemptsInState(state AttemptState, fn func(*Attempt) bool) {
-	s.attemptsOf(s.attemptsByStat, func(a *Attempt) string { return string(a.State) }, &Attempt{State: state}, string(state), fn)
+	if !state.Live() {
+		s.attempts.Ascend(func(a *Attempt) bool { return a.State != state || fn(a) })
+		return
+	}
+	var live []*Attempt
+	s.liveByNode.Ascend(func(a *Attempt) bool {
+		if a.State == state {
+			live = append(live, a)
+		}
+		return true
+	})
+	slices.SortFunc(live, func(a, b *Attempt) int { return strings.Compare(a.ID, b.ID) })
+	for _, a := range live {
+		if !fn(a) {
+			return
+		}
+	}
 }
 
 // watchHub hands out channels that close when a topic changes after a

@@ -104,9 +104,10 @@ type Task struct {
 	Timeline    []TimelineEvent `json:"timeline"`
 }
 
+// clone copies a task for changing it. The timeline is shared: events are
+// only ever added through appendEvent, which writes a new array.
 func (t *Task) clone() *Task {
 	c := *t
-	c.Timeline = append([]TimelineEvent(nil), t.Timeline...)
 	if t.NodeFailures != nil {
 		c.NodeFailures = make(map[string]NodeFailure, len(t.NodeFailures))
 		for k, v := range t.NodeFailures {
@@ -188,17 +189,32 @@ type Node struct {
 // maxNodeEvents bounds a node's event history.
 const maxNodeEvents = 50
 
+// clone copies a node for changing it; the events are shared (see
+// Task.clone).
 func (n *Node) clone() *Node {
 	c := *n
-	c.Events = append([]TimelineEvent(nil), n.Events...)
 	return &c
 }
 
 func (n *Node) addEvent(index uint64, at time.Time, kind, msg string) {
-	n.Events = append(n.Events, TimelineEvent{Index: index, Time: at, Kind: kind, Message: msg})
-	if len(n.Events) > maxNodeEvents {
-		n.Events = n.Events[len(n.Events)-maxNodeEvents:]
+	n.Events = appendEvent(n.Events, TimelineEvent{Index: index, Time: at, Kind: kind, Message: msg}, maxNodeEvents, 0)
+}
+
+// appendEvent returns a new slice holding events and ev, never writing
+// into events' array (an older record may share it). Beyond limit, the
+// first keep events and the latest ones are kept.
+func appendEvent(events []TimelineEvent, ev TimelineEvent, limit, keep int) []TimelineEvent {
+	n := len(events) + 1
+	if n <= limit {
+		out := make([]TimelineEvent, n)
+		copy(out, events)
+		out[n-1] = ev
+		return out
 	}
+	out := make([]TimelineEvent, 0, limit)
+	out = append(out, events[:keep]...)
+	out = append(out, events[len(events)-(limit-keep-1):]...)
+	return append(out, ev)
 }
 
 // Server is the replicated metadata of a scheduler replica: how to reach

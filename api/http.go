@@ -14,6 +14,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
+	"net/http/pprof"
 	"net/url"
 	"slices"
 	"strconv"
@@ -103,6 +104,17 @@ type Handler struct {
 // leader (the replica's own dialer, so fault tests can cut that link too).
 func (h *Handler) WithForwardTransport(rt http.RoundTripper) *Handler {
 	h.forwardTransport = rt
+	return h
+}
+
+// WithDebug serves Go's runtime profiles under /debug/pprof/ (for
+// operators chasing CPU or memory; see the enable_debug setting).
+func (h *Handler) WithDebug() *Handler {
+	h.mux.HandleFunc("/debug/pprof/", pprof.Index)
+	h.mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	h.mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	h.mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	h.mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	return h
 }
 

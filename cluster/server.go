@@ -164,7 +164,7 @@ func Start(cfg config.Server, opts Options) (_ *Server, err error) {
 
 	s.httpLn = httpLn
 	s.httpServer = &http.Server{
-		Handler:           api.NewHandler(s, logger).WithForwardTransport(s.peerHTTP.Transport),
+		Handler:           s.httpHandler(logger),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       120 * time.Second,
 		ErrorLog:          logger.Named("http").StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true}),
@@ -423,4 +423,12 @@ func awaitFuture(ctx context.Context, f raft.Future) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+func (s *Server) httpHandler(logger hclog.Logger) http.Handler {
+	h := api.NewHandler(s, logger).WithForwardTransport(s.peerHTTP.Transport)
+	if s.cfg.EnableDebug {
+		h = h.WithDebug()
+	}
+	return h
 }

@@ -161,6 +161,10 @@ type Server struct {
 	GossipAdvertise string
 	// GossipKey is a base64 AES key (16, 24 or 32 bytes) encrypting gossip.
 	GossipKey string
+	// EnableDebug serves Go's profiles (net/http/pprof) under /debug/pprof/
+	// on the HTTP API. Off by default: profiles reveal internals and cost
+	// CPU while taken.
+	EnableDebug bool
 }
 
 // DefaultRaft returns the timings tuned for low-spec servers on weak links.
@@ -210,6 +214,7 @@ type fileServer struct {
 	GossipAddr      *string        `hcl:"gossip_addr,optional"`
 	GossipAdvertise *string        `hcl:"gossip_advertise,optional"`
 	GossipKey       *string        `hcl:"gossip_key,optional"`
+	EnableDebug     *bool          `hcl:"enable_debug,optional"`
 }
 
 type fileLiveness struct {
@@ -281,6 +286,9 @@ func ParseServer(c *Server, filename string, src []byte) error {
 	setString(&c.GossipAddr, fs.GossipAddr)
 	setString(&c.GossipAdvertise, fs.GossipAdvertise)
 	setString(&c.GossipKey, fs.GossipKey)
+	if fs.EnableDebug != nil {
+		c.EnableDebug = *fs.EnableDebug
+	}
 	if l := fs.Liveness; l != nil {
 		for _, d := range []struct {
 			name string

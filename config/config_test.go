@@ -1,6 +1,8 @@
 package config
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -66,5 +68,22 @@ func TestEnvironment(t *testing.T) {
 	env = map[string]string{"HERD_BOOTSTRAP": "maybe"}
 	if err := ApplyServerEnv(&c, func(k string) (string, bool) { v, ok := env[k]; return v, ok }); err == nil {
 		t.Fatal("a bad boolean must be an error")
+	}
+}
+
+func TestEnableDebugFromFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "server.hcl")
+	if err := os.WriteFile(path, []byte("enable_debug = true\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := DefaultServer()
+	if cfg.EnableDebug {
+		t.Fatal("debug profiles are on by default")
+	}
+	if err := LoadServerFile(&cfg, path); err != nil {
+		t.Fatal(err)
+	}
+	if !cfg.EnableDebug {
+		t.Fatal("enable_debug = true did not enable debug profiles")
 	}
 }

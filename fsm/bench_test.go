@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"fmt"
+	"runtime"
 	"testing"
 	"time"
 
@@ -71,4 +72,38 @@ func BenchmarkReserveApply(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*batch), "ns/reservation")
+}
+
+// BenchmarkFootprint measures the heap a replica's state holds per task:
+// 100,000 pending tasks submitted as the footprint bench does (key, env,
+// a three-word command), in entries of 256.
+func BenchmarkFootprint(b *testing.B) {
+	const tasks = 100_000
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	for b.Loop() {
+		runtime.GC()
+		var before runtime.MemStats
+		runtime.ReadMemStats(&before)
+		f := New(nil)
+		var cmds [][]byte
+		index := uint64(0)
+		for i := 0; i < tasks; i++ {
+			c, _ := Encode(MsgSubmitTask, SubmitTaskRequest{ID: fmt.Sprintf("01kb%022d", i), SubmittedAt: now, Spec: TaskSpec{
+				Name: fmt.Sprint("t", i), IdempotencyKey: fmt.Sprint("k", i), Priority: 50, Command: []string{"sh", "-c", "echo hello"},
+				Env: map[string]string{"K": "V"}, Capability: "exec", CapabilityVersion: "1",
+				Resources: scheduler.Resources{CPUMillis: 100, MemoryMB: 64}, TimeoutSeconds: 3600, MaxAttempts: 3, Submitter: "default",
+			}})
+			if cmds = append(cmds, c); len(cmds) == 256 || i == tasks-1 {
+				index++
+				f.ApplyBytes(index, EncodeBatch(cmds))
+				cmds = cmds[:0]
+			}
+		}
+		_ = f.State() // a view, as readers hold
+		runtime.GC()
+		var after runtime.MemStats
+		runtime.ReadMemStats(&after)
+		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/tasks, "heap-bytes/task")
+		runtime.KeepAlive(f)
+	}
 }

@@ -43,6 +43,7 @@ type writerMaps struct {
 	attempts map[string]*Attempt
 	nodes    map[string]*Node
 	touched  map[string]struct{}
+	interner *interner
 }
 
 // btreeDegree sets the fan-out: nodes of up to 63 items keep a 1M-record
@@ -63,7 +64,7 @@ func newStore() *store {
 		liveByNode:     btree.NewG(btreeDegree, lessAttemptNode),
 		w: &writerMaps{
 			tasks: map[string]*Task{}, attempts: map[string]*Attempt{}, nodes: map[string]*Node{},
-			touched: map[string]struct{}{},
+			touched: map[string]struct{}{}, interner: newInterner(),
 		},
 	}
 }

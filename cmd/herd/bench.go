@@ -101,6 +101,7 @@ func runBench(e *env, args []string) error {
 	quick := fs.Bool("quick", false, "shrink every workload so the run takes about a minute")
 	jsonOut := fs.String("json", "", "also write the results as JSON to this file")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file (go tool pprof)")
+	heapProfile := fs.String("heapprofile", "", "write the footprint replica's heap profile, taken once loaded, to this file")
 	only := fs.String("only", "", "run only these steps (comma-separated: placement,e2e,decision,footprint,failover)")
 	backlog := fs.Int("backlog", 0, "override the placement backlog size")
 	if err := parse(e, fs, args); err != nil {
@@ -152,7 +153,7 @@ func runBench(e *env, args []string) error {
 		{"placement", func() error { return benchPlacement(filepath.Join(dir, "placement"), sz, &r) }},
 		{"e2e", func() error { return benchE2E(filepath.Join(dir, "e2e"), sz, &r) }},
 		{"decision", func() error { benchDecisions(&r); return nil }},
-		{"footprint", func() error { return benchFootprint(filepath.Join(dir, "footprint"), sz, &r) }},
+		{"footprint", func() error { return benchFootprint(filepath.Join(dir, "footprint"), sz, *heapProfile, &r) }},
 		{"failover", func() error { return benchFailover(filepath.Join(dir, "failover"), sz, &r) }},
 	}
 	for _, s := range steps {
@@ -508,14 +509,15 @@ func benchDecisions(r *benchResult) {
 
 // benchFootprint runs one replica as its own process, loads it through
 // the API, and reads its resident memory, snapshot and restart time.
-func benchFootprint(dir string, sz benchSizes, r *benchResult) error {
+func benchFootprint(dir string, sz benchSizes, heapProfile string, r *benchResult) error {
 	exe, err := os.Executable()
 	if err != nil {
 		return err
 	}
 	httpAddr, raftAddr := freeLoopback(), freeLoopback()
 	start := func() (*exec.Cmd, error) {
-		cmd := exec.Command(exe, "server", "-id", "bench", "-data-dir", dir, "-http-addr", httpAddr, "-raft-addr", raftAddr, "-bootstrap", "-log-level", "error")
+		cmd := exec.Command(exe, "server", "-id", "bench", "-data-dir", dir, "-http-addr", httpAddr, "-raft-addr", raftAddr, "-bootstrap", "-log-level", "error",
+			fmt.Sprintf("-enable-debug=%t", heapProfile != ""))
 		cmd.Stdout, cmd.Stderr = io.Discard, io.Discard
 		if err := cmd.Start(); err != nil {
 			return nil, err
@@ -553,6 +555,11 @@ func benchFootprint(dir string, sz benchSizes, r *benchResult) error {
 	r.ReplicaAnonMiB = procRSSMiB(cmd.Process.Pid, "RssAnon")
 	r.ReplicaFileMiB = procRSSMiB(cmd.Process.Pid, "RssFile")
 	r.ReplicaHeapMiB = heapFromStats(ctx, cl)
+	if heapProfile != "" {
+		if err := saveHeapProfile(ctx, httpAddr, heapProfile); err != nil {
+			return err
+		}
+	}
 	t0 := time.Now()
 	var n countWriter
 	if err := cl.SnapshotSave(ctx, &n); err != nil {
@@ -588,6 +595,32 @@ func processCPU() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// saveHeapProfile fetches a replica's heap profile (it runs with
+// -enable-debug) into path.
+func saveHeapProfile(ctx context.Context, httpAddr, path string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+httpAddr+"/debug/pprof/heap", nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("fetch heap profile: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("fetch heap profile: %s", resp.Status)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return fmt.Errorf("write heap profile: %w", err)
+	}
+	return f.Close()
 }
 
 type countWriter struct{ n int64 }

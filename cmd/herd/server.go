@@ -19,7 +19,7 @@ type serverFlags struct {
 	configFile                                                        string
 	id, dataDir, httpAddr, raftAddr, httpAdv, raftAdv, join, logLevel string
 	gossipAddr, gossipKey                                             string
-	bootstrap                                                         bool
+	bootstrap, enableDebug                                            bool
 	bootstrapExpect                                                   int
 }
 
@@ -39,6 +39,7 @@ func runServer(e *env, args []string) error {
 	fs.StringVar(&f.logLevel, "log-level", "", "trace, debug, info, warn or error (default info; HERD_LOG_LEVEL)")
 	fs.StringVar(&f.gossipAddr, "gossip-addr", "", "gossip (memberlist) address; empty: no gossip, liveness by HTTP heartbeats (HERD_GOSSIP_ADDR)")
 	fs.StringVar(&f.gossipKey, "gossip-key", "", "base64 AES key (16, 24 or 32 bytes) encrypting gossip (HERD_GOSSIP_KEY)")
+	fs.BoolVar(&f.enableDebug, "enable-debug", false, "serve Go profiles under /debug/pprof/ on the HTTP API (enable_debug)")
 	if err := parse(e, fs, args); err != nil {
 		return err
 	}
@@ -97,6 +98,8 @@ func loadServerConfig(e *env, fs *flag.FlagSet, f *serverFlags) (config.Server, 
 			cfg.GossipAddr = f.gossipAddr
 		case "gossip-key":
 			cfg.GossipKey = f.gossipKey
+		case "enable-debug":
+			cfg.EnableDebug = f.enableDebug
 		}
 	})
 	if err := cfg.Validate(); err != nil {

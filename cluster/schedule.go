@@ -126,6 +126,10 @@ func (s *Server) scheduleLoop(ctx context.Context) {
 	}
 }
 
+// maxExplainsPerPass bounds how many waiting tasks one pass explains
+// (each explanation checks every node against the task).
+const maxExplainsPerPass = 64
+
 // schedulePass runs one pass, hands its placements to Raft (committed in
 // the background, tracked in fl until the FSM answers) and returns how
 // many it decided and when the earliest backing-off task becomes due.
@@ -220,6 +224,15 @@ func (s *Server) schedulePass(ctx context.Context, ws memdb.WatchSet, rng randSo
 			delete(sleepers.requested, n.ID)
 		}
 	}
+	// Free slots on nodes that could take work: when none is left, the
+	// pass stops instead of trying (and ordering) the rest of the backlog.
+	// Counting too many only costs time; never too few.
+	free := 0
+	for _, n := range nodes {
+		if n.Management == scheduler.ManagementActive && n.Scheduling == scheduler.SchedulingEligible && n.Liveness != scheduler.LivenessDown {
+			free += max(n.Slots-n.RunningAttempts, 0)
+		}
+	}
 	scoring := scoringConfig(cfg, rng)
 	// Tasks with the same requirements share one ranking of the nodes for
 	// the pass, kept current as the pass books nodes.
@@ -233,17 +246,22 @@ func (s *Server) schedulePass(ctx context.Context, ws memdb.WatchSet, rng randSo
 		decisions int
 	)
 	for i := 0; ; i++ {
-		if i == len(order) && len(order) == len(head) && decisions < cfg.MaxPassPlacements {
+		full := free <= 0
+		if i == len(order) && len(order) == len(head) && decisions < cfg.MaxPassPlacements && !full {
 			order = append(head, rest()...)
 		}
-		if i >= len(order) || decisions >= cfg.MaxPassPlacements {
+		if i >= len(order) || decisions >= cfg.MaxPassPlacements || (full && explainN >= maxExplainsPerPass) {
 			break
 		}
 		t := pending[order[i].Ref]
 		req := t.Request(now, cfg.HeartbeatTTL)
 		req.Blacklist = t.Blacklist(nodeByID)
 		req.PassedOver = sleepers.passedOver[t.ID]
-		cand, err := placer.Select(&req)
+		var cand scheduler.Candidate
+		err := scheduler.ErrNoEligibleNode // every slot taken: only explain
+		if !full {
+			cand, err = placer.Select(&req)
+		}
 		if err == nil && cand.Node.Hibernating {
 			// The best node sleeps: wake it and place the task once it
 			// advertises it is awake; if it does not wake in time, pass it
@@ -280,7 +298,7 @@ func (s *Server) schedulePass(ctx context.Context, ws memdb.WatchSet, rng randSo
 		if errors.Is(err, scheduler.ErrNoEligibleNode) {
 			// Record why it waits, at most every ExplainInterval per task
 			// and only when the reason changed.
-			if explainN < 64 && now.Sub(explained[t.ID]) >= cfg.ExplainInterval {
+			if explainN < maxExplainsPerPass && now.Sub(explained[t.ID]) >= cfg.ExplainInterval {
 				explainN++
 				explained[t.ID] = now
 				ex := scheduler.Explain(nodes, &req, &scoring)
@@ -306,6 +324,7 @@ func (s *Server) schedulePass(ctx context.Context, ws memdb.WatchSet, rng randSo
 		// Book it in the working copy so later tasks of this pass see it.
 		cand.Node.Reserved = cand.Node.Reserved.Add(t.Spec.Resources)
 		cand.Node.RunningAttempts++
+		free--
 	}
 	if len(cmds) == 0 && len(explains) == 0 {
 		return 0, wake

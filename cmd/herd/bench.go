@@ -39,14 +39,15 @@ type benchSizes struct {
 	footNodes      int
 	footTasks      int
 	failoverTrials int
+	finishedTasks  int
 }
 
 func fullSizes() benchSizes {
-	return benchSizes{ceiling: 10 * time.Second, nodes: 1000, backlog: 100_000, e2eTasks: 20_000, footNodes: 1000, footTasks: 100_000, failoverTrials: 20}
+	return benchSizes{ceiling: 10 * time.Second, nodes: 1000, backlog: 100_000, e2eTasks: 20_000, footNodes: 1000, footTasks: 100_000, failoverTrials: 20, finishedTasks: 1_000_000}
 }
 
 func quickSizes() benchSizes {
-	return benchSizes{ceiling: 2 * time.Second, nodes: 100, backlog: 3000, e2eTasks: 200, footNodes: 100, footTasks: 2000, failoverTrials: 2}
+	return benchSizes{ceiling: 2 * time.Second, nodes: 100, backlog: 3000, e2eTasks: 200, footNodes: 100, footTasks: 2000, failoverTrials: 2, finishedTasks: 20_000}
 }
 
 // benchResult is what one run measured; the JSON keys are stable.
@@ -72,28 +73,41 @@ type benchResult struct {
 	E2ELightRate         float64 `json:"e2e_light_rate_per_sec"`
 	E2ESaturatedStartP50 float64 `json:"e2e_saturated_submit_to_start_p50_ms"`
 	E2ESaturatedStartP99 float64 `json:"e2e_saturated_submit_to_start_p99_ms"`
+	// Where a saturated task's time goes (medians): submitting all tasks,
+	// a reservation reaching its agent and being reported started, the
+	// run and its result's commit, and a slot freed to reserved again.
+	E2ESubmitAllMs       float64 `json:"e2e_submit_all_ms"`
+	E2EReservedToStartMs float64 `json:"e2e_reserved_to_started_p50_ms"`
+	E2EStartToFinishMs   float64 `json:"e2e_started_to_finished_p50_ms"`
+	E2ESlotIdleMs        float64 `json:"e2e_slot_idle_p50_ms"`
 	Decision100Nodes     float64 `json:"decision_100_nodes_ms"`
 	Decision1kNodes      float64 `json:"decision_1k_nodes_ms"`
 	Decision10kNodes     float64 `json:"decision_10k_nodes_ms"`
 	// Queue selection is the head of one placement batch (512 tasks);
 	// full order is ordering the whole backlog.
-	QueueSelect10k   float64 `json:"queue_select_10k_ms"`
-	QueueSelect100k  float64 `json:"queue_select_100k_ms"`
-	QueueOrder100k   float64 `json:"queue_full_order_100k_ms"`
-	ReplicaRSSMiB    float64 `json:"replica_rss_mib"`
-	ReplicaHeapMiB   float64 `json:"replica_heap_mib"`
-	ReplicaAnonMiB   float64 `json:"replica_rss_anon_mib"`
-	ReplicaFileMiB   float64 `json:"replica_rss_file_mib"`
-	SnapshotBytes    int64   `json:"snapshot_bytes"`
-	SnapshotSaveMs   float64 `json:"snapshot_save_ms"`
-	RestartToReadyMs float64 `json:"restart_to_ready_ms"`
-	FailoverP50      float64 `json:"failover_p50_ms"`
-	FailoverP99      float64 `json:"failover_p99_ms"`
-	FootprintNodes   int     `json:"footprint_nodes"`
-	FootprintTasks   int     `json:"footprint_tasks"`
-	E2ETasks         int     `json:"e2e_tasks"`
-	PlacementBacklog int     `json:"placement_backlog"`
-	PlacementNodes   int     `json:"placement_nodes"`
+	QueueSelect10k  float64 `json:"queue_select_10k_ms"`
+	QueueSelect100k float64 `json:"queue_select_100k_ms"`
+	QueueOrder100k  float64 `json:"queue_full_order_100k_ms"`
+	ReplicaRSSMiB   float64 `json:"replica_rss_mib"`
+	// Finished tasks held in one replica's state (heap above the empty
+	// state), and what is left once retention forgot them.
+	FinishedTasks         int     `json:"finished_tasks"`
+	FinishedHeapMiB       float64 `json:"finished_tasks_heap_mib"`
+	FinishedBytesPerTask  float64 `json:"finished_task_heap_bytes"`
+	AfterRetentionHeapMiB float64 `json:"after_retention_heap_mib"`
+	ReplicaHeapMiB        float64 `json:"replica_heap_mib"`
+	ReplicaAnonMiB        float64 `json:"replica_rss_anon_mib"`
+	ReplicaFileMiB        float64 `json:"replica_rss_file_mib"`
+	SnapshotBytes         int64   `json:"snapshot_bytes"`
+	SnapshotSaveMs        float64 `json:"snapshot_save_ms"`
+	RestartToReadyMs      float64 `json:"restart_to_ready_ms"`
+	FailoverP50           float64 `json:"failover_p50_ms"`
+	FailoverP99           float64 `json:"failover_p99_ms"`
+	FootprintNodes        int     `json:"footprint_nodes"`
+	FootprintTasks        int     `json:"footprint_tasks"`
+	E2ETasks              int     `json:"e2e_tasks"`
+	PlacementBacklog      int     `json:"placement_backlog"`
+	PlacementNodes        int     `json:"placement_nodes"`
 }
 
 func runBench(e *env, args []string) error {
@@ -102,7 +116,7 @@ func runBench(e *env, args []string) error {
 	jsonOut := fs.String("json", "", "also write the results as JSON to this file")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file (go tool pprof)")
 	heapProfile := fs.String("heapprofile", "", "write the footprint replica's heap profile, taken once loaded, to this file")
-	only := fs.String("only", "", "run only these steps (comma-separated: placement,e2e,decision,footprint,failover)")
+	only := fs.String("only", "", "run only these steps (comma-separated: placement,e2e,decision,footprint,failover,retention)")
 	backlog := fs.Int("backlog", 0, "override the placement backlog size")
 	if err := parse(e, fs, args); err != nil {
 		return err
@@ -155,6 +169,7 @@ func runBench(e *env, args []string) error {
 		{"decision", func() error { benchDecisions(&r); return nil }},
 		{"footprint", func() error { return benchFootprint(filepath.Join(dir, "footprint"), sz, *heapProfile, &r) }},
 		{"failover", func() error { return benchFailover(filepath.Join(dir, "failover"), sz, &r) }},
+		{"retention", func() error { return benchRetention(sz, &r) }},
 	}
 	for _, s := range steps {
 		if *only != "" && !slices.Contains(strings.Split(*only, ","), s.name) {
@@ -185,6 +200,7 @@ func printBench(w io.Writer, r *benchResult) {
 	tb.add("queue selection", fmt.Sprintf("%.2f / %.2f ms (full order of 100k: %.0f ms)", r.QueueSelect10k, r.QueueSelect100k, r.QueueOrder100k), "head of one 512-task batch from 10k / 100k pending")
 	tb.add("replica memory", fmt.Sprintf("RSS %.0f MiB (anon %.0f, mapped files %.0f), heap in use %.0f MiB", r.ReplicaRSSMiB, r.ReplicaAnonMiB, r.ReplicaFileMiB, r.ReplicaHeapMiB), fmt.Sprintf("one replica process, %d nodes, %d tasks", r.FootprintNodes, r.FootprintTasks))
 	tb.add("snapshot", fmt.Sprintf("%d bytes, saved in %.0f ms", r.SnapshotBytes, r.SnapshotSaveMs), "same replica")
+	tb.add("finished tasks", fmt.Sprintf("heap %.0f MiB (%.0f bytes each); %.1f MiB after retention", r.FinishedHeapMiB, r.FinishedBytesPerTask, r.AfterRetentionHeapMiB), fmt.Sprintf("%d succeeded tasks in one replica's state, then forgotten", r.FinishedTasks))
 	tb.add("restart to ready", fmt.Sprintf("%.0f ms", r.RestartToReadyMs), "same replica, from its data dir")
 	tb.add("failover", fmt.Sprintf("p50 %.0f ms, p99 %.0f ms", r.FailoverP50, r.FailoverP99), "leader stopped under load → first acknowledged write, default timings")
 	tb.write(w)
@@ -385,6 +401,7 @@ func benchE2E(dir string, sz benchSizes, r *benchResult) error {
 	}); err != nil {
 		return err
 	}
+	r.E2ESubmitAllMs = float64(time.Since(start).Microseconds()) / 1000
 	deadline := time.Now().Add(15 * time.Minute)
 	for {
 		counts, _ := leader.FSM().State().CountTasks()
@@ -399,16 +416,25 @@ func benchE2E(dir string, sz benchSizes, r *benchResult) error {
 	r.E2ETasksPerSec = float64(sz.e2eTasks) / time.Since(start).Seconds()
 	st := leader.FSM().State()
 	tasks, _ := st.Tasks(fsm.TaskFilter{})
-	var lat []float64
+	var lat, toStart, toFinish []float64
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+	byNode := map[string][]*fsm.Attempt{}
 	for _, t := range tasks {
 		as, _ := st.AttemptsOfTask(t.ID)
 		for _, a := range as {
 			if a.Number == 1 && !a.StartedAt.IsZero() {
-				lat = append(lat, float64(a.StartedAt.Sub(t.SubmittedAt).Microseconds())/1000)
+				lat = append(lat, ms(a.StartedAt.Sub(t.SubmittedAt)))
+				toStart = append(toStart, ms(a.StartedAt.Sub(a.ReservedAt)))
+				toFinish = append(toFinish, ms(a.FinishedAt.Sub(a.StartedAt)))
+				byNode[a.NodeID] = append(byNode[a.NodeID], a)
 			}
 		}
 	}
 	r.E2ESaturatedStartP50, r.E2ESaturatedStartP99 = percentile(lat, 0.50), percentile(lat, 0.99)
+	r.E2EReservedToStartMs, r.E2EStartToFinishMs = percentile(toStart, 0.5), percentile(toFinish, 0.5)
+	r.E2ESlotIdleMs = percentile(slotIdle(byNode), 0.5)
+	fmt.Fprintf(os.Stderr, "bench: e2e: submitted all in %.0f ms; medians: reserved→started %.1f ms, started→finished %.1f ms, slot idle %.1f ms\n",
+		r.E2ESubmitAllMs, r.E2EReservedToStartMs, r.E2EStartToFinishMs, r.E2ESlotIdleMs)
 
 	// Light load: one task every 20 ms on the now idle cluster.
 	light := max(sz.e2eTasks/100, 50)
@@ -444,6 +470,32 @@ func benchE2E(dir string, sz benchSizes, r *benchResult) error {
 	}
 	r.E2ESubmitToStartP50, r.E2ESubmitToStartP99 = percentile(lat, 0.50), percentile(lat, 0.99)
 	return nil
+}
+
+// slotIdle estimates, per node, how long a slot stayed free: the k-th
+// reservation on a node reuses the slot of the (k-slots)-th finish, so
+// the gap between them is the time the cluster took to fill it again.
+// With every slot busy (the saturated run), finishes and reservations
+// are matched in time order.
+func slotIdle(byNode map[string][]*fsm.Attempt) []float64 {
+	var out []float64
+	for _, as := range byNode {
+		reserved := make([]time.Time, 0, len(as))
+		finished := make([]time.Time, 0, len(as))
+		for _, a := range as {
+			reserved = append(reserved, a.ReservedAt)
+			finished = append(finished, a.FinishedAt)
+		}
+		slices.SortFunc(reserved, func(a, b time.Time) int { return a.Compare(b) })
+		slices.SortFunc(finished, func(a, b time.Time) int { return a.Compare(b) })
+		const slots = 32 // the bench agents' slots
+		for k := slots; k < len(reserved); k++ {
+			if gap := reserved[k].Sub(finished[k-slots]); gap > 0 {
+				out = append(out, float64(gap.Microseconds())/1000)
+			}
+		}
+	}
+	return out
 }
 
 func percentile(xs []float64, p float64) float64 {

@@ -302,6 +302,15 @@ func (c *Client) SubmitTask(ctx context.Context, spec TaskSpec) (SubmitResponse,
 	return out, meta.Status == http.StatusCreated, err
 }
 
+// SubmitTasks submits up to MaxBatchTasks tasks in one request and one
+// Raft entry. Give each an idempotency key: a retry after an unknown
+// outcome then answers the tasks already created instead of duplicating.
+func (c *Client) SubmitTasks(ctx context.Context, specs []TaskSpec) (BatchSubmitResponse, error) {
+	var out BatchSubmitResponse
+	_, err := c.do(ctx, http.MethodPost, "/v1/tasks/batch", BatchSubmitRequest{Tasks: specs}, &out)
+	return out, err
+}
+
 // ReadOptions control how a read is served.
 type ReadOptions struct {
 	// Consistent makes the leader confirm its leadership and catch up

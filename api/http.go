@@ -64,12 +64,13 @@ type Backend interface {
 	RaftConfiguration() (RaftConfiguration, error)
 	RaftStats() map[string]string
 
-	Join(ctx context.Context, req JoinRequest) error                           // leader-only
-	RemovePeer(ctx context.Context, id string) error                           // leader-only
-	TransferLeadership(ctx context.Context, targetID string) error             // leader-only
-	SnapshotSave(ctx context.Context, w io.Writer) error                       // leader-only
-	SnapshotRestore(ctx context.Context, r io.Reader) error                    // leader-only
-	SubmitTask(ctx context.Context, spec TaskSpec) (Task, bool, uint64, error) // leader-only
+	Join(ctx context.Context, req JoinRequest) error                                // leader-only
+	RemovePeer(ctx context.Context, id string) error                                // leader-only
+	TransferLeadership(ctx context.Context, targetID string) error                  // leader-only
+	SnapshotSave(ctx context.Context, w io.Writer) error                            // leader-only
+	SnapshotRestore(ctx context.Context, r io.Reader) error                         // leader-only
+	SubmitTask(ctx context.Context, spec TaskSpec) (Task, bool, uint64, error)      // leader-only
+	SubmitTasks(ctx context.Context, specs []TaskSpec) (BatchSubmitResponse, error) // leader-only
 
 	GetTask(id string) (Task, error)
 	ListTasks(q TaskQuery) (TaskList, error)
@@ -170,6 +171,7 @@ func (h *Handler) routes() {
 		http.MethodGet:  h.read(h.listTasks),
 		http.MethodPost: h.leaderOnly(h.postTask),
 	})
+	h.handle("/v1/tasks/batch", route{http.MethodPost: h.leaderOnly(h.postTaskBatch)})
 	h.handle("/v1/tasks/{id}", route{http.MethodGet: h.read(h.getTask)})
 	h.handle("/v1/tasks/{id}/explain", route{http.MethodGet: h.read(h.getTaskExplain)})
 	h.handle("/v1/tasks/{id}/cancel", route{http.MethodPost: h.leaderOnly(h.postCancel)})
@@ -394,6 +396,27 @@ func (h *Handler) postTask(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Location", "/v1/tasks/"+task.ID)
 	}
 	writeJSON(w, status, SubmitResponse{ID: task.ID, State: task.State, Index: index})
+}
+
+func (h *Handler) postTaskBatch(w http.ResponseWriter, r *http.Request) {
+	var req BatchSubmitRequest
+	if !decodeBody(w, r, &req) {
+		return
+	}
+	switch n := len(req.Tasks); {
+	case n == 0:
+		writeError(w, http.StatusBadRequest, "a batch needs at least one task")
+		return
+	case n > MaxBatchTasks:
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("a batch holds at most %d tasks, got %d: send several", MaxBatchTasks, n))
+		return
+	}
+	res, err := h.backend.SubmitTasks(r.Context(), req.Tasks)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
 }
 
 func (h *Handler) getTask(w http.ResponseWriter, r *http.Request) {

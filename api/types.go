@@ -113,6 +113,32 @@ type SubmitResponse struct {
 	Index uint64 `json:"index"`
 }
 
+// MaxBatchTasks bounds the tasks of one batch submit (and so of one Raft
+// entry); a larger set is sent as several batches.
+const MaxBatchTasks = 1000
+
+// BatchSubmitRequest submits several tasks at once: they are validated
+// together (one invalid spec refuses the whole request, nothing is
+// submitted) and committed in one Raft entry.
+type BatchSubmitRequest struct {
+	Tasks []TaskSpec `json:"tasks"`
+}
+
+// BatchSubmitResponse answers a batch in request order. Created is false
+// for a task whose idempotency key matched an existing task (its id and
+// state are that task's).
+type BatchSubmitResponse struct {
+	Tasks []BatchSubmitResult `json:"tasks"`
+	Index uint64              `json:"index"`
+}
+
+// BatchSubmitResult is one task of a batch submit.
+type BatchSubmitResult struct {
+	ID      string `json:"id"`
+	State   string `json:"state"`
+	Created bool   `json:"created"`
+}
+
 // TaskList is one page of tasks; Next is the cursor for the following page.
 type TaskList struct {
 	Tasks []Task `json:"tasks"`

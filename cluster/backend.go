@@ -356,6 +356,52 @@ func (s *Server) SubmitTask(ctx context.Context, in api.TaskSpec) (api.Task, boo
 	return toAPITask(res.Task, nil), res.Created, index, nil
 }
 
+// SubmitTasks validates every spec, then commits them all in one batch
+// entry (leader-only). One invalid spec refuses the whole batch.
+func (s *Server) SubmitTasks(ctx context.Context, in []api.TaskSpec) (api.BatchSubmitResponse, error) {
+	if !s.IsLeader() {
+		return api.BatchSubmitResponse{}, fmt.Errorf("%s: %w", s.cfg.ID, api.ErrNotLeader)
+	}
+	now := s.now().UTC()
+	cmds := make([][]byte, 0, len(in))
+	for i, one := range in {
+		spec := toFSMSpec(one.WithDefaults())
+		if err := spec.Validate(); err != nil {
+			return api.BatchSubmitResponse{}, fmt.Errorf("invalid task spec tasks[%d]: %v: %w", i, err, api.ErrBadRequest)
+		}
+		id := newID(now)
+		if spec.Name == "" {
+			spec.Name = id
+		}
+		b, err := fsm.Encode(fsm.MsgSubmitTask, fsm.SubmitTaskRequest{ID: id, SubmittedAt: now, Spec: spec})
+		if err != nil {
+			return api.BatchSubmitResponse{}, err
+		}
+		cmds = append(cmds, b)
+	}
+	resp, index, err := s.applyRaw(ctx, fsm.EncodeBatch(cmds))
+	if err != nil {
+		return api.BatchSubmitResponse{}, err
+	}
+	results, ok := resp.(fsm.BatchResult)
+	if !ok || len(results) != len(cmds) {
+		return api.BatchSubmitResponse{}, fmt.Errorf("unexpected batch submit response %T", resp)
+	}
+	out := api.BatchSubmitResponse{Tasks: make([]api.BatchSubmitResult, len(results)), Index: index}
+	for i, r := range results {
+		res, ok := r.(*fsm.SubmitResult)
+		if !ok {
+			// Validated above, so only a state conflict gets here.
+			if err, isErr := r.(error); isErr {
+				return api.BatchSubmitResponse{}, fmt.Errorf("tasks[%d]: %w", i, fsmErr(err))
+			}
+			return api.BatchSubmitResponse{}, fmt.Errorf("tasks[%d]: unexpected submit response %T", i, r)
+		}
+		out.Tasks[i] = api.BatchSubmitResult{ID: res.Task.ID, State: string(res.Task.State), Created: res.Created}
+	}
+	return out, nil
+}
+
 // GetTask reads one task from the local state.
 func (s *Server) GetTask(id string) (api.Task, error) {
 	st := s.fsm.State()

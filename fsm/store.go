@@ -44,6 +44,35 @@ type writerMaps struct {
 	nodes    map[string]*Node
 	touched  map[string]struct{}
 	interner *interner
+	// Go maps never give memory back; peak sizes tell compact when a map
+	// is mostly empty space after retention forgot tasks.
+	peakTasks, peakAttempts int
+}
+
+// resized copies m into a map sized for what it holds now (maps.Clone
+// may keep the old capacity).
+func resized[V any](m map[string]V) map[string]V {
+	out := make(map[string]V, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+// compact rebuilds the task and attempt maps once they hold under a
+// quarter of their peak (a million forgotten tasks left ~100 MiB of
+// empty map behind).
+func (w *writerMaps) compact() {
+	w.peakTasks = max(w.peakTasks, len(w.tasks))
+	w.peakAttempts = max(w.peakAttempts, len(w.attempts))
+	if w.peakTasks > 4096 && len(w.tasks) < w.peakTasks/4 {
+		w.tasks = resized(w.tasks)
+		w.peakTasks = len(w.tasks)
+	}
+	if w.peakAttempts > 4096 && len(w.attempts) < w.peakAttempts/4 {
+		w.attempts = resized(w.attempts)
+		w.peakAttempts = len(w.attempts)
+	}
 }
 
 // btreeDegree sets the fan-out: nodes of up to 63 items keep a 1M-record

@@ -343,3 +343,54 @@ func TestReadFreshnessAndConsistentReads(t *testing.T) {
 		t.Fatalf("a replica without leader must report how long ago it heard one, got %v", meta.LastContact)
 	}
 }
+
+// A batch submit through a follower commits every task in one entry, is
+// readable on every replica, and answers a retry with the same tasks.
+func TestBatchSubmitIsOneEntryAndIdempotent(t *testing.T) {
+	c := NewCluster(t, 3)
+	cl := c.Client(c.Follower())
+	ctx := Ctx(t, 30*time.Second)
+	var specs []api.TaskSpec
+	for i := 0; i < 50; i++ {
+		specs = append(specs, spec(fmt.Sprintf("batch-%d", i%40))) // ten keys repeat
+	}
+	res, err := cl.SubmitTasks(ctx, specs)
+	if err != nil {
+		t.Fatalf("batch submit: %v", err)
+	}
+	if len(res.Tasks) != len(specs) || res.Index == 0 {
+		t.Fatalf("answer for %d specs: %d tasks at index %d", len(specs), len(res.Tasks), res.Index)
+	}
+	byKey := map[string]string{}
+	created := 0
+	for i, r := range res.Tasks {
+		key := specs[i].IdempotencyKey
+		if r.Created {
+			created++
+			byKey[key] = r.ID
+		} else if byKey[key] != r.ID {
+			t.Fatalf("tasks[%d] (key %s) answered %s, the first with that key is %s", i, key, r.ID, byKey[key])
+		}
+	}
+	if created != 40 {
+		t.Fatalf("%d tasks created from 40 distinct keys", created)
+	}
+	var acked []api.SubmitResponse
+	for _, r := range res.Tasks {
+		acked = append(acked, api.SubmitResponse{ID: r.ID, State: r.State, Index: res.Index})
+	}
+	requireTasks(t, c, acked)
+	again, err := cl.SubmitTasks(ctx, specs)
+	if err != nil {
+		t.Fatalf("batch retry: %v", err)
+	}
+	for i, r := range again.Tasks {
+		if r.Created || r.ID != byKey[specs[i].IdempotencyKey] {
+			t.Fatalf("retry tasks[%d]: %+v, want the existing %s", i, r, byKey[specs[i].IdempotencyKey])
+		}
+	}
+	list, _, err := c.AllClient().ListTasks(ctx, api.TaskQuery{Limit: api.MaxListLimit}, api.ReadOptions{Consistent: true})
+	if err != nil || len(list.Tasks) != 40 {
+		t.Fatalf("%d tasks listed after a batch and its retry (%v), want 40", len(list.Tasks), err)
+	}
+}

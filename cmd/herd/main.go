@@ -17,6 +17,7 @@ import (
 
 // env is how commands read the environment (tests replace it).
 type env struct {
+	stdin          io.Reader
 	stdout, stderr io.Writer
 	getenv         func(string) (string, bool)
 	// signals delivers interrupts to long-running commands.
@@ -54,7 +55,7 @@ const version = "0.1.0-dev"
 
 func main() {
 	e := &env{
-		stdout: os.Stdout, stderr: os.Stderr, getenv: os.LookupEnv,
+		stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, getenv: os.LookupEnv,
 		signals: func() (<-chan os.Signal, func()) {
 			ch := make(chan os.Signal, 2)
 			signal.Notify(ch, os.Interrupt, syscall.SIGTERM)

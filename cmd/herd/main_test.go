@@ -17,7 +17,7 @@ import (
 func testEnv(vars map[string]string) (*env, *bytes.Buffer, *bytes.Buffer) {
 	var out, errb bytes.Buffer
 	return &env{
-		stdout: &out, stderr: &errb,
+		stdin: strings.NewReader(""), stdout: &out, stderr: &errb,
 		getenv: func(k string) (string, bool) { v, ok := vars[k]; return v, ok },
 	}, &out, &errb
 }
@@ -103,6 +103,25 @@ func TestCLIAgainstACluster(t *testing.T) {
 		t.Fatalf("transfer-leadership exit %d: %s %s", code, out, errOut)
 	}
 
+	// A file of specs goes in batches; keys make a re-run create nothing.
+	specs := filepath.Join(t.TempDir(), "tasks.jsonl")
+	if err := os.WriteFile(specs, []byte(`{"idempotency_key":"batch-a","command":["true"]}
+{"idempotency_key":"batch-b","command":["sh","-c","exit 0"],"priority":20}
+{"idempotency_key":"batch-a","command":["true"]}
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, errOut, code = herd("task", "submit", "-f", specs); code != 0 || !strings.Contains(out, "Submitted 2 tasks (1 already existed") {
+		t.Fatalf("submit -f exit %d: %s %s", code, out, errOut)
+	}
+	if out, errOut, code = herd("task", "submit", "-f", specs); code != 0 || !strings.Contains(out, "Submitted 0 tasks (3 already existed") {
+		t.Fatalf("submit -f again exit %d: %s %s", code, out, errOut)
+	}
+	badSpecs := filepath.Join(t.TempDir(), "bad.jsonl")
+	if err := os.WriteFile(badSpecs, []byte("{\"command\":[\"true\"]}\n{\"command\":[\"true\"],\"colour\":\"red\"}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
 	// Mistakes: clear message, non-zero exit, nothing printed on stdout.
 	for _, tc := range []struct {
 		args []string
@@ -116,6 +135,9 @@ func TestCLIAgainstACluster(t *testing.T) {
 		{[]string{"task", "submit", "-capability", "gpu", "--", "true"}, 2, "name@version"},
 		{[]string{"task", "submit", "-label", "novalue", "--", "true"}, 2, "key=value"},
 		{[]string{"task", "frobnicate"}, 2, "unknown task subcommand"},
+		{[]string{"task", "submit", "-f", badSpecs}, 2, "task spec 2"},
+		{[]string{"task", "submit", "-f", badSpecs, "--", "true"}, 2, "not both"},
+		{[]string{"task", "submit", "-f", "/nonexistent/tasks.jsonl"}, 1, "no such file"},
 		{[]string{"operator", "raft", "remove-peer", "ghost"}, 1, "not in the raft configuration"},
 		{[]string{"operator", "snapshot", "restore", "/nonexistent/file"}, 1, "no such file"},
 		{[]string{"nonsense"}, 2, "unknown command"},

@@ -2,8 +2,12 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
+	"io"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -67,12 +71,19 @@ func specFlags(fs *flag.FlagSet) func(command []string) (api.TaskSpec, error) {
 }
 
 func runTaskSubmit(e *env, args []string) error {
-	fs := newFlags(e, "task submit", "-- CMD [ARGS…]", "Submit a task. It is acknowledged once committed on a quorum of replicas.\nWithout -key a random idempotency key is used, so retries never create\na second task.")
+	fs := newFlags(e, "task submit", "-- CMD [ARGS…] | -f FILE", "Submit a task. It is acknowledged once committed on a quorum of replicas.\nWithout -key a random idempotency key is used, so retries never create\na second task. With -f, submit every task spec in FILE (JSON, one object\nper line, as in the API; - reads standard input) in batches.")
 	var cf clientFlags
 	cf.register(e, fs, true)
 	build := specFlags(fs)
+	file := fs.String("f", "", "submit the task specs in this file (JSON lines; - for standard input) instead of one command")
 	if err := parse(e, fs, args); err != nil {
 		return err
+	}
+	if *file != "" {
+		if fs.NArg() > 0 {
+			return usagef("task submit takes either -f FILE or a command, not both")
+		}
+		return submitFile(e, &cf, *file)
 	}
 	if fs.NArg() == 0 {
 		return usagef("task submit needs a command after --, e.g. herd task submit -- echo hello")
@@ -258,5 +269,68 @@ func runTaskCancel(e *env, args []string) error {
 		return printJSON(e.stdout, t)
 	}
 	fmt.Fprintf(e.stdout, "Task %s is %s\n", t.ID, t.State)
+	return nil
+}
+
+// submitFile submits the task specs of a JSON-lines file in batches of
+// api.MaxBatchTasks. A spec without an idempotency key gets a random one,
+// so a batch retried after an unknown outcome creates nothing twice.
+func submitFile(e *env, cf *clientFlags, path string) error {
+	in := e.stdin
+	if path != "-" {
+		f, err := os.Open(path)
+		if err != nil {
+			return fmt.Errorf("open task specs: %w", err)
+		}
+		defer f.Close()
+		in = f
+	}
+	var specs []api.TaskSpec
+	dec := json.NewDecoder(in)
+	dec.DisallowUnknownFields()
+	for n := 1; ; n++ {
+		var spec api.TaskSpec
+		err := dec.Decode(&spec)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return usagef("%s: task spec %d: %v", path, n, err)
+		}
+		if spec.IdempotencyKey == "" {
+			spec.IdempotencyKey = randomKey()
+		}
+		specs = append(specs, spec)
+	}
+	if len(specs) == 0 {
+		return usagef("%s holds no task specs", path)
+	}
+	cl, err := cf.client()
+	if err != nil {
+		return err
+	}
+	var all []api.BatchSubmitResult
+	var index uint64
+	for start := 0; start < len(specs); start += api.MaxBatchTasks {
+		end := min(start+api.MaxBatchTasks, len(specs))
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		res, err := cl.SubmitTasks(ctx, specs[start:end])
+		cancel()
+		if err != nil {
+			return fmt.Errorf("submit tasks %d-%d of %d (the earlier ones are committed): %w", start+1, end, len(specs), err)
+		}
+		all = append(all, res.Tasks...)
+		index = res.Index
+	}
+	if cf.json {
+		return printJSON(e.stdout, api.BatchSubmitResponse{Tasks: all, Index: index})
+	}
+	created := 0
+	for _, r := range all {
+		if r.Created {
+			created++
+		}
+	}
+	fmt.Fprintf(e.stdout, "Submitted %d tasks (%d already existed under their idempotency keys), committed by index %d\n", created, len(all)-created, index)
 	return nil
 }

@@ -165,6 +165,11 @@ type Server struct {
 	// on the HTTP API. Off by default: profiles reveal internals and cost
 	// CPU while taken.
 	EnableDebug bool
+	// MemoryLimitMiB is a soft limit on the replica's Go heap and runtime
+	// (Go's GOMEMLIMIT): the collector works harder as memory nears it,
+	// trading CPU for a smaller footprint. 0 leaves Go's default (the
+	// heap may grow to about twice what is live).
+	MemoryLimitMiB int
 }
 
 // DefaultRaft returns the timings tuned for low-spec servers on weak links.
@@ -215,6 +220,7 @@ type fileServer struct {
 	GossipAdvertise *string        `hcl:"gossip_advertise,optional"`
 	GossipKey       *string        `hcl:"gossip_key,optional"`
 	EnableDebug     *bool          `hcl:"enable_debug,optional"`
+	MemoryLimitMiB  *int           `hcl:"memory_limit_mib,optional"`
 }
 
 type fileLiveness struct {
@@ -288,6 +294,9 @@ func ParseServer(c *Server, filename string, src []byte) error {
 	setString(&c.GossipKey, fs.GossipKey)
 	if fs.EnableDebug != nil {
 		c.EnableDebug = *fs.EnableDebug
+	}
+	if fs.MemoryLimitMiB != nil {
+		c.MemoryLimitMiB = *fs.MemoryLimitMiB
 	}
 	if l := fs.Liveness; l != nil {
 		for _, d := range []struct {
@@ -442,6 +451,13 @@ func ApplyServerEnv(c *Server, lookup func(string) (string, bool)) error {
 	if v, ok := lookup("HERD_JOIN"); ok {
 		c.Join = SplitList(v)
 	}
+	if v, ok := lookup("HERD_MEMORY_LIMIT_MIB"); ok {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return fmt.Errorf("HERD_MEMORY_LIMIT_MIB: %w", err)
+		}
+		c.MemoryLimitMiB = n
+	}
 	return nil
 }
 
@@ -494,6 +510,9 @@ func (c *Server) Validate() error {
 	}
 	if c.Bootstrap && c.BootstrapExpect > 0 {
 		errs = append(errs, errors.New("bootstrap and bootstrap_expect are mutually exclusive"))
+	}
+	if c.MemoryLimitMiB < 0 || (c.MemoryLimitMiB > 0 && c.MemoryLimitMiB < 32) {
+		errs = append(errs, fmt.Errorf("memory_limit_mib %d must be 0 (no limit) or at least 32", c.MemoryLimitMiB))
 	}
 	if c.BootstrapExpect < 0 || c.BootstrapExpect > 9 {
 		errs = append(errs, fmt.Errorf("bootstrap_expect %d is outside 0..9", c.BootstrapExpect))

@@ -87,3 +87,26 @@ func TestEnableDebugFromFile(t *testing.T) {
 		t.Fatal("enable_debug = true did not enable debug profiles")
 	}
 }
+
+func TestMemoryLimitSettings(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "server.hcl")
+	if err := os.WriteFile(path, []byte("memory_limit_mib = 128\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := valid()
+	if err := LoadServerFile(&cfg, path); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.MemoryLimitMiB != 128 || cfg.Validate() != nil {
+		t.Fatalf("memory_limit_mib = 128 gave %d (%v)", cfg.MemoryLimitMiB, cfg.Validate())
+	}
+	if err := ApplyServerEnv(&cfg, func(k string) (string, bool) { return map[string]string{"HERD_MEMORY_LIMIT_MIB": "256"}[k], k == "HERD_MEMORY_LIMIT_MIB" }); err != nil || cfg.MemoryLimitMiB != 256 {
+		t.Fatalf("HERD_MEMORY_LIMIT_MIB=256 gave %d (%v)", cfg.MemoryLimitMiB, err)
+	}
+	for _, bad := range []int{-1, 8} {
+		cfg.MemoryLimitMiB = bad
+		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "memory_limit_mib") {
+			t.Fatalf("memory_limit_mib %d accepted (%v)", bad, err)
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"runtime/debug"
 	"strings"
 	"time"
 
@@ -20,7 +21,7 @@ type serverFlags struct {
 	id, dataDir, httpAddr, raftAddr, httpAdv, raftAdv, join, logLevel string
 	gossipAddr, gossipKey                                             string
 	bootstrap, enableDebug                                            bool
-	bootstrapExpect                                                   int
+	bootstrapExpect, memoryLimitMiB                                   int
 }
 
 func runServer(e *env, args []string) error {
@@ -40,6 +41,7 @@ func runServer(e *env, args []string) error {
 	fs.StringVar(&f.gossipAddr, "gossip-addr", "", "gossip (memberlist) address; empty: no gossip, liveness by HTTP heartbeats (HERD_GOSSIP_ADDR)")
 	fs.StringVar(&f.gossipKey, "gossip-key", "", "base64 AES key (16, 24 or 32 bytes) encrypting gossip (HERD_GOSSIP_KEY)")
 	fs.BoolVar(&f.enableDebug, "enable-debug", false, "serve Go profiles under /debug/pprof/ on the HTTP API (enable_debug)")
+	fs.IntVar(&f.memoryLimitMiB, "memory-limit-mib", 0, "soft memory limit in MiB, 0 for none: the GC works harder near it (HERD_MEMORY_LIMIT_MIB)")
 	if err := parse(e, fs, args); err != nil {
 		return err
 	}
@@ -51,6 +53,10 @@ func runServer(e *env, args []string) error {
 		return err
 	}
 	logger := hclog.New(&hclog.LoggerOptions{Name: "herd", Level: hclog.LevelFromString(cfg.LogLevel), Output: e.stderr})
+	if cfg.MemoryLimitMiB > 0 {
+		debug.SetMemoryLimit(int64(cfg.MemoryLimitMiB) << 20)
+		logger.Info("soft memory limit set", "mib", cfg.MemoryLimitMiB)
+	}
 	srv, err := cluster.Start(cfg, cluster.Options{Logger: logger})
 	if err != nil {
 		return fmt.Errorf("start server: %w", err)
@@ -100,6 +106,8 @@ func loadServerConfig(e *env, fs *flag.FlagSet, f *serverFlags) (config.Server, 
 			cfg.GossipKey = f.gossipKey
 		case "enable-debug":
 			cfg.EnableDebug = f.enableDebug
+		case "memory-limit-mib":
+			cfg.MemoryLimitMiB = f.memoryLimitMiB
 		}
 	})
 	if err := cfg.Validate(); err != nil {

@@ -7,8 +7,6 @@ import (
 	"math"
 	"time"
 
-	memdb "github.com/hashicorp/go-memdb"
-
 	"herd/api"
 	"herd/fsm"
 )
@@ -119,7 +117,7 @@ func (s *Server) DeclareNodeDown(ctx context.Context, nodeID, reason string) ([]
 func (s *Server) Assignments(ctx context.Context, nodeID string, index uint64, wait time.Duration) (api.Assignments, error) {
 	deadline := time.Now().Add(wait)
 	for {
-		ws := memdb.NewWatchSet()
+		ws := fsm.NewWatchSet()
 		st := s.fsm.State()
 		node, err := st.Node(nodeID)
 		if errors.Is(err, fsm.ErrNotFound) {

@@ -11,7 +11,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	memdb "github.com/hashicorp/go-memdb"
 	"github.com/hashicorp/raft"
 
 	"herd/fsm"
@@ -80,7 +79,7 @@ func (s *Server) scheduleLoop(ctx context.Context) {
 	var commits sync.WaitGroup
 	defer commits.Wait()
 	for ctx.Err() == nil {
-		ws := memdb.NewWatchSet()
+		ws := fsm.NewWatchSet()
 		passStart := time.Now()
 		decided, wake := s.schedulePass(ctx, ws, rng, explained, sleepers, fl, &commits)
 		passTook := time.Since(passStart)
@@ -141,7 +140,7 @@ type wakeTracker struct {
 	passedOver map[string]map[string]string // task → node → why
 }
 
-func (s *Server) schedulePass(ctx context.Context, ws memdb.WatchSet, rng randSource, explained map[string]time.Time, sleepers *wakeTracker, fl *inflight, commits *sync.WaitGroup) (int, time.Time) {
+func (s *Server) schedulePass(ctx context.Context, ws fsm.WatchSet, rng randSource, explained map[string]time.Time, sleepers *wakeTracker, fl *inflight, commits *sync.WaitGroup) (int, time.Time) {
 	cfg := s.cfg.Scheduler
 	// In-flight placements are read before the view (see inflight).
 	flTasks, flNodes := fl.snapshot()

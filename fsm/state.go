@@ -4,8 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"time"
-
-	memdb "github.com/hashicorp/go-memdb"
 )
 
 // ErrNotFound is returned by lookups of records that do not exist.
@@ -25,7 +23,7 @@ func (s *State) Index() uint64 { return s.index }
 
 // watch adds to ws (when not nil) a channel that closes once topic
 // changes after this view's index.
-func (s *State) watch(ws memdb.WatchSet, topic string) {
+func (s *State) watch(ws WatchSet, topic string) {
 	if ws != nil {
 		ws.Add(s.watches.watch(topic, s.index))
 	}
@@ -127,7 +125,7 @@ func (s *State) AttemptsOfTask(taskID string) ([]*Attempt, error) {
 
 // PendingTasks lists tasks waiting for placement, in id order, and adds
 // to ws (when not nil) a channel that closes when that set may change.
-func (s *State) PendingTasks(ws memdb.WatchSet) ([]*Task, error) {
+func (s *State) PendingTasks(ws WatchSet) ([]*Task, error) {
 	s.watch(ws, topicPending)
 	out := make([]*Task, 0, s.st.taskCounts[TaskPending])
 	s.st.tasksInState(TaskPending, "", func(t *Task) bool { out = append(out, t); return true })
@@ -135,7 +133,7 @@ func (s *State) PendingTasks(ws memdb.WatchSet) ([]*Task, error) {
 }
 
 // WatchNodes adds to ws a channel that closes when any node changes.
-func (s *State) WatchNodes(ws memdb.WatchSet) error {
+func (s *State) WatchNodes(ws WatchSet) error {
 	s.watch(ws, topicNodes)
 	return nil
 }
@@ -151,17 +149,17 @@ func (s *State) Attempt(id string) (*Attempt, error) {
 
 // LiveAttemptsOnNode lists a node's reserved and running attempts in id
 // order, and adds a channel to ws that fires when that list changes.
-func (s *State) LiveAttemptsOnNode(nodeID string, ws memdb.WatchSet) ([]*Attempt, error) {
+func (s *State) LiveAttemptsOnNode(nodeID string, ws WatchSet) ([]*Attempt, error) {
 	return s.attemptsOnNode(true, nodeID, ws), nil
 }
 
 // AttemptsOnNode lists a node's attempts (live and ended) in id order, and
 // adds a channel to ws that fires when any of them changes.
-func (s *State) AttemptsOnNode(nodeID string, ws memdb.WatchSet) ([]*Attempt, error) {
+func (s *State) AttemptsOnNode(nodeID string, ws WatchSet) ([]*Attempt, error) {
 	return s.attemptsOnNode(false, nodeID, ws), nil
 }
 
-func (s *State) attemptsOnNode(live bool, nodeID string, ws memdb.WatchSet) []*Attempt {
+func (s *State) attemptsOnNode(live bool, nodeID string, ws WatchSet) []*Attempt {
 	s.watch(ws, topicNodePre+nodeID)
 	var out []*Attempt
 	s.st.attemptsOnNode(live, nodeID, func(a *Attempt) bool { out = append(out, a); return true })

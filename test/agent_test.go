@@ -45,6 +45,7 @@ func TestAgentsRunTasksToSuccess(t *testing.T) {
 	c := NewClusterWith(t, 3, agentSetup())
 	a := c.StartAgent(agent.Config{ID: "edge-1", Resources: api.Resources{CPUMillis: 2000, MemoryMB: 1024}, Slots: 3}, 0, 1, 2)
 	b := c.StartAgent(agent.Config{ID: "edge-2", Resources: api.Resources{CPUMillis: 2000, MemoryMB: 1024}, Slots: 3}, 2, 1, 0)
+	WaitRegistered(t, a, b)
 	cl := c.AllClient()
 	var ids []string
 	for i := 0; i < 50; i++ {
@@ -77,8 +78,9 @@ func TestAgentsRunTasksToSuccess(t *testing.T) {
 // FAILED after max_attempts with one attempt per try in its timeline.
 func TestFailingTaskRetriesElsewhereThenFails(t *testing.T) {
 	c := NewClusterWith(t, 3, agentSetup())
-	c.StartAgent(agent.Config{ID: "edge-1", Resources: api.Resources{CPUMillis: 2000, MemoryMB: 1024}, Slots: 2})
-	c.StartAgent(agent.Config{ID: "edge-2", Resources: api.Resources{CPUMillis: 2000, MemoryMB: 1024}, Slots: 2})
+	WaitRegistered(t,
+		c.StartAgent(agent.Config{ID: "edge-1", Resources: api.Resources{CPUMillis: 2000, MemoryMB: 1024}, Slots: 2}),
+		c.StartAgent(agent.Config{ID: "edge-2", Resources: api.Resources{CPUMillis: 2000, MemoryMB: 1024}, Slots: 2}))
 	cl := c.AllClient()
 	s := shSpec("fails", "echo boom >&2; exit 1")
 	s.MaxAttempts = ptrTo(3)
@@ -138,7 +140,8 @@ func TestTimeoutKillsProcessGroup(t *testing.T) {
 func TestZombieResultIsRejected(t *testing.T) {
 	c := NewClusterWith(t, 3, agentSetup())
 	zombie := c.StartAgent(agent.Config{ID: "edge-z", Labels: map[string]string{"first": "yes"}, Slots: 2})
-	c.StartAgent(agent.Config{ID: "edge-ok", Slots: 2})
+	// Both registered first, or the task may go to edge-ok alone.
+	WaitRegistered(t, zombie, c.StartAgent(agent.Config{ID: "edge-ok", Slots: 2}))
 	cl := c.AllClient()
 	s := shSpec("zombie", "sleep 2; echo finished on $HERD_NODE_ID")
 	s.PreferredLabels = map[string]string{"first": "yes"}

@@ -524,6 +524,24 @@ func (c *Cluster) StartAgent(cfg agent.Config, replicas ...int) *AgentHandle {
 	return h
 }
 
+// WaitRegistered waits until every agent has a committed session: the
+// leader then schedules onto it. Tests that expect a task on a particular
+// agent call it first, or the task may go to whichever agent registered
+// first.
+func WaitRegistered(t testing.TB, agents ...*AgentHandle) {
+	t.Helper()
+	if !Eventually(30*time.Second, func() bool {
+		for _, h := range agents {
+			if h.Agent.Session() == 0 {
+				return false
+			}
+		}
+		return true
+	}) {
+		t.Fatal("agents did not register within 30 s")
+	}
+}
+
 // CutTransport is an HTTP transport a test can cut: while cut, requests
 // fail and requests in flight are aborted, as in a network partition.
 type CutTransport struct {

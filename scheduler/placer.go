@@ -2,9 +2,8 @@ package scheduler
 
 import (
 	"container/heap"
-	"fmt"
 	"slices"
-	"strings"
+	"strconv"
 )
 
 // Placer answers Select for many requests against one set of nodes that
@@ -74,30 +73,36 @@ func (p *Placer) Select(req *Request) (Candidate, error) {
 
 // classKey names a request's requirements (everything evaluate and score
 // read, except per-task state).
+// It is computed for every task a pass places, so it appends bytes
+// rather than formatting (fmt was four fifths of Select's time).
 func classKey(r *Request) string {
-	var b strings.Builder
-	b.WriteString(r.Capability)
-	b.WriteByte(0)
-	b.WriteString(r.CapabilityVersion)
+	b := make([]byte, 0, 64+len(r.Capability)+len(r.CapabilityVersion))
+	b = append(b, r.Capability...)
+	b = append(b, 0)
+	b = append(b, r.CapabilityVersion...)
 	for _, m := range []map[string]string{r.RequiredLabels, r.PreferredLabels} {
-		b.WriteByte(1)
+		b = append(b, 1)
 		for _, p := range pairs(m) {
-			b.WriteString(p.key)
-			b.WriteByte(0)
-			b.WriteString(p.value)
-			b.WriteByte(0)
+			b = append(b, p.key...)
+			b = append(b, 0)
+			b = append(b, p.value...)
+			b = append(b, 0)
 		}
 	}
-	b.WriteByte(2)
-	ds := slices.Clone(r.DataLocality)
-	slices.Sort(ds)
-	for _, d := range ds {
-		b.WriteString(d)
-		b.WriteByte(0)
+	b = append(b, 2)
+	ds := r.DataLocality
+	if !slices.IsSorted(ds) {
+		ds = slices.Sorted(slices.Values(ds))
 	}
-	fmt.Fprintf(&b, "\x03%d/%d/%d/%d\x03%d\x03%d", r.Resources.CPUMillis, r.Resources.MemoryMB, r.Resources.GPU, r.Resources.DiskMB,
-		r.Now.UnixNano(), r.HeartbeatTTL)
-	return b.String()
+	for _, d := range ds {
+		b = append(b, d...)
+		b = append(b, 0)
+	}
+	for _, v := range [...]int64{r.Resources.CPUMillis, r.Resources.MemoryMB, r.Resources.GPU, r.Resources.DiskMB, r.Now.UnixNano(), int64(r.HeartbeatTTL)} {
+		b = append(b, 3)
+		b = strconv.AppendInt(b, v, 10)
+	}
+	return string(b)
 }
 
 // candidateHeap is a max-heap in compareCandidates order (best first).

@@ -129,9 +129,6 @@ func (s *Server) scheduleLoop(ctx context.Context) {
 // (each explanation checks every node against the task).
 const maxExplainsPerPass = 64
 
-// schedulePass runs one pass, hands its placements to Raft (committed in
-// the background, tracked in fl until the FSM answers) and returns how
-// many it decided and when the earliest backing-off task becomes due.
 // wakeTracker remembers, for the leader's term, which hibernating nodes
 // it woke and when, and which nodes it passed over for which task.
 type wakeTracker struct {
@@ -140,6 +137,9 @@ type wakeTracker struct {
 	passedOver map[string]map[string]string // task → node → why
 }
 
+// schedulePass runs one pass, hands its placements to Raft (committed in
+// the background, tracked in fl until the FSM answers) and returns how
+// many it decided and when the earliest backing-off task becomes due.
 func (s *Server) schedulePass(ctx context.Context, ws fsm.WatchSet, rng randSource, explained map[string]time.Time, sleepers *wakeTracker, fl *inflight, commits *sync.WaitGroup) (int, time.Time) {
 	cfg := s.cfg.Scheduler
 	// In-flight placements are read before the view (see inflight).

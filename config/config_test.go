@@ -100,7 +100,9 @@ func TestMemoryLimitSettings(t *testing.T) {
 	if cfg.MemoryLimitMiB != 128 || cfg.Validate() != nil {
 		t.Fatalf("memory_limit_mib = 128 gave %d (%v)", cfg.MemoryLimitMiB, cfg.Validate())
 	}
-	if err := ApplyServerEnv(&cfg, func(k string) (string, bool) { return map[string]string{"HERD_MEMORY_LIMIT_MIB": "256"}[k], k == "HERD_MEMORY_LIMIT_MIB" }); err != nil || cfg.MemoryLimitMiB != 256 {
+	if err := ApplyServerEnv(&cfg, func(k string) (string, bool) {
+		return map[string]string{"HERD_MEMORY_LIMIT_MIB": "256"}[k], k == "HERD_MEMORY_LIMIT_MIB"
+	}); err != nil || cfg.MemoryLimitMiB != 256 {
 		t.Fatalf("HERD_MEMORY_LIMIT_MIB=256 gave %d (%v)", cfg.MemoryLimitMiB, err)
 	}
 	for _, bad := range []int{-1, 8} {

@@ -835,12 +835,34 @@ func startBenchCluster(dir string) (*devCluster, error) {
 // e2eSubmitBatch is how many tasks the end-to-end run submits per request.
 const e2eSubmitBatch = 500
 
-// submitBatches submits n tasks in batches of size, four batches in flight.
+// submitBatches submits tasks 0..n-1 in batches of size, four batches in
+// flight.
 func submitBatches(ctx context.Context, cl *api.Client, n, size int, spec func(i int) api.TaskSpec) error {
+	return inChunks(n, size, 4, func(start, end int) error {
+		specs := make([]api.TaskSpec, 0, end-start)
+		for i := start; i < end; i++ {
+			specs = append(specs, spec(i))
+		}
+		_, err := cl.SubmitTasks(ctx, specs)
+		return err
+	})
+}
+
+// submitConcurrently submits tasks 0..n-1 one request each, 32 in flight.
+func submitConcurrently(ctx context.Context, cl *api.Client, n int, spec func(i int) api.TaskSpec) error {
+	return inChunks(n, 1, 32, func(i, _ int) error {
+		_, _, err := cl.SubmitTask(ctx, spec(i))
+		return err
+	})
+}
+
+// inChunks calls fn on [start, end) chunks of 0..n-1 from that many
+// workers, and returns the first error (a worker stops at its error).
+func inChunks(n, size, workers int, fn func(start, end int) error) error {
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	var firstErr atomic.Value
-	for w := 0; w < 4; w++ {
+	for range workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -849,38 +871,7 @@ func submitBatches(ctx context.Context, cl *api.Client, n, size int, spec func(i
 				if start >= n {
 					return
 				}
-				specs := make([]api.TaskSpec, 0, size)
-				for i := start; i < min(start+size, n); i++ {
-					specs = append(specs, spec(i))
-				}
-				if _, err := cl.SubmitTasks(ctx, specs); err != nil {
-					firstErr.CompareAndSwap(nil, err)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	if err, ok := firstErr.Load().(error); ok {
-		return err
-	}
-	return nil
-}
-
-func submitConcurrently(ctx context.Context, cl *api.Client, n int, spec func(i int) api.TaskSpec) error {
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	var firstErr atomic.Value
-	for w := 0; w < 32; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := int(next.Add(1))
-				if i > n {
-					return
-				}
-				if _, _, err := cl.SubmitTask(ctx, spec(i)); err != nil {
+				if err := fn(start, min(start+size, n)); err != nil {
 					firstErr.CompareAndSwap(nil, err)
 					return
 				}

@@ -71,32 +71,32 @@ func TestEnvironment(t *testing.T) {
 	}
 }
 
-func TestEnableDebugFromFile(t *testing.T) {
+// loadHCL loads body as a server config file over cfg.
+func loadHCL(t *testing.T, cfg *Server, body string) {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "server.hcl")
-	if err := os.WriteFile(path, []byte("enable_debug = true\n"), 0o600); err != nil {
+	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	if err := LoadServerFile(cfg, path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestEnableDebugFromFile(t *testing.T) {
 	cfg := DefaultServer()
 	if cfg.EnableDebug {
 		t.Fatal("debug profiles are on by default")
 	}
-	if err := LoadServerFile(&cfg, path); err != nil {
-		t.Fatal(err)
-	}
+	loadHCL(t, &cfg, "enable_debug = true\n")
 	if !cfg.EnableDebug {
 		t.Fatal("enable_debug = true did not enable debug profiles")
 	}
 }
 
 func TestMemoryLimitSettings(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "server.hcl")
-	if err := os.WriteFile(path, []byte("memory_limit_mib = 128\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
 	cfg := valid()
-	if err := LoadServerFile(&cfg, path); err != nil {
-		t.Fatal(err)
-	}
+	loadHCL(t, &cfg, "memory_limit_mib = 128\n")
 	if cfg.MemoryLimitMiB != 128 || cfg.Validate() != nil {
 		t.Fatalf("memory_limit_mib = 128 gave %d (%v)", cfg.MemoryLimitMiB, cfg.Validate())
 	}

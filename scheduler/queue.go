@@ -28,6 +28,11 @@ type QueueConfig struct {
 	// AgingInterval is the wait that earns one point of priority after the
 	// grace period; AgingCap bounds the points. With a cap of at least the
 	// priority range, any task eventually reaches the head: no starvation.
+	// Points are counted on a fixed grid of the clock (multiples of
+	// AgingInterval since the Unix epoch), so a task earns its first point
+	// up to one interval early, and every task queued within one interval
+	// ages in step: the order of tasks then changes only at grid ticks,
+	// which is what lets Queue keep the backlog indexed.
 	AgingInterval time.Duration
 	AgingCap      int
 	// FailurePenalty is the priority lost per failed attempt, so a task
@@ -50,15 +55,43 @@ func EffectivePriority(t *QueuedTask, now time.Time, cfg *QueueConfig) int {
 // effective is EffectivePriority on nanosecond clocks: the queue computes
 // it for every pending task, and time.Time arithmetic was most of that.
 func effective(t *QueuedTask, nowNs int64, cfg *QueueConfig) int {
-	p := t.Priority - t.Failures*cfg.FailurePenalty
-	p = max(p, 0)
-	if cfg.AgingInterval > 0 {
-		waited := nowNs - t.QueuedAt.UnixNano() - int64(cfg.AgingGrace)
-		if waited > 0 {
-			p += int(min(waited/int64(cfg.AgingInterval), int64(cfg.AgingCap)))
-		}
+	return basePriority(t.Priority, t.Failures, cfg) + agingPoints(agingBucket(t.QueuedAt.UnixNano(), cfg), agingTick(nowNs, cfg), cfg)
+}
+
+// basePriority is the priority before aging: less a penalty per failure,
+// never below zero.
+func basePriority(priority, failures int, cfg *QueueConfig) int {
+	return max(priority-failures*cfg.FailurePenalty, 0)
+}
+
+// agingBucket is the grid interval a task was queued in (0 when aging is
+// off).
+func agingBucket(queuedAtNs int64, cfg *QueueConfig) int64 {
+	if cfg.AgingInterval <= 0 || cfg.AgingCap <= 0 {
+		return 0
 	}
-	return p
+	return floorDiv(queuedAtNs, int64(cfg.AgingInterval))
+}
+
+// agingTick is the grid interval that now, less the grace, falls in: a
+// task of bucket b has earned tick-b points (within 0..AgingCap).
+func agingTick(nowNs int64, cfg *QueueConfig) int64 {
+	if cfg.AgingInterval <= 0 || cfg.AgingCap <= 0 {
+		return 0
+	}
+	return floorDiv(nowNs-int64(cfg.AgingGrace), int64(cfg.AgingInterval))
+}
+
+func agingPoints(bucket, tick int64, cfg *QueueConfig) int {
+	return int(min(max(tick-bucket, 0), int64(cfg.AgingCap)))
+}
+
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b != 0 && (a < 0) != (b < 0) {
+		q--
+	}
+	return q
 }
 
 // waiting reports a task still backing off at now.

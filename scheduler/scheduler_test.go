@@ -480,3 +480,77 @@ func BenchmarkPlacer(b *testing.B) {
 		})
 	}
 }
+
+// A Queue's head is Order's prefix over the tasks it holds, through any
+// sequence of puts, replacements and removals, and a clock that may step
+// back (backing-off tasks return to waiting).
+func TestQueueHeadIsOrderPrefix(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		cfg := DefaultQueueConfig()
+		cfg.AgingGrace = time.Duration(rapid.IntRange(0, 120).Draw(rt, "grace")) * time.Second
+		cfg.AgingInterval = time.Duration(rapid.SampledFrom([]int{0, 1, 10}).Draw(rt, "interval")) * time.Second
+		cfg.AgingCap = rapid.SampledFrom([]int{0, 3, 100}).Draw(rt, "cap")
+		q := NewQueue(cfg)
+		model := map[string]QueuedTask{}
+		clock := now
+		for step := range rapid.IntRange(1, 60).Draw(rt, "steps") {
+			switch rapid.IntRange(0, 9).Draw(rt, "op") {
+			case 0, 1, 2, 3, 4: // put (new or replacing)
+				tk := QueuedTask{
+					ID:        fmt.Sprintf("t%02d", rapid.IntRange(0, 40).Draw(rt, "id")),
+					Priority:  rapid.SampledFrom([]int{0, 10, 50, 50, 100}).Draw(rt, "prio"),
+					Submitter: rapid.SampledFrom([]string{"a", "b", "c"}).Draw(rt, "sub"),
+					QueuedAt:  clock.Add(-time.Duration(rapid.IntRange(0, 1500).Draw(rt, "age")) * time.Second),
+					Seq:       uint64(rapid.IntRange(1, 30).Draw(rt, "seq")),
+					Failures:  rapid.IntRange(0, 2).Draw(rt, "failures"),
+				}
+				if rapid.IntRange(0, 3).Draw(rt, "backoff") == 0 {
+					tk.NotBefore = clock.Add(time.Duration(rapid.IntRange(-30, 60).Draw(rt, "due")) * time.Second)
+				}
+				q.Put(tk)
+				model[tk.ID] = tk
+			case 5, 6: // remove
+				id := fmt.Sprintf("t%02d", rapid.IntRange(0, 40).Draw(rt, "id"))
+				_, had := model[id]
+				if got := q.Remove(id); got != had {
+					rt.Fatalf("step %d: Remove(%s) = %v, the queue should have held it: %v", step, id, got, had)
+				}
+				delete(model, id)
+			default: // read the head, the clock moved (sometimes back)
+				clock = clock.Add(time.Duration(rapid.IntRange(-20, 200).Draw(rt, "tick")) * time.Second)
+				all := make([]QueuedTask, 0, len(model))
+				for _, tk := range model {
+					all = append(all, tk)
+				}
+				want := Order(all, clock, cfg)
+				k := rapid.IntRange(1, len(model)+3).Draw(rt, "k")
+				want = want[:min(k, len(want))]
+				got := q.Head(clock, k)
+				if ids(got) != ids(want) {
+					rt.Fatalf("step %d, k=%d: Queue.Head\n  %s\nOrder\n  %s", step, k, ids(got), ids(want))
+				}
+			}
+			if q.Len() != len(model) {
+				rt.Fatalf("step %d: Len %d, want %d", step, q.Len(), len(model))
+			}
+		}
+	})
+}
+
+func BenchmarkQueueHead(b *testing.B) {
+	for _, n := range []int{10_000, 100_000} {
+		rng := rand.New(rand.NewPCG(2, 2))
+		q := NewQueue(DefaultQueueConfig())
+		for i := range n {
+			q.Put(qt(fmt.Sprint(i), fmt.Sprint("s", rng.IntN(20)), rng.IntN(101), uint64(i), now.Add(-time.Duration(rng.IntN(600))*time.Second)))
+		}
+		for _, k := range []int{512, 4096} {
+			b.Run(fmt.Sprintf("pending=%d/k=%d", n, k), func(b *testing.B) {
+				b.ReportAllocs()
+				for b.Loop() {
+					q.Head(now, k)
+				}
+			})
+		}
+	}
+}

@@ -1,0 +1,491 @@
+package scheduler
+
+import (
+	"cmp"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/google/btree"
+)
+
+// Queue keeps a backlog indexed for queue order, so that the head of a
+// deep backlog costs what is taken from it, not a pass over all of it.
+// Its head is exactly Order's prefix over the tasks it holds. The leader
+// keeps one up to date from the changes to the pending set instead of
+// re-reading every pending task on each scheduling pass.
+//
+// The index rests on aging on a clock grid (see QueueConfig): tasks of
+// one base priority (priority less the failure penalty) queued in one
+// grid interval always share an effective priority, so the tasks are
+// kept ordered by (base, interval, submitter, submission) and a level of
+// effective priority is a handful of ranges of that order. Tasks still
+// backing off wait in a second index by the time they become due.
+//
+// A Queue is not safe for concurrent use.
+type Queue struct {
+	cfg     QueueConfig
+	byID    map[string]*queueEntry
+	ready   *btree.BTreeG[*queueEntry] // by (base, bucket, submitter, seq, id)
+	delayed *btree.BTreeG[*queueEntry] // not yet due at clock: by (notBefore, id)
+	// released holds the ready tasks that have a NotBefore, so that a
+	// clock that steps back can put them back to waiting.
+	released *btree.BTreeG[*queueEntry] // by (notBefore, id)
+	byQueued *btree.BTreeG[*queueEntry] // every task, by (queuedAt, id)
+	bases    map[int]int                // tasks in ready by base priority
+	clock    int64                      // the now of the last Head (ns)
+}
+
+type queueEntry struct {
+	task      QueuedTask
+	base      int
+	bucket    int64
+	queuedAt  int64
+	notBefore int64 // 0: none
+}
+
+// NewQueue returns an empty queue ordering by cfg.
+func NewQueue(cfg QueueConfig) *Queue {
+	return &Queue{
+		cfg:      cfg,
+		byID:     map[string]*queueEntry{},
+		ready:    btree.NewG(32, lessReady),
+		delayed:  btree.NewG(32, lessNotBefore),
+		released: btree.NewG(32, lessNotBefore),
+		byQueued: btree.NewG(32, lessQueued),
+		bases:    map[int]int{},
+		clock:    math.MinInt64,
+	}
+}
+
+func lessReady(a, b *queueEntry) bool {
+	if a.base != b.base {
+		return a.base < b.base
+	}
+	if a.bucket != b.bucket {
+		return a.bucket < b.bucket
+	}
+	if a.task.Submitter != b.task.Submitter {
+		return a.task.Submitter < b.task.Submitter
+	}
+	return compareSeq(&a.task, &b.task) < 0
+}
+
+func lessNotBefore(a, b *queueEntry) bool {
+	if a.notBefore != b.notBefore {
+		return a.notBefore < b.notBefore
+	}
+	return a.task.ID < b.task.ID
+}
+
+func lessQueued(a, b *queueEntry) bool {
+	if a.queuedAt != b.queuedAt {
+		return a.queuedAt < b.queuedAt
+	}
+	return a.task.ID < b.task.ID
+}
+
+// Len is how many tasks the queue holds, backing-off ones included.
+func (q *Queue) Len() int { return len(q.byID) }
+
+// Has reports whether the queue holds the task.
+func (q *Queue) Has(id string) bool { _, ok := q.byID[id]; return ok }
+
+// Put adds a task, or replaces the one with its ID.
+func (q *Queue) Put(t QueuedTask) {
+	q.Remove(t.ID)
+	e := &queueEntry{
+		task:     t,
+		base:     basePriority(t.Priority, t.Failures, &q.cfg),
+		queuedAt: t.QueuedAt.UnixNano(),
+	}
+	e.bucket = agingBucket(e.queuedAt, &q.cfg)
+	if !t.NotBefore.IsZero() {
+		e.notBefore = t.NotBefore.UnixNano()
+	}
+	q.byID[t.ID] = e
+	q.byQueued.ReplaceOrInsert(e)
+	if e.notBefore != 0 && e.notBefore > q.clock {
+		q.delayed.ReplaceOrInsert(e)
+		return
+	}
+	q.makeReady(e)
+}
+
+// Remove drops a task; it reports whether the queue held it.
+func (q *Queue) Remove(id string) bool {
+	e, ok := q.byID[id]
+	if !ok {
+		return false
+	}
+	delete(q.byID, id)
+	q.byQueued.Delete(e)
+	if _, waiting := q.delayed.Delete(e); !waiting {
+		q.unready(e)
+	}
+	return true
+}
+
+func (q *Queue) makeReady(e *queueEntry) {
+	q.ready.ReplaceOrInsert(e)
+	q.bases[e.base]++
+	if e.notBefore != 0 {
+		q.released.ReplaceOrInsert(e)
+	}
+}
+
+func (q *Queue) unready(e *queueEntry) {
+	q.ready.Delete(e)
+	if q.bases[e.base]--; q.bases[e.base] <= 0 {
+		delete(q.bases, e.base)
+	}
+	if e.notBefore != 0 {
+		q.released.Delete(e)
+	}
+}
+
+// advance moves tasks between waiting and ready for the clock at nowNs:
+// only those due between the previous clock and this one change.
+func (q *Queue) advance(nowNs int64) {
+	var moved []*queueEntry
+	if nowNs >= q.clock {
+		q.delayed.Ascend(func(e *queueEntry) bool {
+			if e.notBefore > nowNs {
+				return false
+			}
+			moved = append(moved, e)
+			return true
+		})
+		for _, e := range moved {
+			q.delayed.Delete(e)
+			q.makeReady(e)
+		}
+	} else {
+		q.released.AscendGreaterOrEqual(&queueEntry{notBefore: nowNs + 1}, func(e *queueEntry) bool {
+			moved = append(moved, e)
+			return true
+		})
+		for _, e := range moved {
+			q.unready(e)
+			q.delayed.ReplaceOrInsert(e)
+		}
+	}
+	q.clock = nowNs
+}
+
+// NextDue is when the earliest task still backing off at the last Head
+// becomes due (zero if none is).
+func (q *Queue) NextDue() time.Time {
+	e, ok := q.delayed.Min()
+	if !ok {
+		return time.Time{}
+	}
+	return e.task.NotBefore
+}
+
+// OldestQueuedAt is the earliest QueuedAt among the tasks held (zero if
+// the queue is empty).
+func (q *Queue) OldestQueuedAt() time.Time {
+	e, ok := q.byQueued.Min()
+	if !ok {
+		return time.Time{}
+	}
+	return e.task.QueuedAt
+}
+
+// Head returns the first k tasks of Order over the queue's tasks at now
+// (all of them when k exceeds the schedulable ones). Its cost grows with
+// k and with the number of (base priority, grid interval, submitter)
+// ranges it opens, not with the backlog.
+func (q *Queue) Head(now time.Time, k int) []QueuedTask {
+	if k <= 0 {
+		return nil
+	}
+	q.advance(now.UnixNano())
+	it := q.newIter(now)
+	out := make([]QueuedTask, 0, min(k, q.ready.Len()))
+	for len(out) < k {
+		e := it.next()
+		if e == nil {
+			break
+		}
+		out = append(out, e.task)
+	}
+	return out
+}
+
+// queueIter yields ready tasks in queue order, one level of effective
+// priority at a time; within a level, submitters take turns.
+type queueIter struct {
+	q     *Queue
+	tick  int64
+	bases []baseCursor   // one per base priority present
+	subs  []*mergeCursor // the current level's submitters still holding tasks
+	round []*queueEntry  // the current turn, in submission order, not yet yielded
+}
+
+// baseCursor walks one base priority's grid intervals from the oldest
+// (highest effective priority) on; group is the next run of intervals
+// sharing one effective priority.
+type baseCursor struct {
+	base     int
+	lo, hi   int64 // the group's intervals, inclusive
+	eff      int
+	done     bool
+	nextFrom int64 // the first interval after the group
+}
+
+func (q *Queue) newIter(now time.Time) *queueIter {
+	it := &queueIter{q: q, tick: agingTick(now.UnixNano(), &q.cfg)}
+	for b := range q.bases {
+		c := baseCursor{base: b, nextFrom: math.MinInt64}
+		it.nextGroup(&c)
+		if !c.done {
+			it.bases = append(it.bases, c)
+		}
+	}
+	// Map order must not leak into the result: fix the cursors' order.
+	slices.SortFunc(it.bases, func(a, b baseCursor) int { return cmp.Compare(a.base, b.base) })
+	return it
+}
+
+// nextGroup moves c to its next group of intervals: from the first
+// present interval at or after c.nextFrom, as far as the effective
+// priority stays the same (everything aged to the cap, or everything
+// not aged at all, is one group).
+func (it *queueIter) nextGroup(c *baseCursor) {
+	if c.nextFrom == math.MaxInt64 { // the last group was open-ended
+		c.done = true
+		return
+	}
+	first, ok := it.firstAtOrAfter(c.base, c.nextFrom)
+	if !ok {
+		c.done = true
+		return
+	}
+	cfg := &it.q.cfg
+	c.lo = first
+	c.eff = c.base + agingPoints(first, it.tick, cfg)
+	switch {
+	case cfg.AgingInterval <= 0 || cfg.AgingCap <= 0 || first >= it.tick:
+		c.hi = math.MaxInt64 // not aged: every later interval too
+	case it.tick-first >= int64(cfg.AgingCap):
+		c.hi = it.tick - int64(cfg.AgingCap) // aged to the cap
+	default:
+		c.hi = first
+	}
+	if c.hi == math.MaxInt64 {
+		c.nextFrom = math.MaxInt64
+	} else {
+		c.nextFrom = c.hi + 1
+	}
+}
+
+// firstAtOrAfter is the first interval at or after from that holds a
+// ready task of base priority base.
+func (it *queueIter) firstAtOrAfter(base int, from int64) (int64, bool) {
+	var found *queueEntry
+	it.q.ready.AscendGreaterOrEqual(&queueEntry{base: base, bucket: from}, func(e *queueEntry) bool {
+		found = e
+		return false
+	})
+	if found == nil || found.base != base {
+		return 0, false
+	}
+	return found.bucket, true
+}
+
+func (it *queueIter) next() *queueEntry {
+	for {
+		if len(it.round) > 0 {
+			e := it.round[0]
+			it.round = it.round[1:]
+			return e
+		}
+		if len(it.subs) > 0 {
+			it.nextRound()
+			continue
+		}
+		if !it.nextLevel() {
+			return nil
+		}
+	}
+}
+
+// nextRound takes each remaining submitter's next task at this level, in
+// submission order: one turn of the round-robin.
+func (it *queueIter) nextRound() {
+	keep := it.subs[:0]
+	for _, s := range it.subs {
+		it.round = append(it.round, s.pop())
+		if !s.empty() {
+			keep = append(keep, s)
+		}
+	}
+	clear(it.subs[len(keep):])
+	it.subs = keep
+	slices.SortFunc(it.round, func(a, b *queueEntry) int { return compareSeq(&a.task, &b.task) })
+}
+
+// nextLevel opens the highest effective priority left: every base's
+// group at that priority, split into its submitters' ranges.
+func (it *queueIter) nextLevel() bool {
+	top := -1
+	for i := range it.bases {
+		if !it.bases[i].done {
+			top = max(top, it.bases[i].eff)
+		}
+	}
+	if top < 0 {
+		return false
+	}
+	bySub := map[string]*mergeCursor{}
+	for i := range it.bases {
+		c := &it.bases[i]
+		if c.done || c.eff != top {
+			continue
+		}
+		it.openRanges(c.base, c.lo, c.hi, bySub)
+		it.nextGroup(c)
+	}
+	for _, m := range bySub {
+		it.subs = append(it.subs, m)
+	}
+	// A fixed order (the turn is sorted anyway, but keep it reproducible).
+	slices.SortFunc(it.subs, func(a, b *mergeCursor) int { return cmp.Compare(a.submitter, b.submitter) })
+	return true
+}
+
+// openRanges adds a cursor for every (interval, submitter) range of base
+// within [lo, hi]. It walks the ranges in one pass, buffering the first
+// tasks of each, and seeks past a range only when it is long.
+func (it *queueIter) openRanges(base int, lo, hi int64, bySub map[string]*mergeCursor) {
+	pivot := &queueEntry{base: base, bucket: lo}
+	for pivot != nil {
+		var r *rangeCursor
+		next := pivot
+		pivot = nil
+		it.q.ready.AscendGreaterOrEqual(next, func(e *queueEntry) bool {
+			if e.base != base || e.bucket > hi {
+				return false
+			}
+			if r == nil || !sameRange(r.buf[0], e) {
+				r = &rangeCursor{tree: it.q.ready, buf: make([]*queueEntry, 0, 4)}
+				m := bySub[e.task.Submitter]
+				if m == nil {
+					m = &mergeCursor{submitter: e.task.Submitter}
+					bySub[e.task.Submitter] = m
+				}
+				r.buf = append(r.buf, e)
+				m.push(r)
+				return true
+			}
+			if len(r.buf) == rangeBuffer {
+				// A long range: its cursor reads on by itself; seek past
+				// it (no task has the largest Seq).
+				r.more = true
+				pivot = &queueEntry{base: base, bucket: e.bucket, task: QueuedTask{Submitter: e.task.Submitter, Seq: math.MaxUint64}}
+				return false
+			}
+			r.buf = append(r.buf, e)
+			return true
+		})
+	}
+}
+
+// rangeBuffer is how many tasks of a range a cursor reads at a time.
+const rangeBuffer = 16
+
+func sameRange(a, b *queueEntry) bool {
+	return a.base == b.base && a.bucket == b.bucket && a.task.Submitter == b.task.Submitter
+}
+
+// rangeCursor walks one (base, interval, submitter) range in submission
+// order, rangeBuffer tasks per read of the tree.
+type rangeCursor struct {
+	tree *btree.BTreeG[*queueEntry]
+	buf  []*queueEntry
+	pos  int
+	more bool // the range may go on past buf
+}
+
+func (r *rangeCursor) head() *queueEntry { return r.buf[r.pos] }
+
+// pop takes the current task; it reports whether the range has more.
+func (r *rangeCursor) pop() (*queueEntry, bool) {
+	e := r.buf[r.pos]
+	r.pos++
+	if r.pos < len(r.buf) {
+		return e, true
+	}
+	if !r.more {
+		return e, false
+	}
+	last := r.buf[len(r.buf)-1]
+	r.buf, r.pos, r.more = r.buf[:0], 0, false
+	r.tree.AscendGreaterOrEqual(last, func(x *queueEntry) bool {
+		if x == last {
+			return true
+		}
+		if !sameRange(last, x) {
+			return false
+		}
+		if len(r.buf) == rangeBuffer {
+			r.more = true
+			return false
+		}
+		r.buf = append(r.buf, x)
+		return true
+	})
+	return e, len(r.buf) > 0
+}
+
+// mergeCursor merges one submitter's ranges at a level into submission
+// order (a min-heap on each range's current task).
+type mergeCursor struct {
+	submitter string
+	heap      []*rangeCursor
+}
+
+func (m *mergeCursor) empty() bool { return len(m.heap) == 0 }
+
+func (m *mergeCursor) less(i, j int) bool {
+	return compareSeq(&m.heap[i].head().task, &m.heap[j].head().task) < 0
+}
+
+func (m *mergeCursor) push(r *rangeCursor) {
+	m.heap = append(m.heap, r)
+	for i := len(m.heap) - 1; i > 0; {
+		p := (i - 1) / 2
+		if !m.less(i, p) {
+			break
+		}
+		m.heap[i], m.heap[p] = m.heap[p], m.heap[i]
+		i = p
+	}
+}
+
+func (m *mergeCursor) pop() *queueEntry {
+	e, more := m.heap[0].pop()
+	if !more {
+		last := len(m.heap) - 1
+		m.heap[0] = m.heap[last]
+		m.heap[last] = nil
+		m.heap = m.heap[:last]
+	}
+	for i := 0; ; {
+		l, small := 2*i+1, i
+		if l < len(m.heap) && m.less(l, small) {
+			small = l
+		}
+		if r := l + 1; r < len(m.heap) && m.less(r, small) {
+			small = r
+		}
+		if small == i {
+			break
+		}
+		m.heap[i], m.heap[small] = m.heap[small], m.heap[i]
+		i = small
+	}
+	return e
+}

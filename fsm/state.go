@@ -132,6 +132,30 @@ func (s *State) PendingTasks(ws WatchSet) ([]*Task, error) {
 	return out, nil
 }
 
+// PendingCursor is a position in the feed of changes to the pending set
+// (see PendingChanges). The zero cursor is before any view's.
+type PendingCursor struct {
+	feed *feedToken
+	pos  uint64
+}
+
+// PendingChanges returns the ids of the tasks that entered, left or
+// changed in the pending set after cursor and up to this view (an id may
+// repeat), and the cursor of this view. ok is false when the feed does
+// not reach back to cursor (a zero cursor, a restore from a snapshot, or
+// too many changes since): the caller then reads PendingTasks whole.
+func (s *State) PendingChanges(c PendingCursor) (ids []string, next PendingCursor, ok bool) {
+	next = PendingCursor{feed: s.st.feed, pos: s.st.feedBase + uint64(len(s.st.feedIDs))}
+	if c.feed != s.st.feed || c.pos < s.st.feedBase || c.pos > next.pos {
+		return nil, next, false
+	}
+	return s.st.feedIDs[c.pos-s.st.feedBase:], next, true
+}
+
+// WatchPending adds to ws a channel that closes when the pending set, or
+// a pending task, changes after this view.
+func (s *State) WatchPending(ws WatchSet) { s.watch(ws, topicPending) }
+
 // WatchNodes adds to ws a channel that closes when any node changes.
 func (s *State) WatchNodes(ws WatchSet) error {
 	s.watch(ws, topicNodes)

@@ -32,6 +32,16 @@ type store struct {
 	attemptsByNode *btree.BTreeG[*Attempt] // by (node, id)
 	liveByNode     *btree.BTreeG[*Attempt] // by (node, id); reserved and running only
 
+	// The pending feed: ids of tasks that entered, left or changed in the
+	// pending set, in apply order, so that the leader can keep its queue
+	// current without re-reading the backlog. Not replicated state: each
+	// store starts its own feed (a restore starts over). A view keeps the
+	// slice as it was; the writer only appends past it or starts a new
+	// array when trimming.
+	feed     *feedToken
+	feedBase uint64 // feed position of feedIDs[0]
+	feedIDs  []string
+
 	// Writer only (nil in views): records by id for the writer's own
 	// lookups, which are most of what applying a command reads, and the
 	// watch topics changed by the entry being applied.
@@ -91,6 +101,7 @@ func newStore() *store {
 		attemptsByTask: btree.NewG(btreeDegree, lessAttemptTask),
 		attemptsByNode: btree.NewG(btreeDegree, lessAttemptNode),
 		liveByNode:     btree.NewG(btreeDegree, lessAttemptNode),
+		feed:           &feedToken{},
 		w: &writerMaps{
 			tasks: map[string]*Task{}, attempts: map[string]*Attempt{}, nodes: map[string]*Node{},
 			touched: map[string]struct{}{}, interner: newInterner(),
@@ -131,6 +142,24 @@ func (s *store) clone() *store {
 		tasks: s.tasks.Clone(), tasksByKey: s.tasksByKey.Clone(), tasksByStat: s.tasksByStat.Clone(), taskCounts: counts,
 		attempts: s.attempts.Clone(), attemptsByTask: s.attemptsByTask.Clone(), attemptsByNode: s.attemptsByNode.Clone(),
 		liveByNode: s.liveByNode.Clone(),
+		feed:       s.feed, feedBase: s.feedBase, feedIDs: s.feedIDs,
+	}
+}
+
+// feedToken tells one store's pending feed from another's.
+type feedToken struct{ _ byte }
+
+// feedKeep is how many pending changes the feed keeps at least: a leader
+// that falls further behind reads the pending set whole instead.
+const feedKeep = 1 << 16
+
+// pendingChanged appends a task to the pending feed.
+func (s *store) pendingChanged(id string) {
+	s.feedIDs = append(s.feedIDs, id)
+	if len(s.feedIDs) >= 2*feedKeep {
+		drop := len(s.feedIDs) - feedKeep
+		s.feedIDs = append(make([]string, 0, 2*feedKeep), s.feedIDs[drop:]...)
+		s.feedBase += uint64(drop)
 	}
 }
 
@@ -204,6 +233,9 @@ func (s *store) putTask(t *Task) {
 		s.uncount(old.State)
 		if old.State == TaskPending {
 			s.touch(topicPending)
+			if t.State != TaskPending {
+				s.pendingChanged(t.ID)
+			}
 		}
 		if old.Spec.IdempotencyKey != "" && old.Spec.IdempotencyKey != t.Spec.IdempotencyKey {
 			s.tasksByKey.Delete(old)
@@ -213,6 +245,7 @@ func (s *store) putTask(t *Task) {
 	s.taskCounts[t.State]++
 	if t.State == TaskPending {
 		s.touch(topicPending)
+		s.pendingChanged(t.ID)
 	}
 	if t.Spec.IdempotencyKey != "" {
 		s.tasksByKey.ReplaceOrInsert(t)
@@ -235,6 +268,7 @@ func (s *store) deleteTask(t *Task) {
 	s.uncount(old.State)
 	if old.State == TaskPending {
 		s.touch(topicPending)
+		s.pendingChanged(old.ID)
 	}
 	if old.Spec.IdempotencyKey != "" {
 		s.tasksByKey.Delete(old)

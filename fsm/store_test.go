@@ -137,6 +137,39 @@ func TestStoreMatchesModelAndViewsStayFrozen(t *testing.T) {
 			model *storeModel
 		}
 		var views []frozen
+		// A reader following the pending feed from view to view must end
+		// with exactly the pending set.
+		fed := map[string]bool{}
+		var cursor PendingCursor
+		follow := func(v *State, label string) {
+			ids, next, ok := v.PendingChanges(cursor)
+			if !ok {
+				if cursor != (PendingCursor{}) {
+					rt.Fatalf("%s: the feed lost the reader's place", label)
+				}
+				pending, _ := v.PendingTasks(nil)
+				for _, tk := range pending {
+					fed[tk.ID] = true
+				}
+			}
+			for _, id := range ids {
+				if tk, err := v.Task(id); err == nil && tk.State == TaskPending {
+					fed[id] = true
+				} else {
+					delete(fed, id)
+				}
+			}
+			cursor = next
+			pending, _ := v.PendingTasks(nil)
+			if len(pending) != len(fed) {
+				rt.Fatalf("%s: the feed's reader has %d pending tasks, the view %d", label, len(fed), len(pending))
+			}
+			for _, tk := range pending {
+				if !fed[tk.ID] {
+					rt.Fatalf("%s: the feed's reader misses pending task %s", label, tk.ID)
+				}
+			}
+		}
 		taskStates := []TaskState{TaskPending, TaskScheduled, TaskRunning, TaskSucceeded, TaskCancelled}
 		attemptStates := []AttemptState{AttemptReserved, AttemptRunning, AttemptSucceeded, AttemptLost}
 		steps := rapid.IntRange(1, 400).Draw(rt, "steps")
@@ -174,8 +207,10 @@ func TestStoreMatchesModelAndViewsStayFrozen(t *testing.T) {
 				}
 			case 9:
 				views = append(views, frozen{view: &State{st: db.clone(), index: uint64(i)}, model: m.copy()})
+				follow(views[len(views)-1].view, fmt.Sprintf("view at step %d", i))
 			}
 		}
+		follow(&State{st: db.clone()}, "latest")
 		if err := db.checkIndexes(); err != nil {
 			rt.Fatalf("indexes: %v", err)
 		}
@@ -187,6 +222,36 @@ func TestStoreMatchesModelAndViewsStayFrozen(t *testing.T) {
 			v.model.checkAgainst(rt, v.view, fmt.Sprintf("view %d", i))
 		}
 	})
+}
+
+// The pending feed keeps at least feedKeep changes; a reader further
+// behind, or from another store (a restore), is told to read whole.
+func TestPendingFeedTrimsAndTellsLaggards(t *testing.T) {
+	db := newStore()
+	start, _, _ := (&State{st: db.clone()}).PendingChanges(PendingCursor{})
+	if start != nil {
+		t.Fatal("an empty feed returned changes")
+	}
+	_, zero, _ := (&State{st: db.clone()}).PendingChanges(PendingCursor{})
+	for i := range 2*feedKeep + 10 {
+		db.pendingChanged(fmt.Sprint("t", i))
+	}
+	v := &State{st: db.clone()}
+	if _, _, ok := v.PendingChanges(zero); ok {
+		t.Fatal("a reader behind the trimmed feed was not told to read whole")
+	}
+	_, now, _ := v.PendingChanges(zero)
+	db.pendingChanged("late")
+	ids, _, ok := (&State{st: db.clone()}).PendingChanges(now)
+	if !ok || len(ids) != 1 || ids[0] != "late" {
+		t.Fatalf("a current reader got %v (ok %v), want [late]", ids, ok)
+	}
+	if got := len(v.st.feedIDs); got < feedKeep || got >= 2*feedKeep {
+		t.Fatalf("the feed holds %d changes, want between %d and %d", got, feedKeep, 2*feedKeep)
+	}
+	if _, _, ok := (&State{st: newStore().clone()}).PendingChanges(now); ok {
+		t.Fatal("a cursor from another store was accepted")
+	}
 }
 
 // TestWatchFiresForChangesAfterTheView checks the watch hub's promise: a

@@ -73,15 +73,20 @@ func (s *Server) scheduleLoop(ctx context.Context) {
 		rng = seededRand{rand.New(rand.NewPCG(term, h.Sum64()))}
 		s.logger.Info("weighted-random placement seeded", "term", term, "server", s.cfg.ID)
 	}
-	explained := map[string]time.Time{}
-	sleepers := &wakeTracker{requested: map[string]time.Time{}, lastSent: map[string]time.Time{}, passedOver: map[string]map[string]string{}}
-	fl := newInflight()
-	var commits sync.WaitGroup
-	defer commits.Wait()
+	cfg := s.cfg.Scheduler
+	ps := &passState{
+		rng:       rng,
+		queue:     newLeaderQueue(scheduler.QueueConfig{AgingGrace: cfg.AgingGrace, AgingInterval: cfg.AgingInterval, AgingCap: cfg.AgingCap, FailurePenalty: cfg.FailurePenalty}),
+		explained: map[string]time.Time{},
+		sleepers:  &wakeTracker{requested: map[string]time.Time{}, lastSent: map[string]time.Time{}, passedOver: map[string]map[string]string{}},
+		fl:        newInflight(),
+	}
+	fl := ps.fl
+	defer ps.commits.Wait()
 	for ctx.Err() == nil {
 		ws := fsm.NewWatchSet()
 		passStart := time.Now()
-		decided, wake := s.schedulePass(ctx, ws, rng, explained, sleepers, fl, &commits)
+		decided, wake := s.schedulePass(ctx, ws, ps)
 		passTook := time.Since(passStart)
 		passes, futile, changed := fl.state()
 		if decided > 0 && !futile {
@@ -137,73 +142,90 @@ type wakeTracker struct {
 	passedOver map[string]map[string]string // task → node → why
 }
 
+// passState is what the leader's passes keep from one to the next.
+type passState struct {
+	rng       randSource
+	queue     *leaderQueue
+	explained map[string]time.Time // task → when its wait was last explained
+	sleepers  *wakeTracker
+	fl        *inflight // placements proposed and not yet answered
+	commits   sync.WaitGroup
+}
+
+// forget drops what was noted about a task that left the pending set.
+func (ps *passState) forget(id string) {
+	delete(ps.explained, id)
+	delete(ps.sleepers.passedOver, id)
+}
+
 // schedulePass runs one pass, hands its placements to Raft (committed in
-// the background, tracked in fl until the FSM answers) and returns how
+// the background, tracked in ps.fl until the FSM answers) and returns how
 // many it decided and when the earliest backing-off task becomes due.
-func (s *Server) schedulePass(ctx context.Context, ws fsm.WatchSet, rng randSource, explained map[string]time.Time, sleepers *wakeTracker, fl *inflight, commits *sync.WaitGroup) (int, time.Time) {
+func (s *Server) schedulePass(ctx context.Context, ws fsm.WatchSet, ps *passState) (int, time.Time) {
 	cfg := s.cfg.Scheduler
+	explained, sleepers, fl, rng := ps.explained, ps.sleepers, ps.fl, ps.rng
 	// In-flight placements are read before the view (see inflight).
 	flTasks, flNodes := fl.snapshot()
 	st := s.fsm.State()
 	now := s.now().UTC()
 	s.schedStats.Passes.Add(1)
-	pending, err := st.PendingTasks(ws)
-	if err != nil {
-		s.logger.Error("list pending tasks", "error", err)
-		return 0, time.Time{}
-	}
+	st.WatchPending(ws)
 	if err := st.WatchNodes(ws); err != nil {
 		s.logger.Error("watch nodes", "error", err)
 	}
-	s.schedStats.QueueDepth.Store(int64(len(pending)))
-	var wake time.Time
-	queued := make([]scheduler.QueuedTask, 0, len(pending))
-	var oldest time.Duration
-	for i, t := range pending {
-		if _, proposed := flTasks[t.ID]; proposed {
-			continue
-		}
-		oldest = max(oldest, now.Sub(t.QueuedAt))
-		if now.Before(t.NotBefore) && (wake.IsZero() || t.NotBefore.Before(wake)) {
-			wake = t.NotBefore
-		}
-		queued = append(queued, scheduler.QueuedTask{
-			ID: t.ID, Priority: t.Spec.Priority, Submitter: t.Spec.Submitter, QueuedAt: t.QueuedAt,
-			Seq: t.CreateIndex, Failures: t.Failures, NotBefore: t.NotBefore, Ref: i,
-		})
+	rebuilt, err := ps.queue.sync(st, ps.forget)
+	if err != nil {
+		s.logger.Error("sync the pending queue", "error", err)
+		return 0, time.Time{}
 	}
-	s.schedStats.OldestWaitMs.Store(oldest.Milliseconds())
-	// Forget what was noted about tasks that are no longer pending (one
-	// lookup per note, not a set of the whole backlog).
-	stillPending := func(id string) bool {
-		t, err := st.Task(id)
-		return err == nil && t != nil && t.State == fsm.TaskPending
-	}
-	for id := range explained {
-		if !stillPending(id) {
-			delete(explained, id)
+	queue := ps.queue.q
+	if rebuilt {
+		for id := range explained {
+			if !queue.Has(id) {
+				ps.forget(id)
+			}
+		}
+		for id := range sleepers.passedOver {
+			if !queue.Has(id) {
+				ps.forget(id)
+			}
 		}
 	}
-	for id := range sleepers.passedOver {
-		if !stillPending(id) {
-			delete(sleepers.passedOver, id)
-		}
-	}
-	if len(queued) == 0 {
-		return 0, wake
+	s.schedStats.QueueDepth.Store(int64(queue.Len()))
+	if oldest := queue.OldestQueuedAt(); !oldest.IsZero() {
+		s.schedStats.OldestWaitMs.Store(max(now.Sub(oldest), 0).Milliseconds())
+	} else {
+		s.schedStats.OldestWaitMs.Store(0)
 	}
 	// The pass considers the head of the queue first; only when that many
 	// tasks could not all be placed does it order the whole backlog.
-	qcfg := scheduler.QueueConfig{
-		AgingGrace: cfg.AgingGrace, AgingInterval: cfg.AgingInterval, AgingCap: cfg.AgingCap, FailurePenalty: cfg.FailurePenalty,
+	// Tasks whose placement is still in flight are skipped.
+	notProposed := func(ts []scheduler.QueuedTask) []scheduler.QueuedTask {
+		if len(flTasks) == 0 {
+			return ts
+		}
+		out := ts[:0]
+		for _, t := range ts {
+			if _, proposed := flTasks[t.ID]; !proposed {
+				out = append(out, t)
+			}
+		}
+		return out
 	}
-	head := scheduler.Head(queued, now, qcfg, cfg.MaxPassPlacements)
+	want := cfg.MaxPassPlacements + len(flTasks)
+	head := queue.Head(now, want)
+	moreBehind := len(head) == want
+	head = notProposed(head)
+	wake := queue.NextDue()
+	if len(head) == 0 {
+		return 0, wake
+	}
 	order := head
 	rest := func() []scheduler.QueuedTask {
-		if len(head) < cfg.MaxPassPlacements {
+		if !moreBehind {
 			return nil // the head was the whole schedulable backlog
 		}
-		return scheduler.Order(queued, now, qcfg)[len(head):]
+		return notProposed(queue.Head(now, queue.Len()))[len(head):]
 	}
 	nodes, nodeByID, err := nodeViews(st)
 	if err != nil {
@@ -252,12 +274,15 @@ func (s *Server) schedulePass(ctx context.Context, ws fsm.WatchSet, rng randSour
 		if i >= len(order) || decisions >= cfg.MaxPassPlacements || (full && explainN >= maxExplainsPerPass) {
 			break
 		}
-		t := pending[order[i].Ref]
+		t, err := st.Task(order[i].ID)
+		if err != nil {
+			continue // the queue is synced to st: cannot happen
+		}
 		req := t.Request(now, cfg.HeartbeatTTL)
 		req.Blacklist = t.Blacklist(nodeByID)
 		req.PassedOver = sleepers.passedOver[t.ID]
 		var cand scheduler.Candidate
-		err := scheduler.ErrNoEligibleNode // every slot taken: only explain
+		err = scheduler.ErrNoEligibleNode // every slot taken: only explain
 		if !full {
 			cand, err = placer.Select(&req)
 		}
@@ -329,9 +354,9 @@ func (s *Server) schedulePass(ctx context.Context, ws fsm.WatchSet, rng randSour
 		return 0, wake
 	}
 	fl.add(proposals)
-	commits.Add(1)
+	ps.commits.Add(1)
 	go func() {
-		defer commits.Done()
+		defer ps.commits.Done()
 		accepted := s.commitPlacements(ctx, cmds, cfg.BatchSize)
 		if len(explains) > 0 {
 			s.commitBatches(ctx, explains, cfg.BatchSize)

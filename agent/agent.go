@@ -28,6 +28,7 @@ type Agent struct {
 	cfg     Config
 	logger  hclog.Logger
 	client  *api.Client
+	reports *reporter
 	limiter limiter
 
 	session    atomic.Uint64
@@ -87,7 +88,7 @@ func New(cfg Config) (*Agent, error) {
 	}
 	logger.Info("resource limits", "method", lim.Name())
 	return &Agent{
-		cfg: cfg, logger: logger, client: client, limiter: lim,
+		cfg: cfg, logger: logger, client: client, reports: newReporter(client), limiter: lim,
 		reregister: make(chan struct{}, 1),
 		wakeCh:     make(chan struct{}, 1),
 		running:    map[string]*execution{}, finished: map[string]bool{},
@@ -130,7 +131,8 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 		return err
 	}
-	a.wg.Add(2)
+	a.wg.Add(3)
+	go func() { defer a.wg.Done(); a.reports.run(ctx) }()
 	go func() { defer a.wg.Done(); a.heartbeatLoop(ctx) }()
 	go func() { defer a.wg.Done(); a.janitor(ctx) }()
 	if a.gossip != nil {
@@ -468,7 +470,7 @@ func (a *Agent) reportStart(ctx context.Context, x api.Assignment, log hclog.Log
 	deadline := time.Now().Add(30 * time.Second)
 	backoff := 100 * time.Millisecond
 	for {
-		_, err := a.client.StartAttempt(ctx, x.Attempt.ID, x.Attempt.LeaseVersion)
+		_, err := a.reports.report(ctx, api.AttemptReportItem{AttemptID: x.Attempt.ID, Start: &api.AttemptStartRequest{LeaseVersion: x.Attempt.LeaseVersion}})
 		if err == nil {
 			return true
 		}
@@ -508,7 +510,7 @@ func (a *Agent) report(ctx context.Context, x api.Assignment, out outcome) {
 	}
 	backoff := 100 * time.Millisecond
 	for {
-		rep, err := a.client.CompleteAttempt(ctx, x.Attempt.ID, req)
+		rep, err := a.reports.report(ctx, api.AttemptReportItem{AttemptID: x.Attempt.ID, Complete: &req})
 		if err == nil {
 			a.completed.Add(1)
 			log.Info("result accepted", "state", out.state, "exit_code", out.exitCode, "duplicate", rep.Duplicate)

@@ -394,6 +394,20 @@ func (c *Client) CompleteAttempt(ctx context.Context, id string, req AttemptComp
 	return out, err
 }
 
+// ReportAttempts sends several starts and results in one request (one
+// Raft entry); each result answers its report as its single request
+// would have (see AttemptReportResult.Err).
+func (c *Client) ReportAttempts(ctx context.Context, reports []AttemptReportItem) ([]AttemptReportResult, error) {
+	var out AttemptReportBatchResponse
+	if _, err := c.do(ctx, http.MethodPost, "/v1/attempts/reports", AttemptReportBatch{Reports: reports}, &out); err != nil {
+		return nil, err
+	}
+	if len(out.Results) != len(reports) {
+		return nil, fmt.Errorf("report batch: %d answers for %d reports", len(out.Results), len(reports))
+	}
+	return out.Results, nil
+}
+
 // CancelTask cancels a task and stops its running attempt.
 func (c *Client) CancelTask(ctx context.Context, id, reason string) (Task, error) {
 	var out Task

@@ -81,6 +81,9 @@ type Backend interface {
 	Heartbeat(ctx context.Context, nodeID string, req HeartbeatRequest) (HeartbeatResponse, error)     // leader-only
 	StartAttempt(ctx context.Context, id string, req AttemptStartRequest) (AttemptReport, error)       // leader-only
 	CompleteAttempt(ctx context.Context, id string, req AttemptCompleteRequest) (AttemptReport, error) // leader-only
+	// ReportAttempts commits a validated batch of reports in one entry and
+	// answers each (an error only when the batch as a whole failed).
+	ReportAttempts(ctx context.Context, reports []AttemptReportItem) ([]ReportOutcome, error) // leader-only
 	CancelTask(ctx context.Context, id string, reason string) (Task, error)                            // leader-only
 	// Assignments blocks until the node's attempts changed after index, or
 	// wait passed, then answers from the local state.
@@ -177,6 +180,7 @@ func (h *Handler) routes() {
 	h.handle("/v1/tasks/{id}/cancel", route{http.MethodPost: h.leaderOnly(h.postCancel)})
 	h.handle("/v1/attempts/{id}/start", route{http.MethodPost: h.leaderOnly(h.postAttemptStart)})
 	h.handle("/v1/attempts/{id}/complete", route{http.MethodPost: h.leaderOnly(h.postAttemptComplete)})
+	h.handle("/v1/attempts/reports", route{http.MethodPost: h.leaderOnly(h.postAttemptReports)})
 	h.handle("/v1/nodes/{id}/assignments", route{http.MethodGet: h.read(h.getAssignments)})
 	h.handle("/v1/explain", route{http.MethodPost: h.read(h.postExplain)})
 	h.handle("/v1/nodes", route{http.MethodGet: h.read(h.listNodes)})
@@ -548,6 +552,65 @@ func (h *Handler) postAttemptStart(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, rep)
 }
 
+// validateComplete checks a result report's fields.
+func validateComplete(req *AttemptCompleteRequest) error {
+	switch {
+	case len(req.OutputTail) > MaxOutputTail:
+		return fmt.Errorf("output_tail is longer than %d bytes", MaxOutputTail)
+	case len(req.Error) > MaxErrorText:
+		return fmt.Errorf("error is longer than %d bytes", MaxErrorText)
+	}
+	switch req.State {
+	case "", "SUCCEEDED", "FAILED", "TIMED_OUT", "LOST":
+		return nil
+	}
+	return fmt.Errorf("state %q must be SUCCEEDED, FAILED, TIMED_OUT or LOST", req.State)
+}
+
+// postAttemptReports takes a batch of starts and results. The batch is
+// validated whole (one bad report refuses it all, 400) and then each
+// report is answered on its own.
+func (h *Handler) postAttemptReports(w http.ResponseWriter, r *http.Request) {
+	var req AttemptReportBatch
+	if !decodeBody(w, r, &req) {
+		return
+	}
+	if len(req.Reports) == 0 || len(req.Reports) > MaxReportBatch {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("a batch holds 1 to %d reports, not %d", MaxReportBatch, len(req.Reports)))
+		return
+	}
+	for i, rep := range req.Reports {
+		var err error
+		switch {
+		case !ValidID(rep.AttemptID):
+			err = fmt.Errorf("%q is not a valid attempt id", rep.AttemptID)
+		case (rep.Start == nil) == (rep.Complete == nil):
+			err = errors.New("a report has exactly one of start and complete")
+		case rep.Complete != nil:
+			err = validateComplete(rep.Complete)
+		}
+		if err != nil {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("report %d: %v", i, err))
+			return
+		}
+	}
+	outcomes, err := h.backend.ReportAttempts(r.Context(), req.Reports)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	resp := AttemptReportBatchResponse{Results: make([]AttemptReportResult, len(outcomes))}
+	for i, o := range outcomes {
+		if o.Err != nil {
+			status, body := errorAnswer(o.Err)
+			resp.Results[i] = AttemptReportResult{Status: status, Error: body.Error, Code: body.Code}
+			continue
+		}
+		resp.Results[i] = AttemptReportResult{Report: &o.Report}
+	}
+	writeJSON(w, http.StatusOK, resp)
+}
+
 func (h *Handler) postAttemptComplete(w http.ResponseWriter, r *http.Request) {
 	id, ok := pathID(w, r, "attempt")
 	if !ok {
@@ -557,18 +620,8 @@ func (h *Handler) postAttemptComplete(w http.ResponseWriter, r *http.Request) {
 	if !decodeBody(w, r, &req) {
 		return
 	}
-	switch {
-	case len(req.OutputTail) > MaxOutputTail:
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("output_tail is longer than %d bytes", MaxOutputTail))
-		return
-	case len(req.Error) > MaxErrorText:
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("error is longer than %d bytes", MaxErrorText))
-		return
-	}
-	switch req.State {
-	case "", "SUCCEEDED", "FAILED", "TIMED_OUT", "LOST":
-	default:
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("state %q must be SUCCEEDED, FAILED, TIMED_OUT or LOST", req.State))
+	if err := validateComplete(&req); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
 	rep, err := h.backend.CompleteAttempt(r.Context(), id, req)
@@ -786,6 +839,16 @@ func writeNoLeader(w http.ResponseWriter, msg string) {
 
 // writeErr maps a backend error to its status, keeping its code if any.
 func writeErr(w http.ResponseWriter, err error) {
+	status, body := errorAnswer(err)
+	if status == http.StatusServiceUnavailable {
+		w.Header().Set("Retry-After", "1")
+	}
+	writeJSON(w, status, body)
+}
+
+// errorAnswer maps a backend error to its HTTP status and body, keeping
+// its code if any.
+func errorAnswer(err error) (int, ErrorResponse) {
 	body := ErrorResponse{Error: err.Error()}
 	var ce *CodedError
 	if errors.As(err, &ce) {
@@ -800,12 +863,11 @@ func writeErr(w http.ResponseWriter, err error) {
 	case errors.Is(err, ErrConflict):
 		status = http.StatusConflict
 	case errors.Is(err, ErrNoLeader), errors.Is(err, ErrNotLeader):
-		w.Header().Set("Retry-After", "1")
 		status = http.StatusServiceUnavailable
 	case errors.Is(err, ErrTimeout), errors.Is(err, context.DeadlineExceeded):
 		status = http.StatusGatewayTimeout
 	case errors.Is(err, context.Canceled):
 		status = 499 // client closed the request
 	}
-	writeJSON(w, status, body)
+	return status, body
 }

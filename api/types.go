@@ -385,6 +385,53 @@ type AttemptReport struct {
 	Duplicate bool    `json:"duplicate"`
 }
 
+// MaxReportBatch bounds the reports of one batch (one Raft entry).
+const MaxReportBatch = 256
+
+// AttemptReportBatch carries several attempts' starts and results at
+// once: an agent sends together what accumulated while its previous
+// batch was in flight. They commit in one Raft entry; each is answered on
+// its own, as its single request would have been.
+type AttemptReportBatch struct {
+	Reports []AttemptReportItem `json:"reports"`
+}
+
+// AttemptReportItem is one attempt's start (Start set) or result
+// (Complete set).
+type AttemptReportItem struct {
+	AttemptID string                  `json:"attempt_id"`
+	Start     *AttemptStartRequest    `json:"start,omitempty"`
+	Complete  *AttemptCompleteRequest `json:"complete,omitempty"`
+}
+
+// AttemptReportBatchResponse answers a batch in request order.
+type AttemptReportBatchResponse struct {
+	Results []AttemptReportResult `json:"results"`
+}
+
+// AttemptReportResult answers one report: Report when it was accepted,
+// otherwise the HTTP status and error its single request would have got.
+type AttemptReportResult struct {
+	Report *AttemptReport `json:"report,omitempty"`
+	Status int            `json:"status,omitempty"`
+	Error  string         `json:"error,omitempty"`
+	Code   string         `json:"code,omitempty"`
+}
+
+// ReportOutcome is how the backend answers one report of a batch.
+type ReportOutcome struct {
+	Report AttemptReport
+	Err    error
+}
+
+// Err is the result as the single request's error (nil when accepted).
+func (r AttemptReportResult) Err() error {
+	if r.Report != nil {
+		return nil
+	}
+	return &StatusError{Code: r.Status, Message: r.Error, Reason: r.Code}
+}
+
 // CancelRequest optionally says why a task is cancelled.
 type CancelRequest struct {
 	Reason string `json:"reason,omitempty"`

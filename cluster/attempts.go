@@ -47,6 +47,18 @@ func (s *Server) CompleteAttempt(ctx context.Context, id string, req api.Attempt
 	if !s.IsLeader() {
 		return api.AttemptReport{}, fmt.Errorf("%s: %w", s.cfg.ID, api.ErrNotLeader)
 	}
+	end := s.attemptEnd(id, req)
+	resp, _, err := s.apply(ctx, fsm.MsgAttemptEnd, end)
+	if err != nil {
+		return api.AttemptReport{}, err
+	}
+	r := resp.(*fsm.AttemptResult)
+	return api.AttemptReport{Attempt: toAPIAttempt(r.Attempt), Duplicate: r.Duplicate}, nil
+}
+
+// attemptEnd builds the command for a result report: the state defaults
+// from the exit code, and a retry waits longer with each failure so far.
+func (s *Server) attemptEnd(id string, req api.AttemptCompleteRequest) fsm.AttemptEndRequest {
 	state := fsm.AttemptState(req.State)
 	if state == "" {
 		state = fsm.AttemptSucceeded
@@ -59,18 +71,56 @@ func (s *Server) CompleteAttempt(ctx context.Context, id string, req api.Attempt
 		AttemptID: id, LeaseVersion: req.LeaseVersion, State: state, ExitCode: req.ExitCode,
 		OutputTail: req.OutputTail, Error: req.Error, Now: now, RetryAt: now,
 	}
-	// The retry backoff grows with the task's failures so far.
-	if a, err := s.fsm.State().Attempt(id); err == nil {
-		if t, err := s.fsm.State().Task(a.TaskID); err == nil {
+	st := s.fsm.State()
+	if a, err := st.Attempt(id); err == nil {
+		if t, err := st.Task(a.TaskID); err == nil {
 			end.RetryAt = now.Add(s.retryDelay(t.Failures + 1))
 		}
 	}
-	resp, _, err := s.apply(ctx, fsm.MsgAttemptEnd, end)
-	if err != nil {
-		return api.AttemptReport{}, err
+	return end
+}
+
+// ReportAttempts commits a batch of starts and results in one Raft entry
+// (leader-only) and answers each as its single request would be.
+func (s *Server) ReportAttempts(ctx context.Context, reports []api.AttemptReportItem) ([]api.ReportOutcome, error) {
+	if !s.IsLeader() {
+		return nil, fmt.Errorf("%s: %w", s.cfg.ID, api.ErrNotLeader)
 	}
-	r := resp.(*fsm.AttemptResult)
-	return api.AttemptReport{Attempt: toAPIAttempt(r.Attempt), Duplicate: r.Duplicate}, nil
+	cmds := make([][]byte, len(reports))
+	for i, r := range reports {
+		var err error
+		switch {
+		case r.Start != nil:
+			cmds[i], err = fsm.Encode(fsm.MsgAttemptStart, fsm.AttemptStartRequest{AttemptID: r.AttemptID, LeaseVersion: r.Start.LeaseVersion, Now: s.now().UTC()})
+		case r.Complete != nil:
+			cmds[i], err = fsm.Encode(fsm.MsgAttemptEnd, s.attemptEnd(r.AttemptID, *r.Complete))
+		default:
+			err = fmt.Errorf("report %d has neither a start nor a result: %w", i, api.ErrBadRequest)
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	resp, _, err := s.applyRaw(ctx, fsm.EncodeBatch(cmds))
+	if err != nil {
+		return nil, err
+	}
+	results, ok := resp.(fsm.BatchResult)
+	if !ok || len(results) != len(reports) {
+		return nil, fmt.Errorf("report batch: the FSM answered %T for %d reports", resp, len(reports))
+	}
+	out := make([]api.ReportOutcome, len(results))
+	for i, res := range results {
+		switch r := res.(type) {
+		case *fsm.AttemptResult:
+			out[i].Report = api.AttemptReport{Attempt: toAPIAttempt(r.Attempt), Duplicate: r.Duplicate}
+		case error:
+			out[i].Err = fsmErr(r)
+		default:
+			out[i].Err = fmt.Errorf("report %d: unexpected answer %T", i, res)
+		}
+	}
+	return out, nil
 }
 
 // retryDelay is base * factor^(failures-1), capped.

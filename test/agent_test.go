@@ -175,6 +175,22 @@ func TestZombieResultIsRejected(t *testing.T) {
 	if err != nil || after.State != "SUCCEEDED" || after.Attempts[0].State != "LOST" || after.Attempts[1].State != "SUCCEEDED" {
 		t.Fatalf("the zombie changed the task: %+v %v", after, err)
 	}
+	// The same in a batch, next to a repeat of the winning result: each
+	// report is answered on its own.
+	second := after.Attempts[1]
+	results, err := cl.ReportAttempts(Ctx(t, 10*time.Second), []api.AttemptReportItem{
+		{AttemptID: first.ID, Complete: &api.AttemptCompleteRequest{LeaseVersion: first.LeaseVersion}},
+		{AttemptID: second.ID, Complete: &api.AttemptCompleteRequest{LeaseVersion: second.LeaseVersion}},
+	})
+	if err != nil {
+		t.Fatalf("report batch: %v", err)
+	}
+	if results[0].Status != 409 || results[0].Code != "stale_result" || results[0].Report != nil {
+		t.Fatalf("the zombie's result in a batch: want 409 stale_result, got %+v", results[0])
+	}
+	if results[1].Report == nil || !results[1].Report.Duplicate || results[1].Report.Attempt.State != "SUCCEEDED" {
+		t.Fatalf("the repeated result in a batch: want an accepted duplicate, got %+v", results[1])
+	}
 	rejections := 0
 	for _, e := range after.Timeline {
 		if e.Kind == "stale_result_rejected" && strings.Contains(e.Message, fmt.Sprintf("attempt 1, lease %d", first.LeaseVersion)) {

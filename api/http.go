@@ -84,7 +84,7 @@ type Backend interface {
 	// ReportAttempts commits a validated batch of reports in one entry and
 	// answers each (an error only when the batch as a whole failed).
 	ReportAttempts(ctx context.Context, reports []AttemptReportItem) ([]ReportOutcome, error) // leader-only
-	CancelTask(ctx context.Context, id string, reason string) (Task, error)                            // leader-only
+	CancelTask(ctx context.Context, id string, reason string) (Task, error)                   // leader-only
 	// Assignments blocks until the node's attempts changed after index, or
 	// wait passed, then answers from the local state.
 	Assignments(ctx context.Context, nodeID string, index uint64, wait time.Duration) (Assignments, error)

@@ -197,35 +197,12 @@ func (s *Server) schedulePass(ctx context.Context, ws fsm.WatchSet, ps *passStat
 	} else {
 		s.schedStats.OldestWaitMs.Store(0)
 	}
-	// The pass considers the head of the queue first; only when that many
-	// tasks could not all be placed does it order the whole backlog.
-	// Tasks whose placement is still in flight are skipped.
-	notProposed := func(ts []scheduler.QueuedTask) []scheduler.QueuedTask {
-		if len(flTasks) == 0 {
-			return ts
-		}
-		out := ts[:0]
-		for _, t := range ts {
-			if _, proposed := flTasks[t.ID]; !proposed {
-				out = append(out, t)
-			}
-		}
-		return out
-	}
-	want := cfg.MaxPassPlacements + len(flTasks)
-	head := queue.Head(now, want)
-	moreBehind := len(head) == want
-	head = notProposed(head)
+	// The pass reads the queue in order only as far as it gets: placing
+	// until the slots are full, then only explaining why tasks wait.
+	order := queue.Iter(now)
 	wake := queue.NextDue()
-	if len(head) == 0 {
+	if queue.Len() == 0 {
 		return 0, wake
-	}
-	order := head
-	rest := func() []scheduler.QueuedTask {
-		if !moreBehind {
-			return nil // the head was the whole schedulable backlog
-		}
-		return notProposed(queue.Head(now, queue.Len()))[len(head):]
 	}
 	nodes, nodeByID, err := nodeViews(st)
 	if err != nil {
@@ -266,15 +243,28 @@ func (s *Server) schedulePass(ctx context.Context, ws fsm.WatchSet, ps *passStat
 		explainN  int
 		decisions int
 	)
-	for i := 0; ; i++ {
-		full := free <= 0
-		if i == len(order) && len(order) == len(head) && decisions < cfg.MaxPassPlacements && !full {
-			order = append(head, rest()...)
-		}
-		if i >= len(order) || decisions >= cfg.MaxPassPlacements || (full && explainN >= maxExplainsPerPass) {
+	for scanned := 0; decisions < cfg.MaxPassPlacements; {
+		next, ok := order.Next()
+		if !ok {
 			break
 		}
-		t, err := st.Task(order[i].ID)
+		if _, proposed := flTasks[next.ID]; proposed {
+			continue // its placement is still in flight
+		}
+		scanned++
+		full := free <= 0
+		if full {
+			// Every slot is taken: only explanations are left to do, for
+			// tasks not explained lately, within as many tasks as a pass
+			// may place.
+			if explainN >= maxExplainsPerPass || scanned > cfg.MaxPassPlacements {
+				break
+			}
+			if now.Sub(explained[next.ID]) < cfg.ExplainInterval {
+				continue
+			}
+		}
+		t, err := st.Task(next.ID)
 		if err != nil {
 			continue // the queue is synced to st: cannot happen
 		}

@@ -201,17 +201,36 @@ func (q *Queue) Head(now time.Time, k int) []QueuedTask {
 	if k <= 0 {
 		return nil
 	}
-	q.advance(now.UnixNano())
-	it := q.newIter(now)
+	it := q.Iter(now)
 	out := make([]QueuedTask, 0, min(k, q.ready.Len()))
 	for len(out) < k {
-		e := it.next()
-		if e == nil {
+		t, ok := it.Next()
+		if !ok {
 			break
 		}
-		out = append(out, e.task)
+		out = append(out, t)
 	}
 	return out
+}
+
+// QueueIter yields the schedulable tasks in Order's order, computing only
+// as far as it is read. It is valid until the queue next changes.
+type QueueIter struct{ it *queueIter }
+
+// Iter starts reading the queue in order at now; tasks backing off until
+// after now are left out.
+func (q *Queue) Iter(now time.Time) *QueueIter {
+	q.advance(now.UnixNano())
+	return &QueueIter{it: q.newIter(now)}
+}
+
+// Next returns the next task, or false when none is left.
+func (i *QueueIter) Next() (QueuedTask, bool) {
+	e := i.it.next()
+	if e == nil {
+		return QueuedTask{}, false
+	}
+	return e.task, true
 }
 
 // queueIter yields ready tasks in queue order, one level of effective

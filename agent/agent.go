@@ -149,6 +149,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	a.mu.Unlock()
 	a.wg.Wait()
+	if d, ok := a.limiter.(interface{ drain() }); ok {
+		d.drain() // idle pooled cgroups
+	}
 	a.logger.Info("agent stopped")
 	return nil
 }

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -229,7 +230,26 @@ func (h *cgroupV2Handle) Release() {
 
 // --- cgroup v1 ---
 
-type cgroupV1 struct{ memRoot, cpuRoot string }
+// cgroupV1 keeps a pool of idle cgroup pairs (memory, cpu) and reuses
+// them: creating and removing two v1 cgroups per attempt was a tenth of
+// a busy agent's CPU, and more in kernel work not charged to it.
+type cgroupV1 struct {
+	memRoot, cpuRoot string
+	prefix           string // unique to this limiter: several agents may share a root
+
+	mu    sync.Mutex
+	idle  []*v1Group
+	made  int
+	close bool
+}
+
+// v1Group is one pooled pair of cgroups.
+type v1Group struct{ mem, cpu string }
+
+// v1PoolMax bounds the idle groups kept for reuse.
+const v1PoolMax = 64
+
+var v1Limiters atomic.Uint64
 
 // newCgroupV1 uses the v1 memory and cpu hierarchies. Processes are moved
 // in right after they start: a v1 cgroup cannot be entered at clone.
@@ -242,7 +262,10 @@ func newCgroupV1() (limiter, error) {
 	if err != nil {
 		return nil, err
 	}
-	l := &cgroupV1{memRoot: filepath.Join(mem, "herd"), cpuRoot: filepath.Join(cpu, "herd")}
+	l := &cgroupV1{
+		memRoot: filepath.Join(mem, "herd"), cpuRoot: filepath.Join(cpu, "herd"),
+		prefix: fmt.Sprintf("pool-%d-%d-", os.Getpid(), v1Limiters.Add(1)),
+	}
 	for _, d := range []string{l.memRoot, l.cpuRoot} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return nil, fmt.Errorf("create %s: %w", d, err)
@@ -275,34 +298,123 @@ func cgroupV1Mount(controller string) (string, error) {
 
 func (c *cgroupV1) Name() string { return "cgroup-v1" }
 
-func (c *cgroupV1) Prepare(id string, res api.Resources, _ *syscall.SysProcAttr) (limitHandle, error) {
-	h := &cgroupV1Handle{mem: filepath.Join(c.memRoot, id), cpu: filepath.Join(c.cpuRoot, id)}
-	for _, d := range []string{h.mem, h.cpu} {
+func (c *cgroupV1) Prepare(_ string, res api.Resources, _ *syscall.SysProcAttr) (limitHandle, error) {
+	g, reused, err := c.take()
+	if err != nil {
+		return nil, err
+	}
+	oomBefore, err := configureV1(g, res)
+	if err != nil && reused {
+		// A reused group may refuse a lower memory limit while it still
+		// holds the last attempt's page cache: start from a new one.
+		c.discard(g)
+		if g, err = c.make(); err != nil {
+			return nil, err
+		}
+		oomBefore, err = configureV1(g, res)
+	}
+	if err != nil {
+		c.discard(g)
+		return nil, err
+	}
+	return &cgroupV1Handle{pool: c, group: g, mem: g.mem, cpu: g.cpu, oomBefore: oomBefore}, nil
+}
+
+// configureV1 writes every limit of res into g ("-1" for none: a reused
+// group keeps its last ones) and returns its OOM-kill count so far.
+func configureV1(g *v1Group, res api.Resources) (int64, error) {
+	memLimit, quota, period := "-1", "-1", int64(100_000)
+	if res.MemoryMB > 0 {
+		memLimit = strconv.FormatInt(res.MemoryMB<<20, 10)
+	}
+	if res.CPUMillis > 0 {
+		var q int64
+		q, period = cpuQuota(res.CPUMillis)
+		quota = strconv.FormatInt(q, 10)
+	}
+	// memsw must stay at or above the memory limit: written before and
+	// after it, one of the two succeeds (if the file exists at all).
+	memsw := filepath.Join(g.mem, "memory.memsw.limit_in_bytes")
+	_ = os.WriteFile(memsw, []byte(memLimit), 0)
+	if err := os.WriteFile(filepath.Join(g.mem, "memory.limit_in_bytes"), []byte(memLimit), 0); err != nil {
+		return 0, fmt.Errorf("set memory.limit_in_bytes: %w", err)
+	}
+	_ = os.WriteFile(memsw, []byte(memLimit), 0)
+	_ = os.WriteFile(filepath.Join(g.cpu, "cpu.cfs_period_us"), []byte(strconv.FormatInt(period, 10)), 0)
+	if err := os.WriteFile(filepath.Join(g.cpu, "cpu.cfs_quota_us"), []byte(quota), 0); err != nil {
+		return 0, fmt.Errorf("set cpu.cfs_quota_us: %w", err)
+	}
+	// The OOM-kill count covers the group's whole history.
+	return readKeyed(filepath.Join(g.mem, "memory.oom_control"), "oom_kill"), nil
+}
+
+// take returns an idle group (reused true), or makes one.
+func (c *cgroupV1) take() (g *v1Group, reused bool, err error) {
+	c.mu.Lock()
+	if n := len(c.idle); n > 0 {
+		g := c.idle[n-1]
+		c.idle = c.idle[:n-1]
+		c.mu.Unlock()
+		return g, true, nil
+	}
+	c.mu.Unlock()
+	g, err = c.make()
+	return g, false, err
+}
+
+// make creates a new pair of cgroups.
+func (c *cgroupV1) make() (*v1Group, error) {
+	c.mu.Lock()
+	c.made++
+	name := c.prefix + strconv.Itoa(c.made)
+	c.mu.Unlock()
+	g := &v1Group{mem: filepath.Join(c.memRoot, name), cpu: filepath.Join(c.cpuRoot, name)}
+	for _, d := range []string{g.mem, g.cpu} {
 		if err := os.Mkdir(d, 0o755); err != nil && !os.IsExist(err) {
-			h.Release()
+			c.discard(g)
 			return nil, fmt.Errorf("create cgroup: %w", err)
 		}
 	}
-	if res.MemoryMB > 0 {
-		if err := os.WriteFile(filepath.Join(h.mem, "memory.limit_in_bytes"), []byte(strconv.FormatInt(res.MemoryMB<<20, 10)), 0); err != nil {
-			h.Release()
-			return nil, fmt.Errorf("set memory.limit_in_bytes: %w", err)
+	return g, nil
+}
+
+// give returns a group whose processes have all exited to the pool; one
+// still holding a process (or beyond the pool's size) is removed.
+func (c *cgroupV1) give(g *v1Group) {
+	b, err := os.ReadFile(filepath.Join(g.mem, "cgroup.procs"))
+	if err == nil && len(strings.TrimSpace(string(b))) == 0 {
+		c.mu.Lock()
+		if !c.close && len(c.idle) < v1PoolMax {
+			c.idle = append(c.idle, g)
+			c.mu.Unlock()
+			return
 		}
-		_ = os.WriteFile(filepath.Join(h.mem, "memory.memsw.limit_in_bytes"), []byte(strconv.FormatInt(res.MemoryMB<<20, 10)), 0)
+		c.mu.Unlock()
 	}
-	if res.CPUMillis > 0 {
-		q, p := cpuQuota(res.CPUMillis)
-		_ = os.WriteFile(filepath.Join(h.cpu, "cpu.cfs_period_us"), []byte(strconv.FormatInt(p, 10)), 0)
-		if err := os.WriteFile(filepath.Join(h.cpu, "cpu.cfs_quota_us"), []byte(strconv.FormatInt(q, 10)), 0); err != nil {
-			h.Release()
-			return nil, fmt.Errorf("set cpu.cfs_quota_us: %w", err)
-		}
+	c.discard(g)
+}
+
+func (c *cgroupV1) discard(g *v1Group) {
+	_ = os.Remove(g.mem)
+	_ = os.Remove(g.cpu)
+}
+
+// drain removes the idle groups; the agent calls it when it stops.
+func (c *cgroupV1) drain() {
+	c.mu.Lock()
+	idle := c.idle
+	c.idle, c.close = nil, true
+	c.mu.Unlock()
+	for _, g := range idle {
+		c.discard(g)
 	}
-	return h, nil
 }
 
 type cgroupV1Handle struct {
+	pool      *cgroupV1
+	group     *v1Group
 	mem, cpu  string
+	oomBefore int64
 	moveAfter bool // Launch could not fork from inside the cgroups
 }
 
@@ -418,13 +530,10 @@ func (h *cgroupV1Handle) KillAll() {
 }
 
 func (h *cgroupV1Handle) OOMKilled() bool {
-	return readKeyed(filepath.Join(h.mem, "memory.oom_control"), "oom_kill") > 0
+	return readKeyed(filepath.Join(h.mem, "memory.oom_control"), "oom_kill") > h.oomBefore
 }
 
-func (h *cgroupV1Handle) Release() {
-	_ = os.Remove(h.mem)
-	_ = os.Remove(h.cpu)
-}
+func (h *cgroupV1Handle) Release() { h.pool.give(h.group) }
 
 // --- rlimits ---
 

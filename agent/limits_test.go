@@ -1,0 +1,124 @@
+package agent
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"herd/api"
+)
+
+// v1ForTest returns a cgroup v1 limiter, or skips where none can be made
+// (not root, or no v1 hierarchies).
+func v1ForTest(t *testing.T) *cgroupV1 {
+	t.Helper()
+	l, err := newCgroupV1()
+	if err != nil {
+		t.Skipf("no cgroup v1 here: %v", err)
+	}
+	c := l.(*cgroupV1)
+	t.Cleanup(c.drain)
+	return c
+}
+
+func readTrim(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(b))
+}
+
+func runIn(t *testing.T, h limitHandle, args ...string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(args[0], args[1:]...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := h.Launch(cmd); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Started(cmd.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	return cmd
+}
+
+// A v1 cgroup pair is reused by the next attempt once its processes are
+// gone, with every limit rewritten (none left over from the last one).
+func TestCgroupV1GroupsAreReusedWithFreshLimits(t *testing.T) {
+	c := v1ForTest(t)
+	h, err := c.Prepare("a1", api.Resources{MemoryMB: 64, CPUMillis: 500}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := h.(*cgroupV1Handle)
+	if got := readTrim(t, filepath.Join(first.mem, "memory.limit_in_bytes")); got != "67108864" {
+		t.Fatalf("memory limit %s, want 64 MiB", got)
+	}
+	if got := readTrim(t, filepath.Join(first.cpu, "cpu.cfs_quota_us")); got != "50000" {
+		t.Fatalf("cpu quota %s, want 50000", got)
+	}
+	if err := runIn(t, h, "true").Wait(); err != nil {
+		t.Fatal(err)
+	}
+	h.KillAll()
+	if h.OOMKilled() {
+		t.Fatal("a process that exited normally was reported OOM-killed")
+	}
+	h.Release()
+
+	h2, err := c.Prepare("a2", api.Resources{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second := h2.(*cgroupV1Handle)
+	defer second.Release()
+	if second.group != first.group {
+		t.Fatalf("the idle group %s was not reused (got %s)", first.mem, second.mem)
+	}
+	if got := readTrim(t, filepath.Join(second.cpu, "cpu.cfs_quota_us")); got != "-1" {
+		t.Fatalf("a reused group kept a cpu quota: %s", got)
+	}
+	if got := readTrim(t, filepath.Join(second.mem, "memory.limit_in_bytes")); got == "67108864" {
+		t.Fatal("a reused group kept the last attempt's memory limit")
+	}
+}
+
+// A group that still holds a process when released (one that escaped its
+// process group) is not handed to the next attempt.
+func TestCgroupV1GroupWithAStragglerIsNotReused(t *testing.T) {
+	c := v1ForTest(t)
+	h, err := c.Prepare("a1", api.Resources{MemoryMB: 64}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := runIn(t, h, "sh", "-c", "setsid sleep 30 >/dev/null 2>&1 & exit 0")
+	if err := cmd.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	procs := filepath.Join(h.(*cgroupV1Handle).mem, "cgroup.procs")
+	deadline := time.Now().Add(5 * time.Second)
+	for readTrim(t, procs) == "" {
+		if time.Now().After(deadline) {
+			t.Fatal("the straggler never showed in the cgroup")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	h.Release() // the straggler still runs
+	if n := len(c.idle); n != 0 {
+		t.Fatalf("a group holding a process went back to the pool (%d idle)", n)
+	}
+	h.KillAll()
+	g := h.(*cgroupV1Handle).group
+	for readTrim(t, procs) != "" && time.Now().Before(deadline.Add(5*time.Second)) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	c.discard(g) // what Release could not remove while the straggler ran
+	if _, err := os.Stat(g.mem); !os.IsNotExist(err) {
+		t.Errorf("the straggler's cgroup %s is still there: %v", g.mem, err)
+	}
+}

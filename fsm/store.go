@@ -150,8 +150,9 @@ func (s *store) clone() *store {
 type feedToken struct{ _ byte }
 
 // feedKeep is how many pending changes the feed keeps at least: a leader
-// that falls further behind reads the pending set whole instead.
-const feedKeep = 1 << 16
+// that falls further behind reads the pending set whole instead. The
+// leader reads it every pass; a follower holds it for nothing, so small.
+const feedKeep = 1 << 14
 
 // pendingChanged appends a task to the pending feed.
 func (s *store) pendingChanged(id string) {

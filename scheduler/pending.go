@@ -36,12 +36,37 @@ type Queue struct {
 	clock    int64                      // the now of the last Head (ns)
 }
 
+// queueEntry is one task as the queue keeps it: what ordering needs, in
+// 80 bytes (a leader holds one per pending task).
 type queueEntry struct {
-	task      QueuedTask
-	base      int
-	bucket    int64
-	queuedAt  int64
-	notBefore int64 // 0: none
+	id, submitter string
+	seq           uint64
+	queuedAt      int64 // ns
+	notBefore     int64 // ns; 0: none
+	bucket        int64
+	base          int
+	priority      int32
+	failures      int32
+}
+
+// task rebuilds the QueuedTask the entry was made from.
+func (e *queueEntry) task() QueuedTask {
+	t := QueuedTask{
+		ID: e.id, Submitter: e.submitter, Seq: e.seq, Priority: int(e.priority), Failures: int(e.failures),
+		QueuedAt: time.Unix(0, e.queuedAt).UTC(),
+	}
+	if e.notBefore != 0 {
+		t.NotBefore = time.Unix(0, e.notBefore).UTC()
+	}
+	return t
+}
+
+// compareEntrySeq orders by submission, then id (as compareSeq).
+func compareEntrySeq(a, b *queueEntry) int {
+	if c := cmp.Compare(a.seq, b.seq); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.id, b.id)
 }
 
 // NewQueue returns an empty queue ordering by cfg.
@@ -65,24 +90,24 @@ func lessReady(a, b *queueEntry) bool {
 	if a.bucket != b.bucket {
 		return a.bucket < b.bucket
 	}
-	if a.task.Submitter != b.task.Submitter {
-		return a.task.Submitter < b.task.Submitter
+	if a.submitter != b.submitter {
+		return a.submitter < b.submitter
 	}
-	return compareSeq(&a.task, &b.task) < 0
+	return compareEntrySeq(a, b) < 0
 }
 
 func lessNotBefore(a, b *queueEntry) bool {
 	if a.notBefore != b.notBefore {
 		return a.notBefore < b.notBefore
 	}
-	return a.task.ID < b.task.ID
+	return a.id < b.id
 }
 
 func lessQueued(a, b *queueEntry) bool {
 	if a.queuedAt != b.queuedAt {
 		return a.queuedAt < b.queuedAt
 	}
-	return a.task.ID < b.task.ID
+	return a.id < b.id
 }
 
 // Len is how many tasks the queue holds, backing-off ones included.
@@ -95,9 +120,9 @@ func (q *Queue) Has(id string) bool { _, ok := q.byID[id]; return ok }
 func (q *Queue) Put(t QueuedTask) {
 	q.Remove(t.ID)
 	e := &queueEntry{
-		task:     t,
-		base:     basePriority(t.Priority, t.Failures, &q.cfg),
-		queuedAt: t.QueuedAt.UnixNano(),
+		id: t.ID, submitter: t.Submitter, seq: t.Seq, queuedAt: t.QueuedAt.UnixNano(),
+		priority: int32(t.Priority), failures: int32(t.Failures),
+		base: basePriority(t.Priority, t.Failures, &q.cfg),
 	}
 	e.bucket = agingBucket(e.queuedAt, &q.cfg)
 	if !t.NotBefore.IsZero() {
@@ -180,7 +205,7 @@ func (q *Queue) NextDue() time.Time {
 	if !ok {
 		return time.Time{}
 	}
-	return e.task.NotBefore
+	return e.task().NotBefore
 }
 
 // OldestQueuedAt is the earliest QueuedAt among the tasks held (zero if
@@ -190,7 +215,7 @@ func (q *Queue) OldestQueuedAt() time.Time {
 	if !ok {
 		return time.Time{}
 	}
-	return e.task.QueuedAt
+	return e.task().QueuedAt
 }
 
 // Head returns the first k tasks of Order over the queue's tasks at now
@@ -230,7 +255,7 @@ func (i *QueueIter) Next() (QueuedTask, bool) {
 	if e == nil {
 		return QueuedTask{}, false
 	}
-	return e.task, true
+	return e.task(), true
 }
 
 // queueIter yields ready tasks in queue order, one level of effective
@@ -343,7 +368,7 @@ func (it *queueIter) nextRound() {
 	}
 	clear(it.subs[len(keep):])
 	it.subs = keep
-	slices.SortFunc(it.round, func(a, b *queueEntry) int { return compareSeq(&a.task, &b.task) })
+	slices.SortFunc(it.round, func(a, b *queueEntry) int { return compareEntrySeq(a, b) })
 }
 
 // nextLevel opens the highest effective priority left: every base's
@@ -390,10 +415,10 @@ func (it *queueIter) openRanges(base int, lo, hi int64, bySub map[string]*mergeC
 			}
 			if r == nil || !sameRange(r.buf[0], e) {
 				r = &rangeCursor{tree: it.q.ready, buf: make([]*queueEntry, 0, 4)}
-				m := bySub[e.task.Submitter]
+				m := bySub[e.submitter]
 				if m == nil {
-					m = &mergeCursor{submitter: e.task.Submitter}
-					bySub[e.task.Submitter] = m
+					m = &mergeCursor{submitter: e.submitter}
+					bySub[e.submitter] = m
 				}
 				r.buf = append(r.buf, e)
 				m.push(r)
@@ -403,7 +428,7 @@ func (it *queueIter) openRanges(base int, lo, hi int64, bySub map[string]*mergeC
 				// A long range: its cursor reads on by itself; seek past
 				// it (no task has the largest Seq).
 				r.more = true
-				pivot = &queueEntry{base: base, bucket: e.bucket, task: QueuedTask{Submitter: e.task.Submitter, Seq: math.MaxUint64}}
+				pivot = &queueEntry{base: base, bucket: e.bucket, submitter: e.submitter, seq: math.MaxUint64}
 				return false
 			}
 			r.buf = append(r.buf, e)
@@ -416,7 +441,7 @@ func (it *queueIter) openRanges(base int, lo, hi int64, bySub map[string]*mergeC
 const rangeBuffer = 16
 
 func sameRange(a, b *queueEntry) bool {
-	return a.base == b.base && a.bucket == b.bucket && a.task.Submitter == b.task.Submitter
+	return a.base == b.base && a.bucket == b.bucket && a.submitter == b.submitter
 }
 
 // rangeCursor walks one (base, interval, submitter) range in submission
@@ -469,7 +494,7 @@ type mergeCursor struct {
 func (m *mergeCursor) empty() bool { return len(m.heap) == 0 }
 
 func (m *mergeCursor) less(i, j int) bool {
-	return compareSeq(&m.heap[i].head().task, &m.heap[j].head().task) < 0
+	return compareEntrySeq(m.heap[i].head(), m.heap[j].head()) < 0
 }
 
 func (m *mergeCursor) push(r *rangeCursor) {

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 )
 
 var now = time.Date(2026, 10, 2, 12, 0, 0, 0, time.UTC)
@@ -598,4 +599,12 @@ func TestEligibleAgreesWithCheck(t *testing.T) {
 			rt.Fatalf("Eligible says %v, Check lists %v", got, reasons)
 		}
 	})
+}
+
+// A leader holds one queue entry per pending task: keep it in the 80-byte
+// size class.
+func TestQueueEntryStaysSmall(t *testing.T) {
+	if size := unsafe.Sizeof(queueEntry{}); size > 80 {
+		t.Fatalf("queueEntry is %d bytes, want at most 80", size)
+	}
 }

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"runtime/pprof"
 	"slices"
 	"strconv"
@@ -211,7 +212,27 @@ func printBench(w io.Writer, r *benchResult) {
 	tb.write(w)
 }
 
+// gitCommit is the commit the binary was built from (stamped by go build
+// in a checkout), else the checkout the bench runs in, else "unknown".
 func gitCommit() string {
+	if info, ok := debug.ReadBuildInfo(); ok {
+		rev, dirty := "", false
+		for _, s := range info.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				rev = s.Value
+			case "vcs.modified":
+				dirty = s.Value == "true"
+			}
+		}
+		if rev != "" {
+			rev = rev[:min(len(rev), 12)]
+			if dirty {
+				rev += "-dirty"
+			}
+			return rev
+		}
+	}
 	out, err := exec.Command("git", "rev-parse", "--short", "HEAD").Output()
 	if err != nil {
 		return "unknown"

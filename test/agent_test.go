@@ -143,7 +143,10 @@ func TestZombieResultIsRejected(t *testing.T) {
 	// Both registered first, or the task may go to edge-ok alone.
 	WaitRegistered(t, zombie, c.StartAgent(agent.Config{ID: "edge-ok", Slots: 2}))
 	cl := c.AllClient()
-	s := shSpec("zombie", "sleep 2; echo finished on $HERD_NODE_ID")
+	// The zombie's process must end while it is cut off (were it still
+	// running at the heal, the agent would stop it, taken back, and report
+	// nothing): it sleeps 1 s there, 3 s on the node that replaces it.
+	s := shSpec("zombie", `if [ "$HERD_NODE_ID" = edge-z ]; then sleep 1; else sleep 3; fi; echo finished on $HERD_NODE_ID`)
 	s.PreferredLabels = map[string]string{"first": "yes"}
 	id := submit(t, cl, s)
 	task := waitTaskState(t, cl, id, "RUNNING")

@@ -26,6 +26,36 @@ func registerNode(t *testing.T, cl *api.Client, id string, cpu, mem, gpu int64, 
 	return res
 }
 
+// stuckReport describes, straight from each replica's state (the test's
+// context may be over by then), a task that did not finish and what the
+// leader's scheduler saw.
+func stuckReport(c *Cluster, id string) string {
+	var b strings.Builder
+	for i := range c.Replicas {
+		srv := c.Server(i)
+		if srv == nil {
+			fmt.Fprintf(&b, "replica %d: stopped\n", i)
+			continue
+		}
+		st := srv.FSM().State()
+		task, err := st.Task(id)
+		if err != nil {
+			fmt.Fprintf(&b, "replica %d (leader %v): %v\n", i, srv.IsLeader(), err)
+			continue
+		}
+		counts, _ := st.CountTasks()
+		stats := srv.SchedulerStats()
+		fmt.Fprintf(&b, "replica %d (leader %v, applied %d): task %s, %d attempts, not before %s; tasks by state %v; scheduler passes %d, queue depth %d\n",
+			i, srv.IsLeader(), st.Index(), task.State, task.Attempts, task.NotBefore.Format(time.RFC3339Nano), counts, stats.Passes.Load(), stats.QueueDepth.Load())
+		if nodes, err := st.Nodes(); err == nil {
+			for _, n := range nodes {
+				fmt.Fprintf(&b, "  node %s: %s/%s/%s\n", n.ID, n.Management, n.Liveness, n.Scheduling)
+			}
+		}
+	}
+	return b.String()
+}
+
 func waitTaskState(t *testing.T, cl *api.Client, id string, states ...string) api.Task {
 	t.Helper()
 	var last api.Task
@@ -281,7 +311,7 @@ func TestConcurrentPlacementWithLeaderLoss(t *testing.T) {
 			}
 			last = task
 			if time.Now().After(deadline) {
-				t.Fatalf("task %s stuck in %s: %+v", a.ID, last.State, last.Timeline)
+				t.Fatalf("task %s stuck in %s: %+v\n%s", a.ID, last.State, last.Timeline, stuckReport(c, a.ID))
 			}
 			time.Sleep(20 * time.Millisecond)
 		}

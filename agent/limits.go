@@ -317,7 +317,7 @@ func (c *cgroupV1) Prepare(_ string, res api.Resources, _ *syscall.SysProcAttr) 
 		c.discard(g)
 		return nil, err
 	}
-	return &cgroupV1Handle{pool: c, group: g, mem: g.mem, cpu: g.cpu, oomBefore: oomBefore}, nil
+	return &cgroupV1Handle{pool: c, v1Group: g, oomBefore: oomBefore}, nil
 }
 
 // configureV1 writes every limit of res into g ("-1" for none: a reused
@@ -411,9 +411,8 @@ func (c *cgroupV1) drain() {
 }
 
 type cgroupV1Handle struct {
-	pool      *cgroupV1
-	group     *v1Group
-	mem, cpu  string
+	pool *cgroupV1
+	*v1Group
 	oomBefore int64
 	moveAfter bool // Launch could not fork from inside the cgroups
 }
@@ -533,7 +532,7 @@ func (h *cgroupV1Handle) OOMKilled() bool {
 	return readKeyed(filepath.Join(h.mem, "memory.oom_control"), "oom_kill") > h.oomBefore
 }
 
-func (h *cgroupV1Handle) Release() { h.pool.give(h.group) }
+func (h *cgroupV1Handle) Release() { h.pool.give(h.v1Group) }
 
 // --- rlimits ---
 

@@ -77,7 +77,7 @@ func TestCgroupV1GroupsAreReusedWithFreshLimits(t *testing.T) {
 	}
 	second := h2.(*cgroupV1Handle)
 	defer second.Release()
-	if second.group != first.group {
+	if second.v1Group != first.v1Group {
 		t.Fatalf("the idle group %s was not reused (got %s)", first.mem, second.mem)
 	}
 	if got := readTrim(t, filepath.Join(second.cpu, "cpu.cfs_quota_us")); got != "-1" {
@@ -113,7 +113,7 @@ func TestCgroupV1GroupWithAStragglerIsNotReused(t *testing.T) {
 		t.Fatalf("a group holding a process went back to the pool (%d idle)", n)
 	}
 	h.KillAll()
-	g := h.(*cgroupV1Handle).group
+	g := h.(*cgroupV1Handle).v1Group
 	for readTrim(t, procs) != "" && time.Now().Before(deadline.Add(5*time.Second)) {
 		time.Sleep(10 * time.Millisecond)
 	}

@@ -198,8 +198,8 @@ func (q *Queue) advance(nowNs int64) {
 	q.clock = nowNs
 }
 
-// NextDue is when the earliest task still backing off at the last Head
-// becomes due (zero if none is).
+// NextDue is when the earliest task still backing off at the last Iter
+// (or Head) becomes due (zero if none is).
 func (q *Queue) NextDue() time.Time {
 	e, ok := q.delayed.Min()
 	if !ok {

@@ -15,9 +15,6 @@ type QueuedTask struct {
 	Seq       uint64    // submission order (the Raft index that created it)
 	Failures  int       // failed attempts so far
 	NotBefore time.Time // retry backoff: not schedulable before this time
-	// Ref is the caller's handle on the task (an index into its own list),
-	// carried through unchanged so it need not build a map to find it.
-	Ref int
 }
 
 // QueueConfig tunes queue order.

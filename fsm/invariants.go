@@ -14,7 +14,8 @@ import (
 //     its live attempts fit its slots;
 //   - each node's reserved totals equal the sum of its live attempts;
 //   - no task has more than one live attempt, and a task's live attempt
-//     is its current one;
+//     is its current one; a task is scheduled or running exactly when it
+//     has one (the state index relies on it);
 //   - the store's indexes hold exactly its current records.
 //
 // Tests call it after every Apply; it is O(state) and not for production.
@@ -60,6 +61,20 @@ func (s *State) CheckInvariants() error {
 		if t.CurrentAttempt != ids[0] {
 			errs = append(errs, fmt.Errorf("task %s: live attempt %s is not its current attempt %q", taskID, ids[0], t.CurrentAttempt))
 		}
+		if indexedByState(t.State) {
+			errs = append(errs, fmt.Errorf("task %s is %s with live attempt %s", taskID, t.State, ids[0]))
+		}
+	}
+	for _, st := range []TaskState{TaskScheduled, TaskRunning} {
+		if n := s.st.taskCounts[st]; n > 0 {
+			active, err := s.Tasks(TaskFilter{State: st})
+			if err != nil {
+				return err
+			}
+			if len(active) != n {
+				errs = append(errs, fmt.Errorf("%d tasks are %s, %d of them with a live attempt", n, st, len(active)))
+			}
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -70,10 +85,13 @@ func (s *store) checkIndexes() error {
 	var errs []error
 	tasks := map[*Task]bool{}
 	counts := map[TaskState]int{}
-	keyed := 0
+	keyed, resting := 0, 0
 	s.tasks.Ascend(func(t *Task) bool {
 		tasks[t] = true
 		counts[t.State]++
+		if indexedByState(t.State) {
+			resting++
+		}
 		if t.Spec.IdempotencyKey != "" {
 			keyed++
 			if got, ok := s.tasksByKey.Get(t); !ok || got != t {
@@ -82,11 +100,12 @@ func (s *store) checkIndexes() error {
 		}
 		return true
 	})
-	if s.tasksByStat.Len() != len(tasks) || s.tasksByKey.Len() != keyed {
-		errs = append(errs, fmt.Errorf("task indexes: %d by state, %d by key, for %d tasks (%d keyed)", s.tasksByStat.Len(), s.tasksByKey.Len(), len(tasks), keyed))
+	if s.tasksByStat.Len() != resting || s.tasksByKey.Len() != keyed {
+		errs = append(errs, fmt.Errorf("task indexes: %d by state, %d by key, for %d tasks (%d keyed, %d neither scheduled nor running)",
+			s.tasksByStat.Len(), s.tasksByKey.Len(), len(tasks), keyed, resting))
 	}
 	s.tasksByStat.Ascend(func(t *Task) bool {
-		if !tasks[t] {
+		if !tasks[t] || !indexedByState(t.State) {
 			errs = append(errs, fmt.Errorf("state index holds a stale record of task %s", t.ID))
 		}
 		return true
@@ -108,16 +127,19 @@ func (s *store) checkIndexes() error {
 		}
 		return true
 	})
-	for name, idx := range map[string]*btree.BTreeG[*Attempt]{"task": s.attemptsByTask, "node": s.attemptsByNode, "live node": s.liveByNode} {
+	for name, idx := range map[string]*btree.BTreeG[*Attempt]{"task": s.attemptsByTask, "live node": s.liveByNode, "ended node": s.endedByNode} {
 		want := len(attempts)
-		if name == "live node" {
+		switch name {
+		case "live node":
 			want = live
+		case "ended node":
+			want = len(attempts) - live
 		}
 		if idx.Len() != want {
 			errs = append(errs, fmt.Errorf("attempt index by %s holds %d, want %d", name, idx.Len(), want))
 		}
 		idx.Ascend(func(a *Attempt) bool {
-			if !attempts[a] || (name == "live node" && !a.State.Live()) {
+			if !attempts[a] || (name == "live node" && !a.State.Live()) || (name == "ended node" && a.State.Live()) {
 				errs = append(errs, fmt.Errorf("attempt index by %s holds a stale record of %s", name, a.ID))
 			}
 			return true

@@ -24,13 +24,13 @@ type store struct {
 
 	tasks       *btree.BTreeG[*Task] // by id
 	tasksByKey  *btree.BTreeG[*Task] // by idempotency key; tasks without one are left out
-	tasksByStat *btree.BTreeG[*Task] // by (state, id)
+	tasksByStat *btree.BTreeG[*Task] // by (state, id); resting tasks only (see indexedByState)
 	taskCounts  map[TaskState]int
 
 	attempts       *btree.BTreeG[*Attempt] // by id
 	attemptsByTask *btree.BTreeG[*Attempt] // by (task, id)
-	attemptsByNode *btree.BTreeG[*Attempt] // by (node, id)
 	liveByNode     *btree.BTreeG[*Attempt] // by (node, id); reserved and running only
+	endedByNode    *btree.BTreeG[*Attempt] // by (node, id); the others
 
 	// The pending feed: ids of tasks that entered, left or changed in the
 	// pending set, in apply order, so that the leader can keep its queue
@@ -99,8 +99,8 @@ func newStore() *store {
 		taskCounts:     map[TaskState]int{},
 		attempts:       btree.NewG(btreeDegree, func(a, b *Attempt) bool { return a.ID < b.ID }),
 		attemptsByTask: btree.NewG(btreeDegree, lessAttemptTask),
-		attemptsByNode: btree.NewG(btreeDegree, lessAttemptNode),
 		liveByNode:     btree.NewG(btreeDegree, lessAttemptNode),
+		endedByNode:    btree.NewG(btreeDegree, lessAttemptNode),
 		feed:           &feedToken{},
 		w: &writerMaps{
 			tasks: map[string]*Task{}, attempts: map[string]*Attempt{}, nodes: map[string]*Node{},
@@ -140,8 +140,8 @@ func (s *store) clone() *store {
 	return &store{
 		servers: s.servers.Clone(), nodes: s.nodes.Clone(),
 		tasks: s.tasks.Clone(), tasksByKey: s.tasksByKey.Clone(), tasksByStat: s.tasksByStat.Clone(), taskCounts: counts,
-		attempts: s.attempts.Clone(), attemptsByTask: s.attemptsByTask.Clone(), attemptsByNode: s.attemptsByNode.Clone(),
-		liveByNode: s.liveByNode.Clone(),
+		attempts: s.attempts.Clone(), attemptsByTask: s.attemptsByTask.Clone(), liveByNode: s.liveByNode.Clone(),
+		endedByNode: s.endedByNode.Clone(),
 		feed:       s.feed, feedBase: s.feedBase, feedIDs: s.feedIDs,
 	}
 }
@@ -227,7 +227,7 @@ func (s *store) putNode(n *Node) {
 func (s *store) putTask(t *Task) {
 	old, existed := s.tasks.ReplaceOrInsert(t)
 	s.w.tasks[t.ID] = t
-	if existed && old.State != t.State {
+	if existed && old.State != t.State && indexedByState(old.State) {
 		s.tasksByStat.Delete(old)
 	}
 	if existed {
@@ -242,7 +242,9 @@ func (s *store) putTask(t *Task) {
 			s.tasksByKey.Delete(old)
 		}
 	}
-	s.tasksByStat.ReplaceOrInsert(t)
+	if indexedByState(t.State) {
+		s.tasksByStat.ReplaceOrInsert(t)
+	}
 	s.taskCounts[t.State]++
 	if t.State == TaskPending {
 		s.touch(topicPending)
@@ -265,7 +267,9 @@ func (s *store) deleteTask(t *Task) {
 		return
 	}
 	delete(s.w.tasks, old.ID)
-	s.tasksByStat.Delete(old)
+	if indexedByState(old.State) {
+		s.tasksByStat.Delete(old)
+	}
 	s.uncount(old.State)
 	if old.State == TaskPending {
 		s.touch(topicPending)
@@ -276,21 +280,33 @@ func (s *store) deleteTask(t *Task) {
 	}
 }
 
+// indexedByState tells whether the state index holds tasks in a state.
+// A scheduled or running task is left out: it has exactly one live
+// attempt (CheckInvariants), so the live attempts list those tasks, and
+// a placement then costs no state-index writes but the pending task's
+// removal; the tasks listed by state are read from there instead.
+func indexedByState(st TaskState) bool { return st != TaskScheduled && st != TaskRunning }
+
+// byNode is the node index an attempt belongs in: live and ended
+// attempts are kept apart so that a reservation writes one node index
+// and the live one stays as small as the cluster's slots.
+func (s *store) byNode(a *Attempt) *btree.BTreeG[*Attempt] {
+	if a.State.Live() {
+		return s.liveByNode
+	}
+	return s.endedByNode
+}
+
 // putAttempt inserts or replaces an attempt and keeps its indexes. An
 // attempt's task and node never change; its state does.
 func (s *store) putAttempt(a *Attempt) {
 	old, existed := s.attempts.ReplaceOrInsert(a)
 	s.w.attempts[a.ID] = a
-	if existed {
-		if old.State.Live() && !a.State.Live() {
-			s.liveByNode.Delete(old)
-		}
+	if existed && old.State.Live() != a.State.Live() {
+		s.byNode(old).Delete(old)
 	}
 	s.attemptsByTask.ReplaceOrInsert(a)
-	s.attemptsByNode.ReplaceOrInsert(a)
-	if a.State.Live() {
-		s.liveByNode.ReplaceOrInsert(a)
-	}
+	s.byNode(a).ReplaceOrInsert(a)
 	s.touch(topicNodePre + a.NodeID)
 }
 
@@ -301,14 +317,17 @@ func (s *store) deleteAttempt(a *Attempt) {
 	}
 	delete(s.w.attempts, old.ID)
 	s.attemptsByTask.Delete(old)
-	s.attemptsByNode.Delete(old)
-	s.liveByNode.Delete(old)
+	s.byNode(old).Delete(old)
 	s.touch(topicNodePre + old.NodeID)
 }
 
 // Range scans over (key, id) indexes.
 
 func (s *store) tasksInState(state TaskState, after string, fn func(*Task) bool) {
+	if !indexedByState(state) {
+		s.activeTasks(state, after, fn)
+		return
+	}
 	s.tasksByStat.AscendGreaterOrEqual(&Task{State: state, ID: after}, func(t *Task) bool {
 		if t.State != state {
 			return false
@@ -318,6 +337,25 @@ func (s *store) tasksInState(state TaskState, after string, fn func(*Task) bool)
 		}
 		return fn(t)
 	})
+}
+
+// activeTasks visits the scheduled or running tasks after the id after,
+// in id order, through their live attempts (bounded by the cluster's
+// slots).
+func (s *store) activeTasks(state TaskState, after string, fn func(*Task) bool) {
+	var active []*Task
+	s.liveByNode.Ascend(func(a *Attempt) bool {
+		if t, ok := s.task(a.TaskID); ok && t.State == state && t.CurrentAttempt == a.ID && t.ID > after {
+			active = append(active, t)
+		}
+		return true
+	})
+	slices.SortFunc(active, func(a, b *Task) int { return strings.Compare(a.ID, b.ID) })
+	for _, t := range active {
+		if !fn(t) {
+			return
+		}
+	}
 }
 
 func (s *store) attemptsOf(tree *btree.BTreeG[*Attempt], key func(*Attempt) string, probe *Attempt, want string, fn func(*Attempt) bool) {
@@ -333,12 +371,23 @@ func (s *store) attemptsOfTask(taskID string, fn func(*Attempt) bool) {
 	s.attemptsOf(s.attemptsByTask, func(a *Attempt) string { return a.TaskID }, &Attempt{TaskID: taskID}, taskID, fn)
 }
 
+// attemptsOnNode visits a node's live attempts, or all of them, in id
+// order.
 func (s *store) attemptsOnNode(live bool, nodeID string, fn func(*Attempt) bool) {
-	tree := s.attemptsByNode
 	if live {
-		tree = s.liveByNode
+		s.attemptsOf(s.liveByNode, func(a *Attempt) string { return a.NodeID }, &Attempt{NodeID: nodeID}, nodeID, fn)
+		return
 	}
-	s.attemptsOf(tree, func(a *Attempt) string { return a.NodeID }, &Attempt{NodeID: nodeID}, nodeID, fn)
+	var all []*Attempt
+	collect := func(a *Attempt) bool { all = append(all, a); return true }
+	s.attemptsOf(s.liveByNode, func(a *Attempt) string { return a.NodeID }, &Attempt{NodeID: nodeID}, nodeID, collect)
+	s.attemptsOf(s.endedByNode, func(a *Attempt) string { return a.NodeID }, &Attempt{NodeID: nodeID}, nodeID, collect)
+	slices.SortFunc(all, func(a, b *Attempt) int { return strings.Compare(a.ID, b.ID) })
+	for _, a := range all {
+		if !fn(a) {
+			return
+		}
+	}
 }
 
 // attemptsInState visits the attempts in one state in id order. Live

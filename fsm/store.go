@@ -142,7 +142,7 @@ func (s *store) clone() *store {
 		tasks: s.tasks.Clone(), tasksByKey: s.tasksByKey.Clone(), tasksByStat: s.tasksByStat.Clone(), taskCounts: counts,
 		attempts: s.attempts.Clone(), attemptsByTask: s.attemptsByTask.Clone(), liveByNode: s.liveByNode.Clone(),
 		endedByNode: s.endedByNode.Clone(),
-		feed:       s.feed, feedBase: s.feedBase, feedIDs: s.feedIDs,
+		feed:        s.feed, feedBase: s.feedBase, feedIDs: s.feedIDs,
 	}
 }
 

@@ -315,9 +315,9 @@ func (s *Server) schedulePass(ctx context.Context, ws fsm.WatchSet, ps *passStat
 			if explainN < maxExplainsPerPass && now.Sub(explained[t.ID]) >= cfg.ExplainInterval {
 				explainN++
 				explained[t.ID] = now
-				ex := scheduler.Explain(nodes, &req, &scoring)
-				if ex.Summary != t.LastExplain {
-					if b, err := fsm.Encode(fsm.MsgExplain, fsm.ExplainRequest{TaskID: t.ID, Summary: ex.Summary, Now: now}); err == nil {
+				summary := scheduler.Summarize(nodes, &req)
+				if summary != t.LastExplain {
+					if b, err := fsm.Encode(fsm.MsgExplain, fsm.ExplainRequest{TaskID: t.ID, Summary: summary, Now: now}); err == nil {
 						explains = append(explains, b)
 					}
 				}

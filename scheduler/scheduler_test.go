@@ -343,6 +343,17 @@ func BenchmarkExplain(b *testing.B) {
 	}
 }
 
+// BenchmarkSummarize is BenchmarkExplain's work when only the summary is
+// wanted, as in a scheduling pass.
+func BenchmarkSummarize(b *testing.B) {
+	nodes := benchNodes(1000)
+	req := seedRequest()
+	b.ReportAllocs()
+	for b.Loop() {
+		Summarize(nodes, req)
+	}
+}
+
 func BenchmarkOrder(b *testing.B) {
 	for _, n := range []int{10_000, 100_000} {
 		rng := rand.New(rand.NewPCG(2, 2))
@@ -558,45 +569,70 @@ func BenchmarkQueueHead(b *testing.B) {
 
 // The yes/no filter (checks reordered by cost) agrees with the filter that
 // lists reasons, for any node and request.
+// drawNode draws a node for which each check passes more often than
+// not, so that runs where all pass but one are common.
+func drawNode(rt *rapid.T, id string) *Node {
+	return &Node{
+		ID:              id,
+		Management:      rapid.SampledFrom([]Management{ManagementActive, ManagementActive, ManagementActive, ManagementDraining}).Draw(rt, "mgmt"),
+		Liveness:        rapid.SampledFrom([]Liveness{LivenessReady, LivenessReady, LivenessReady, LivenessDown}).Draw(rt, "live"),
+		Scheduling:      rapid.SampledFrom([]Scheduling{SchedulingEligible, SchedulingEligible, SchedulingEligible, SchedulingIneligible}).Draw(rt, "sched"),
+		LastHeartbeat:   now.Add(-time.Duration(rapid.IntRange(0, 80).Draw(rt, "hbAge")) * time.Second),
+		Capabilities:    map[string][]string{"exec": {rapid.SampledFrom([]string{"1", "1", "1", "2"}).Draw(rt, "capv")}},
+		Labels:          map[string]string{"zone": rapid.SampledFrom([]string{"a", "a", "a", "b"}).Draw(rt, "zone")},
+		Resources:       drawResources(rt, "have", 2, 3),
+		Reserved:        drawResources(rt, "reserved", 0, 1),
+		Slots:           rapid.IntRange(1, 4).Draw(rt, "slots"),
+		RunningAttempts: rapid.IntRange(0, 2).Draw(rt, "running"),
+	}
+}
+
+func drawResources(rt *rapid.T, label string, lo, hi int) Resources {
+	return Resources{
+		CPUMillis: int64(rapid.IntRange(lo, hi).Draw(rt, label+"cpu")) * 1000, MemoryMB: int64(rapid.IntRange(lo, hi).Draw(rt, label+"mem")) * 1024,
+		GPU: int64(rapid.IntRange(lo, hi).Draw(rt, label+"gpu")), DiskMB: int64(rapid.IntRange(lo, hi).Draw(rt, label+"disk")),
+	}
+}
+
+// drawRequest draws a request that the nodes drawNode makes (ids n0, n1,
+// ...) mostly pass.
+func drawRequest(rt *rapid.T) *Request {
+	req := &Request{
+		Capability: rapid.SampledFrom([]string{"", "exec", "gpu"}).Draw(rt, "cap"), CapabilityVersion: "1",
+		Resources: drawResources(rt, "want", 0, 2), Now: now, HeartbeatTTL: time.Duration(rapid.IntRange(0, 90).Draw(rt, "ttl")) * time.Second,
+	}
+	if rapid.Bool().Draw(rt, "required") {
+		req.RequiredLabels = map[string]string{"zone": "a"}
+	}
+	if rapid.IntRange(0, 3).Draw(rt, "blacklisted") == 0 {
+		req.Blacklist = map[string]bool{"n1": true}
+	}
+	if rapid.IntRange(0, 3).Draw(rt, "passedOver") == 0 {
+		req.PassedOver = map[string]string{"n1": "asleep"}
+	}
+	return req
+}
+
 func TestEligibleAgreesWithCheck(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
-		// Each check passes more often than not, so that runs where all
-		// pass but one are common.
-		res := func(label string, lo, hi int) Resources {
-			return Resources{
-				CPUMillis: int64(rapid.IntRange(lo, hi).Draw(rt, label+"cpu")) * 1000, MemoryMB: int64(rapid.IntRange(lo, hi).Draw(rt, label+"mem")) * 1024,
-				GPU: int64(rapid.IntRange(lo, hi).Draw(rt, label+"gpu")), DiskMB: int64(rapid.IntRange(lo, hi).Draw(rt, label+"disk")),
-			}
-		}
-		n := &Node{
-			ID:              "n1",
-			Management:      rapid.SampledFrom([]Management{ManagementActive, ManagementActive, ManagementActive, ManagementDraining}).Draw(rt, "mgmt"),
-			Liveness:        rapid.SampledFrom([]Liveness{LivenessReady, LivenessReady, LivenessReady, LivenessDown}).Draw(rt, "live"),
-			Scheduling:      rapid.SampledFrom([]Scheduling{SchedulingEligible, SchedulingEligible, SchedulingEligible, SchedulingIneligible}).Draw(rt, "sched"),
-			LastHeartbeat:   now.Add(-time.Duration(rapid.IntRange(0, 80).Draw(rt, "hbAge")) * time.Second),
-			Capabilities:    map[string][]string{"exec": {rapid.SampledFrom([]string{"1", "1", "1", "2"}).Draw(rt, "capv")}},
-			Labels:          map[string]string{"zone": rapid.SampledFrom([]string{"a", "a", "a", "b"}).Draw(rt, "zone")},
-			Resources:       res("have", 2, 3),
-			Reserved:        res("reserved", 0, 1),
-			Slots:           rapid.IntRange(1, 4).Draw(rt, "slots"),
-			RunningAttempts: rapid.IntRange(0, 2).Draw(rt, "running"),
-		}
-		req := &Request{
-			Capability: rapid.SampledFrom([]string{"", "exec", "gpu"}).Draw(rt, "cap"), CapabilityVersion: "1",
-			Resources: res("want", 0, 2), Now: now, HeartbeatTTL: time.Duration(rapid.IntRange(0, 90).Draw(rt, "ttl")) * time.Second,
-		}
-		if rapid.Bool().Draw(rt, "required") {
-			req.RequiredLabels = map[string]string{"zone": "a"}
-		}
-		if rapid.IntRange(0, 3).Draw(rt, "blacklisted") == 0 {
-			req.Blacklist = map[string]bool{"n1": true}
-		}
-		if rapid.IntRange(0, 3).Draw(rt, "passedOver") == 0 {
-			req.PassedOver = map[string]string{"n1": "asleep"}
-		}
+		n, req := drawNode(rt, "n1"), drawRequest(rt)
 		reasons := Check(n, req)
 		if got := Eligible(n, req); got != (len(reasons) == 0) {
 			rt.Fatalf("Eligible says %v, Check lists %v", got, reasons)
+		}
+	})
+}
+
+// Summarize is the summary Explain writes, without the per-node list.
+func TestSummarizeIsExplainsSummary(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		var nodes []*Node
+		for i := range rapid.IntRange(0, 6).Draw(rt, "nodes") {
+			nodes = append(nodes, drawNode(rt, fmt.Sprint("n", i)))
+		}
+		req := drawRequest(rt)
+		if got, want := Summarize(nodes, req), Explain(nodes, req, nil).Summary; got != want {
+			rt.Fatalf("Summarize says %q, Explain %q", got, want)
 		}
 	})
 }

@@ -30,6 +30,7 @@ type Agent struct {
 	client  *api.Client
 	reports *reporter
 	limiter limiter
+	paths   pathCache
 
 	session    atomic.Uint64
 	reregister chan struct{}
@@ -88,7 +89,7 @@ func New(cfg Config) (*Agent, error) {
 	}
 	logger.Info("resource limits", "method", lim.Name())
 	return &Agent{
-		cfg: cfg, logger: logger, client: client, reports: newReporter(client), limiter: lim,
+		cfg: cfg, logger: logger, client: client, reports: newReporter(client), limiter: lim, paths: pathCache{now: time.Now},
 		reregister: make(chan struct{}, 1),
 		wakeCh:     make(chan struct{}, 1),
 		running:    map[string]*execution{}, finished: map[string]bool{},

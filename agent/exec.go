@@ -33,7 +33,7 @@ type outcome struct {
 func (a *Agent) runProcess(ctx context.Context, as api.Assignment) outcome {
 	att, spec := as.Attempt, as.Spec
 	workDir := filepath.Join(a.cfg.DataDir, "work", att.ID)
-	if err := os.MkdirAll(workDir, 0o750); err != nil {
+	if err := ensureDir(workDir); err != nil {
 		return outcome{state: "FAILED", exitCode: -1, err: fmt.Sprintf("create working directory: %v", err)}
 	}
 	logFile, err := openRotating(filepath.Join(a.cfg.DataDir, "logs", att.TaskID, att.ID+".log"), a.cfg.LogMaxBytes, a.cfg.LogMaxFiles)
@@ -48,7 +48,7 @@ func (a *Agent) runProcess(ctx context.Context, as api.Assignment) outcome {
 	if len(spec.Command) == 0 {
 		return outcome{state: "FAILED", exitCode: -1, err: "empty command"}
 	}
-	cmd := exec.Command(spec.Command[0], spec.Command[1:]...)
+	cmd := a.paths.command(spec.Command[0], spec.Command[1:]...)
 	cmd.Dir = workDir
 	cmd.Env = append(os.Environ(), envList(spec.Env)...)
 	cmd.Env = append(cmd.Env,

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -20,8 +21,22 @@ type rotatingFile struct {
 	size     int64
 }
 
+// ensureDir creates dir, and its parents only when they are missing: an
+// attempt's directories go where their parents almost always exist, and
+// MkdirAll's stat of each level cost as much as the mkdir itself.
+func ensureDir(dir string) error {
+	err := os.Mkdir(dir, 0o750)
+	switch {
+	case err == nil || errors.Is(err, fs.ErrExist):
+		return nil
+	case errors.Is(err, fs.ErrNotExist):
+		return os.MkdirAll(dir, 0o750)
+	}
+	return err
+}
+
 func openRotating(path string, maxBytes int64, maxFiles int) (*rotatingFile, error) {
-	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
+	if err := ensureDir(filepath.Dir(path)); err != nil {
 		return nil, fmt.Errorf("create log dir: %w", err)
 	}
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o640)

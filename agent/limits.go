@@ -241,10 +241,27 @@ type cgroupV1 struct {
 	idle  []*v1Group
 	made  int
 	close bool
+
+	// home caches the cgroups the agent's threads sit in, where a
+	// launching thread returns after the fork.
+	homeMu sync.Mutex
+	home   map[string]string
 }
 
-// v1Group is one pooled pair of cgroups.
-type v1Group struct{ mem, cpu string }
+// v1Group is one pooled pair of cgroups. Besides its paths it remembers
+// what the last attempt left in it, so that the next one rewrites and
+// rereads only what it must; only the attempt holding the group uses it.
+type v1Group struct {
+	mem, cpu string
+	limits   v1Limits // as last written; zero: unknown
+	// oomKills is the group's OOM-kill count read after the last attempt,
+	// trusted (oomKnown) only if nothing of that attempt was left in it.
+	oomKills int64
+	oomKnown bool
+}
+
+// v1Limits are the values written into a group's limit files.
+type v1Limits struct{ memory, quota, period string }
 
 // v1PoolMax bounds the idle groups kept for reuse.
 const v1PoolMax = 64
@@ -320,31 +337,44 @@ func (c *cgroupV1) Prepare(_ string, res api.Resources, _ *syscall.SysProcAttr) 
 	return &cgroupV1Handle{pool: c, v1Group: g, oomBefore: oomBefore}, nil
 }
 
-// configureV1 writes every limit of res into g ("-1" for none: a reused
-// group keeps its last ones) and returns its OOM-kill count so far.
+// configureV1 sets every limit of res in g ("-1" for none: a reused group
+// keeps its last ones), writing only the values that differ from what
+// the group was last given, and returns its OOM-kill count so far.
 func configureV1(g *v1Group, res api.Resources) (int64, error) {
-	memLimit, quota, period := "-1", "-1", int64(100_000)
+	want := v1Limits{memory: "-1", quota: "-1", period: "100000"}
 	if res.MemoryMB > 0 {
-		memLimit = strconv.FormatInt(res.MemoryMB<<20, 10)
+		want.memory = strconv.FormatInt(res.MemoryMB<<20, 10)
 	}
 	if res.CPUMillis > 0 {
-		var q int64
-		q, period = cpuQuota(res.CPUMillis)
-		quota = strconv.FormatInt(q, 10)
+		q, period := cpuQuota(res.CPUMillis)
+		want.quota, want.period = strconv.FormatInt(q, 10), strconv.FormatInt(period, 10)
 	}
-	// memsw must stay at or above the memory limit: written before and
-	// after it, one of the two succeeds (if the file exists at all).
-	memsw := filepath.Join(g.mem, "memory.memsw.limit_in_bytes")
-	_ = os.WriteFile(memsw, []byte(memLimit), 0)
-	if err := os.WriteFile(filepath.Join(g.mem, "memory.limit_in_bytes"), []byte(memLimit), 0); err != nil {
-		return 0, fmt.Errorf("set memory.limit_in_bytes: %w", err)
+	have := g.limits
+	g.limits = v1Limits{} // unknown until every write below succeeded
+	if want.memory != have.memory {
+		// memsw must stay at or above the memory limit: written before and
+		// after it, one of the two succeeds (if the file exists at all).
+		memsw := filepath.Join(g.mem, "memory.memsw.limit_in_bytes")
+		_ = os.WriteFile(memsw, []byte(want.memory), 0)
+		if err := os.WriteFile(filepath.Join(g.mem, "memory.limit_in_bytes"), []byte(want.memory), 0); err != nil {
+			return 0, fmt.Errorf("set memory.limit_in_bytes: %w", err)
+		}
+		_ = os.WriteFile(memsw, []byte(want.memory), 0)
 	}
-	_ = os.WriteFile(memsw, []byte(memLimit), 0)
-	_ = os.WriteFile(filepath.Join(g.cpu, "cpu.cfs_period_us"), []byte(strconv.FormatInt(period, 10)), 0)
-	if err := os.WriteFile(filepath.Join(g.cpu, "cpu.cfs_quota_us"), []byte(quota), 0); err != nil {
-		return 0, fmt.Errorf("set cpu.cfs_quota_us: %w", err)
+	if want.period != have.period {
+		_ = os.WriteFile(filepath.Join(g.cpu, "cpu.cfs_period_us"), []byte(want.period), 0)
 	}
+	if want.quota != have.quota || want.period != have.period {
+		if err := os.WriteFile(filepath.Join(g.cpu, "cpu.cfs_quota_us"), []byte(want.quota), 0); err != nil {
+			return 0, fmt.Errorf("set cpu.cfs_quota_us: %w", err)
+		}
+	}
+	g.limits = want
 	// The OOM-kill count covers the group's whole history.
+	if g.oomKnown {
+		g.oomKnown = false
+		return g.oomKills, nil
+	}
 	return readKeyed(filepath.Join(g.mem, "memory.oom_control"), "oom_kill"), nil
 }
 
@@ -379,10 +409,15 @@ func (c *cgroupV1) make() (*v1Group, error) {
 }
 
 // give returns a group whose processes have all exited to the pool; one
-// still holding a process (or beyond the pool's size) is removed.
-func (c *cgroupV1) give(g *v1Group) {
-	b, err := os.ReadFile(filepath.Join(g.mem, "cgroup.procs"))
-	if err == nil && len(strings.TrimSpace(string(b))) == 0 {
+// still holding a process (or beyond the pool's size) is removed. empty
+// says the caller has just seen it empty, with no way for a process to
+// enter since.
+func (c *cgroupV1) give(g *v1Group, empty bool) {
+	if !empty {
+		b, err := os.ReadFile(filepath.Join(g.mem, "cgroup.procs"))
+		empty = err == nil && len(strings.TrimSpace(string(b))) == 0
+	}
+	if empty {
 		c.mu.Lock()
 		if !c.close && len(c.idle) < v1PoolMax {
 			c.idle = append(c.idle, g)
@@ -415,6 +450,9 @@ type cgroupV1Handle struct {
 	*v1Group
 	oomBefore int64
 	moveAfter bool // Launch could not fork from inside the cgroups
+	// emptied: KillAll found no process left, after the launch: none can
+	// enter the group any more, so Release need not look again.
+	emptied bool
 }
 
 // Launch forks the process from a thread that sits in the attempt's
@@ -429,7 +467,7 @@ func (h *cgroupV1Handle) Launch(cmd *exec.Cmd) error {
 	go func() {
 		runtime.LockOSThread()
 		tid := strconv.Itoa(unix.Gettid())
-		orig, err := threadCgroupsV1()
+		orig, err := h.pool.homeCgroups()
 		if err != nil {
 			runtime.UnlockOSThread()
 			done <- result{moveErr: err}
@@ -472,6 +510,23 @@ func (h *cgroupV1Handle) Launch(cmd *exec.Cmd) error {
 		return start()
 	}
 	return r.err
+}
+
+// homeCgroups returns the agent's own v1 cgroups, read once: every thread
+// of the agent sits in them (a launching thread that cannot return is
+// retired with its goroutine, never reused), and reading them for every
+// launch was a sixth of the launch's work.
+func (c *cgroupV1) homeCgroups() (map[string]string, error) {
+	c.homeMu.Lock()
+	defer c.homeMu.Unlock()
+	if c.home == nil {
+		home, err := threadCgroupsV1()
+		if err != nil {
+			return nil, err
+		}
+		c.home = home
+	}
+	return c.home, nil
 }
 
 // threadCgroupsV1 maps v1 controllers (memory, cpu) to the absolute
@@ -521,7 +576,9 @@ func (h *cgroupV1Handle) KillAll() {
 	if err != nil {
 		return
 	}
-	for _, f := range strings.Fields(string(b)) {
+	pids := strings.Fields(string(b))
+	h.emptied = len(pids) == 0
+	for _, f := range pids {
 		if pid, err := strconv.Atoi(f); err == nil && pid > 0 {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
@@ -529,10 +586,14 @@ func (h *cgroupV1Handle) KillAll() {
 }
 
 func (h *cgroupV1Handle) OOMKilled() bool {
-	return readKeyed(filepath.Join(h.mem, "memory.oom_control"), "oom_kill") > h.oomBefore
+	kills := readKeyed(filepath.Join(h.mem, "memory.oom_control"), "oom_kill")
+	// The next attempt in this group counts from here, unless something
+	// of this one may still run in it.
+	h.oomKills, h.oomKnown = kills, h.emptied
+	return kills > h.oomBefore
 }
 
-func (h *cgroupV1Handle) Release() { h.pool.give(h.v1Group) }
+func (h *cgroupV1Handle) Release() { h.pool.give(h.v1Group, h.emptied) }
 
 // --- rlimits ---
 

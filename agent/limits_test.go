@@ -122,3 +122,63 @@ func TestCgroupV1GroupWithAStragglerIsNotReused(t *testing.T) {
 		t.Errorf("the straggler's cgroup %s is still there: %v", g.mem, err)
 	}
 }
+
+// A reused group counts OOM kills from where the last attempt left it:
+// an attempt killed by its memory limit is reported so, and the next one
+// in the same group, which exits normally, is not; limits change with
+// each attempt's request and are written only when they differ.
+func TestCgroupV1ReuseKeepsOOMCountsAndLimitsStraight(t *testing.T) {
+	c := v1ForTest(t)
+	run := func(res api.Resources, script string) (*cgroupV1Handle, bool) {
+		t.Helper()
+		h, err := c.Prepare("a", res, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd := runIn(t, h, "sh", "-c", script)
+		_ = cmd.Wait()
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		h.KillAll()
+		oom := h.OOMKilled()
+		h.Release()
+		return h.(*cgroupV1Handle), oom
+	}
+	// tail keeps the last lines of a stream without newlines: all of it.
+	hog, oom := run(api.Resources{MemoryMB: 16}, "head -c 400000000 /dev/zero | tail >/dev/null")
+	if !oom {
+		t.Skip("the memory hog was not OOM-killed (swap without memsw accounting?)")
+	}
+	next, oom := run(api.Resources{MemoryMB: 16}, "true")
+	if next.v1Group != hog.v1Group {
+		t.Fatalf("the idle group was not reused")
+	}
+	if oom {
+		t.Fatal("an attempt after an OOM-killed one in the same group was reported OOM-killed")
+	}
+	for _, step := range []struct {
+		res        api.Resources
+		mem, quota string
+	}{
+		{api.Resources{MemoryMB: 32, CPUMillis: 250}, "33554432", "25000"},
+		{api.Resources{MemoryMB: 32, CPUMillis: 250}, "33554432", "25000"},
+		{api.Resources{CPUMillis: 1500}, "", "150000"},
+		{api.Resources{MemoryMB: 16}, "16777216", "-1"},
+	} {
+		h, err := c.Prepare("a", step.res, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g := h.(*cgroupV1Handle)
+		if g.v1Group != hog.v1Group {
+			t.Fatalf("the idle group was not reused")
+		}
+		mem := readTrim(t, filepath.Join(g.mem, "memory.limit_in_bytes"))
+		if step.mem != "" && mem != step.mem || step.mem == "" && mem == "33554432" {
+			t.Errorf("%+v: memory limit %s, want %s", step.res, mem, step.mem)
+		}
+		if quota := readTrim(t, filepath.Join(g.cpu, "cpu.cfs_quota_us")); quota != step.quota {
+			t.Errorf("%+v: cpu quota %s, want %s", step.res, quota, step.quota)
+		}
+		h.Release()
+	}
+}

@@ -545,17 +545,7 @@ func (a *Agent) report(ctx context.Context, x api.Assignment, out outcome) {
 func (a *Agent) janitor(ctx context.Context) {
 	every := min(a.cfg.LogRetention/4, time.Hour)
 	for {
-		cutoff := time.Now().Add(-a.cfg.LogRetention)
-		a.mu.Lock()
-		active := map[string]bool{}
-		for id, ex := range a.running {
-			active[id] = true
-			active[ex.assignment.Attempt.TaskID] = true
-		}
-		a.mu.Unlock()
-		keep := func(name string) bool { return active[name] }
-		n := pruneOld(filepath.Join(a.cfg.DataDir, "logs"), cutoff, keep) + pruneOld(filepath.Join(a.cfg.DataDir, "work"), cutoff, keep)
-		if n > 0 {
+		if n := a.pruneAttemptFiles(time.Now().Add(-a.cfg.LogRetention)); n > 0 {
 			a.logger.Info("removed old logs and working directories", "count", n, "retention", a.cfg.LogRetention)
 		}
 		select {
@@ -564,6 +554,23 @@ func (a *Agent) janitor(ctx context.Context) {
 		case <-time.After(every):
 		}
 	}
+}
+
+// pruneAttemptFiles removes the logs and working directories last
+// written before cutoff, except those of running attempts, and returns
+// how many it removed.
+func (a *Agent) pruneAttemptFiles(cutoff time.Time) int {
+	a.mu.Lock()
+	active := map[string]bool{}
+	for id, ex := range a.running {
+		active[id] = true
+		active[ex.assignment.Attempt.TaskID] = true
+	}
+	a.mu.Unlock()
+	// Entries are named by attempt (work directories, logs/ID.log and its
+	// rotations) or, as older agents left them, by task.
+	keep := func(name string) bool { id, _, _ := strings.Cut(name, "."); return active[id] }
+	return pruneOld(filepath.Join(a.cfg.DataDir, "logs"), cutoff, keep) + pruneOld(filepath.Join(a.cfg.DataDir, "work"), cutoff, keep)
 }
 
 // truncate makes s valid UTF-8 of at most n bytes, keeping its end (the

@@ -36,7 +36,10 @@ func (a *Agent) runProcess(ctx context.Context, as api.Assignment) outcome {
 	if err := ensureDir(workDir); err != nil {
 		return outcome{state: "FAILED", exitCode: -1, err: fmt.Sprintf("create working directory: %v", err)}
 	}
-	logFile, err := openRotating(filepath.Join(a.cfg.DataDir, "logs", att.TaskID, att.ID+".log"), a.cfg.LogMaxBytes, a.cfg.LogMaxFiles)
+	// One file per attempt, straight under logs/ (its first line names
+	// the task): a directory per task cost another metadata operation
+	// per attempt, as much as a slow disk's whole mkdir.
+	logFile, err := openRotating(filepath.Join(a.cfg.DataDir, "logs", att.ID+".log"), a.cfg.LogMaxBytes, a.cfg.LogMaxFiles)
 	if err != nil {
 		return outcome{state: "FAILED", exitCode: -1, err: err.Error()}
 	}

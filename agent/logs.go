@@ -36,10 +36,13 @@ func ensureDir(dir string) error {
 }
 
 func openRotating(path string, maxBytes int64, maxFiles int) (*rotatingFile, error) {
-	if err := ensureDir(filepath.Dir(path)); err != nil {
-		return nil, fmt.Errorf("create log dir: %w", err)
-	}
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o640)
+	if errors.Is(err, fs.ErrNotExist) {
+		if err := ensureDir(filepath.Dir(path)); err != nil {
+			return nil, fmt.Errorf("create log dir: %w", err)
+		}
+		f, err = os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o640)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("open log: %w", err)
 	}

@@ -60,6 +60,9 @@ type benchResult struct {
 		Commit string `json:"commit"`
 		Quick  bool   `json:"quick"`
 		Date   string `json:"date"`
+		// AgentDir is where the end-to-end agents kept their data, if not
+		// in the run's temporary directory.
+		AgentDir string `json:"agent_dir,omitempty"`
 	} `json:"machine"`
 	RaftCeiling        float64 `json:"raft_ceiling_entries_per_sec"`
 	Placements         float64 `json:"placements_per_sec"`
@@ -123,6 +126,7 @@ func runBench(e *env, args []string) error {
 	heapProfile := fs.String("heapprofile", "", "write the footprint replica's heap profile, taken once loaded, to this file")
 	only := fs.String("only", "", "run only these steps (comma-separated: placement,e2e,decision,footprint,failover,retention)")
 	backlog := fs.Int("backlog", 0, "override the placement backlog size")
+	agentDir := fs.String("agent-dir", "", "put the end-to-end agents' data (attempt logs and working directories) under this directory\ninstead of the run's temporary one: a tmpfs leaves out the disk's cost of creating them")
 	if err := parse(e, fs, args); err != nil {
 		return err
 	}
@@ -170,7 +174,7 @@ func runBench(e *env, args []string) error {
 		fn   func() error
 	}{
 		{"placement", func() error { return benchPlacement(filepath.Join(dir, "placement"), sz, &r) }},
-		{"e2e", func() error { return benchE2E(filepath.Join(dir, "e2e"), sz, &r) }},
+		{"e2e", func() error { return benchE2E(filepath.Join(dir, "e2e"), *agentDir, sz, &r) }},
 		{"decision", func() error { benchDecisions(&r); return nil }},
 		{"footprint", func() error { return benchFootprint(filepath.Join(dir, "footprint"), sz, *heapProfile, &r) }},
 		{"failover", func() error { return benchFailover(filepath.Join(dir, "failover"), sz, &r) }},
@@ -381,7 +385,17 @@ func applyChunks(ctx context.Context, s *cluster.Server, cmds [][]byte) error {
 
 // benchE2E submits trivial tasks through the HTTP API and waits for them
 // to succeed on four in-process agents running real subprocesses.
-func benchE2E(dir string, sz benchSizes, r *benchResult) error {
+func benchE2E(dir, agentDir string, sz benchSizes, r *benchResult) error {
+	if agentDir == "" {
+		agentDir = dir
+	} else {
+		var err error
+		if agentDir, err = os.MkdirTemp(agentDir, "herd-bench-agents-"); err != nil {
+			return err
+		}
+		defer os.RemoveAll(agentDir)
+		r.Machine.AgentDir = filepath.Dir(agentDir)
+	}
 	d, err := startBenchCluster(dir)
 	if err != nil {
 		return err
@@ -399,7 +413,7 @@ func benchE2E(dir string, sz benchSizes, r *benchResult) error {
 	for i := 0; i < 4; i++ {
 		ag, err := agent.New(agent.Config{
 			ID: fmt.Sprintf("bench-agent-%d", i), Servers: []string{addrs[i%3], addrs[(i+1)%3], addrs[(i+2)%3]},
-			DataDir: filepath.Join(dir, fmt.Sprintf("agent-%d", i)), Slots: 32,
+			DataDir: filepath.Join(agentDir, fmt.Sprintf("agent-%d", i)), Slots: 32,
 			Resources: api.Resources{CPUMillis: 32000, MemoryMB: 32768}, Logger: quietLogger(),
 		})
 		if err != nil {

@@ -22,3 +22,21 @@ func TestDebugProfilesOnlyWhenEnabled(t *testing.T) {
 		t.Fatalf("with debug: %d %s", rec.Code, rec.Body)
 	}
 }
+
+// Answers are compact unless the request asks ?pretty.
+func TestAnswersAreCompactUnlessPretty(t *testing.T) {
+	get := func(target string) string {
+		rec := httptest.NewRecorder()
+		NewHandler(nil, nil).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, target, nil))
+		if rec.Code != http.StatusNotFound || rec.Header().Get("Content-Type") != "application/json" {
+			t.Fatalf("%s: %d %q", target, rec.Code, rec.Body)
+		}
+		return rec.Body.String()
+	}
+	if body := get("/v1/nope"); strings.Count(body, "\n") != 1 || !strings.HasPrefix(body, `{"error":`) {
+		t.Errorf("default answer is not compact: %q", body)
+	}
+	if body := get("/v1/nope?pretty"); !strings.HasPrefix(body, "{\n  \"error\": ") {
+		t.Errorf("?pretty answer is not indented: %q", body)
+	}
+}

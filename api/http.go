@@ -206,8 +206,19 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			writeError(w, http.StatusInternalServerError, "internal error")
 		}
 	}()
+	if _, pretty := r.URL.Query()["pretty"]; pretty {
+		w = prettyWriter{w}
+	}
 	h.mux.ServeHTTP(w, r)
 }
+
+// prettyWriter marks a response to be indented (?pretty). By default
+// answers are compact: agents and the CLI read them, and indenting every
+// assignment list was 2% of a busy cluster's CPU.
+type prettyWriter struct{ http.ResponseWriter }
+
+// Unwrap lets http.ResponseController reach the connection's writer.
+func (p prettyWriter) Unwrap() http.ResponseWriter { return p.ResponseWriter }
 
 // leaderOnly runs fn on the leader and forwards the request to it from
 // anywhere else. A request that was already forwarded once is not
@@ -823,7 +834,9 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
+	if _, pretty := w.(prettyWriter); pretty {
+		enc.SetIndent("", "  ")
+	}
 	_ = enc.Encode(v)
 }
 

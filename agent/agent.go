@@ -243,7 +243,11 @@ func (a *Agent) assignmentLoop(ctx context.Context) {
 	lastBusy := time.Now()
 	backoff := 200 * time.Millisecond
 	for ctx.Err() == nil {
-		as, err := a.client.Assignments(ctx, a.cfg.ID, index, a.cfg.AssignmentWait)
+		q := api.AssignmentsQuery{Index: index, Wait: a.cfg.AssignmentWait}
+		if index > 0 {
+			q.Known = a.knownAssignments()
+		}
+		as, err := a.client.Assignments(ctx, a.cfg.ID, q)
 		if err != nil {
 			if ctx.Err() != nil {
 				return
@@ -276,6 +280,26 @@ func (a *Agent) assignmentLoop(ctx context.Context) {
 			index, lastBusy = 0, time.Now()
 		}
 	}
+}
+
+// knownAssignments is the digest of the live set this agent expects: the
+// last list it got without the attempts it has ended since. The cluster
+// then answers only changes the agent did not make itself (a reservation,
+// a cancel, a reclaim, a new session or liveness), not its own starts and
+// results committing.
+func (a *Agent) knownAssignments() string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.last == nil {
+		return ""
+	}
+	ids := make([]string, 0, len(a.last.Attempts))
+	for _, x := range a.last.Attempts {
+		if !a.finished[x.Attempt.ID] {
+			ids = append(ids, x.Attempt.ID)
+		}
+	}
+	return api.AssignmentsDigest(a.last.SessionGeneration, a.last.Liveness, ids)
 }
 
 // hibernate stops polling and advertises it, keeping only gossip (the

@@ -417,11 +417,14 @@ func (c *Client) CancelTask(ctx context.Context, id, reason string) (Task, error
 
 // Assignments waits up to wait for the node's attempts to change after
 // index and returns its live attempts (a blocking query).
-func (c *Client) Assignments(ctx context.Context, nodeID string, index uint64, wait time.Duration) (Assignments, error) {
+func (c *Client) Assignments(ctx context.Context, nodeID string, aq AssignmentsQuery) (Assignments, error) {
 	var out Assignments
 	q := url.Values{}
-	q.Set("index", strconv.FormatUint(index, 10))
-	q.Set("wait", wait.String())
+	q.Set("index", strconv.FormatUint(aq.Index, 10))
+	q.Set("wait", aq.Wait.String())
+	if aq.Known != "" {
+		q.Set("known", aq.Known)
+	}
 	_, err := c.do(ctx, http.MethodGet, "/v1/nodes/"+url.PathEscape(nodeID)+"/assignments?"+q.Encode(), nil, &out)
 	return out, err
 }

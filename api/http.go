@@ -85,9 +85,10 @@ type Backend interface {
 	// answers each (an error only when the batch as a whole failed).
 	ReportAttempts(ctx context.Context, reports []AttemptReportItem) ([]ReportOutcome, error) // leader-only
 	CancelTask(ctx context.Context, id string, reason string) (Task, error)                   // leader-only
-	// Assignments blocks until the node's attempts changed after index, or
-	// wait passed, then answers from the local state.
-	Assignments(ctx context.Context, nodeID string, index uint64, wait time.Duration) (Assignments, error)
+	// Assignments blocks until the node's attempts changed after q.Index
+	// (and, with q.Known, differ from that set), or q.Wait passed, then
+	// answers from the local state.
+	Assignments(ctx context.Context, nodeID string, q AssignmentsQuery) (Assignments, error)
 	DrainNode(ctx context.Context, nodeID string, enable bool) (Node, error)            // leader-only
 	SetNodeEligibility(ctx context.Context, nodeID string, eligible bool) (Node, error) // leader-only
 	GetNode(id string) (Node, error)
@@ -670,7 +671,7 @@ func (h *Handler) getAssignments(w http.ResponseWriter, r *http.Request) {
 		}
 		wait = d
 	}
-	as, err := h.backend.Assignments(r.Context(), id, index, wait)
+	as, err := h.backend.Assignments(r.Context(), id, AssignmentsQuery{Index: index, Wait: wait, Known: q.Get("known")})
 	if err != nil {
 		writeErr(w, err)
 		return

@@ -3,8 +3,11 @@ package api
 import (
 	"errors"
 	"fmt"
+	"hash/fnv"
+	"io"
 	"net/http"
 	"regexp"
+	"strconv"
 	"time"
 )
 
@@ -458,4 +461,35 @@ type Assignments struct {
 	Liveness          string       `json:"liveness"`
 	Index             uint64       `json:"index"`
 	Attempts          []Assignment `json:"attempts"`
+}
+
+// AssignmentsQuery is a node's blocking query for its assignments: answer
+// once they changed after Index, or when Wait passed. With Known (see
+// AssignmentsDigest) a change answers only if it leaves the live set
+// different from the one the agent already knows: a node's own start and
+// end reports then do not send it a list it has no use for.
+type AssignmentsQuery struct {
+	Index uint64
+	Wait  time.Duration
+	Known string
+}
+
+// AssignmentsDigest names a live set as a node sees it: its session, its
+// liveness and the ids of its live attempts, in the order they are listed.
+func AssignmentsDigest(session uint64, liveness string, attemptIDs []string) string {
+	h := fnv.New64a()
+	_, _ = io.WriteString(h, strconv.FormatUint(session, 10)+"\x00"+liveness)
+	for _, id := range attemptIDs {
+		_, _ = io.WriteString(h, "\x00"+id)
+	}
+	return strconv.FormatUint(h.Sum64(), 16)
+}
+
+// Digest is AssignmentsDigest of this answer.
+func (as *Assignments) Digest() string {
+	ids := make([]string, len(as.Attempts))
+	for i, x := range as.Attempts {
+		ids[i] = x.Attempt.ID
+	}
+	return AssignmentsDigest(as.SessionGeneration, as.Liveness, ids)
 }

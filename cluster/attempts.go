@@ -162,10 +162,11 @@ func (s *Server) DeclareNodeDown(ctx context.Context, nodeID, reason string) ([]
 }
 
 // Assignments answers a node's blocking query from the local state: it
-// returns once an attempt on the node changed after index (a new
-// reservation, a cancel, a reclaim), or when wait passes.
-func (s *Server) Assignments(ctx context.Context, nodeID string, index uint64, wait time.Duration) (api.Assignments, error) {
-	deadline := time.Now().Add(wait)
+// returns once an attempt on the node changed after q.Index (a new
+// reservation, a cancel, a reclaim) and, if the node said what it knows
+// (q.Known), the live set differs from that; or when q.Wait passes.
+func (s *Server) Assignments(ctx context.Context, nodeID string, q api.AssignmentsQuery) (api.Assignments, error) {
+	deadline := time.Now().Add(q.Wait)
 	for {
 		ws := fsm.NewWatchSet()
 		st := s.fsm.State()
@@ -207,7 +208,7 @@ func (s *Server) Assignments(ctx context.Context, nodeID string, index uint64, w
 			out.Attempts = append(out.Attempts, api.Assignment{Attempt: toAPIAttempt(a), Spec: toAPISpec(t.Spec)})
 		}
 		remaining := time.Until(deadline)
-		if out.Index > index || remaining <= 0 {
+		if out.Index > q.Index && (q.Known == "" || out.Digest() != q.Known) || remaining <= 0 {
 			return out, nil
 		}
 		wctx, cancel := context.WithTimeout(ctx, remaining)

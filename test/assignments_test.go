@@ -1,0 +1,52 @@
+package test
+
+import (
+	"testing"
+	"time"
+
+	"herd/api"
+)
+
+// An assignment watch that says what the node already knows (the digest)
+// answers news for the node (here a new reservation) but not the node's
+// own start report committing, which an agent has no use for.
+func TestAssignmentWatchSkipsTheNodesOwnReports(t *testing.T) {
+	c := NewClusterWith(t, 3, Setup{CheckInvariants: true})
+	cl := c.AllClient()
+	ctx := Ctx(t, 60*time.Second)
+	registerNode(t, cl, "manual", 4000, 4096, 0, 4, nil) // no agent behind it
+	first := submit(t, cl, shSpec("first", "true"))
+	waitTaskState(t, cl, first, "SCHEDULED")
+	var now api.Assignments
+	if !Eventually(30*time.Second, func() bool {
+		var err error
+		now, err = cl.Assignments(ctx, "manual", api.AssignmentsQuery{})
+		return err == nil && len(now.Attempts) == 1
+	}) {
+		t.Fatalf("the reservation never showed in the node's assignments: %+v", now)
+	}
+
+	answers := make(chan api.Assignments, 1)
+	go func() {
+		as, err := cl.Assignments(ctx, "manual", api.AssignmentsQuery{Index: now.Index, Wait: 40 * time.Second, Known: now.Digest()})
+		if err != nil {
+			t.Errorf("watch: %v", err)
+		}
+		answers <- as
+	}()
+	att := now.Attempts[0].Attempt
+	if _, err := cl.StartAttempt(ctx, att.ID, att.LeaseVersion); err != nil {
+		t.Fatal(err)
+	}
+	waitTaskState(t, cl, first, "RUNNING")
+	second := submit(t, cl, shSpec("second", "true"))
+	waitTaskState(t, cl, second, "SCHEDULED")
+	select {
+	case as := <-answers:
+		if len(as.Attempts) != 2 {
+			t.Fatalf("the watch answered the node's own start instead of the new reservation: %+v", as.Attempts)
+		}
+	case <-ctx.Done():
+		t.Fatal("the watch never answered the new reservation")
+	}
+}

@@ -25,12 +25,13 @@ import (
 
 // Agent is one running edge agent.
 type Agent struct {
-	cfg     Config
-	logger  hclog.Logger
-	client  *api.Client
-	reports *reporter
-	limiter limiter
-	paths   pathCache
+	cfg      Config
+	logger   hclog.Logger
+	client   *api.Client
+	reports  *reporter
+	limiter  limiter
+	paths    pathCache
+	workDirs *workDirs
 
 	session    atomic.Uint64
 	reregister chan struct{}
@@ -90,6 +91,7 @@ func New(cfg Config) (*Agent, error) {
 	logger.Info("resource limits", "method", lim.Name())
 	return &Agent{
 		cfg: cfg, logger: logger, client: client, reports: newReporter(client), limiter: lim, paths: pathCache{now: time.Now},
+		workDirs:   newWorkDirs(filepath.Join(cfg.DataDir, "work")),
 		reregister: make(chan struct{}, 1),
 		wakeCh:     make(chan struct{}, 1),
 		running:    map[string]*execution{}, finished: map[string]bool{},
@@ -593,7 +595,10 @@ func (a *Agent) pruneAttemptFiles(cutoff time.Time) int {
 	a.mu.Unlock()
 	// Entries are named by attempt (work directories, logs/ID.log and its
 	// rotations) or, as older agents left them, by task.
-	keep := func(name string) bool { id, _, _ := strings.Cut(name, "."); return active[id] }
+	keep := func(name string) bool {
+		id, _, _ := strings.Cut(name, ".")
+		return active[id] || a.workDirs.inPool(name)
+	}
 	return pruneOld(filepath.Join(a.cfg.DataDir, "logs"), cutoff, keep) + pruneOld(filepath.Join(a.cfg.DataDir, "work"), cutoff, keep)
 }
 

@@ -32,10 +32,12 @@ type outcome struct {
 // behind afterwards. ctx ends when the attempt is taken back.
 func (a *Agent) runProcess(ctx context.Context, as api.Assignment) outcome {
 	att, spec := as.Attempt, as.Spec
-	workDir := filepath.Join(a.cfg.DataDir, "work", att.ID)
-	if err := ensureDir(workDir); err != nil {
+	workDir, err := a.workDirs.take(att.ID)
+	if err != nil {
 		return outcome{state: "FAILED", exitCode: -1, err: fmt.Sprintf("create working directory: %v", err)}
 	}
+	contained := true // until a process starts: then as the limits tell
+	defer func() { a.workDirs.give(workDir, att.ID, contained) }()
 	// One file per attempt, straight under logs/ (its first line names
 	// the task): a directory per task cost another metadata operation
 	// per attempt, as much as a slow disk's whole mkdir.
@@ -79,6 +81,7 @@ func (a *Agent) runProcess(ctx context.Context, as api.Assignment) outcome {
 		fmt.Fprintln(logFile, "--- herd:", msg)
 		return outcome{state: "FAILED", exitCode: 127, err: msg}
 	}
+	contained = false
 	pid := cmd.Process.Pid
 	if err := limits.Started(pid); err != nil {
 		a.logger.Warn("limits not applied", "attempt", att.ID, "method", a.limiter.Name(), "error", err)
@@ -112,6 +115,7 @@ func (a *Agent) runProcess(ctx context.Context, as api.Assignment) outcome {
 	// Whatever the main process left behind in its group dies with it.
 	_ = syscall.Kill(-pid, syscall.SIGKILL)
 	limits.KillAll()
+	contained = limits.Contained()
 	select {
 	case <-copied:
 	case <-time.After(2 * time.Second):

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"path/filepath"
 	"strconv"
 	"syscall"
 	"testing"
@@ -37,7 +38,7 @@ func BenchmarkRunProcess(b *testing.B) {
 				b.Cleanup(c.drain)
 			}
 			cfg := Config{ID: "bench", DataDir: b.TempDir()}.WithDefaults()
-			a := &Agent{cfg: cfg, logger: hclog.NewNullLogger(), limiter: lim, paths: pathCache{now: time.Now}}
+			a := &Agent{cfg: cfg, logger: hclog.NewNullLogger(), limiter: lim, paths: pathCache{now: time.Now}, workDirs: newWorkDirs(filepath.Join(cfg.DataDir, "work"))}
 			as := api.Assignment{
 				Attempt: api.Attempt{TaskID: "01kbtask", Number: 1},
 				Spec:    api.TaskSpec{Command: []string{"true"}, Resources: api.Resources{CPUMillis: 500, MemoryMB: 64}},

@@ -41,6 +41,9 @@ type limitHandle interface {
 	KillAll()
 	// OOMKilled reports whether the memory limit killed a process.
 	OOMKilled() bool
+	// Contained reports, after KillAll, that no process of the attempt
+	// is left anywhere: nothing can still write into its directory.
+	Contained() bool
 	// Release removes what Prepare created.
 	Release()
 }
@@ -215,6 +218,11 @@ func (h *cgroupV2Handle) Started(int) error {
 
 func (h *cgroupV2Handle) KillAll() {
 	_ = os.WriteFile(filepath.Join(h.dir, "cgroup.kill"), []byte("1"), 0)
+}
+
+func (h *cgroupV2Handle) Contained() bool {
+	b, err := os.ReadFile(filepath.Join(h.dir, "cgroup.procs"))
+	return err == nil && len(strings.TrimSpace(string(b))) == 0
 }
 
 func (h *cgroupV2Handle) OOMKilled() bool {
@@ -585,6 +593,8 @@ func (h *cgroupV1Handle) KillAll() {
 	}
 }
 
+func (h *cgroupV1Handle) Contained() bool { return h.emptied }
+
 func (h *cgroupV1Handle) OOMKilled() bool {
 	kills := readKeyed(filepath.Join(h.mem, "memory.oom_control"), "oom_kill")
 	// The next attempt in this group counts from here, unless something
@@ -677,6 +687,9 @@ func (h rlimitHandle) Started(pid int) error {
 
 func (rlimitHandle) KillAll()        {}
 func (rlimitHandle) OOMKilled() bool { return false }
+
+// Contained is false: a process that left the group is out of sight.
+func (rlimitHandle) Contained() bool { return false }
 func (rlimitHandle) Release()        {}
 
 // --- none ---

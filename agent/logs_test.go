@@ -11,10 +11,11 @@ import (
 
 // The janitor removes what attempts left behind once it is older than the
 // retention: logs (rotated ones too) and working directories, and task
-// log directories of older agents, but nothing of a running attempt.
+// log directories of older agents, but nothing of a running attempt and
+// no directory the agent keeps for reuse.
 func TestPruneAttemptFilesKeepsRunningAttempts(t *testing.T) {
 	dir := t.TempDir()
-	a := &Agent{cfg: Config{DataDir: dir}, running: map[string]*execution{
+	a := &Agent{cfg: Config{DataDir: dir}, workDirs: newWorkDirs(filepath.Join(dir, "work")), running: map[string]*execution{
 		"att-run": {assignment: api.Assignment{Attempt: api.Attempt{ID: "att-run", TaskID: "task-run"}}},
 	}}
 	old := time.Now().Add(-2 * time.Hour)
@@ -33,8 +34,10 @@ func TestPruneAttemptFilesKeepsRunningAttempts(t *testing.T) {
 		}
 		return path
 	}
+	pooled := write("work/att-pooled/.keep") // stands for an idle pooled directory, however old
+	a.workDirs.pooled["att-pooled"] = true
 	kept := []string{
-		write("logs/att-run.log"), write("logs/att-run.log.1"), write("work/att-run/out"),
+		pooled, write("logs/att-run.log"), write("logs/att-run.log.1"), write("work/att-run/out"),
 		write("logs/task-run/att-older.log"), // an older agent's layout
 	}
 	gone := []string{

@@ -20,25 +20,9 @@ import (
 // every attempt. The command's own run time (a few hundred microseconds
 // for "true") is included.
 func BenchmarkRunProcess(b *testing.B) {
-	methods := []struct {
-		name string
-		make func() (limiter, error)
-	}{
-		{"none", func() (limiter, error) { return noLimits{}, nil }},
-		{"rlimit", func() (limiter, error) { return rlimits{}, nil }},
-		{"cgroup-v1", newCgroupV1},
-	}
-	for _, m := range methods {
+	for _, m := range limitMethodsForTest {
 		b.Run(m.name, func(b *testing.B) {
-			lim, err := m.make()
-			if err != nil {
-				b.Skipf("%s unavailable: %v", m.name, err)
-			}
-			if c, ok := lim.(*cgroupV1); ok {
-				b.Cleanup(c.drain)
-			}
-			cfg := Config{ID: "bench", DataDir: b.TempDir()}.WithDefaults()
-			a := &Agent{cfg: cfg, logger: hclog.NewNullLogger(), limiter: lim, paths: pathCache{now: time.Now}, workDirs: newWorkDirs(filepath.Join(cfg.DataDir, "work"))}
+			a := agentForTest(b, m.name, m.make)
 			as := api.Assignment{
 				Attempt: api.Attempt{TaskID: "01kbtask", Number: 1},
 				Spec:    api.TaskSpec{Command: []string{"true"}, Resources: api.Resources{CPUMillis: 500, MemoryMB: 64}},
@@ -64,4 +48,31 @@ func selfCPU() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// limitMethodsForTest are the limit methods runProcess is measured and
+// tested under; those this machine lacks are skipped.
+var limitMethodsForTest = []struct {
+	name string
+	make func() (limiter, error)
+}{
+	{"none", func() (limiter, error) { return noLimits{}, nil }},
+	{"rlimit", func() (limiter, error) { return rlimits{}, nil }},
+	{"cgroup-v1", newCgroupV1},
+}
+
+// agentForTest is an agent that can run attempts (runProcess) under the
+// limiter mk makes, with its data in a temporary directory; it skips
+// where the limiter is unavailable.
+func agentForTest(tb testing.TB, name string, mk func() (limiter, error)) *Agent {
+	tb.Helper()
+	lim, err := mk()
+	if err != nil {
+		tb.Skipf("%s unavailable: %v", name, err)
+	}
+	if c, ok := lim.(*cgroupV1); ok {
+		tb.Cleanup(c.drain)
+	}
+	cfg := Config{ID: "test", DataDir: tb.TempDir()}.WithDefaults()
+	return &Agent{cfg: cfg, logger: hclog.NewNullLogger(), limiter: lim, paths: pathCache{now: time.Now}, workDirs: newWorkDirs(filepath.Join(cfg.DataDir, "work"))}
 }

@@ -5,9 +5,6 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
-	"time"
-
-	"github.com/hashicorp/go-hclog"
 
 	"herd/api"
 )
@@ -61,24 +58,11 @@ func TestWorkDirsReuseOnlyEmptyContainedDirectories(t *testing.T) {
 // (cgroups) a silent attempt's directory serves the next one; under one
 // that cannot (none) each attempt gets its own, as before.
 func TestRunProcessReusesWorkDirsOnlyWhenContained(t *testing.T) {
-	for _, m := range []struct {
-		name  string
-		make  func() (limiter, error)
-		reuse bool
-	}{
-		{"none", func() (limiter, error) { return noLimits{}, nil }, false},
-		{"cgroup-v1", newCgroupV1, true},
-	} {
+	for _, m := range limitMethodsForTest {
 		t.Run(m.name, func(t *testing.T) {
-			lim, err := m.make()
-			if err != nil {
-				t.Skipf("%s unavailable: %v", m.name, err)
-			}
-			if c, ok := lim.(*cgroupV1); ok {
-				t.Cleanup(c.drain)
-			}
-			cfg := Config{ID: "t", DataDir: t.TempDir()}.WithDefaults()
-			a := &Agent{cfg: cfg, logger: hclog.NewNullLogger(), limiter: lim, paths: pathCache{now: time.Now}, workDirs: newWorkDirs(filepath.Join(cfg.DataDir, "work"))}
+			a := agentForTest(t, m.name, m.make)
+			cfg := a.cfg
+			reuse := m.name == "cgroup-v1" // rlimit and none cannot see every process
 			run := func(id, script string) {
 				t.Helper()
 				out := a.runProcess(context.Background(), api.Assignment{
@@ -104,7 +88,7 @@ func TestRunProcessReusesWorkDirsOnlyWhenContained(t *testing.T) {
 				t.Fatalf("a2's file should be kept in work/a2 (%v): %v", err, names)
 			}
 			want := 3 // a1, a2, a3 each made their own
-			if m.reuse {
+			if reuse {
 				want = 2 // a1's directory went to a2 (kept as work/a2); a3 got a new one
 			}
 			if len(names) != want {

@@ -350,13 +350,21 @@ func (s *store) activeTasks(state TaskState, after string, fn func(*Task) bool) 
 		}
 		return true
 	})
-	slices.SortFunc(active, func(a, b *Task) int { return strings.Compare(a.ID, b.ID) })
-	for _, t := range active {
-		if !fn(t) {
+	visitByID(active, func(t *Task) string { return t.ID }, fn)
+}
+
+// visitByID calls fn on records gathered from several places (or in
+// another order) in id order, until it returns false.
+func visitByID[T any](records []T, id func(T) string, fn func(T) bool) {
+	slices.SortFunc(records, func(a, b T) int { return strings.Compare(id(a), id(b)) })
+	for _, r := range records {
+		if !fn(r) {
 			return
 		}
 	}
 }
+
+func attemptID(a *Attempt) string { return a.ID }
 
 func (s *store) attemptsOf(tree *btree.BTreeG[*Attempt], key func(*Attempt) string, probe *Attempt, want string, fn func(*Attempt) bool) {
 	tree.AscendGreaterOrEqual(probe, func(a *Attempt) bool {
@@ -382,12 +390,7 @@ func (s *store) attemptsOnNode(live bool, nodeID string, fn func(*Attempt) bool)
 	collect := func(a *Attempt) bool { all = append(all, a); return true }
 	s.attemptsOf(s.liveByNode, func(a *Attempt) string { return a.NodeID }, &Attempt{NodeID: nodeID}, nodeID, collect)
 	s.attemptsOf(s.endedByNode, func(a *Attempt) string { return a.NodeID }, &Attempt{NodeID: nodeID}, nodeID, collect)
-	slices.SortFunc(all, func(a, b *Attempt) int { return strings.Compare(a.ID, b.ID) })
-	for _, a := range all {
-		if !fn(a) {
-			return
-		}
-	}
+	visitByID(all, attemptID, fn)
 }
 
 // attemptsInState visits the attempts in one state in id order. Live
@@ -406,12 +409,7 @@ func (s *store) attemptsInState(state AttemptState, fn func(*Attempt) bool) {
 		}
 		return true
 	})
-	slices.SortFunc(live, func(a, b *Attempt) int { return strings.Compare(a.ID, b.ID) })
-	for _, a := range live {
-		if !fn(a) {
-			return
-		}
-	}
+	visitByID(live, attemptID, fn)
 }
 
 // watchHub hands out channels that close when a topic changes after a

@@ -397,9 +397,10 @@ func applyExplain(db *store, index uint64, r *ExplainRequest) (any, error) {
 		return nil, nil
 	}
 	t := task.clone()
-	t.LastExplain = r.Summary
+	// Shared: a waiting backlog mostly waits for the same reasons.
+	t.LastExplain = internString(r.Summary)
 	t.ModifyIndex = index
-	t.addEvent(index, r.Now, "waiting", r.Summary)
+	t.addEvent(index, r.Now, "waiting", t.LastExplain)
 	db.putTask(t)
 	return nil, nil
 }

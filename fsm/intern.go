@@ -92,12 +92,13 @@ func (in *interner) task(t *Task) {
 	s.Env = in.stringMap(s.Env)
 	s.RequiredLabels = in.stringMap(s.RequiredLabels)
 	s.PreferredLabels = in.stringMap(s.PreferredLabels)
-	// Event kinds repeat; of the messages, only the submission's does
-	// (the others name attempts and nodes).
+	// Event kinds repeat; of the messages, the submission's and the
+	// reasons for waiting do (the others name attempts and nodes).
 	for i := range t.Timeline {
 		t.Timeline[i].Kind = internString(t.Timeline[i].Kind)
+		if i == 0 || t.Timeline[i].Kind == "waiting" {
+			t.Timeline[i].Message = internString(t.Timeline[i].Message)
+		}
 	}
-	if len(t.Timeline) > 0 {
-		t.Timeline[0].Message = internString(t.Timeline[0].Message)
-	}
+	t.LastExplain = internString(t.LastExplain)
 }

@@ -220,8 +220,11 @@ func (h *cgroupV2Handle) KillAll() {
 	_ = os.WriteFile(filepath.Join(h.dir, "cgroup.kill"), []byte("1"), 0)
 }
 
-func (h *cgroupV2Handle) Contained() bool {
-	b, err := os.ReadFile(filepath.Join(h.dir, "cgroup.procs"))
+func (h *cgroupV2Handle) Contained() bool { return holdsNoProcess(h.dir) }
+
+// holdsNoProcess reports whether the cgroup dir is readable and empty.
+func holdsNoProcess(dir string) bool {
+	b, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
 	return err == nil && len(strings.TrimSpace(string(b))) == 0
 }
 
@@ -421,11 +424,7 @@ func (c *cgroupV1) make() (*v1Group, error) {
 // says the caller has just seen it empty, with no way for a process to
 // enter since.
 func (c *cgroupV1) give(g *v1Group, empty bool) {
-	if !empty {
-		b, err := os.ReadFile(filepath.Join(g.mem, "cgroup.procs"))
-		empty = err == nil && len(strings.TrimSpace(string(b))) == 0
-	}
-	if empty {
+	if empty || holdsNoProcess(g.mem) {
 		c.mu.Lock()
 		if !c.close && len(c.idle) < v1PoolMax {
 			c.idle = append(c.idle, g)

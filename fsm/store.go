@@ -366,31 +366,27 @@ func visitByID[T any](records []T, id func(T) string, fn func(T) bool) {
 
 func attemptID(a *Attempt) string { return a.ID }
 
-func (s *store) attemptsOf(tree *btree.BTreeG[*Attempt], key func(*Attempt) string, probe *Attempt, want string, fn func(*Attempt) bool) {
-	tree.AscendGreaterOrEqual(probe, func(a *Attempt) bool {
-		if key(a) != want {
-			return false
-		}
-		return fn(a)
-	})
-}
-
 func (s *store) attemptsOfTask(taskID string, fn func(*Attempt) bool) {
-	s.attemptsOf(s.attemptsByTask, func(a *Attempt) string { return a.TaskID }, &Attempt{TaskID: taskID}, taskID, fn)
+	s.attemptsByTask.AscendGreaterOrEqual(&Attempt{TaskID: taskID}, func(a *Attempt) bool { return a.TaskID == taskID && fn(a) })
 }
 
 // attemptsOnNode visits a node's live attempts, or all of them, in id
 // order.
 func (s *store) attemptsOnNode(live bool, nodeID string, fn func(*Attempt) bool) {
 	if live {
-		s.attemptsOf(s.liveByNode, func(a *Attempt) string { return a.NodeID }, &Attempt{NodeID: nodeID}, nodeID, fn)
+		attemptsOfNodeIn(s.liveByNode, nodeID, fn)
 		return
 	}
 	var all []*Attempt
 	collect := func(a *Attempt) bool { all = append(all, a); return true }
-	s.attemptsOf(s.liveByNode, func(a *Attempt) string { return a.NodeID }, &Attempt{NodeID: nodeID}, nodeID, collect)
-	s.attemptsOf(s.endedByNode, func(a *Attempt) string { return a.NodeID }, &Attempt{NodeID: nodeID}, nodeID, collect)
+	attemptsOfNodeIn(s.liveByNode, nodeID, collect)
+	attemptsOfNodeIn(s.endedByNode, nodeID, collect)
 	visitByID(all, attemptID, fn)
+}
+
+// attemptsOfNodeIn visits a node's attempts in one of the node indexes.
+func attemptsOfNodeIn(tree *btree.BTreeG[*Attempt], nodeID string, fn func(*Attempt) bool) {
+	tree.AscendGreaterOrEqual(&Attempt{NodeID: nodeID}, func(a *Attempt) bool { return a.NodeID == nodeID && fn(a) })
 }
 
 // attemptsInState visits the attempts in one state in id order. Live

@@ -24,7 +24,7 @@ func newLeaderQueue(cfg scheduler.QueueConfig) *leaderQueue {
 // was queued and is no longer pending; after a rebuild (rebuilt true) the
 // caller checks what it remembers against the queue instead.
 func (lq *leaderQueue) sync(st *fsm.State, left func(id string)) (rebuilt bool, err error) {
-	ids, next, ok := st.PendingChanges(lq.cursor)
+	changes, next, ok := st.PendingChanges(lq.cursor)
 	if !ok {
 		pending, err := st.PendingTasks(nil)
 		if err != nil {
@@ -37,11 +37,17 @@ func (lq *leaderQueue) sync(st *fsm.State, left func(id string)) (rebuilt bool, 
 		lq.cursor = next
 		return true, nil
 	}
-	for _, id := range ids {
-		if t, err := st.Task(id); err == nil && t.State == fsm.TaskPending {
-			lq.q.Put(queuedTask(t))
-		} else if lq.q.Remove(id) {
-			left(id)
+	for _, c := range changes {
+		// A task the change left pending is read from the view: a later
+		// change in the same feed may have taken it out again.
+		if c.Pending {
+			if t, err := st.Task(c.ID); err == nil && t.State == fsm.TaskPending {
+				lq.q.Put(queuedTask(t))
+				continue
+			}
+		}
+		if lq.q.Remove(c.ID) {
+			left(c.ID)
 		}
 	}
 	lq.cursor = next

@@ -139,17 +139,25 @@ type PendingCursor struct {
 	pos  uint64
 }
 
-// PendingChanges returns the ids of the tasks that entered, left or
-// changed in the pending set after cursor and up to this view (an id may
-// repeat), and the cursor of this view. ok is false when the feed does
+// PendingChange is one entry of the pending feed: a task that entered,
+// left or changed in the pending set, and whether it was pending after
+// the change. A reader removes a task that left without looking it up.
+type PendingChange struct {
+	ID      string
+	Pending bool
+}
+
+// PendingChanges returns the changes to the pending set after cursor and
+// up to this view, in apply order (a task may repeat: its last change
+// holds), and the cursor of this view. ok is false when the feed does
 // not reach back to cursor (a zero cursor, a restore from a snapshot, or
 // too many changes since): the caller then reads PendingTasks whole.
-func (s *State) PendingChanges(c PendingCursor) (ids []string, next PendingCursor, ok bool) {
-	next = PendingCursor{feed: s.st.feed, pos: s.st.feedBase + uint64(len(s.st.feedIDs))}
+func (s *State) PendingChanges(c PendingCursor) (changes []PendingChange, next PendingCursor, ok bool) {
+	next = PendingCursor{feed: s.st.feed, pos: s.st.feedBase + uint64(len(s.st.changes))}
 	if c.feed != s.st.feed || c.pos < s.st.feedBase || c.pos > next.pos {
 		return nil, next, false
 	}
-	return s.st.feedIDs[c.pos-s.st.feedBase:], next, true
+	return s.st.changes[c.pos-s.st.feedBase:], next, true
 }
 
 // WatchPending adds to ws a channel that closes when the pending set, or

@@ -32,15 +32,15 @@ type store struct {
 	liveByNode     *btree.BTreeG[*Attempt] // by (node, id); reserved and running only
 	endedByNode    *btree.BTreeG[*Attempt] // by (node, id); the others
 
-	// The pending feed: ids of tasks that entered, left or changed in the
-	// pending set, in apply order, so that the leader can keep its queue
-	// current without re-reading the backlog. Not replicated state: each
+	// The pending feed: tasks that entered, left or changed in the pending
+	// set, in apply order, so that the leader can keep its queue current
+	// without re-reading the backlog. Not replicated state: each
 	// store starts its own feed (a restore starts over). A view keeps the
 	// slice as it was; the writer only appends past it or starts a new
 	// array when trimming.
 	feed     *feedToken
-	feedBase uint64 // feed position of feedIDs[0]
-	feedIDs  []string
+	feedBase uint64 // feed position of feed[0]
+	changes  []PendingChange
 
 	// Writer only (nil in views): records by id for the writer's own
 	// lookups, which are most of what applying a command reads, and the
@@ -142,7 +142,7 @@ func (s *store) clone() *store {
 		tasks: s.tasks.Clone(), tasksByKey: s.tasksByKey.Clone(), tasksByStat: s.tasksByStat.Clone(), taskCounts: counts,
 		attempts: s.attempts.Clone(), attemptsByTask: s.attemptsByTask.Clone(), liveByNode: s.liveByNode.Clone(),
 		endedByNode: s.endedByNode.Clone(),
-		feed:        s.feed, feedBase: s.feedBase, feedIDs: s.feedIDs,
+		feed:        s.feed, feedBase: s.feedBase, changes: s.changes,
 	}
 }
 
@@ -154,12 +154,13 @@ type feedToken struct{ _ byte }
 // leader reads it every pass; a follower holds it for nothing, so small.
 const feedKeep = 1 << 14
 
-// pendingChanged appends a task to the pending feed.
-func (s *store) pendingChanged(id string) {
-	s.feedIDs = append(s.feedIDs, id)
-	if len(s.feedIDs) >= 2*feedKeep {
-		drop := len(s.feedIDs) - feedKeep
-		s.feedIDs = append(make([]string, 0, 2*feedKeep), s.feedIDs[drop:]...)
+// pendingChanged appends a task to the pending feed, saying whether the
+// change left it pending.
+func (s *store) pendingChanged(id string, pending bool) {
+	s.changes = append(s.changes, PendingChange{ID: id, Pending: pending})
+	if len(s.changes) >= 2*feedKeep {
+		drop := len(s.changes) - feedKeep
+		s.changes = append(make([]PendingChange, 0, 2*feedKeep), s.changes[drop:]...)
 		s.feedBase += uint64(drop)
 	}
 }
@@ -235,7 +236,7 @@ func (s *store) putTask(t *Task) {
 		if old.State == TaskPending {
 			s.touch(topicPending)
 			if t.State != TaskPending {
-				s.pendingChanged(t.ID)
+				s.pendingChanged(t.ID, false)
 			}
 		}
 		if old.Spec.IdempotencyKey != "" && old.Spec.IdempotencyKey != t.Spec.IdempotencyKey {
@@ -248,7 +249,7 @@ func (s *store) putTask(t *Task) {
 	s.taskCounts[t.State]++
 	if t.State == TaskPending {
 		s.touch(topicPending)
-		s.pendingChanged(t.ID)
+		s.pendingChanged(t.ID, true)
 	}
 	if t.Spec.IdempotencyKey != "" {
 		s.tasksByKey.ReplaceOrInsert(t)
@@ -273,7 +274,7 @@ func (s *store) deleteTask(t *Task) {
 	s.uncount(old.State)
 	if old.State == TaskPending {
 		s.touch(topicPending)
-		s.pendingChanged(old.ID)
+		s.pendingChanged(old.ID, false)
 	}
 	if old.Spec.IdempotencyKey != "" {
 		s.tasksByKey.Delete(old)

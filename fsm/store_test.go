@@ -149,7 +149,7 @@ func TestStoreMatchesModelAndViewsStayFrozen(t *testing.T) {
 		fed := map[string]bool{}
 		var cursor PendingCursor
 		follow := func(v *State, label string) {
-			ids, next, ok := v.PendingChanges(cursor)
+			changes, next, ok := v.PendingChanges(cursor)
 			if !ok {
 				if cursor != (PendingCursor{}) {
 					rt.Fatalf("%s: the feed lost the reader's place", label)
@@ -159,11 +159,15 @@ func TestStoreMatchesModelAndViewsStayFrozen(t *testing.T) {
 					fed[tk.ID] = true
 				}
 			}
-			for _, id := range ids {
-				if tk, err := v.Task(id); err == nil && tk.State == TaskPending {
-					fed[id] = true
+			for _, c := range changes {
+				// A change that left the task out removes it unread, as
+				// the leader's queue does.
+				if !c.Pending {
+					delete(fed, c.ID)
+				} else if tk, err := v.Task(c.ID); err == nil && tk.State == TaskPending {
+					fed[c.ID] = true
 				} else {
-					delete(fed, id)
+					delete(fed, c.ID)
 				}
 			}
 			cursor = next
@@ -255,19 +259,19 @@ func TestPendingFeedTrimsAndTellsLaggards(t *testing.T) {
 	}
 	_, zero, _ := (&State{st: db.clone()}).PendingChanges(PendingCursor{})
 	for i := range 2*feedKeep + 10 {
-		db.pendingChanged(fmt.Sprint("t", i))
+		db.pendingChanged(fmt.Sprint("t", i), true)
 	}
 	v := &State{st: db.clone()}
 	if _, _, ok := v.PendingChanges(zero); ok {
 		t.Fatal("a reader behind the trimmed feed was not told to read whole")
 	}
 	_, now, _ := v.PendingChanges(zero)
-	db.pendingChanged("late")
-	ids, _, ok := (&State{st: db.clone()}).PendingChanges(now)
-	if !ok || len(ids) != 1 || ids[0] != "late" {
-		t.Fatalf("a current reader got %v (ok %v), want [late]", ids, ok)
+	db.pendingChanged("late", true)
+	changes, _, ok := (&State{st: db.clone()}).PendingChanges(now)
+	if !ok || len(changes) != 1 || changes[0] != (PendingChange{ID: "late", Pending: true}) {
+		t.Fatalf("a current reader got %v (ok %v), want [late]", changes, ok)
 	}
-	if got := len(v.st.feedIDs); got < feedKeep || got >= 2*feedKeep {
+	if got := len(v.st.changes); got < feedKeep || got >= 2*feedKeep {
 		t.Fatalf("the feed holds %d changes, want between %d and %d", got, feedKeep, 2*feedKeep)
 	}
 	if _, _, ok := (&State{st: newStore().clone()}).PendingChanges(now); ok {

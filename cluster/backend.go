@@ -262,14 +262,27 @@ func (s *Server) TransferLeadership(ctx context.Context, targetID string) error 
 	}
 }
 
-// apply proposes one command and waits for it to be committed and applied
-// on this (leader) replica. A typed FSM rejection becomes an API error.
+// apply proposes one command, in an entry shared with the commands
+// proposed at the same time (see coalescer), and waits for it to be
+// committed and applied on this (leader) replica. A typed FSM rejection
+// becomes an API error.
 func (s *Server) apply(ctx context.Context, t fsm.MessageType, payload any) (any, uint64, error) {
 	buf, err := fsm.Encode(t, payload)
 	if err != nil {
 		return nil, 0, err
 	}
-	return s.applyRaw(ctx, buf)
+	r := s.proposals.propose(ctx, s.shutdownCtx.Done(), buf)
+	if r.err != nil {
+		if ctx.Err() != nil {
+			// The command may have gone out; whether it commits is unknown.
+			return nil, 0, &api.CodedError{Code: api.CodeOutcomeUnknown, Err: fmt.Errorf("apply on %s: %w", s.cfg.ID, ctx.Err())}
+		}
+		return nil, 0, s.raftErr("apply", r.err)
+	}
+	if err, ok := r.resp.(error); ok {
+		return nil, r.index, fsmErr(err)
+	}
+	return r.resp, r.index, nil
 }
 
 func (s *Server) applyRaw(ctx context.Context, buf []byte) (any, uint64, error) {

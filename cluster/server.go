@@ -66,6 +66,8 @@ type Server struct {
 	transport *raft.NetworkTransport
 	store     *raftboltdb.BoltStore
 	snaps     *raft.FileSnapshotStore
+	// proposals commits concurrent single commands together.
+	proposals *coalescer
 
 	httpServer *http.Server
 	httpLn     net.Listener
@@ -157,6 +159,9 @@ func Start(cfg config.Server, opts Options) (_ *Server, err error) {
 		return nil, err
 	}
 	cleanups = append(cleanups, func() { _ = s.raft.Shutdown().Error(); s.store.Close() })
+	s.proposals = newCoalescer(s.raft, cfg.Raft.ApplyTimeout)
+	s.wg.Add(1)
+	go func() { defer s.wg.Done(); s.proposals.run(ctx, &s.wg) }()
 	if err := s.startGossip(opts.Gossip); err != nil {
 		return nil, err
 	}

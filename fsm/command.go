@@ -88,6 +88,18 @@ func EncodeBatch(cmds [][]byte) []byte {
 	return buf
 }
 
+// DecodeBatch returns the commands of an entry EncodeBatch built.
+func DecodeBatch(entry []byte) ([][]byte, error) {
+	h, payload, err := decodeHeader(entry)
+	if err != nil {
+		return nil, err
+	}
+	if h.typ != MsgBatch {
+		return nil, fmt.Errorf("%w: %s entry is not a batch", ErrMalformedCommand, h.typ)
+	}
+	return splitBatch(payload)
+}
+
 // header is a command's first two bytes, decoded.
 type header struct {
 	typ       MessageType

@@ -23,7 +23,7 @@ import (
 // commands are applied in order and answered one by one, exactly as if
 // each had been its own entry, except that they share the entry's index.
 const (
-	coalesceInFlight = 2
+	coalesceInFlight = 8
 	coalesceMaxCmds  = 256
 	coalesceMaxBytes = 1 << 20
 )

@@ -123,7 +123,7 @@ func TestCoalescerBatchesWhatArrivesWhileEntriesCommit(t *testing.T) {
 		propose(i, fmt.Sprint("lone-", i))
 		waitFor(t, "a lone entry", func() bool { return r.entry(i) != nil })
 	}
-	// Ten more arrive while both are in flight: they queue.
+	// Ten more arrive while all of them are in flight: they queue.
 	for i := coalesceInFlight; i < len(results); i++ {
 		body := fmt.Sprint("cmd-", i)
 		if i == coalesceInFlight+3 {
@@ -137,7 +137,9 @@ func TestCoalescerBatchesWhatArrivesWhileEntriesCommit(t *testing.T) {
 	}
 	close(r.entry(0).release)
 	waitFor(t, "the batch entry", func() bool { return r.entry(coalesceInFlight) != nil })
-	close(r.entry(1).release)
+	for i := 1; i < coalesceInFlight; i++ {
+		close(r.entry(i).release)
+	}
 	batch := r.entry(coalesceInFlight)
 	if fsm.MessageType(batch.data[0]) != fsm.MsgBatch {
 		t.Fatalf("the queued commands went out as type %d, want one batch", batch.data[0])

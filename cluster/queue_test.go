@@ -56,10 +56,30 @@ func TestLeaderQueueFollowsThePendingSet(t *testing.T) {
 		return out
 	}
 
+	// Each queued task carries the view's record of it, which a pass uses
+	// instead of looking it up again.
+	checkRecords := func(label string) {
+		t.Helper()
+		st := f.State()
+		for _, qt := range lq.q.Head(now, lq.q.Len()+1) {
+			want, err := st.Task(qt.ID)
+			if err != nil {
+				t.Fatalf("%s: %v", label, err)
+			}
+			if got, _ := qt.Ref.(*fsm.Task); got != want {
+				t.Fatalf("%s: queued %s carries %p, the view holds %p", label, qt.ID, got, want)
+			}
+		}
+	}
+
 	for i := range 5 {
 		submit(fmt.Sprint("t", i), 10*i)
 	}
 	sync(true) // a new leader reads the pending set whole
+	checkRecords("after the first sync")
+	apply(fsm.MsgExplain, fsm.ExplainRequest{TaskID: "t2", Summary: "no node has capability exec", Now: now})
+	sync(false)
+	checkRecords("after a pending task's record changed")
 	if got := ids(); !slices.Equal(got, []string{"t4", "t3", "t2", "t1", "t0"}) {
 		t.Fatalf("queue after the first sync: %v", got)
 	}
@@ -90,4 +110,5 @@ func TestLeaderQueueFollowsThePendingSet(t *testing.T) {
 	if got := ids(); !slices.Equal(got, []string{"t4", "t5", "t2", "t1"}) {
 		t.Fatalf("queue after a restore: %v", got)
 	}
+	checkRecords("after a restore")
 }

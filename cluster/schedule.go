@@ -264,9 +264,11 @@ func (s *Server) schedulePass(ctx context.Context, ws fsm.WatchSet, ps *passStat
 				continue
 			}
 		}
-		t, err := st.Task(next.ID)
-		if err != nil {
-			continue // the queue is synced to st: cannot happen
+		// The queue holds each task's record as of st (every change to
+		// a pending task is in the pending feed it was synced from).
+		t, ok := next.Ref.(*fsm.Task)
+		if !ok {
+			continue // the queue only holds records: cannot happen
 		}
 		req := t.Request(now, cfg.HeartbeatTTL)
 		req.Blacklist = t.Blacklist(nodeByID)

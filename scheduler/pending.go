@@ -47,13 +47,14 @@ type queueEntry struct {
 	base          int
 	priority      int32
 	failures      int32
+	ref           any
 }
 
 // task rebuilds the QueuedTask the entry was made from.
 func (e *queueEntry) task() QueuedTask {
 	t := QueuedTask{
 		ID: e.id, Submitter: e.submitter, Seq: e.seq, Priority: int(e.priority), Failures: int(e.failures),
-		QueuedAt: time.Unix(0, e.queuedAt).UTC(),
+		QueuedAt: time.Unix(0, e.queuedAt).UTC(), Ref: e.ref,
 	}
 	if e.notBefore != 0 {
 		t.NotBefore = time.Unix(0, e.notBefore).UTC()
@@ -122,7 +123,7 @@ func (q *Queue) Put(t QueuedTask) {
 	e := &queueEntry{
 		id: t.ID, submitter: t.Submitter, seq: t.Seq, queuedAt: t.QueuedAt.UnixNano(),
 		priority: int32(t.Priority), failures: int32(t.Failures),
-		base: basePriority(t.Priority, t.Failures, &q.cfg),
+		base: basePriority(t.Priority, t.Failures, &q.cfg), ref: t.Ref,
 	}
 	e.bucket = agingBucket(e.queuedAt, &q.cfg)
 	if !t.NotBefore.IsZero() {

@@ -15,6 +15,10 @@ type QueuedTask struct {
 	Seq       uint64    // submission order (the Raft index that created it)
 	Failures  int       // failed attempts so far
 	NotBefore time.Time // retry backoff: not schedulable before this time
+	// Ref is the caller's own value for the task, kept with it and handed
+	// back as is (the leader keeps the task's record, so that a pass does
+	// not look it up again).
+	Ref any
 }
 
 // QueueConfig tunes queue order.

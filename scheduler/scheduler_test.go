@@ -637,10 +637,11 @@ func TestSummarizeIsExplainsSummary(t *testing.T) {
 	})
 }
 
-// A leader holds one queue entry per pending task: keep it in the 80-byte
-// size class.
+// A leader holds one queue entry per pending task: keep it in the 96-byte
+// size class (80 bytes of its own and the 16 of the caller's reference,
+// which spares a pass a lookup per task it places).
 func TestQueueEntryStaysSmall(t *testing.T) {
-	if size := unsafe.Sizeof(queueEntry{}); size > 80 {
-		t.Fatalf("queueEntry is %d bytes, want at most 80", size)
+	if size := unsafe.Sizeof(queueEntry{}); size > 96 {
+		t.Fatalf("queueEntry is %d bytes, want at most 96", size)
 	}
 }

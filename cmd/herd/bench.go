@@ -572,6 +572,9 @@ func benchDecisions(r *benchResult) {
 	// timeIt is the median of five rounds of about 100 ms each: one slow
 	// round on a shared machine does not set the number.
 	timeIt := func(fn func()) float64 {
+		// As go test -bench does: collect first, so the garbage the
+		// cluster steps before left is not collected on this clock.
+		runtime.GC()
 		fn() // warm up
 		var rounds []float64
 		for range 5 {

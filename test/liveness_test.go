@@ -171,7 +171,10 @@ func TestPacketLossStretchesInsteadOfKilling(t *testing.T) {
 func TestPausedAgentRejoinsWithNewSession(t *testing.T) {
 	c := NewClusterWith(t, 3, gossipSetup())
 	paused, ft := faultyAgent(c, agent.Config{ID: "paused", Labels: map[string]string{"first": "yes"}, Slots: 1}, 3)
-	c.StartAgent(agent.Config{ID: "other", Slots: 1})
+	other := c.StartAgent(agent.Config{ID: "other", Slots: 1})
+	// Both registered before the submit, or the task may go to whichever
+	// registered first (this failed once under -race).
+	WaitRegistered(t, paused, other)
 	cl := c.AllClient()
 	s := shSpec("pause", "sleep 1.5; echo finished on $HERD_NODE_ID")
 	s.PreferredLabels = map[string]string{"first": "yes"}

@@ -50,8 +50,7 @@ type coalescer struct {
 	raft    raftApplier
 	timeout time.Duration // how long raft may take to accept an entry
 	queue   chan *queuedCommand
-	// Counters: proposals taken and entries written for them.
-	commands, entries atomic.Uint64
+	entries atomic.Uint64 // entries proposed
 }
 
 func newCoalescer(r raftApplier, timeout time.Duration) *coalescer {
@@ -110,7 +109,6 @@ func (c *coalescer) run(ctx context.Context, wg *sync.WaitGroup) {
 			}
 		}
 		f := c.raft.Apply(batchEntry(batch), c.timeout)
-		c.commands.Add(uint64(len(batch)))
 		c.entries.Add(1)
 		wg.Add(1)
 		go func() {

@@ -85,6 +85,17 @@ func (r *fakeRaft) entry(i int) *fakeEntry {
 	return nil
 }
 
+// runCoalescer starts a coalescer over r; stop ends it, committing
+// whatever r still holds so that no waiter is left behind.
+func runCoalescer(r *fakeRaft) (c *coalescer, stop func()) {
+	c = newCoalescer(r, time.Second)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); c.run(ctx, &wg) }()
+	return c, func() { cancel(); r.releaseAll(); wg.Wait() }
+}
+
 func command(body string) []byte { return append([]byte{byte(fsm.MsgNoop), 1}, body...) }
 
 // waitFor polls cond until it holds or the deadline passes.
@@ -104,12 +115,8 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // included; a lone command goes out at once, as itself.
 func TestCoalescerBatchesWhatArrivesWhileEntriesCommit(t *testing.T) {
 	r := &fakeRaft{}
-	c := newCoalescer(r, time.Second)
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() { defer wg.Done(); c.run(ctx, &wg) }()
-	defer func() { cancel(); wg.Wait() }()
+	c, stop := runCoalescer(r)
+	defer stop()
 	stopped := make(chan struct{})
 
 	results := make([]commandResult, coalesceInFlight+10)
@@ -174,11 +181,7 @@ func TestCoalescerBatchesWhatArrivesWhileEntriesCommit(t *testing.T) {
 // with an error instead of hanging on an entry that never answers.
 func TestCoalescerProposerStopsWaiting(t *testing.T) {
 	r := &fakeRaft{}
-	c := newCoalescer(r, time.Second)
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() { defer wg.Done(); c.run(ctx, &wg) }()
+	c, stop := runCoalescer(r)
 
 	pctx, pcancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer pcancel()
@@ -191,7 +194,5 @@ func TestCoalescerProposerStopsWaiting(t *testing.T) {
 		t.Fatalf("got %+v, want raft's shutdown error", res)
 	}
 	waitFor(t, "the held entry", func() bool { return r.entry(0) != nil })
-	cancel()
-	r.releaseAll()
-	wg.Wait()
+	stop()
 }

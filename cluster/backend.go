@@ -272,17 +272,7 @@ func (s *Server) apply(ctx context.Context, t fsm.MessageType, payload any) (any
 		return nil, 0, err
 	}
 	r := s.proposals.propose(ctx, s.shutdownCtx.Done(), buf)
-	if r.err != nil {
-		if ctx.Err() != nil {
-			// The command may have gone out; whether it commits is unknown.
-			return nil, 0, &api.CodedError{Code: api.CodeOutcomeUnknown, Err: fmt.Errorf("apply on %s: %w", s.cfg.ID, ctx.Err())}
-		}
-		return nil, 0, s.raftErr("apply", r.err)
-	}
-	if err, ok := r.resp.(error); ok {
-		return nil, r.index, fsmErr(err)
-	}
-	return r.resp, r.index, nil
+	return s.applied(ctx, r)
 }
 
 func (s *Server) applyRaw(ctx context.Context, buf []byte) (any, uint64, error) {
@@ -292,17 +282,25 @@ func (s *Server) applyRaw(ctx context.Context, buf []byte) (any, uint64, error) 
 	}
 	f := s.raft.Apply(buf, timeout)
 	if err := awaitFuture(ctx, f); err != nil {
+		return s.applied(ctx, commandResult{err: err})
+	}
+	return s.applied(ctx, commandResult{resp: f.Response(), index: f.Index()})
+}
+
+// applied turns a command's outcome into the API's answer: a typed FSM
+// rejection becomes an API error, and a wait cut short by ctx says the
+// outcome is unknown (the entry may have gone out).
+func (s *Server) applied(ctx context.Context, r commandResult) (any, uint64, error) {
+	if r.err != nil {
 		if ctx.Err() != nil {
-			// The entry went out; whether it commits is unknown.
 			return nil, 0, &api.CodedError{Code: api.CodeOutcomeUnknown, Err: fmt.Errorf("apply on %s: %w", s.cfg.ID, ctx.Err())}
 		}
-		return nil, 0, s.raftErr("apply", err)
+		return nil, 0, s.raftErr("apply", r.err)
 	}
-	resp := f.Response()
-	if err, ok := resp.(error); ok {
-		return nil, f.Index(), fsmErr(err)
+	if err, ok := r.resp.(error); ok {
+		return nil, r.index, fsmErr(err)
 	}
-	return resp, f.Index(), nil
+	return r.resp, r.index, nil
 }
 
 // ApplyCommand proposes an encoded command or batch (for leader loops and

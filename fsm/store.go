@@ -39,7 +39,7 @@ type store struct {
 	// slice as it was; the writer only appends past it or starts a new
 	// array when trimming.
 	feed     *feedToken
-	feedBase uint64 // feed position of feed[0]
+	feedBase uint64 // feed position of changes[0]
 	changes  []PendingChange
 
 	// Writer only (nil in views): records by id for the writer's own

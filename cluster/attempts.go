@@ -74,7 +74,7 @@ func (s *Server) attemptEnd(id string, req api.AttemptCompleteRequest) fsm.Attem
 	st := s.fsm.State()
 	if a, err := st.Attempt(id); err == nil {
 		if t, err := st.Task(a.TaskID); err == nil {
-			end.RetryAt = now.Add(s.retryDelay(t.Failures + 1))
+			end.RetryAt = now.Add(s.retryDelay(int(t.Failures) + 1))
 		}
 	}
 	return end
@@ -249,7 +249,7 @@ func (s *Server) reclaimLoop(ctx context.Context) {
 		}
 		var cmds [][]byte
 		for _, a := range reserved {
-			if now.Sub(a.ReservedAt) < timeout {
+			if now.Sub(a.ReservedAt.Time()) < timeout {
 				continue
 			}
 			b, err := fsm.Encode(fsm.MsgAttemptEnd, fsm.AttemptEndRequest{

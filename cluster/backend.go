@@ -481,7 +481,7 @@ func toAPISpec(in fsm.TaskSpec) api.TaskSpec {
 func toAPITask(t *fsm.Task, attempts []*fsm.Attempt) api.Task {
 	out := api.Task{
 		ID: t.ID, Name: t.Spec.Name, State: string(t.State), Spec: toAPISpec(t.Spec),
-		SubmittedAt: t.SubmittedAt, CreateIndex: t.CreateIndex, ModifyIndex: t.ModifyIndex,
+		SubmittedAt: t.SubmittedAt(), CreateIndex: t.CreateIndex, ModifyIndex: t.ModifyIndex,
 		CurrentAttempt: t.CurrentAttempt,
 		Attempts:       make([]api.Attempt, 0, len(attempts)),
 		Timeline:       make([]api.TimelineEvent, 0, len(t.Timeline)),
@@ -492,7 +492,7 @@ func toAPITask(t *fsm.Task, attempts []*fsm.Attempt) api.Task {
 		out.Attempts = append(out.Attempts, toAPIAttempt(a))
 	}
 	for _, e := range t.Timeline {
-		out.Timeline = append(out.Timeline, api.TimelineEvent{Index: e.Index, Time: e.Time, Kind: e.Kind, Message: e.Message})
+		out.Timeline = append(out.Timeline, api.TimelineEvent{Index: e.Index, Time: e.Time.Time(), Kind: e.Kind, Message: e.Message})
 	}
 	return out
 }

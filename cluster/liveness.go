@@ -138,7 +138,7 @@ func (m *monitor) view(id string, lastCommitted, sessionStart, now time.Time) (a
 
 // Observation is how this replica sees a node's liveness right now.
 func (s *Server) Observation(n *fsm.Node) api.NodeObservation {
-	obs, _, _ := s.monitor.view(n.ID, n.LastHeartbeat, n.SessionStartedAt, s.now())
+	obs, _, _ := s.monitor.view(n.ID, n.LastHeartbeat.Time(), n.SessionStartedAt.Time(), s.now())
 	return obs
 }
 
@@ -173,7 +173,7 @@ func (s *Server) livenessLoop(ctx context.Context) {
 			if n.Management == scheduler.ManagementRetired || n.Liveness == scheduler.LivenessDown {
 				continue
 			}
-			obs, heard, _ := s.monitor.view(n.ID, n.LastHeartbeat, n.SessionStartedAt, now)
+			obs, heard, _ := s.monitor.view(n.ID, n.LastHeartbeat.Time(), n.SessionStartedAt.Time(), now)
 			switch {
 			case obs.Misses >= cfg.DownAfter && now.After(graceUntil) && (obs.GossipState != "alive" || obs.Misses >= 3*cfg.DownAfter):
 				// DOWN takes memberlist's agreement too: its probes (direct,
@@ -195,7 +195,7 @@ func (s *Server) livenessLoop(ctx context.Context) {
 			case obs.Misses < cfg.SuspectAfter && n.Liveness == scheduler.LivenessSuspect:
 				s.setLiveness(ctx, n, scheduler.LivenessReady, "heard again: suspicion refuted, nothing reclaimed")
 			}
-			if sync && heard.After(n.LastHeartbeat) {
+			if sync && heard.After(n.LastHeartbeat.Time()) {
 				if b, err := fsm.Encode(fsm.MsgHeartbeat, fsm.HeartbeatRequest{NodeID: n.ID, SessionGeneration: n.SessionGeneration, Now: heard.UTC()}); err == nil {
 					beats = append(beats, b)
 				}

@@ -115,7 +115,7 @@ func (s *Server) GetNode(id string) (api.Node, error) {
 	out := toAPINode(n)
 	out.Observation = s.Observation(n)
 	for _, e := range n.Events {
-		out.Events = append(out.Events, api.TimelineEvent{Index: e.Index, Time: e.Time, Kind: e.Kind, Message: e.Message})
+		out.Events = append(out.Events, api.TimelineEvent{Index: e.Index, Time: e.Time.Time(), Kind: e.Kind, Message: e.Message})
 	}
 	attempts, err := st.AttemptsOnNode(id, nil)
 	if err != nil {
@@ -254,7 +254,7 @@ func toAPINode(n *fsm.Node) api.Node {
 		Resources: toAPIResources(n.Resources), Reserved: toAPIResources(n.Reserved),
 		Free:  toAPIResources(n.Resources.Sub(n.Reserved)),
 		Slots: n.Slots, RunningAttempts: n.RunningAttempts, Weight: weight,
-		SessionGeneration: n.SessionGeneration, RegisteredAt: n.RegisteredAt, LastHeartbeat: n.LastHeartbeat,
+		SessionGeneration: n.SessionGeneration, RegisteredAt: n.RegisteredAt.Time(), LastHeartbeat: n.LastHeartbeat.Time(),
 		CreateIndex: n.CreateIndex, ModifyIndex: n.ModifyIndex,
 	}
 }
@@ -262,7 +262,7 @@ func toAPINode(n *fsm.Node) api.Node {
 func toAPIAttempt(a *fsm.Attempt) api.Attempt {
 	return api.Attempt{
 		ID: a.ID, TaskID: a.TaskID, Number: a.Number, NodeID: a.NodeID, State: string(a.State), LeaseVersion: a.LeaseVersion,
-		ReservedAt: a.ReservedAt, StartedAt: a.StartedAt, FinishedAt: a.FinishedAt,
+		ReservedAt: a.ReservedAt.Time(), StartedAt: a.StartedAt.Time(), FinishedAt: a.FinishedAt.Time(),
 		ExitCode: a.ExitCode, OutputTail: a.OutputTail,
 	}
 }

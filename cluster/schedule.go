@@ -213,7 +213,7 @@ func (s *Server) schedulePass(ctx context.Context, ws fsm.WatchSet, ps *passStat
 	for _, n := range nodes {
 		rec := nodeByID(n.ID)
 		sessions[n.ID] = rec.SessionGeneration
-		_, _, n.Hibernating = s.monitor.view(n.ID, rec.LastHeartbeat, rec.SessionStartedAt, now)
+		_, _, n.Hibernating = s.monitor.view(n.ID, rec.LastHeartbeat.Time(), rec.SessionStartedAt.Time(), now)
 		if b, ok := flNodes[n.ID]; ok {
 			n.Reserved = n.Reserved.Add(b.resources)
 			n.RunningAttempts += b.attempts
@@ -331,7 +331,7 @@ func (s *Server) schedulePass(ctx context.Context, ws fsm.WatchSet, ps *passStat
 			continue
 		}
 		b := fsm.EncodeReserve(fsm.ReserveRequest{
-			TaskID: t.ID, AttemptID: newID(now), Number: t.Attempts + 1, NodeID: cand.Node.ID,
+			TaskID: t.ID, AttemptID: newID(now), Number: int(t.Attempts) + 1, NodeID: cand.Node.ID,
 			SessionGeneration: sessions[cand.Node.ID], Score: cand.Score, Now: now, HeartbeatTTL: cfg.HeartbeatTTL,
 		})
 		cmds = append(cmds, b)

@@ -29,7 +29,7 @@ const maxTimeline = 200
 func (n *Node) View() scheduler.Node {
 	return scheduler.Node{
 		ID: n.ID, Management: n.Management, Liveness: n.Liveness, Scheduling: n.Scheduling,
-		LastHeartbeat: n.LastHeartbeat, Capabilities: n.Capabilities, Labels: n.Labels,
+		LastHeartbeat: n.LastHeartbeat.Time(), Capabilities: n.Capabilities, Labels: n.Labels,
 		Resources: n.Resources, Reserved: n.Reserved, Slots: n.Slots,
 		RunningAttempts: n.RunningAttempts, Weight: n.Weight,
 	}
@@ -79,7 +79,7 @@ func (t *Task) Blacklist(nodeByID func(string) *Node) map[string]bool {
 }
 
 func (t *Task) addEvent(index uint64, at time.Time, kind, msg string) {
-	t.Timeline = appendEvent(t.Timeline, TimelineEvent{Index: index, Time: at, Kind: kind, Message: msg}, maxTimeline, 1)
+	t.Timeline = appendEvent(t.Timeline, TimelineEvent{Index: index, Time: StampOf(at), Kind: kind, Message: msg}, maxTimeline, 1)
 }
 
 // ReserveResult is the response to an accepted reservation.
@@ -124,10 +124,10 @@ func applyReserve(db *store, index uint64, r *ReserveRequest) (any, error) {
 	if task.State != TaskPending {
 		return nil, reject(RejectTaskNotPending, "task %s is %s", task.ID, task.State)
 	}
-	if r.Now.Before(task.NotBefore) {
-		return nil, reject(RejectTaskBackoff, "task %s may not be retried before %s", task.ID, task.NotBefore.Format(time.RFC3339))
+	if StampOf(r.Now).Before(task.NotBefore) {
+		return nil, reject(RejectTaskBackoff, "task %s may not be retried before %s", task.ID, task.NotBefore.Time().Format(time.RFC3339))
 	}
-	if r.Number != task.Attempts+1 {
+	if r.Number != int(task.Attempts)+1 {
 		return nil, reject(RejectAttemptNumber, "task %s: attempt %d proposed, next is %d", task.ID, r.Number, task.Attempts+1)
 	}
 	if _, exists := db.attempt(r.AttemptID); exists {
@@ -152,7 +152,7 @@ func applyReserve(db *store, index uint64, r *ReserveRequest) (any, error) {
 	a := &Attempt{
 		ID: r.AttemptID, TaskID: task.ID, Number: r.Number, NodeID: node.ID,
 		State: AttemptReserved, LeaseVersion: index, Resources: task.Spec.Resources,
-		ReservedAt: r.Now, CreateIndex: index, ModifyIndex: index,
+		ReservedAt: StampOf(r.Now), CreateIndex: index, ModifyIndex: index,
 	}
 	n := node.clone()
 	n.Reserved = n.Reserved.Add(a.Resources)
@@ -160,7 +160,7 @@ func applyReserve(db *store, index uint64, r *ReserveRequest) (any, error) {
 	n.ModifyIndex = index
 	t := task.clone()
 	t.State = TaskScheduled
-	t.Attempts = r.Number
+	t.Attempts = int32(r.Number)
 	t.CurrentAttempt = a.ID
 	t.ModifyIndex = index
 	t.LastExplain = ""
@@ -214,7 +214,7 @@ func applyAttemptStart(db *store, index uint64, r *AttemptStartRequest) (any, er
 	}
 	na := *a
 	na.State = AttemptRunning
-	na.StartedAt = r.Now
+	na.StartedAt = StampOf(r.Now)
 	na.ModifyIndex = index
 	t := task.clone()
 	t.State = TaskRunning
@@ -261,7 +261,7 @@ func endAttempt(db *store, index uint64, a *Attempt, task *Task, r *AttemptEndRe
 	}
 	na := *a
 	na.State = r.State
-	na.FinishedAt = r.Now
+	na.FinishedAt = StampOf(r.Now)
 	na.ExitCode = r.ExitCode
 	na.OutputTail = r.OutputTail
 	na.ModifyIndex = index
@@ -303,10 +303,10 @@ func endAttempt(db *store, index uint64, a *Attempt, task *Task, r *AttemptEndRe
 			t.NodeFailures[a.NodeID] = f
 		}
 		switch {
-		case t.Attempts < t.Spec.MaxAttempts:
+		case int(t.Attempts) < t.Spec.MaxAttempts:
 			next = TaskPending
-			t.NotBefore = r.RetryAt
-			t.QueuedAt = r.Now
+			t.NotBefore = StampOf(r.RetryAt)
+			t.QueuedAt = StampOf(r.Now)
 		case r.State == AttemptTimedOut:
 			next = TaskTimedOut
 		default:
@@ -378,11 +378,11 @@ func applyHeartbeat(db *store, index uint64, r *HeartbeatRequest) (any, error) {
 	if node.SessionGeneration != r.SessionGeneration {
 		return nil, reject(RejectSessionChanged, "node %s session is %d, heartbeat is for %d: register again", node.ID, node.SessionGeneration, r.SessionGeneration)
 	}
-	if !r.Now.After(node.LastHeartbeat) {
+	if !StampOf(r.Now).After(node.LastHeartbeat) {
 		return node, nil
 	}
 	n := node.clone()
-	n.LastHeartbeat = r.Now
+	n.LastHeartbeat = StampOf(r.Now)
 	n.ModifyIndex = index
 	db.putNode(n)
 	return n, nil

@@ -247,12 +247,11 @@ func applySubmitTask(db *store, index uint64, r *SubmitTaskRequest) (any, error)
 		ID:          r.ID,
 		Spec:        r.Spec,
 		State:       TaskPending,
-		SubmittedAt: r.SubmittedAt,
-		QueuedAt:    r.SubmittedAt,
+		QueuedAt:    StampOf(r.SubmittedAt),
 		CreateIndex: index,
 		ModifyIndex: index,
 		Timeline: []TimelineEvent{{
-			Index: index, Time: r.SubmittedAt, Kind: "queued",
+			Index: index, Time: StampOf(r.SubmittedAt), Kind: "queued",
 			Message: fmt.Sprintf("submitted by %s with priority %d", r.Spec.Submitter, r.Spec.Priority),
 		}},
 	}
@@ -294,13 +293,13 @@ func applyRegisterNode(db *store, index uint64, r *RegisterNodeRequest) (any, er
 		n.HealthyIndex = old.HealthyIndex
 		n.Events = append([]TimelineEvent(nil), old.Events...)
 	} else {
-		n.RegisteredAt = r.Now
+		n.RegisteredAt = StampOf(r.Now)
 		n.Events = nil
 	}
 	n.addEvent(index, r.Now, "registered", fmt.Sprintf("registered, session %d", n.SessionGeneration))
 	n.Liveness = scheduler.LivenessReady
-	n.LastHeartbeat = r.Now
-	n.SessionStartedAt = r.Now
+	n.LastHeartbeat = StampOf(r.Now)
+	n.SessionStartedAt = StampOf(r.Now)
 	n.ModifyIndex = index
 	db.putNode(&n)
 	return &n, nil

@@ -189,7 +189,7 @@ func TestAttemptLifecycleRetryAndFencing(t *testing.T) {
 		t.Fatal("a duplicate report should be accepted as a duplicate")
 	}
 	task, _ := h.f.State().Task("t")
-	if task.State != TaskPending || task.Failures != 1 || !task.NotBefore.Equal(retryAt) {
+	if task.State != TaskPending || task.Failures != 1 || !task.NotBefore.Time().Equal(retryAt) {
 		t.Fatalf("task should be requeued with backoff: %+v", task)
 	}
 	// Backoff is enforced by the FSM too.
@@ -352,7 +352,7 @@ func TestReservationInvariantsProperty(t *testing.T) {
 						gen--
 					}
 					cmds = append(cmds, mustEncode(rt, MsgReserve, ReserveRequest{
-						TaskID: tID, AttemptID: fmt.Sprintf("a%d", attempts), Number: number,
+						TaskID: tID, AttemptID: fmt.Sprintf("a%d", attempts), Number: int(number),
 						NodeID: rn.ID, SessionGeneration: gen, Now: now, HeartbeatTTL: time.Hour,
 					}))
 				}

@@ -74,10 +74,10 @@ type TaskSpec struct {
 
 // TimelineEvent is one milestone in a task's life, with the reason for it.
 type TimelineEvent struct {
-	Index   uint64    `json:"index"`
-	Time    time.Time `json:"time"`
-	Kind    string    `json:"kind"`
-	Message string    `json:"message"`
+	Index   uint64 `json:"index"`
+	Time    Stamp  `json:"time"`
+	Kind    string `json:"kind"`
+	Message string `json:"message"`
 }
 
 // Task is the replicated record of a submitted task. Records stored in the
@@ -86,24 +86,35 @@ type Task struct {
 	ID string `json:"id"`
 	// State sits next to ID: the state index compares both on every step
 	// of its searches, and one cache line per record is cheaper than two.
-	State          TaskState `json:"state"`
-	Spec           TaskSpec  `json:"spec"`
-	SubmittedAt    time.Time `json:"submitted_at"`
-	CreateIndex    uint64    `json:"create_index"`
-	ModifyIndex    uint64    `json:"modify_index"`
-	Attempts       int       `json:"attempts"`
-	CurrentAttempt string    `json:"current_attempt,omitempty"`
-	// QueuedAt is when the task last entered PENDING (aging counts from it).
-	QueuedAt time.Time `json:"queued_at"`
+	State       TaskState `json:"state"`
+	Spec        TaskSpec  `json:"spec"`
+	CreateIndex uint64    `json:"create_index"`
+	ModifyIndex uint64    `json:"modify_index"`
+	// Attempts counts the attempts made; Failures the failed, timed-out
+	// and lost ones among them. (Paired as int32s: the record stays in
+	// a 320-byte size class.)
+	Attempts       int32  `json:"attempts"`
+	Failures       int32  `json:"failures"`
+	CurrentAttempt string `json:"current_attempt,omitempty"`
+	// QueuedAt is when the task last entered PENDING (aging counts from
+	// it); the submission time is the first timeline event's.
+	QueuedAt Stamp `json:"queued_at"`
 	// NotBefore delays a retry (backoff); zero means schedulable now.
-	NotBefore time.Time `json:"not_before,omitzero"`
-	// Failures counts failed, timed-out and lost attempts.
-	Failures int `json:"failures"`
+	NotBefore Stamp `json:"not_before,omitzero"`
 	// NodeFailures counts this task's failures per node, for blacklisting.
 	NodeFailures map[string]NodeFailure `json:"node_failures,omitempty"`
 	// LastExplain is the latest "why is it waiting" summary recorded.
 	LastExplain string          `json:"last_explain,omitempty"`
 	Timeline    []TimelineEvent `json:"timeline"`
+}
+
+// SubmittedAt is when the task was submitted: the time of its first
+// timeline event, which the timeline always keeps.
+func (t *Task) SubmittedAt() time.Time {
+	if len(t.Timeline) == 0 {
+		return time.Time{}
+	}
+	return t.Timeline[0].Time.Time()
 }
 
 // clone copies a task for changing it. The timeline is shared: events are
@@ -148,9 +159,9 @@ type Attempt struct {
 	State        AttemptState        `json:"state"`
 	LeaseVersion uint64              `json:"lease_version"`
 	Resources    scheduler.Resources `json:"resources"`
-	ReservedAt   time.Time           `json:"reserved_at"`
-	StartedAt    time.Time           `json:"started_at,omitzero"`
-	FinishedAt   time.Time           `json:"finished_at,omitzero"`
+	ReservedAt   Stamp               `json:"reserved_at"`
+	StartedAt    Stamp               `json:"started_at,omitzero"`
+	FinishedAt   Stamp               `json:"finished_at,omitzero"`
 	ExitCode     int                 `json:"exit_code"`
 	OutputTail   string              `json:"output_tail,omitempty"`
 	CreateIndex  uint64              `json:"create_index"`
@@ -170,12 +181,12 @@ type Node struct {
 	Liveness          scheduler.Liveness   `json:"liveness"`
 	Scheduling        scheduler.Scheduling `json:"scheduling"`
 	SessionGeneration uint64               `json:"session_generation"`
-	RegisteredAt      time.Time            `json:"registered_at"`
-	SessionStartedAt  time.Time            `json:"session_started_at"`
+	RegisteredAt      Stamp                `json:"registered_at"`
+	SessionStartedAt  Stamp                `json:"session_started_at"`
 	// RegistrationToken identifies one registration request, so that its
 	// retries do not start new sessions.
 	RegistrationToken string              `json:"registration_token,omitempty"`
-	LastHeartbeat     time.Time           `json:"last_heartbeat"`
+	LastHeartbeat     Stamp               `json:"last_heartbeat"`
 	Reserved          scheduler.Resources `json:"reserved"`
 	RunningAttempts   int                 `json:"running_attempts"`
 	// HealthyIndex is the index of the node's last successful attempt: a
@@ -199,7 +210,7 @@ func (n *Node) clone() *Node {
 }
 
 func (n *Node) addEvent(index uint64, at time.Time, kind, msg string) {
-	n.Events = appendEvent(n.Events, TimelineEvent{Index: index, Time: at, Kind: kind, Message: msg}, maxNodeEvents, 0)
+	n.Events = appendEvent(n.Events, TimelineEvent{Index: index, Time: StampOf(at), Kind: kind, Message: msg}, maxNodeEvents, 0)
 }
 
 // appendEvent returns a new slice holding events and ev, never writing

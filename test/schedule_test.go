@@ -46,7 +46,7 @@ func stuckReport(c *Cluster, id string) string {
 		counts, _ := st.CountTasks()
 		stats := srv.SchedulerStats()
 		fmt.Fprintf(&b, "replica %d (leader %v, applied %d): task %s, %d attempts, not before %s; tasks by state %v; scheduler passes %d, queue depth %d\n",
-			i, srv.IsLeader(), st.Index(), task.State, task.Attempts, task.NotBefore.Format(time.RFC3339Nano), counts, stats.Passes.Load(), stats.QueueDepth.Load())
+			i, srv.IsLeader(), st.Index(), task.State, task.Attempts, task.NotBefore.Time().Format(time.RFC3339Nano), counts, stats.Passes.Load(), stats.QueueDepth.Load())
 		if nodes, err := st.Nodes(); err == nil {
 			for _, n := range nodes {
 				fmt.Fprintf(&b, "  node %s: %s/%s/%s\n", n.ID, n.Management, n.Liveness, n.Scheduling)

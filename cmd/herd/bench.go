@@ -465,7 +465,7 @@ func benchE2E(dir, agentDir string, sz benchSizes, r *benchResult) error {
 		as, _ := st.AttemptsOfTask(t.ID)
 		for _, a := range as {
 			if a.Number == 1 && !a.StartedAt.IsZero() {
-				lat = append(lat, ms(a.StartedAt.Sub(t.SubmittedAt)))
+				lat = append(lat, ms(a.StartedAt.Time().Sub(t.SubmittedAt())))
 				toStart = append(toStart, ms(a.StartedAt.Sub(a.ReservedAt)))
 				toFinish = append(toFinish, ms(a.FinishedAt.Sub(a.StartedAt)))
 				byNode[a.NodeID] = append(byNode[a.NodeID], a)
@@ -501,7 +501,7 @@ func benchE2E(dir, agentDir string, sz benchSizes, r *benchResult) error {
 			task, _ := st.Task(id)
 			i := slices.IndexFunc(as, func(a *fsm.Attempt) bool { return a.Number == 1 && !a.StartedAt.IsZero() })
 			if i >= 0 && task != nil {
-				lat = append(lat, float64(as[i].StartedAt.Sub(task.SubmittedAt).Microseconds())/1000)
+				lat = append(lat, float64(as[i].StartedAt.Time().Sub(task.SubmittedAt()).Microseconds())/1000)
 				break
 			}
 			if time.Now().After(deadline) {
@@ -525,8 +525,8 @@ func slotIdle(byNode map[string][]*fsm.Attempt) []float64 {
 		reserved := make([]time.Time, 0, len(as))
 		finished := make([]time.Time, 0, len(as))
 		for _, a := range as {
-			reserved = append(reserved, a.ReservedAt)
-			finished = append(finished, a.FinishedAt)
+			reserved = append(reserved, a.ReservedAt.Time())
+			finished = append(finished, a.FinishedAt.Time())
 		}
 		slices.SortFunc(reserved, func(a, b time.Time) int { return a.Compare(b) })
 		slices.SortFunc(finished, func(a, b time.Time) int { return a.Compare(b) })

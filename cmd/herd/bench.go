@@ -102,20 +102,23 @@ type benchResult struct {
 	AfterRetentionHeapMiB float64 `json:"after_retention_heap_mib"`
 	ReplicaHeapMiB        float64 `json:"replica_heap_mib"`
 	ReplicaAnonMiB        float64 `json:"replica_rss_anon_mib"`
-	// The same replica restarted with memory_limit_mib = 100.
-	LimitedRSSMiB    float64 `json:"replica_rss_mib_memory_limit_100"`
-	LimitedAnonMiB   float64 `json:"replica_rss_anon_mib_memory_limit_100"`
-	ReplicaFileMiB   float64 `json:"replica_rss_file_mib"`
-	SnapshotBytes    int64   `json:"snapshot_bytes"`
-	SnapshotSaveMs   float64 `json:"snapshot_save_ms"`
-	RestartToReadyMs float64 `json:"restart_to_ready_ms"`
-	FailoverP50      float64 `json:"failover_p50_ms"`
-	FailoverP99      float64 `json:"failover_p99_ms"`
-	FootprintNodes   int     `json:"footprint_nodes"`
-	FootprintTasks   int     `json:"footprint_tasks"`
-	E2ETasks         int     `json:"e2e_tasks"`
-	PlacementBacklog int     `json:"placement_backlog"`
-	PlacementNodes   int     `json:"placement_nodes"`
+	// The same load into a fresh replica with memory_limit_mib = 100, and
+	// the submit rates of both loads (the limit's cost).
+	LimitedRSSMiB       float64 `json:"replica_rss_mib_memory_limit_100"`
+	LimitedAnonMiB      float64 `json:"replica_rss_anon_mib_memory_limit_100"`
+	FootprintLoadPerSec float64 `json:"footprint_submits_per_sec"`
+	LimitedLoadPerSec   float64 `json:"footprint_submits_per_sec_memory_limit_100"`
+	ReplicaFileMiB      float64 `json:"replica_rss_file_mib"`
+	SnapshotBytes       int64   `json:"snapshot_bytes"`
+	SnapshotSaveMs      float64 `json:"snapshot_save_ms"`
+	RestartToReadyMs    float64 `json:"restart_to_ready_ms"`
+	FailoverP50         float64 `json:"failover_p50_ms"`
+	FailoverP99         float64 `json:"failover_p99_ms"`
+	FootprintNodes      int     `json:"footprint_nodes"`
+	FootprintTasks      int     `json:"footprint_tasks"`
+	E2ETasks            int     `json:"e2e_tasks"`
+	PlacementBacklog    int     `json:"placement_backlog"`
+	PlacementNodes      int     `json:"placement_nodes"`
 }
 
 func runBench(e *env, args []string) error {
@@ -208,7 +211,7 @@ func printBench(w io.Writer, r *benchResult) {
 	tb.add("decision", fmt.Sprintf("%.3f / %.3f / %.3f ms", r.Decision100Nodes, r.Decision1kNodes, r.Decision10kNodes), "filter+score+select over 100 / 1k / 10k nodes")
 	tb.add("queue selection", fmt.Sprintf("%.2f / %.2f ms (unindexed scan of 100k: %.2f ms; full order: %.0f ms)", r.QueueSelect10k, r.QueueSelect100k, r.QueueScan100k, r.QueueOrder100k), "head of one 512-task batch from the leader's indexed queue of 10k / 100k pending")
 	tb.add("replica memory", fmt.Sprintf("RSS %.0f MiB (anon %.0f, mapped files %.0f), heap in use %.0f MiB", r.ReplicaRSSMiB, r.ReplicaAnonMiB, r.ReplicaFileMiB, r.ReplicaHeapMiB), fmt.Sprintf("one replica process, %d nodes, %d tasks", r.FootprintNodes, r.FootprintTasks))
-	tb.add("replica memory, limited", fmt.Sprintf("RSS %.0f MiB (anon %.0f)", r.LimitedRSSMiB, r.LimitedAnonMiB), fmt.Sprintf("same replica restarted with memory_limit_mib = %d", benchMemoryLimitMiB))
+	tb.add("replica memory, limited", fmt.Sprintf("RSS %.0f MiB (anon %.0f); loaded at %.0f submits/s against %.0f", r.LimitedRSSMiB, r.LimitedAnonMiB, r.LimitedLoadPerSec, r.FootprintLoadPerSec), fmt.Sprintf("the same load into a fresh replica with memory_limit_mib = %d", benchMemoryLimitMiB))
 	tb.add("snapshot", fmt.Sprintf("%d bytes, saved in %.0f ms", r.SnapshotBytes, r.SnapshotSaveMs), "same replica")
 	tb.add("finished tasks", fmt.Sprintf("heap %.0f MiB (%.0f bytes each); %.1f MiB after retention", r.FinishedHeapMiB, r.FinishedBytesPerTask, r.AfterRetentionHeapMiB), fmt.Sprintf("%d succeeded tasks in one replica's state, then forgotten", r.FinishedTasks))
 	tb.add("restart to ready", fmt.Sprintf("%.0f ms", r.RestartToReadyMs), "same replica, from its data dir")
@@ -616,103 +619,138 @@ func benchDecisions(r *benchResult) {
 }
 
 // benchFootprint runs one replica as its own process, loads it through
-// the API, and reads its resident memory, snapshot and restart time.
+// the API, and reads its resident memory, snapshot and restart time; then
+// loads a fresh replica the same way under memory_limit_mib, to show what
+// the soft limit saves and what it costs in load rate.
 func benchFootprint(dir string, sz benchSizes, heapProfile string, r *benchResult) error {
-	exe, err := os.Executable()
-	if err != nil {
-		return err
-	}
-	httpAddr, raftAddr := freeLoopback(), freeLoopback()
-	start := func(extra ...string) (*exec.Cmd, error) {
-		cmd := exec.Command(exe, append([]string{"server", "-id", "bench", "-data-dir", dir, "-http-addr", httpAddr, "-raft-addr", raftAddr, "-bootstrap", "-log-level", "error",
-			fmt.Sprintf("-enable-debug=%t", heapProfile != "")}, extra...)...)
-		cmd.Stdout, cmd.Stderr = io.Discard, io.Discard
-		if err := cmd.Start(); err != nil {
-			return nil, err
-		}
-		return cmd, nil
-	}
-	cmd, err := start()
-	if err != nil {
-		return err
-	}
-	defer func() { _ = cmd.Process.Kill(); _, _ = cmd.Process.Wait() }()
-	cl, _ := api.NewClient(httpAddr)
-	cl.Retries, cl.RetryWait = 100, 100*time.Millisecond
 	ctx := context.Background()
-	if err := waitReady(ctx, cl, 30*time.Second); err != nil {
+	rep, err := startFootprintReplica(dir, heapProfile != "")
+	if err != nil {
 		return err
 	}
-	for i := 0; i < sz.footNodes; i++ {
-		// Nodes are drained so the tasks stay PENDING: the backlog case.
-		if _, err := cl.RegisterNode(ctx, api.NodeRegistration{ID: fmt.Sprintf("node-%04d", i), Capabilities: map[string][]string{"exec": {"1"}},
-			Resources: api.Resources{CPUMillis: 4000, MemoryMB: 4096}, Slots: 4, Labels: map[string]string{"zone": fmt.Sprint("z", i%4)}}); err != nil {
-			return err
-		}
-		if _, err := cl.DrainNode(ctx, fmt.Sprintf("node-%04d", i), true); err != nil {
-			return err
-		}
-	}
-	if err := submitConcurrently(ctx, cl, sz.footTasks, func(i int) api.TaskSpec {
-		return api.TaskSpec{Name: fmt.Sprint("t", i), IdempotencyKey: fmt.Sprint("k", i), Command: []string{"sh", "-c", "echo hello"},
-			Env: map[string]string{"K": "V"}, Resources: api.Resources{CPUMillis: 100, MemoryMB: 64}}
-	}); err != nil {
+	defer rep.stop()
+	if r.FootprintLoadPerSec, err = loadFootprint(ctx, rep.cl, sz); err != nil {
 		return err
 	}
-	r.ReplicaRSSMiB = procRSSMiB(cmd.Process.Pid, "VmRSS")
-	r.ReplicaAnonMiB = procRSSMiB(cmd.Process.Pid, "RssAnon")
-	r.ReplicaFileMiB = procRSSMiB(cmd.Process.Pid, "RssFile")
-	r.ReplicaHeapMiB = heapFromStats(ctx, cl)
+	pid := rep.cmd.Process.Pid
+	r.ReplicaRSSMiB, r.ReplicaAnonMiB, r.ReplicaFileMiB = procRSSMiB(pid, "VmRSS"), procRSSMiB(pid, "RssAnon"), procRSSMiB(pid, "RssFile")
+	r.ReplicaHeapMiB = heapFromStats(ctx, rep.cl)
 	if heapProfile != "" {
-		if err := saveHeapProfile(ctx, httpAddr, heapProfile); err != nil {
+		if err := saveHeapProfile(ctx, rep.httpAddr, heapProfile); err != nil {
 			return err
 		}
 	}
 	t0 := time.Now()
 	var n countWriter
-	if err := cl.SnapshotSave(ctx, &n); err != nil {
+	if err := rep.cl.SnapshotSave(ctx, &n); err != nil {
 		return err
 	}
 	r.SnapshotSaveMs = float64(time.Since(t0).Microseconds()) / 1000
 	r.SnapshotBytes = n.n
-	_ = cmd.Process.Signal(syscall.SIGTERM)
-	_, _ = cmd.Process.Wait()
+	rep.stop()
 	t0 = time.Now()
-	if cmd, err = start(); err != nil {
+	if err := rep.start(); err != nil {
 		return err
 	}
-	if err := waitReady(ctx, cl, 5*time.Minute); err != nil {
+	if err := waitReady(ctx, rep.cl, 5*time.Minute); err != nil {
 		return err
 	}
 	for {
-		list, _, err := cl.ListTasks(ctx, api.TaskQuery{After: fmt.Sprint(""), Limit: 1}, api.ReadOptions{Consistent: true})
+		list, _, err := rep.cl.ListTasks(ctx, api.TaskQuery{Limit: 1}, api.ReadOptions{Consistent: true})
 		if err == nil && len(list.Tasks) > 0 {
 			break
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 	r.RestartToReadyMs = float64(time.Since(t0).Microseconds()) / 1000
+	rep.stop()
 
-	// The same state under a soft memory limit (memory_limit_mib): the
+	// The same load into a fresh replica under a soft memory limit: the
 	// collector trades CPU for footprint.
-	_ = cmd.Process.Signal(syscall.SIGTERM)
-	_, _ = cmd.Process.Wait()
-	if cmd, err = start("-memory-limit-mib", strconv.Itoa(benchMemoryLimitMiB)); err != nil {
+	limited, err := startFootprintReplica(dir+"-limited", false, "-memory-limit-mib", strconv.Itoa(benchMemoryLimitMiB))
+	if err != nil {
 		return err
 	}
-	if err := waitReady(ctx, cl, 5*time.Minute); err != nil {
+	defer limited.stop()
+	if r.LimitedLoadPerSec, err = loadFootprint(ctx, limited.cl, sz); err != nil {
 		return err
 	}
-	for {
-		list, _, err := cl.ListTasks(ctx, api.TaskQuery{Limit: 1}, api.ReadOptions{Consistent: true})
-		if err == nil && len(list.Tasks) > 0 {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	r.LimitedRSSMiB = procRSSMiB(cmd.Process.Pid, "VmRSS")
-	r.LimitedAnonMiB = procRSSMiB(cmd.Process.Pid, "RssAnon")
+	pid = limited.cmd.Process.Pid
+	r.LimitedRSSMiB, r.LimitedAnonMiB = procRSSMiB(pid, "VmRSS"), procRSSMiB(pid, "RssAnon")
 	return nil
+}
+
+// footprintReplica is a single-replica cluster run as its own process.
+type footprintReplica struct {
+	args     []string
+	httpAddr string
+	cl       *api.Client
+	cmd      *exec.Cmd
+}
+
+// startFootprintReplica starts a replica on dir (bootstrapping it the
+// first time) and waits until it serves.
+func startFootprintReplica(dir string, debugEndpoints bool, extra ...string) (*footprintReplica, error) {
+	httpAddr, raftAddr := freeLoopback(), freeLoopback()
+	rep := &footprintReplica{
+		httpAddr: httpAddr,
+		args: append([]string{"server", "-id", "bench", "-data-dir", dir, "-http-addr", httpAddr, "-raft-addr", raftAddr, "-bootstrap", "-log-level", "error",
+			fmt.Sprintf("-enable-debug=%t", debugEndpoints)}, extra...),
+	}
+	rep.cl, _ = api.NewClient(httpAddr)
+	rep.cl.Retries, rep.cl.RetryWait = 100, 100*time.Millisecond
+	if err := rep.start(); err != nil {
+		return nil, err
+	}
+	if err := waitReady(context.Background(), rep.cl, 30*time.Second); err != nil {
+		rep.stop()
+		return nil, err
+	}
+	return rep, nil
+}
+
+func (rep *footprintReplica) start() error {
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	rep.cmd = exec.Command(exe, rep.args...)
+	rep.cmd.Stdout, rep.cmd.Stderr = io.Discard, io.Discard
+	return rep.cmd.Start()
+}
+
+// stop ends the replica as an operator would (SIGTERM) and waits; a
+// stopped replica's stop does nothing.
+func (rep *footprintReplica) stop() {
+	if rep.cmd == nil {
+		return
+	}
+	_ = rep.cmd.Process.Signal(syscall.SIGTERM)
+	_, _ = rep.cmd.Process.Wait()
+	rep.cmd = nil
+}
+
+// loadFootprint registers the nodes and submits the tasks one request
+// each from 32 clients, and returns the submit rate.
+func loadFootprint(ctx context.Context, cl *api.Client, sz benchSizes) (float64, error) {
+	for i := 0; i < sz.footNodes; i++ {
+		// Nodes are drained so the tasks stay PENDING: the backlog case.
+		if _, err := cl.RegisterNode(ctx, api.NodeRegistration{ID: fmt.Sprintf("node-%04d", i), Capabilities: map[string][]string{"exec": {"1"}},
+			Resources: api.Resources{CPUMillis: 4000, MemoryMB: 4096}, Slots: 4, Labels: map[string]string{"zone": fmt.Sprint("z", i%4)}}); err != nil {
+			return 0, err
+		}
+		if _, err := cl.DrainNode(ctx, fmt.Sprintf("node-%04d", i), true); err != nil {
+			return 0, err
+		}
+	}
+	t0 := time.Now()
+	if err := submitConcurrently(ctx, cl, sz.footTasks, func(i int) api.TaskSpec {
+		return api.TaskSpec{Name: fmt.Sprint("t", i), IdempotencyKey: fmt.Sprint("k", i), Command: []string{"sh", "-c", "echo hello"},
+			Env: map[string]string{"K": "V"}, Resources: api.Resources{CPUMillis: 100, MemoryMB: 64}}
+	}); err != nil {
+		return 0, err
+	}
+	return float64(sz.footTasks) / time.Since(t0).Seconds(), nil
 }
 
 // benchMemoryLimitMiB is the soft limit the footprint step also measures.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -347,4 +348,69 @@ func TestConcurrentPlacementWithLeaderLoss(t *testing.T) {
 	}
 	stats := c.Replicas[leader].Server.SchedulerStats()
 	t.Logf("new leader: %d passes, %d placements in %d entries, rejections %v", stats.Passes.Load(), stats.Placements.Load(), stats.Entries.Load(), stats.Rejections())
+}
+
+// With every slot taken, a pass has only explanations left to do; the
+// waiting tasks are looked over for them at most once per explain scan
+// interval (a second at most), not on every pass (each finished attempt
+// and each submit starts one). New arrivals are explained at the next
+// look, and none is left unexplained.
+func TestFullClusterPassesDoNotRescanTheBacklog(t *testing.T) {
+	clock := NewFakeClock(time.Date(2026, 10, 2, 12, 0, 0, 0, time.UTC))
+	c := NewClusterWith(t, 3, Setup{CheckInvariants: true, Clock: clock.Now})
+	cl := c.AllClient()
+	ctx := Ctx(t, 2*time.Minute)
+	registerNode(t, cl, "only", 4000, 4096, 0, 1, nil) // one slot, no agent behind it
+	first := submit(t, cl, spec("first"))
+	waitTaskState(t, cl, first, "SCHEDULED") // the slot stays taken: the clock does not move
+
+	explainedAll := func(ids []string) bool {
+		for _, id := range ids {
+			task, _, err := cl.GetTask(ctx, id, api.ReadOptions{Consistent: true})
+			if err != nil || task.State != "PENDING" || !slices.ContainsFunc(task.Timeline, func(e api.TimelineEvent) bool { return e.Kind == "waiting" }) {
+				return false
+			}
+		}
+		return true
+	}
+	var specs []api.TaskSpec
+	for i := range 100 {
+		specs = append(specs, spec(fmt.Sprint("backlog-", i)))
+	}
+	res, err := cl.SubmitTasks(ctx, specs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var backlog []string
+	for _, r := range res.Tasks {
+		backlog = append(backlog, r.ID)
+	}
+	// More than one pass explains at most 64: the look goes on until all
+	// are explained, then rests.
+	if !Eventually(30*time.Second, func() bool { return explainedAll(backlog) }) {
+		t.Fatal("every waiting task of the backlog should be explained")
+	}
+
+	leader := c.Server(c.WaitForLeader()).SchedulerStats()
+	passes, scanned := leader.Passes.Load(), leader.Scanned.Load()
+	var late []string
+	for i := range 20 {
+		late = append(late, submit(t, cl, spec(fmt.Sprint("late-", i))))
+	}
+	if !Eventually(30*time.Second, func() bool { return leader.QueueDepth.Load() == 120 }) {
+		t.Fatalf("a pass should see the late submits queued: depth %d", leader.QueueDepth.Load())
+	}
+	// The clock has not moved, so none of the passes since looked past
+	// the head of the queue: before, each walked all waiting tasks.
+	dp, ds := leader.Passes.Load()-passes, leader.Scanned.Load()-scanned
+	if dp == 0 || ds > dp {
+		t.Fatalf("%d passes with every slot taken looked at %d waiting tasks, want at most one each", dp, ds)
+	}
+	if explainedAll(late[:1]) {
+		t.Fatal("a task that arrived within the interval is explained at the next look, not before")
+	}
+	clock.Advance(2 * time.Second)
+	if !Eventually(30*time.Second, func() bool { return explainedAll(late) }) {
+		t.Fatal("the late arrivals should be explained once the interval passed")
+	}
 }

@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -160,10 +161,31 @@ func (c *Client) once(ctx context.Context, method, u string, body []byte, out an
 		}
 		return meta, nil
 	}
-	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+	buf := answerBuffers.Get().(*bytes.Buffer)
+	defer putAnswerBuffer(buf)
+	if _, err := buf.ReadFrom(resp.Body); err != nil {
+		return meta, fmt.Errorf("read %s: %w", u, err)
+	}
+	// Unmarshal copies what it keeps, so the buffer can be reused.
+	if err := json.Unmarshal(buf.Bytes(), out); err != nil {
 		return meta, fmt.Errorf("decode answer of %s: %w", u, err)
 	}
 	return meta, nil
+}
+
+// answerBuffers hold answers while they are decoded: a json.Decoder grew
+// a fresh buffer for each one, and an agent's long polls made that a
+// sixteenth of a busy cluster's allocations.
+var answerBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+// putAnswerBuffer keeps buffers of ordinary answers; one that held a
+// large listing is left to the collector.
+func putAnswerBuffer(b *bytes.Buffer) {
+	if b.Cap() > 1<<20 {
+		return
+	}
+	b.Reset()
+	answerBuffers.Put(b)
 }
 
 func parseMeta(resp *http.Response) Meta {

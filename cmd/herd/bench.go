@@ -126,6 +126,7 @@ func runBench(e *env, args []string) error {
 	quick := fs.Bool("quick", false, "shrink every workload so the run takes about a minute")
 	jsonOut := fs.String("json", "", "also write the results as JSON to this file")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file (go tool pprof)")
+	allocProfile := fs.String("allocprofile", "", "write a profile of the whole run's allocations (this process's) to this file")
 	heapProfile := fs.String("heapprofile", "", "write the footprint replica's heap profile, taken once loaded, to this file")
 	only := fs.String("only", "", "run only these steps (comma-separated: placement,e2e,decision,footprint,failover,retention)")
 	backlog := fs.Int("backlog", 0, "override the placement backlog size")
@@ -189,6 +190,11 @@ func runBench(e *env, args []string) error {
 		}
 		if err := step(s.name, s.fn); err != nil {
 			return err
+		}
+	}
+	if *allocProfile != "" {
+		if err := writeAllocProfile(*allocProfile); err != nil {
+			return fmt.Errorf("bench: %w", err)
 		}
 	}
 	printBench(e.stdout, &r)
@@ -751,6 +757,19 @@ func loadFootprint(ctx context.Context, cl *api.Client, sz benchSizes) (float64,
 		return 0, err
 	}
 	return float64(sz.footTasks) / time.Since(t0).Seconds(), nil
+}
+
+// writeAllocProfile writes what this process allocated, by call site.
+func writeAllocProfile(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // benchMemoryLimitMiB is the soft limit the footprint step also measures.

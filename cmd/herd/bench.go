@@ -83,6 +83,11 @@ type benchResult struct {
 	E2ESubmitAllMs       float64 `json:"e2e_submit_all_ms"`
 	E2EReservedToStartMs float64 `json:"e2e_reserved_to_started_p50_ms"`
 	E2EStartToFinishMs   float64 `json:"e2e_started_to_finished_p50_ms"`
+	// CPU per task of the saturated run: the cluster's process (3
+	// replicas, 4 agents, the client) and the tasks' own processes. Less
+	// noisy than the rate on a shared machine.
+	E2ECPUPerTaskMs      float64 `json:"e2e_cpu_per_task_ms"`
+	E2EChildCPUPerTaskMs float64 `json:"e2e_task_process_cpu_per_task_ms"`
 	E2ESlotIdleMs        float64 `json:"e2e_slot_idle_p50_ms"`
 	Decision100Nodes     float64 `json:"decision_100_nodes_ms"`
 	Decision1kNodes      float64 `json:"decision_1k_nodes_ms"`
@@ -213,6 +218,7 @@ func printBench(w io.Writer, r *benchResult) {
 	tb.add("raft ceiling", fmt.Sprintf("%.0f entries/s", r.RaftCeiling), "3 replicas, fsync, 256 appliers, one reservation-sized entry each")
 	tb.add("placements", fmt.Sprintf("%.0f /s (%.2f× ceiling, %d entries, %.2f cores busy)", r.Placements, r.PlacementToCeiling, r.PlacementEntries, r.PlacementCPUCores), fmt.Sprintf("%d nodes, %d pending", r.PlacementNodes, r.PlacementBacklog))
 	tb.add("end to end", fmt.Sprintf("%.0f tasks/s, submit→start p50 %.1f ms, p99 %.1f ms", r.E2ETasksPerSec, r.E2ESaturatedStartP50, r.E2ESaturatedStartP99), fmt.Sprintf("%d × true at once (batches of %d), 3 replicas + 4 agents", r.E2ETasks, e2eSubmitBatch))
+	tb.add("end to end, CPU per task", fmt.Sprintf("%.2f ms in herd, %.2f ms in the task's process", r.E2ECPUPerTaskMs, r.E2EChildCPUPerTaskMs), "same run; herd is 3 replicas, 4 agents and the client in one process")
 	tb.add("submit→start, light load", fmt.Sprintf("p50 %.1f ms, p99 %.1f ms", r.E2ESubmitToStartP50, r.E2ESubmitToStartP99), fmt.Sprintf("%.0f tasks/s steady, same cluster", r.E2ELightRate))
 	tb.add("decision", fmt.Sprintf("%.3f / %.3f / %.3f ms", r.Decision100Nodes, r.Decision1kNodes, r.Decision10kNodes), "filter+score+select over 100 / 1k / 10k nodes")
 	tb.add("queue selection", fmt.Sprintf("%.2f / %.2f ms (unindexed scan of 100k: %.2f ms; full order: %.0f ms)", r.QueueSelect10k, r.QueueSelect100k, r.QueueScan100k, r.QueueOrder100k), "head of one 512-task batch from the leader's indexed queue of 10k / 100k pending")
@@ -445,6 +451,7 @@ func benchE2E(dir, agentDir string, sz benchSizes, r *benchResult) error {
 	}
 	cl.Retries = 20
 	start := time.Now()
+	cpuBefore, childBefore := processCPU(), childrenCPU()
 	// Submitted as a client with 20,000 tasks would: in batches (one Raft
 	// entry each), a few in flight at once.
 	if err := submitBatches(ctx, cl, sz.e2eTasks, e2eSubmitBatch, func(i int) api.TaskSpec {
@@ -465,6 +472,8 @@ func benchE2E(dir, agentDir string, sz benchSizes, r *benchResult) error {
 		time.Sleep(10 * time.Millisecond)
 	}
 	r.E2ETasksPerSec = float64(sz.e2eTasks) / time.Since(start).Seconds()
+	perTask := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 / float64(sz.e2eTasks) }
+	r.E2ECPUPerTaskMs, r.E2EChildCPUPerTaskMs = perTask(processCPU()-cpuBefore), perTask(childrenCPU()-childBefore)
 	st := leader.FSM().State()
 	tasks, _ := st.Tasks(fsm.TaskFilter{})
 	var lat, toStart, toFinish []float64
@@ -780,6 +789,16 @@ const benchMemoryLimitMiB = 100
 func processCPU() time.Duration {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// childrenCPU is the CPU time (user and system) of this process's
+// children that were waited for: in the end-to-end run, the tasks.
+func childrenCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_CHILDREN, &ru); err != nil {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())

@@ -131,6 +131,7 @@ func runBench(e *env, args []string) error {
 	quick := fs.Bool("quick", false, "shrink every workload so the run takes about a minute")
 	jsonOut := fs.String("json", "", "also write the results as JSON to this file")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file (go tool pprof)")
+	placementProfile := fs.String("placementprofile", "", "write a CPU profile of the timed placement phase only to this file (not with -cpuprofile)")
 	allocProfile := fs.String("allocprofile", "", "write a profile of the whole run's allocations (this process's) to this file")
 	heapProfile := fs.String("heapprofile", "", "write the footprint replica's heap profile, taken once loaded, to this file")
 	only := fs.String("only", "", "run only these steps (comma-separated: placement,e2e,decision,footprint,failover,retention)")
@@ -148,6 +149,9 @@ func runBench(e *env, args []string) error {
 	}
 	if *backlog > 0 {
 		sz.backlog = *backlog
+	}
+	if *cpuProfile != "" && *placementProfile != "" {
+		return usagef("-cpuprofile and -placementprofile cannot be used together (one CPU profile at a time)")
 	}
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
@@ -182,7 +186,7 @@ func runBench(e *env, args []string) error {
 		name string
 		fn   func() error
 	}{
-		{"placement", func() error { return benchPlacement(filepath.Join(dir, "placement"), sz, &r) }},
+		{"placement", func() error { return benchPlacement(filepath.Join(dir, "placement"), sz, *placementProfile, &r) }},
 		{"e2e", func() error { return benchE2E(filepath.Join(dir, "e2e"), *agentDir, sz, &r) }},
 		{"decision", func() error { benchDecisions(&r); return nil }},
 		{"footprint", func() error { return benchFootprint(filepath.Join(dir, "footprint"), sz, *heapProfile, &r) }},
@@ -275,7 +279,7 @@ func (d *devCluster) leader() *cluster.Server {
 
 // benchPlacement measures the raft ceiling, then placements per second on
 // the same cluster.
-func benchPlacement(dir string, sz benchSizes, r *benchResult) error {
+func benchPlacement(dir string, sz benchSizes, profile string, r *benchResult) error {
 	d, err := startBenchCluster(dir)
 	if err != nil {
 		return err
@@ -362,6 +366,17 @@ func benchPlacement(dir string, sz benchSizes, r *benchResult) error {
 		}
 	}()
 	before, entries := leader.SchedulerStats().Placements.Load(), leader.SchedulerStats().Entries.Load()
+	if profile != "" {
+		f, err := os.Create(profile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	cpuBefore := processCPU()
 	start = time.Now()
 	if err := applyChunks(ctx, leader, cmds); err != nil {
@@ -383,6 +398,9 @@ func benchPlacement(dir string, sz benchSizes, r *benchResult) error {
 	}
 	r.Placements = float64(sz.backlog) / time.Since(start).Seconds()
 	r.PlacementCPUCores = (processCPU() - cpuBefore).Seconds() / time.Since(start).Seconds()
+	if profile != "" {
+		pprof.StopCPUProfile()
+	}
 	r.PlacementEntries = leader.SchedulerStats().Entries.Load() - entries
 	r.PlacementToCeiling = r.Placements / r.RaftCeiling
 	return nil

@@ -27,14 +27,14 @@ type outcome struct {
 	abandoned bool
 }
 
-// runProcess runs one attempt's command to its end: its own process
-// group and working directory, HERD_* variables, limits, output to a
-// rotating log and a 64 KiB tail, the run timeout, and no process left
-// behind afterwards. ctx ends when the attempt is taken back.
 // copyBuffers lends the buffers that copy attempts' output to their logs:
 // a fresh 32 KiB per attempt was a sixth of what a busy agent allocated.
 var copyBuffers = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
 
+// runProcess runs one attempt's command to its end: its own process
+// group and working directory, HERD_* variables, limits, output to a
+// rotating log and a 64 KiB tail, the run timeout, and no process left
+// behind afterwards. ctx ends when the attempt is taken back.
 func (a *Agent) runProcess(ctx context.Context, as api.Assignment) outcome {
 	att, spec := as.Attempt, as.Spec
 	workDir, err := a.workDirs.take(att.ID)

@@ -369,8 +369,8 @@ func (s *Server) schedulePass(ctx context.Context, ws fsm.WatchSet, ps *passStat
 	}
 	s.schedStats.Scanned.Add(uint64(scanned))
 	if explainScan && explainN < maxExplainsPerPass {
-		// Every task looked at is explained as of now; one that was not
-		// reached (explainN at its bound) gets the next pass.
+		// Every task looked at was explained lately or is now; had the
+		// pass stopped at maxExplainsPerPass, the next one goes on.
 		ps.explainScanAfter = now.Add(explainScanInterval(cfg))
 	}
 	if len(cmds) == 0 && len(explains) == 0 {

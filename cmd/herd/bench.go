@@ -752,15 +752,19 @@ func (rep *footprintReplica) start() error {
 	return rep.cmd.Start()
 }
 
-// stop ends the replica as an operator would (SIGTERM) and waits; a
-// stopped replica's stop does nothing.
+// stop ends the replica as an operator would (SIGTERM) and waits, killing
+// it if it has not stopped within 30 s; a stopped replica's stop does
+// nothing.
 func (rep *footprintReplica) stop() {
 	if rep.cmd == nil {
 		return
 	}
-	_ = rep.cmd.Process.Signal(syscall.SIGTERM)
-	_, _ = rep.cmd.Process.Wait()
+	p := rep.cmd.Process
 	rep.cmd = nil
+	_ = p.Signal(syscall.SIGTERM)
+	kill := time.AfterFunc(30*time.Second, func() { _ = p.Kill() })
+	defer kill.Stop()
+	_, _ = p.Wait()
 }
 
 // loadFootprint registers the nodes and submits the tasks one request

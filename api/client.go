@@ -231,6 +231,13 @@ func (c *Client) RaftConfiguration(ctx context.Context) (RaftConfiguration, erro
 	return rc, err
 }
 
+// SchedulerStatus returns the leader's scheduling counters and queue.
+func (c *Client) SchedulerStatus(ctx context.Context) (SchedulerStatus, error) {
+	var s SchedulerStatus
+	_, err := c.do(ctx, http.MethodGet, "/v1/operator/scheduler", nil, &s)
+	return s, err
+}
+
 // RaftStats returns the raft statistics of the first replica that answers.
 func (c *Client) RaftStats(ctx context.Context) (map[string]string, error) {
 	var s map[string]string

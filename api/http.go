@@ -63,6 +63,7 @@ type Backend interface {
 	Leader() (LeaderInfo, error)
 	RaftConfiguration() (RaftConfiguration, error)
 	RaftStats() map[string]string
+	SchedulerStatus() SchedulerStatus // leader-only
 
 	Join(ctx context.Context, req JoinRequest) error                                // leader-only
 	RemovePeer(ctx context.Context, id string) error                                // leader-only
@@ -164,6 +165,9 @@ func (h *Handler) routes() {
 	}})
 	h.handle("/v1/operator/raft/configuration", route{http.MethodGet: h.getRaftConfiguration})
 	h.handle("/v1/operator/raft/stats", route{http.MethodGet: h.getRaftStats})
+	h.handle("/v1/operator/scheduler", route{http.MethodGet: h.leaderOnly(func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, h.backend.SchedulerStatus())
+	})})
 	h.handle("/v1/operator/raft/peer", route{http.MethodDelete: h.leaderOnly(h.deletePeer)})
 	h.handle("/v1/operator/raft/join", route{http.MethodPost: h.leaderOnly(h.postJoin)})
 	h.handle("/v1/operator/raft/transfer-leadership", route{http.MethodPut: h.leaderOnly(h.putTransferLeadership)})

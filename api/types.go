@@ -171,6 +171,22 @@ type RaftServer struct {
 	Leader      bool   `json:"leader"`
 }
 
+// SchedulerStatus is the leader's scheduling loop as its process counted
+// it (counters span every leadership of that process): passes, the
+// waiting tasks they looked at, placements committed and the Raft
+// entries that carried them, placements the FSM refused by reason code,
+// and the pending queue as of the last pass.
+type SchedulerStatus struct {
+	ID           string            `json:"id"`
+	Passes       uint64            `json:"passes"`
+	Scanned      uint64            `json:"scanned"`
+	Placements   uint64            `json:"placements"`
+	Entries      uint64            `json:"entries"`
+	Rejections   map[string]uint64 `json:"rejections"`
+	QueueDepth   int64             `json:"queue_depth"`
+	OldestWaitMs int64             `json:"oldest_wait_ms"`
+}
+
 // RaftConfiguration is the cluster membership as Raft holds it.
 type RaftConfiguration struct {
 	Index   uint64       `json:"index"`

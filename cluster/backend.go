@@ -128,6 +128,20 @@ func (s *Server) RaftConfiguration() (api.RaftConfiguration, error) {
 	return out, nil
 }
 
+// SchedulerStatus returns this replica's scheduling counters; the queue
+// gauges are its last pass's (the API asks the leader).
+func (s *Server) SchedulerStatus() api.SchedulerStatus {
+	st := &s.schedStats
+	rejections := st.Rejections()
+	if rejections == nil {
+		rejections = map[string]uint64{}
+	}
+	return api.SchedulerStatus{
+		ID: s.cfg.ID, Passes: st.Passes.Load(), Scanned: st.Scanned.Load(), Placements: st.Placements.Load(), Entries: st.Entries.Load(),
+		Rejections: rejections, QueueDepth: st.QueueDepth.Load(), OldestWaitMs: st.OldestWaitMs.Load(),
+	}
+}
+
 // RaftStats returns raft's own statistics plus this replica's id.
 func (s *Server) RaftStats() map[string]string {
 	st := s.raft.Stats()

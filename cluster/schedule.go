@@ -18,8 +18,9 @@ import (
 	"herd/scheduler"
 )
 
-// SchedulerStats are the scheduling loop's counters, kept for the metrics
-// endpoint. Counters only grow; gauges reflect the latest pass.
+// SchedulerStats are the scheduling loop's counters, served by
+// GET /v1/operator/scheduler. Counters only grow; gauges reflect the
+// latest pass.
 type SchedulerStats struct {
 	Passes       atomic.Uint64
 	Scanned      atomic.Uint64 // waiting tasks the passes looked at

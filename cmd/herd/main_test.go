@@ -6,6 +6,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -85,6 +86,19 @@ func TestCLIAgainstACluster(t *testing.T) {
 	}) {
 		t.Fatalf("a waiting task's status should say why:\n%s", out)
 	}
+	// The leader's scheduler: one placement so far, and one task waiting
+	// once a pass has seen it (the queue is as of the last pass).
+	if !test.Eventually(20*time.Second, func() bool {
+		out, _, code = herd("operator", "scheduler")
+		return code == 0 && regexp.MustCompile(`(?m)^placements +1$`).MatchString(out) && regexp.MustCompile(`(?m)^queue depth +1$`).MatchString(out)
+	}) {
+		t.Fatalf("operator scheduler (exit %d):\n%s", code, out)
+	}
+	out, _, code = herd("operator", "scheduler", "-json")
+	var sched api.SchedulerStatus
+	if err := json.Unmarshal([]byte(out), &sched); code != 0 || err != nil || sched.ID != c.Replicas[c.WaitForLeader()].Cfg.ID || sched.Passes == 0 || sched.Placements != 1 {
+		t.Fatalf("operator scheduler -json (exit %d, %v): %s", code, err, out)
+	}
 	out, _, code = herd("operator", "raft", "list-peers")
 	if code != 0 || strings.Count(out, "true") < 4 || !strings.Contains(out, "s1") {
 		t.Fatalf("list-peers (exit %d):\n%s", code, out)
@@ -162,7 +176,7 @@ func TestEveryCommandHasHelp(t *testing.T) {
 		{"-h"}, {"server", "-h"}, {"dev", "-h"}, {"task", "-h"}, {"task", "submit", "-h"}, {"task", "status", "-h"},
 		{"task", "list", "-h"}, {"operator", "-h"}, {"operator", "raft", "-h"}, {"operator", "raft", "list-peers", "-h"},
 		{"operator", "raft", "remove-peer", "-h"}, {"operator", "raft", "transfer-leadership", "-h"},
-		{"operator", "snapshot", "-h"}, {"operator", "snapshot", "save", "-h"}, {"operator", "snapshot", "restore", "-h"},
+		{"operator", "scheduler", "-h"}, {"operator", "snapshot", "-h"}, {"operator", "snapshot", "save", "-h"}, {"operator", "snapshot", "restore", "-h"},
 		{"node", "-h"}, {"node", "list", "-h"}, {"node", "status", "-h"}, {"node", "drain", "-h"}, {"node", "eligibility", "-h"},
 		{"node", "register", "-h"}, {"explain", "-h"}, {"task", "cancel", "-h"}, {"agent", "-h"}, {"bench", "-h"},
 	} {

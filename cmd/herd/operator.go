@@ -3,9 +3,12 @@ package main
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -13,7 +16,52 @@ func runOperator(e *env, args []string) error {
 	return subcommands(e, "operator", args, []command{
 		{"raft", "list-peers, remove-peer, transfer-leadership", runOperatorRaft},
 		{"snapshot", "save or restore the cluster state", runOperatorSnapshot},
+		{"scheduler", "the leader's scheduling counters and pending queue", runOperatorScheduler},
 	})
+}
+
+func runOperatorScheduler(e *env, args []string) error {
+	fs := newFlags(e, "operator scheduler", "", "Show the leader's scheduling loop: passes, the waiting tasks they looked at,\nplacements committed and the Raft entries that carried them, placements refused\nat apply time by reason, and the pending queue as of the last pass.")
+	var cf clientFlags
+	cf.register(e, fs, true)
+	if err := parse(e, fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() != 0 {
+		return usagef("scheduler takes no arguments")
+	}
+	cl, err := cf.client()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	st, err := cl.SchedulerStatus(ctx)
+	if err != nil {
+		return fmt.Errorf("scheduler status: %w", err)
+	}
+	if cf.json {
+		return printJSON(e.stdout, st)
+	}
+	rejections := "none"
+	if len(st.Rejections) > 0 {
+		var parts []string
+		for _, code := range slices.Sorted(maps.Keys(st.Rejections)) {
+			parts = append(parts, fmt.Sprintf("%s %d", code, st.Rejections[code]))
+		}
+		rejections = strings.Join(parts, ", ")
+	}
+	tb := &table{}
+	tb.add("leader", st.ID)
+	tb.add("queue depth", strconv.FormatInt(st.QueueDepth, 10))
+	tb.add("oldest wait", (time.Duration(st.OldestWaitMs) * time.Millisecond).String())
+	tb.add("passes", strconv.FormatUint(st.Passes, 10))
+	tb.add("tasks looked at", strconv.FormatUint(st.Scanned, 10))
+	tb.add("placements", strconv.FormatUint(st.Placements, 10))
+	tb.add("raft entries", strconv.FormatUint(st.Entries, 10))
+	tb.add("refused at apply", rejections)
+	tb.write(e.stdout)
+	return nil
 }
 
 func runOperatorRaft(e *env, args []string) error {

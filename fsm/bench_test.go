@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"runtime"
 	"testing"
 	"time"
@@ -12,14 +13,57 @@ import (
 // BenchmarkReserveApply measures applying reservations, 512 to an entry as
 // the leader batches them, into a state holding 1,000 nodes and a deep
 // pending backlog: the FSM's share of every placement, paid on each replica.
+//
+// "replicas=1" applies to one state with sequential ids. "replicas=3"
+// is closer to the placement bench: ids made like the leader's (time
+// first, then random), and each entry applied to three states in turn, as
+// three replicas in one process do, so the records a search loads are
+// rarely still in cache. Only the first state hands out views.
 func BenchmarkReserveApply(b *testing.B) {
+	b.Run("replicas=1", func(b *testing.B) {
+		benchReserveApply(b, 1, func(kind string, i int) string { return fmt.Sprintf("%s-%07d", kind, i) })
+	})
+	b.Run("replicas=3", func(b *testing.B) {
+		rng := rand.New(rand.NewPCG(1, 2))
+		start := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+		benchReserveApply(b, 3, func(kind string, i int) string {
+			// 40 ids per millisecond, like a leader submitting batches.
+			return benchID(start.Add(time.Duration(i/40)*time.Millisecond), rng)
+		})
+	})
+}
+
+// benchID makes an id as the cluster's leader does: 48 bits of
+// milliseconds, then 80 random bits, in 26 base32 characters.
+func benchID(t time.Time, rng *rand.Rand) string {
+	const crockford = "0123456789abcdefghjkmnpqrstvwxyz"
+	hi := uint64(t.UnixMilli())<<16 | rng.Uint64()&0xffff
+	lo := rng.Uint64()
+	out := make([]byte, 26)
+	for i := 25; i >= 0; i-- {
+		out[i] = crockford[lo&31]
+		lo = lo>>5 | hi<<59
+		hi >>= 5
+	}
+	return string(out)
+}
+
+func benchReserveApply(b *testing.B, replicas int, id func(kind string, i int) string) {
 	const nodes, backlog, batch = 1000, 100_000, 512
 	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
-	f := New(nil)
+	fsms := make([]*FSM, replicas)
+	for i := range fsms {
+		fsms[i] = New(nil)
+	}
 	index := uint64(0)
-	apply := func(cmds [][]byte) {
+	apply := func(cmds [][]byte) []any {
 		index++
-		f.ApplyBytes(index, EncodeBatch(cmds))
+		entry := EncodeBatch(cmds)
+		res := make([]any, len(fsms))
+		for i, f := range fsms {
+			res[i] = f.ApplyBytes(index, entry)
+		}
+		return res
 	}
 	var cmds [][]byte
 	for i := 0; i < nodes; i++ {
@@ -30,10 +74,12 @@ func BenchmarkReserveApply(b *testing.B) {
 		cmds = append(cmds, b)
 	}
 	apply(cmds)
+	taskIDs := make([]string, backlog)
 	for start := 0; start < backlog; start += 1000 {
 		cmds = cmds[:0]
 		for i := start; i < start+1000; i++ {
-			b, _ := Encode(MsgSubmitTask, SubmitTaskRequest{ID: fmt.Sprintf("task-%07d", i), SubmittedAt: now, Spec: TaskSpec{
+			taskIDs[i] = id("task", i)
+			b, _ := Encode(MsgSubmitTask, SubmitTaskRequest{ID: taskIDs[i], SubmittedAt: now, Spec: TaskSpec{
 				Name: "b", Priority: 50, Command: []string{"true"}, Capability: "exec", CapabilityVersion: "1",
 				Resources: scheduler.Resources{CPUMillis: 10, MemoryMB: 1}, TimeoutSeconds: 60, MaxAttempts: 1, Submitter: "team",
 			}})
@@ -42,7 +88,7 @@ func BenchmarkReserveApply(b *testing.B) {
 		apply(cmds)
 	}
 	sessions := map[string]uint64{}
-	st := f.State()
+	st := fsms[0].State()
 	for i := 0; i < nodes; i++ {
 		n, _ := st.Node(fmt.Sprintf("node-%04d", i))
 		sessions[n.ID] = n.SessionGeneration
@@ -57,24 +103,25 @@ func BenchmarkReserveApply(b *testing.B) {
 		cmds = cmds[:0]
 		for i := 0; i < batch; i++ {
 			node := fmt.Sprintf("node-%04d", (next+i)%nodes)
-			c := EncodeReserve(ReserveRequest{TaskID: fmt.Sprintf("task-%07d", next+i), AttemptID: fmt.Sprintf("att-%07d", next+i), Number: 1,
+			c := EncodeReserve(ReserveRequest{TaskID: taskIDs[next+i], AttemptID: id("attempt", backlog+next+i), Number: 1,
 				NodeID: node, SessionGeneration: sessions[node], Score: 1, Now: now, HeartbeatTTL: time.Hour})
 			cmds = append(cmds, c)
 		}
 		next += batch
 		b.StartTimer()
-		res := f.ApplyBytes(index+1, EncodeBatch(cmds))
-		index++
+		res := apply(cmds)
 		// The leader's next pass reads a view, so the entry after it
 		// copies every tree node it changes, as on a leader.
-		_ = f.State()
-		if br, ok := res.(BatchResult); !ok || len(br) != batch {
-			b.Fatalf("unexpected result %T", res)
-		} else if rej, ok := br[0].(*Rejection); ok {
-			b.Fatalf("rejected: %v", rej)
+		_ = fsms[0].State()
+		for _, r := range res {
+			if br, ok := r.(BatchResult); !ok || len(br) != batch {
+				b.Fatalf("unexpected result %T", r)
+			} else if rej, ok := br[0].(*Rejection); ok {
+				b.Fatalf("rejected: %v", rej)
+			}
 		}
 	}
-	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*batch), "ns/reservation")
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*batch*replicas), "ns/reservation")
 }
 
 // BenchmarkFootprint measures the heap a replica's state holds per task:

@@ -10,12 +10,15 @@ import (
 
 // MessageType is the first byte of every Raft entry herd writes.
 //
-// Payloads are JSON. JSON was chosen over msgpack because encoding/json is
-// in the standard library, writes map keys in sorted order (so the same
-// command always encodes to the same bytes), rejects malformed input with
-// an error instead of a panic, and keeps entries readable when an operator
-// has to inspect a log. Measured cost is a few microseconds per command,
-// far below the cost of an fsync; batching amortises both.
+// Payloads are JSON, except the commands every task goes through, which
+// have a compact binary form (binary.go). JSON was chosen over msgpack
+// because encoding/json is in the standard library, writes map keys in
+// sorted order (so the same command always encodes to the same bytes),
+// rejects malformed input with an error instead of a panic, and keeps
+// entries readable when an operator has to inspect a log. It costs a few
+// microseconds per command: below an fsync for the rare commands, but
+// most of a replica's work for the per-task ones, which come hundreds to
+// an entry.
 type MessageType uint8
 
 // IgnoreUnknownFlag marks a command that an older replica may skip if it
@@ -58,8 +61,34 @@ var ErrUnknownCommand = errors.New("unknown command type")
 // ErrMalformedCommand is returned for an entry that cannot be decoded.
 var ErrMalformedCommand = errors.New("malformed command")
 
-// Encode builds one command: type byte, version byte, JSON payload.
+// Encode builds one command: type byte, version byte, payload. The
+// commands every task goes through (submission, reservation, attempt start
+// and end) get their binary form (see binaryVersion); the others JSON.
 func Encode(t MessageType, payload any) ([]byte, error) {
+	switch p := payload.(type) {
+	case SubmitTaskRequest:
+		if t == MsgSubmitTask {
+			return EncodeSubmitTask(p), nil
+		}
+	case ReserveRequest:
+		if t == MsgReserve {
+			return EncodeReserve(p), nil
+		}
+	case AttemptStartRequest:
+		if t == MsgAttemptStart {
+			return EncodeAttemptStart(p), nil
+		}
+	case AttemptEndRequest:
+		if t == MsgAttemptEnd {
+			return EncodeAttemptEnd(p), nil
+		}
+	}
+	return EncodeJSON(t, payload)
+}
+
+// EncodeJSON builds one command with a JSON payload, the form every type
+// can be read in (replicas read the entries older versions wrote).
+func EncodeJSON(t MessageType, payload any) ([]byte, error) {
 	body, err := json.Marshal(payload)
 	if err != nil {
 		return nil, fmt.Errorf("encode %s: %w", t, err)
@@ -116,7 +145,7 @@ func decodeHeader(buf []byte) (header, []byte, error) {
 	h := header{typ: t &^ IgnoreUnknownFlag, ignorable: t&IgnoreUnknownFlag != 0}
 	switch {
 	case buf[1] == payloadVersion:
-	case buf[1] == binaryVersion && h.typ == MsgReserve:
+	case buf[1] == binaryVersion && hasBinaryForm(h.typ):
 		h.binary = true
 	default:
 		return h, nil, fmt.Errorf("%w: %s payload version %d not supported", ErrMalformedCommand, h.typ, buf[1])

@@ -156,22 +156,15 @@ func (f *FSM) applyOne(db *store, index uint64, h header, payload []byte) any {
 	case MsgRemoveServer:
 		resp, err = applyJSON(payload, func(r *RemoveServerRequest) (any, error) { return applyRemoveServer(db, r) })
 	case MsgSubmitTask:
-		resp, err = applyJSON(payload, func(r *SubmitTaskRequest) (any, error) { return applySubmitTask(db, index, r) })
+		resp, err = applyEncoded(h, payload, decodeSubmitTask, func(r *SubmitTaskRequest) (any, error) { return applySubmitTask(db, index, r) })
 	case MsgRegisterNode:
 		resp, err = applyJSON(payload, func(r *RegisterNodeRequest) (any, error) { return applyRegisterNode(db, index, r) })
 	case MsgReserve:
-		if h.binary {
-			var r *ReserveRequest
-			if r, err = decodeReserve(payload); err == nil {
-				resp, err = applyReserve(db, index, r)
-			}
-			break
-		}
-		resp, err = applyJSON(payload, func(r *ReserveRequest) (any, error) { return applyReserve(db, index, r) })
+		resp, err = applyEncoded(h, payload, decodeReserve, func(r *ReserveRequest) (any, error) { return applyReserve(db, index, r) })
 	case MsgAttemptStart:
-		resp, err = applyJSON(payload, func(r *AttemptStartRequest) (any, error) { return applyAttemptStart(db, index, r) })
+		resp, err = applyEncoded(h, payload, decodeAttemptStart, func(r *AttemptStartRequest) (any, error) { return applyAttemptStart(db, index, r) })
 	case MsgAttemptEnd:
-		resp, err = applyJSON(payload, func(r *AttemptEndRequest) (any, error) { return applyAttemptEnd(db, index, r) })
+		resp, err = applyEncoded(h, payload, decodeAttemptEnd, func(r *AttemptEndRequest) (any, error) { return applyAttemptEnd(db, index, r) })
 	case MsgNodeDrain:
 		resp, err = applyJSON(payload, func(r *NodeDrainRequest) (any, error) { return applyNodeDrain(db, index, r) })
 	case MsgNodeEligible:
@@ -209,6 +202,19 @@ func applyJSON[R any](payload []byte, fn func(*R) (any, error)) (any, error) {
 		return nil, fmt.Errorf("%w: %v", ErrMalformedCommand, err)
 	}
 	return fn(&req)
+}
+
+// applyEncoded decodes a payload in its binary form or JSON, as its
+// header says, and runs fn on it.
+func applyEncoded[R any](h header, payload []byte, decode func([]byte) (*R, error), fn func(*R) (any, error)) (any, error) {
+	if !h.binary {
+		return applyJSON(payload, fn)
+	}
+	r, err := decode(payload)
+	if err != nil {
+		return nil, err
+	}
+	return fn(r)
 }
 
 func applyUpsertServer(db *store, index uint64, r *UpsertServerRequest) (any, error) {

@@ -12,7 +12,8 @@ import (
 
 // binaryVersion is the payload version of commands encoded in herd's
 // compact binary form instead of JSON. The commands every task goes
-// through use it (submission, reservation, attempt start and end): the
+// through use it (submission, explanation of a wait, reservation, attempt
+// start and end): the
 // leader writes hundreds of them per entry, decoding their JSON was a
 // sixth of every replica's CPU at full placement rate, and a submission
 // takes about a third of its JSON's bytes in the log. A replica that
@@ -135,10 +136,30 @@ func decodeAttemptEnd(payload []byte) (*AttemptEndRequest, error) {
 	return r, nil
 }
 
+// EncodeExplain encodes why a pending task waits in the binary form: the
+// leader writes one for every waiting task whose reason changed, so a
+// backlog writes as many of them as submissions.
+func EncodeExplain(r ExplainRequest) []byte {
+	buf := make([]byte, 0, 2+4*binary.MaxVarintLen64+1+len(r.TaskID)+len(r.Summary))
+	buf = append(buf, byte(MsgExplain), binaryVersion)
+	buf = appendString(buf, r.TaskID)
+	buf = appendString(buf, r.Summary)
+	return appendTime(buf, r.Now)
+}
+
+func decodeExplain(payload []byte) (*ExplainRequest, error) {
+	d := decoder{buf: payload}
+	r := &ExplainRequest{TaskID: d.string(), Summary: d.string(), Now: d.time()}
+	if err := d.finish(); err != nil {
+		return nil, fmt.Errorf("%w: explain: %v", ErrMalformedCommand, err)
+	}
+	return r, nil
+}
+
 // hasBinaryForm tells the message types with a binary payload form.
 func hasBinaryForm(t MessageType) bool {
 	switch t {
-	case MsgSubmitTask, MsgReserve, MsgAttemptStart, MsgAttemptEnd:
+	case MsgSubmitTask, MsgReserve, MsgAttemptStart, MsgAttemptEnd, MsgExplain:
 		return true
 	}
 	return false

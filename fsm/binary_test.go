@@ -89,7 +89,7 @@ func TestBinaryFormsCoverEveryField(t *testing.T) {
 	for _, c := range []struct {
 		typ    any
 		fields int
-	}{{SubmitTaskRequest{}, 3}, {TaskSpec{}, 13}, {scheduler.Resources{}, 4}, {ReserveRequest{}, 8}, {AttemptStartRequest{}, 3}, {AttemptEndRequest{}, 8}} {
+	}{{SubmitTaskRequest{}, 3}, {TaskSpec{}, 13}, {scheduler.Resources{}, 4}, {ReserveRequest{}, 8}, {AttemptStartRequest{}, 3}, {AttemptEndRequest{}, 8}, {ExplainRequest{}, 3}} {
 		if n := reflect.TypeOf(c.typ).NumField(); n != c.fields {
 			t.Errorf("%T has %d fields, its binary form %d: update binary.go, then this test", c.typ, n, c.fields)
 		}
@@ -116,10 +116,16 @@ func TestSubmitBinaryRoundTrip(t *testing.T) {
 	})
 }
 
-// TestAttemptReportsBinaryRoundTrip: the same for attempt starts and ends.
-func TestAttemptReportsBinaryRoundTrip(t *testing.T) {
+// TestTaskCommandsBinaryRoundTrip: the same for explanations, attempt
+// starts and ends.
+func TestTaskCommandsBinaryRoundTrip(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
-		if rapid.Bool().Draw(rt, "start") {
+		switch rapid.IntRange(0, 2).Draw(rt, "kind") {
+		case 0:
+			r := ExplainRequest{TaskID: rapid.String().Draw(rt, "task"), Summary: rapid.String().Draw(rt, "summary"), Now: drawTime(rt, "now")}
+			checkBinary(rt, EncodeExplain(r), MsgExplain, decodeExplain, r)
+			return
+		case 1:
 			r := AttemptStartRequest{AttemptID: rapid.String().Draw(rt, "id"), LeaseVersion: rapid.Uint64().Draw(rt, "lease"), Now: drawTime(rt, "now")}
 			checkBinary(rt, EncodeAttemptStart(r), MsgAttemptStart, decodeAttemptStart, r)
 			return
@@ -155,7 +161,7 @@ func TestBinaryMapsHaveOneEncoding(t *testing.T) {
 }
 
 // TestBinaryAndJSONCommandsApplyAlike: a task's whole life (submission,
-// reservation, start, end) in either encoding leaves replicas in the same
+// explanation, reservation, start, end) in either encoding leaves replicas in the same
 // state, so entries older versions wrote in JSON replay as they did.
 func TestBinaryAndJSONCommandsApplyAlike(t *testing.T) {
 	now := epoch.Add(1234567891 * time.Nanosecond)
@@ -182,10 +188,14 @@ func TestBinaryAndJSONCommandsApplyAlike(t *testing.T) {
 		spec.RequiredLabels, spec.Resources = map[string]string{}, scheduler.Resources{CPUMillis: 100, MemoryMB: 64}
 		res := h.applyBatch(
 			encode(MsgSubmitTask, SubmitTaskRequest{ID: "t1", SubmittedAt: now, Spec: spec}),
+			encode(MsgExplain, ExplainRequest{TaskID: "t1", Summary: "no node has 100 CPU millis free", Now: now}),
 			encode(MsgReserve, ReserveRequest{TaskID: "t1", AttemptID: "a1", Number: 1, NodeID: "n1", SessionGeneration: n.SessionGeneration, Score: 7, Now: now, HeartbeatTTL: time.Minute}))
-		r, ok := res[1].(*ReserveResult)
+		if err, isErr := res[1].(error); isErr {
+			t.Fatalf("%s explanation: %v", name, err)
+		}
+		r, ok := res[2].(*ReserveResult)
 		if !ok {
-			t.Fatalf("%s reservation: %v", name, res[1])
+			t.Fatalf("%s reservation: %v", name, res[2])
 		}
 		lease := r.Attempt.LeaseVersion
 		res = h.applyBatch(

@@ -62,8 +62,9 @@ var ErrUnknownCommand = errors.New("unknown command type")
 var ErrMalformedCommand = errors.New("malformed command")
 
 // Encode builds one command: type byte, version byte, payload. The
-// commands every task goes through (submission, reservation, attempt start
-// and end) get their binary form (see binaryVersion); the others JSON.
+// commands every task goes through (submission, explanation, reservation,
+// attempt start and end) get their binary form (see binaryVersion); the
+// others JSON.
 func Encode(t MessageType, payload any) ([]byte, error) {
 	switch p := payload.(type) {
 	case SubmitTaskRequest:
@@ -81,6 +82,10 @@ func Encode(t MessageType, payload any) ([]byte, error) {
 	case AttemptEndRequest:
 		if t == MsgAttemptEnd {
 			return EncodeAttemptEnd(p), nil
+		}
+	case ExplainRequest:
+		if t == MsgExplain {
+			return EncodeExplain(p), nil
 		}
 	}
 	return EncodeJSON(t, payload)

@@ -172,7 +172,7 @@ func (f *FSM) applyOne(db *store, index uint64, h header, payload []byte) any {
 	case MsgHeartbeat:
 		resp, err = applyJSON(payload, func(r *HeartbeatRequest) (any, error) { return applyHeartbeat(db, index, r) })
 	case MsgExplain:
-		resp, err = applyJSON(payload, func(r *ExplainRequest) (any, error) { return applyExplain(db, index, r) })
+		resp, err = applyEncoded(h, payload, decodeExplain, func(r *ExplainRequest) (any, error) { return applyExplain(db, index, r) })
 	case MsgCancelTask:
 		resp, err = applyJSON(payload, func(r *CancelTaskRequest) (any, error) { return applyCancelTask(db, index, r) })
 	case MsgNodeDown:

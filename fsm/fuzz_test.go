@@ -39,6 +39,7 @@ func seedCommands(f *testing.F) {
 		{MsgSubmitTask, SubmitTaskRequest{ID: "t1", SubmittedAt: now, Spec: testSpec("k")}},
 		{MsgReserve, ReserveRequest{TaskID: "t1", AttemptID: "a1", Number: 1, NodeID: "n1", SessionGeneration: 1, Now: now, HeartbeatTTL: time.Minute}},
 		{MsgAttemptStart, AttemptStartRequest{AttemptID: "a1", LeaseVersion: 3, Now: now}},
+		{MsgExplain, ExplainRequest{TaskID: "t1", Summary: "waiting", Now: now}},
 		{MsgAttemptEnd, AttemptEndRequest{AttemptID: "a1", LeaseVersion: 3, State: AttemptFailed, Now: now}},
 	} {
 		b, err := EncodeJSON(c.t, c.v)

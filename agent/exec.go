@@ -45,15 +45,18 @@ func (a *Agent) runProcess(ctx context.Context, as api.Assignment) outcome {
 	defer func() { a.workDirs.give(workDir, att.ID, contained) }()
 	// One file per attempt, straight under logs/ (its first line names
 	// the task): a directory per task cost another metadata operation
-	// per attempt, as much as a slow disk's whole mkdir.
-	logFile, err := openRotating(filepath.Join(a.cfg.DataDir, "logs", att.ID+".log"), a.cfg.LogMaxBytes, a.cfg.LogMaxFiles)
-	if err != nil {
-		return outcome{state: "FAILED", exitCode: -1, err: err.Error()}
-	}
-	defer logFile.Close()
+	// per attempt, as much as a slow disk's whole mkdir. The file is made
+	// on the attempt's first output (see attemptLog).
+	logFile := newAttemptLog(filepath.Join(a.cfg.DataDir, "logs", att.ID+".log"), a.cfg.LogMaxBytes, a.cfg.LogMaxFiles,
+		fmt.Sprintf("--- herd: task %s attempt %d (%s) on %s, limits %s, started %s\n",
+			att.TaskID, att.Number, att.ID, a.cfg.ID, a.limiter.Name(), time.Now().UTC().Format(time.RFC3339)))
+	defer func() {
+		if err := logFile.Err(); err != nil {
+			a.logger.Warn("attempt output not logged to disk (its tail still goes with the result)", "attempt", att.ID, "error", err)
+		}
+		logFile.Close()
+	}()
 	tail := &tailBuffer{max: api.MaxOutputTail}
-	fmt.Fprintf(logFile, "--- herd: task %s attempt %d (%s) on %s, limits %s, started %s\n",
-		att.TaskID, att.Number, att.ID, a.cfg.ID, a.limiter.Name(), time.Now().UTC().Format(time.RFC3339))
 
 	if len(spec.Command) == 0 {
 		return outcome{state: "FAILED", exitCode: -1, err: "empty command"}
@@ -83,14 +86,14 @@ func (a *Agent) runProcess(ctx context.Context, as api.Assignment) outcome {
 	if err != nil {
 		r.Close()
 		msg := fmt.Sprintf("start %q: %v", spec.Command[0], err)
-		fmt.Fprintln(logFile, "--- herd:", msg)
+		logFile.Note("--- herd: "+msg+"\n", true)
 		return outcome{state: "FAILED", exitCode: 127, err: msg}
 	}
 	contained = false
 	pid := cmd.Process.Pid
 	if err := limits.Started(pid); err != nil {
 		a.logger.Warn("limits not applied", "attempt", att.ID, "method", a.limiter.Name(), "error", err)
-		fmt.Fprintln(logFile, "--- herd: limits not applied:", err)
+		logFile.Note(fmt.Sprintf("--- herd: limits not applied: %v\n", err), true)
 	}
 	copied := make(chan struct{})
 	go func() {
@@ -151,7 +154,7 @@ func (a *Agent) runProcess(ctx context.Context, as api.Assignment) outcome {
 	default:
 		out.state = "FAILED"
 	}
-	fmt.Fprintf(logFile, "--- herd: %s, exit code %d %s\n", out.state, out.exitCode, out.err)
+	logFile.Note(fmt.Sprintf("--- herd: %s, exit code %d %s\n", out.state, out.exitCode, out.err), out.state != "SUCCEEDED")
 	return out
 }
 

@@ -1,8 +1,10 @@
 package agent
 
 import (
+	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -81,5 +83,80 @@ func TestOpenRotatingMakesItsDirectory(t *testing.T) {
 	}
 	if b, err := os.ReadFile(path); err != nil || string(b) != "hello\n" {
 		t.Fatalf("log holds %q (%v)", b, err)
+	}
+}
+
+// An attempt's log is made on its first output: a silent attempt that
+// succeeds leaves no file; one that prints gets herd's header, its output
+// and herd's closing line; a silent one that fails still gets a file
+// saying how it ended, as does one that could not start.
+func TestAttemptLogIsMadeOnFirstOutput(t *testing.T) {
+	a := agentForTest(t, "none", func() (limiter, error) { return noLimits{}, nil })
+	run := func(id string, command ...string) outcome {
+		t.Helper()
+		return a.runProcess(context.Background(), api.Assignment{
+			Attempt: api.Attempt{ID: id, TaskID: "task-" + id, Number: 1},
+			Spec:    api.TaskSpec{Command: command},
+		})
+	}
+	logOf := func(id string) (string, bool) {
+		b, err := os.ReadFile(filepath.Join(a.cfg.DataDir, "logs", id+".log"))
+		if os.IsNotExist(err) {
+			return "", false
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b), true
+	}
+	if out := run("silent", "true"); out.state != "SUCCEEDED" {
+		t.Fatalf("silent: %+v", out)
+	}
+	if text, ok := logOf("silent"); ok {
+		t.Errorf("a silent successful attempt left a log: %q", text)
+	}
+	if out := run("loud", "sh", "-c", "echo out; echo err >&2"); out.state != "SUCCEEDED" || out.tail != "out\nerr\n" {
+		t.Fatalf("loud: %+v", out)
+	}
+	text, ok := logOf("loud")
+	if !ok || !strings.HasPrefix(text, "--- herd: task task-loud attempt 1 (loud) on test") ||
+		!strings.Contains(text, "\nout\nerr\n--- herd: SUCCEEDED, exit code 0") {
+		t.Errorf("loud attempt's log: %q (exists %v)", text, ok)
+	}
+	if out := run("failed", "sh", "-c", "exit 3"); out.state != "FAILED" || out.exitCode != 3 {
+		t.Fatalf("failed: %+v", out)
+	}
+	if text, ok := logOf("failed"); !ok || !strings.HasPrefix(text, "--- herd: task task-failed") || !strings.Contains(text, "--- herd: FAILED, exit code 3") {
+		t.Errorf("failed attempt's log: %q (exists %v)", text, ok)
+	}
+	if out := run("missing", "/nonexistent/herd-test-command"); out.state != "FAILED" {
+		t.Fatalf("missing: %+v", out)
+	}
+	if text, ok := logOf("missing"); !ok || !strings.Contains(text, "--- herd: start \"/nonexistent/herd-test-command\"") {
+		t.Errorf("unstartable attempt's log: %q (exists %v)", text, ok)
+	}
+}
+
+// A log that cannot be made does not stall the attempt: its output still
+// drains (into the tail) and the attempt ends as its process did.
+func TestAttemptRunsWhenItsLogCannotBeMade(t *testing.T) {
+	a := agentForTest(t, "none", func() (limiter, error) { return noLimits{}, nil })
+	// A file where the logs directory should be.
+	logs := filepath.Join(a.cfg.DataDir, "logs")
+	if err := os.RemoveAll(logs); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(logs, nil, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	// More than a pipe holds, so a stalled copy would hold the run
+	// until its timeout.
+	timeout := int64(20)
+	out := a.runProcess(context.Background(), api.Assignment{
+		Attempt: api.Attempt{ID: "a1", TaskID: "t1", Number: 1},
+		Spec:    api.TaskSpec{Command: []string{"sh", "-c", "head -c 300000 /dev/zero | tr '\\0' x; echo; echo done"}, TimeoutSeconds: &timeout},
+	})
+	if out.state != "SUCCEEDED" || !strings.HasSuffix(out.tail, "x\ndone\n") {
+		t.Fatalf("attempt with no log: state %s, tail ends %q", out.state, out.tail[max(0, len(out.tail)-20):])
 	}
 }

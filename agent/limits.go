@@ -254,9 +254,11 @@ type cgroupV1 struct {
 	close bool
 
 	// home caches the cgroups the agent's threads sit in, where a
-	// launching thread returns after the fork.
-	homeMu sync.Mutex
-	home   map[string]string
+	// launching thread returns after the fork, and homeTasks their tasks
+	// files, held open (see v1Group.tasks).
+	homeMu    sync.Mutex
+	home      map[string]string
+	homeTasks map[string]*os.File
 }
 
 // v1Group is one pooled pair of cgroups. Besides its paths it remembers
@@ -264,7 +266,12 @@ type cgroupV1 struct {
 // rereads only what it must; only the attempt holding the group uses it.
 type v1Group struct {
 	mem, cpu string
-	limits   v1Limits // as last written; zero: unknown
+	// tasks holds the groups' tasks files open, by controller, from the
+	// first launch on: a launch writes four of them (into both groups and
+	// back out), and opening and closing each was more than half of what
+	// writing it cost.
+	tasks  map[string]*os.File
+	limits v1Limits // as last written; zero: unknown
 	// oomKills is the group's OOM-kill count read after the last attempt,
 	// trusted (oomKnown) only if nothing of that attempt was left in it.
 	oomKills int64
@@ -437,8 +444,41 @@ func (c *cgroupV1) give(g *v1Group, empty bool) {
 }
 
 func (c *cgroupV1) discard(g *v1Group) {
+	closeAll(g.tasks)
+	g.tasks = nil
 	_ = os.Remove(g.mem)
 	_ = os.Remove(g.cpu)
+}
+
+func closeAll(files map[string]*os.File) {
+	for _, f := range files {
+		f.Close()
+	}
+}
+
+// tasksFiles returns the tasks file of each directory in dirs, by
+// controller: those in open, and the others opened. A map handed out is
+// never changed (a new one is made to add to it), so callers may read it
+// without a lock.
+func tasksFiles(open map[string]*os.File, dirs map[string]string) (map[string]*os.File, error) {
+	if len(open) == len(dirs) {
+		return open, nil
+	}
+	out := make(map[string]*os.File, len(dirs))
+	for ctl, f := range open {
+		out[ctl] = f
+	}
+	for ctl, dir := range dirs {
+		if out[ctl] != nil {
+			continue
+		}
+		f, err := os.OpenFile(filepath.Join(dir, "tasks"), os.O_WRONLY, 0)
+		if err != nil {
+			return out, fmt.Errorf("open %s tasks: %w", ctl, err)
+		}
+		out[ctl] = f
+	}
+	return out, nil
 }
 
 // drain removes the idle groups; the agent calls it when it stops.
@@ -450,6 +490,10 @@ func (c *cgroupV1) drain() {
 	for _, g := range idle {
 		c.discard(g)
 	}
+	c.homeMu.Lock()
+	closeAll(c.homeTasks)
+	c.homeTasks = nil
+	c.homeMu.Unlock()
 }
 
 type cgroupV1Handle struct {
@@ -473,8 +517,11 @@ func (h *cgroupV1Handle) Launch(cmd *exec.Cmd) error {
 	done := make(chan result, 1)
 	go func() {
 		runtime.LockOSThread()
-		tid := strconv.Itoa(unix.Gettid())
-		orig, err := h.pool.homeCgroups()
+		tid := []byte(strconv.Itoa(unix.Gettid()))
+		home, err := h.pool.homeTasksFiles()
+		if err == nil {
+			h.tasks, err = tasksFiles(h.tasks, map[string]string{"memory": h.mem, "cpu": h.cpu})
+		}
 		if err != nil {
 			runtime.UnlockOSThread()
 			done <- result{moveErr: err}
@@ -484,21 +531,21 @@ func (h *cgroupV1Handle) Launch(cmd *exec.Cmd) error {
 		back := func() bool {
 			ok := true
 			for _, ctl := range moved {
-				if err := os.WriteFile(filepath.Join(orig[ctl], "tasks"), []byte(tid), 0); err != nil {
+				if _, err := home[ctl].Write(tid); err != nil {
 					ok = false
 				}
 			}
 			return ok
 		}
-		for ctl, dir := range map[string]string{"memory": h.mem, "cpu": h.cpu} {
-			if _, ok := orig[ctl]; !ok {
+		for _, ctl := range []string{"memory", "cpu"} {
+			if home[ctl] == nil {
 				continue
 			}
-			if err := os.WriteFile(filepath.Join(dir, "tasks"), []byte(tid), 0); err != nil {
+			if _, err := h.tasks[ctl].Write(tid); err != nil {
 				if back() {
 					runtime.UnlockOSThread()
 				}
-				done <- result{moveErr: fmt.Errorf("enter %s: %w", dir, err)}
+				done <- result{moveErr: fmt.Errorf("enter %s cgroup of %s: %w", ctl, h.mem, err)}
 				return
 			}
 			moved = append(moved, ctl)
@@ -519,11 +566,12 @@ func (h *cgroupV1Handle) Launch(cmd *exec.Cmd) error {
 	return r.err
 }
 
-// homeCgroups returns the agent's own v1 cgroups, read once: every thread
-// of the agent sits in them (a launching thread that cannot return is
-// retired with its goroutine, never reused), and reading them for every
-// launch was a sixth of the launch's work.
-func (c *cgroupV1) homeCgroups() (map[string]string, error) {
+// homeTasksFiles returns the tasks files of the agent's own v1 cgroups,
+// by controller (one the agent is in no cgroup of is missing), found and
+// opened once: every thread of the agent sits in them (a launching thread
+// that cannot return is retired with its goroutine, never reused), and
+// reading them for every launch was a sixth of the launch's work.
+func (c *cgroupV1) homeTasksFiles() (map[string]*os.File, error) {
 	c.homeMu.Lock()
 	defer c.homeMu.Unlock()
 	if c.home == nil {
@@ -533,7 +581,9 @@ func (c *cgroupV1) homeCgroups() (map[string]string, error) {
 		}
 		c.home = home
 	}
-	return c.home, nil
+	var err error
+	c.homeTasks, err = tasksFiles(c.homeTasks, c.home)
+	return c.homeTasks, err
 }
 
 // threadCgroupsV1 maps v1 controllers (memory, cpu) to the absolute

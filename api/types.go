@@ -463,10 +463,12 @@ type HeartbeatResponse struct {
 	SessionGeneration uint64 `json:"session_generation"`
 }
 
-// Assignment is one live attempt for a node, with what it needs to run.
+// Assignment is one live attempt for a node, with what it needs to run:
+// Spec is set for an attempt still to start (RESERVED) and left out for a
+// running one, whose agent has it.
 type Assignment struct {
 	Attempt Attempt  `json:"attempt"`
-	Spec    TaskSpec `json:"spec"`
+	Spec    TaskSpec `json:"spec,omitzero"`
 }
 
 // Assignments is a node's live attempts at Index. Attempts that vanish

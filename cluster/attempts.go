@@ -201,11 +201,19 @@ func (s *Server) Assignments(ctx context.Context, nodeID string, q api.Assignmen
 		out := api.Assignments{NodeID: node.ID, SessionGeneration: node.SessionGeneration, Liveness: string(node.Liveness), Index: max(1, node.ModifyIndex), Attempts: make([]api.Assignment, 0, len(attempts))}
 		for _, a := range attempts {
 			out.Index = max(out.Index, a.ModifyIndex)
-			t, err := st.Task(a.TaskID)
-			if err != nil {
-				continue
+			x := api.Assignment{Attempt: toAPIAttempt(a)}
+			// Only an attempt still to start needs its spec: the agent
+			// running one has it. With every slot busy, the running
+			// attempts' specs were most of each answer's encoding here
+			// and decoding at the agent.
+			if a.State == fsm.AttemptReserved {
+				t, err := st.Task(a.TaskID)
+				if err != nil {
+					continue
+				}
+				x.Spec = toAPISpec(t.Spec)
 			}
-			out.Attempts = append(out.Attempts, api.Assignment{Attempt: toAPIAttempt(a), Spec: toAPISpec(t.Spec)})
+			out.Attempts = append(out.Attempts, x)
 		}
 		remaining := time.Until(deadline)
 		if out.Index > q.Index && (q.Known == "" || out.Digest() != q.Known) || remaining <= 0 {

@@ -46,6 +46,16 @@ func TestAssignmentWatchSkipsTheNodesOwnReports(t *testing.T) {
 		if len(as.Attempts) != 2 {
 			t.Fatalf("the watch answered the node's own start instead of the new reservation: %+v", as.Attempts)
 		}
+		// A reserved attempt comes with its spec; a running one without
+		// (its agent has it).
+		for _, x := range as.Attempts {
+			switch {
+			case x.Attempt.State == "RESERVED" && len(x.Spec.Command) == 0:
+				t.Errorf("reserved attempt %s came without its spec", x.Attempt.ID)
+			case x.Attempt.State == "RUNNING" && len(x.Spec.Command) != 0:
+				t.Errorf("running attempt %s came with its spec again: %+v", x.Attempt.ID, x.Spec)
+			}
+		}
 	case <-ctx.Done():
 		t.Fatal("the watch never answered the new reservation")
 	}

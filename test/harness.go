@@ -391,19 +391,54 @@ func (c *Cluster) Follower() int {
 	return -1
 }
 
-// WaitApplied waits until every running replica has applied index.
+// WaitApplied waits until every running replica has applied index. It
+// gives up when no lagging replica has applied anything for 30 s (or
+// after 3 minutes in all): a replica replaying a backlog under the race
+// detector, with invariants checked and the state hashed after every
+// entry, can take longer than 30 s and still be moving.
 func (c *Cluster) WaitApplied(index uint64) {
 	c.t.Helper()
-	if !Eventually(30*time.Second, func() bool {
+	const stall, limit = 30 * time.Second, 3 * time.Minute
+	start, lastMove := time.Now(), time.Now()
+	var lastSum uint64
+	for {
+		done, sum := true, uint64(0)
 		for _, r := range c.Replicas {
-			if r.Server != nil && r.Server.FSM().Index() < index {
-				return false
+			if srv := c.serverOf(r); srv != nil {
+				applied := srv.FSM().Index()
+				sum += applied
+				if applied < index {
+					done = false
+				}
 			}
 		}
-		return true
-	}) {
-		c.t.Fatalf("replicas did not apply index %d in time", index)
+		if done {
+			return
+		}
+		if sum != lastSum {
+			lastSum, lastMove = sum, time.Now()
+		}
+		if time.Since(lastMove) > stall || time.Since(start) > limit {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
+	var lag []string
+	for _, r := range c.Replicas {
+		if srv := c.serverOf(r); srv != nil {
+			st := srv.RaftStats()
+			lag = append(lag, fmt.Sprintf("%s: applied %d, raft %s, last log %s, commit %s, last contact %s",
+				r.Cfg.ID, srv.FSM().Index(), st["state"], st["last_log_index"], st["commit_index"], st["last_contact"]))
+		}
+	}
+	c.t.Fatalf("replicas did not apply index %d in time (waited %s):\n%s", index, time.Since(start).Round(time.Second), strings.Join(lag, "\n"))
+}
+
+// serverOf is r's running server or nil, read under the cluster's lock.
+func (c *Cluster) serverOf(r *Replica) *cluster.Server {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return r.Server
 }
 
 // Eventually polls cond every 10ms until it holds or timeout passes.

@@ -59,6 +59,7 @@ func (a *Agent) runProcess(ctx context.Context, as api.Assignment) outcome {
 	tail := &tailBuffer{max: api.MaxOutputTail}
 
 	if len(spec.Command) == 0 {
+		logFile.Note("--- herd: empty command\n", true)
 		return outcome{state: "FAILED", exitCode: -1, err: "empty command"}
 	}
 	cmd := a.paths.command(spec.Command[0], spec.Command[1:]...)

@@ -518,9 +518,10 @@ func (h *cgroupV1Handle) Launch(cmd *exec.Cmd) error {
 	go func() {
 		runtime.LockOSThread()
 		tid := []byte(strconv.Itoa(unix.Gettid()))
+		dirs := map[string]string{"memory": h.mem, "cpu": h.cpu}
 		home, err := h.pool.homeTasksFiles()
 		if err == nil {
-			h.tasks, err = tasksFiles(h.tasks, map[string]string{"memory": h.mem, "cpu": h.cpu})
+			h.tasks, err = tasksFiles(h.tasks, dirs)
 		}
 		if err != nil {
 			runtime.UnlockOSThread()
@@ -545,7 +546,7 @@ func (h *cgroupV1Handle) Launch(cmd *exec.Cmd) error {
 				if back() {
 					runtime.UnlockOSThread()
 				}
-				done <- result{moveErr: fmt.Errorf("enter %s cgroup of %s: %w", ctl, h.mem, err)}
+				done <- result{moveErr: fmt.Errorf("enter %s: %w", dirs[ctl], err)}
 				return
 			}
 			moved = append(moved, ctl)

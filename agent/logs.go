@@ -87,7 +87,7 @@ func (r *rotatingFile) rotate() error {
 func (r *rotatingFile) Close() error { return r.f.Close() }
 
 // attemptLog is an attempt's log file, created on the first line written
-// to it: an attempt that prints nothing and ends normally leaves no file
+// to it: an attempt that prints nothing and succeeds leaves no file
 // (creating one cost 0.3-0.9 ms of kernel time per attempt on an ext4
 // disk, the largest single item of a busy agent's CPU); its start and end
 // are in the task's timeline. The file starts with the header herd wrote

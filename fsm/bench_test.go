@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime"
+	"strconv"
 	"testing"
 	"time"
 
@@ -33,19 +34,10 @@ func BenchmarkReserveApply(b *testing.B) {
 	})
 }
 
-// benchID makes an id as the cluster's leader does: 48 bits of
-// milliseconds, then 80 random bits, in 26 base32 characters.
+// benchID makes an id shaped like the leader's: 26 characters, the first
+// ten the time in milliseconds, the rest random.
 func benchID(t time.Time, rng *rand.Rand) string {
-	const crockford = "0123456789abcdefghjkmnpqrstvwxyz"
-	hi := uint64(t.UnixMilli())<<16 | rng.Uint64()&0xffff
-	lo := rng.Uint64()
-	out := make([]byte, 26)
-	for i := 25; i >= 0; i-- {
-		out[i] = crockford[lo&31]
-		lo = lo>>5 | hi<<59
-		hi >>= 5
-	}
-	return string(out)
+	return fmt.Sprintf("%010s%016x", strconv.FormatInt(t.UnixMilli(), 32), rng.Uint64())
 }
 
 func benchReserveApply(b *testing.B, replicas int, id func(kind string, i int) string) {

@@ -19,27 +19,9 @@ func TestReserveBinaryRoundTrip(t *testing.T) {
 			TaskID: rapid.String().Draw(rt, "task"), AttemptID: rapid.String().Draw(rt, "attempt"),
 			Number: rapid.Int().Draw(rt, "number"), NodeID: rapid.String().Draw(rt, "node"),
 			SessionGeneration: rapid.Uint64().Draw(rt, "session"), Score: rapid.Int64().Draw(rt, "score"),
-			HeartbeatTTL: time.Duration(rapid.Int64().Draw(rt, "ttl")),
+			Now: drawTime(rt, "now"), HeartbeatTTL: time.Duration(rapid.Int64().Draw(rt, "ttl")),
 		}
-		if rapid.Bool().Draw(rt, "has-time") {
-			r.Now = time.Unix(rapid.Int64Range(-1<<40, 1<<40).Draw(rt, "sec"), rapid.Int64Range(0, 999_999_999).Draw(rt, "nsec")).UTC()
-		}
-		enc := EncodeReserve(r)
-		h, payload, err := decodeHeader(enc)
-		if err != nil || h.typ != MsgReserve || !h.binary {
-			rt.Fatalf("header %+v, %v", h, err)
-		}
-		got, err := decodeReserve(payload)
-		if err != nil {
-			rt.Fatalf("decode: %v", err)
-		}
-		if !reflect.DeepEqual(*got, r) {
-			rt.Fatalf("round trip: got %+v, want %+v", *got, r)
-		}
-		cut := rapid.IntRange(0, len(payload)-1).Draw(rt, "cut")
-		if _, err := decodeReserve(payload[:cut]); err == nil {
-			rt.Fatalf("a %d-byte prefix of a %d-byte reservation decoded", cut, len(payload))
-		}
+		checkBinary(rt, EncodeReserve(r), MsgReserve, decodeReserve, r)
 	})
 }
 

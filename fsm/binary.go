@@ -13,10 +13,10 @@ import (
 // binaryVersion is the payload version of commands encoded in herd's
 // compact binary form instead of JSON. The commands every task goes
 // through use it (submission, explanation of a wait, reservation, attempt
-// start and end): the
-// leader writes hundreds of them per entry, decoding their JSON was a
-// sixth of every replica's CPU at full placement rate, and a submission
-// takes about a third of its JSON's bytes in the log. A replica that
+// start and end): the leader writes hundreds of them per entry, decoding
+// reservations' JSON was a sixth of every replica's CPU at full placement
+// rate, and a submission takes about a third of its JSON's bytes in the
+// log. A replica that
 // predates a binary form refuses such entries (the version byte), so a
 // cluster must run one herd version before its leader writes them.
 const binaryVersion = 2
@@ -56,9 +56,7 @@ func decodeReserve(payload []byte) (*ReserveRequest, error) {
 // and its entries in key order, so a spec always encodes the same.
 func EncodeSubmitTask(r SubmitTaskRequest) []byte {
 	s := &r.Spec
-	size := 2 + 16*binary.MaxVarintLen64 + len(r.ID) + len(s.Name) + len(s.IdempotencyKey) + len(s.Capability) +
-		len(s.CapabilityVersion) + len(s.Submitter) + stringsSize(s.Command) + mapSize(s.Env) + mapSize(s.RequiredLabels) + mapSize(s.PreferredLabels)
-	buf := make([]byte, 0, size)
+	buf := make([]byte, 0, 256) // a typical spec's size; append grows it for larger ones
 	buf = append(buf, byte(MsgSubmitTask), binaryVersion)
 	buf = appendString(buf, r.ID)
 	buf = appendTime(buf, r.SubmittedAt)
@@ -163,22 +161,6 @@ func hasBinaryForm(t MessageType) bool {
 		return true
 	}
 	return false
-}
-
-func stringsSize(ss []string) int {
-	n := 0
-	for _, s := range ss {
-		n += binary.MaxVarintLen64 + len(s)
-	}
-	return n
-}
-
-func mapSize(m map[string]string) int {
-	n := 0
-	for k, v := range m {
-		n += 2*binary.MaxVarintLen64 + len(k) + len(v)
-	}
-	return n
 }
 
 func appendStrings(buf []byte, ss []string) []byte {

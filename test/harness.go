@@ -400,23 +400,22 @@ func (c *Cluster) WaitApplied(index uint64) {
 	c.t.Helper()
 	const stall, limit = 30 * time.Second, 3 * time.Minute
 	start, lastMove := time.Now(), time.Now()
-	var lastSum uint64
+	var lastProgress uint64
 	for {
-		done, sum := true, uint64(0)
+		// progress moves only when a lagging replica applies an entry.
+		done, progress := true, uint64(0)
 		for _, r := range c.Replicas {
 			if srv := c.serverOf(r); srv != nil {
-				applied := srv.FSM().Index()
-				sum += applied
-				if applied < index {
-					done = false
-				}
+				applied := min(srv.FSM().Index(), index)
+				progress += applied
+				done = done && applied == index
 			}
 		}
 		if done {
 			return
 		}
-		if sum != lastSum {
-			lastSum, lastMove = sum, time.Now()
+		if progress != lastProgress {
+			lastProgress, lastMove = progress, time.Now()
 		}
 		if time.Since(lastMove) > stall || time.Since(start) > limit {
 			break

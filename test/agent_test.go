@@ -28,6 +28,18 @@ func shSpec(name, script string) api.TaskSpec {
 	return api.TaskSpec{Name: name, IdempotencyKey: name, Command: []string{"sh", "-c", script}}
 }
 
+// waitAgentStarted waits until h's agent has heard that n of its starts
+// were recorded, and so runs their processes. RUNNING is committed before
+// the agent hears so: a test that cuts the agent off in between loses the
+// answer, the agent's retry after the heal is refused (the attempt is LOST
+// by then) and it never runs the process at all.
+func waitAgentStarted(t *testing.T, h *AgentHandle, n uint64) {
+	t.Helper()
+	if !Eventually(10*time.Second, func() bool { started, _, _ := h.Agent.Stats(); return started >= n }) {
+		t.Fatalf("the agent never heard that %d of its starts were recorded", n)
+	}
+}
+
 func ptrTo[T any](v T) *T { return &v }
 
 func submit(t *testing.T, cl *api.Client, s api.TaskSpec) string {
@@ -160,6 +172,7 @@ func TestZombieResultIsRejected(t *testing.T) {
 	if first.NodeID != "edge-z" {
 		t.Fatalf("first attempt should run on edge-z, got %s", first.NodeID)
 	}
+	waitAgentStarted(t, zombie, 1)
 	zombie.Transport.Cut()
 	leader := c.Replicas[c.WaitForLeader()].Server
 	if _, err := leader.DeclareNodeDown(Ctx(t, 10*time.Second), "edge-z", "test: partitioned"); err != nil {

@@ -183,6 +183,7 @@ func TestPausedAgentRejoinsWithNewSession(t *testing.T) {
 	if first.NodeID != "paused" {
 		t.Fatalf("first attempt on %s", first.NodeID)
 	}
+	waitAgentStarted(t, paused, 1)
 	session := node(t, cl, "paused").SessionGeneration
 	ft.Cut(true)
 	paused.Transport.Cut()

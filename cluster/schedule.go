@@ -343,7 +343,7 @@ func (s *Server) schedulePass(ctx context.Context, ws fsm.WatchSet, ps *passStat
 			if explainN < maxExplainsPerPass && now.Sub(explained[t.ID]) >= cfg.ExplainInterval {
 				explainN++
 				explained[t.ID] = now
-				summary := scheduler.Summarize(nodes, &req)
+				summary := placer.Summarize(&req)
 				if summary != t.LastExplain {
 					if b, err := fsm.Encode(fsm.MsgExplain, fsm.ExplainRequest{TaskID: t.ID, Summary: summary, Now: now}); err == nil {
 						explains = append(explains, b)
@@ -364,8 +364,7 @@ func (s *Server) schedulePass(ctx context.Context, ws fsm.WatchSet, ps *passStat
 		proposals = append(proposals, proposal{taskID: t.ID, nodeID: cand.Node.ID, resources: t.Spec.Resources})
 		decisions++
 		// Book it in the working copy so later tasks of this pass see it.
-		cand.Node.Reserved = cand.Node.Reserved.Add(t.Spec.Resources)
-		cand.Node.RunningAttempts++
+		placer.Book(cand.Node, t.Spec.Resources)
 		free--
 	}
 	s.schedStats.Scanned.Add(uint64(scanned))

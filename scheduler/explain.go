@@ -73,6 +73,7 @@ func Explain(nodes []*Node, req *Request, cfg *Config) Explanation {
 func Summarize(nodes []*Node, req *Request) string {
 	counts := map[string]int{}
 	c := compile(req)
+	c.summaryOnly = true
 	eligible := 0
 	var reasons []Reason
 	for _, n := range nodes {

@@ -126,16 +126,24 @@ func Check(n *Node, req *Request) []Reason {
 // maps flattened to slices (ranging over a map costs more than the rest of
 // a node's checks) and the heartbeat cutoff computed.
 type compiled struct {
-	req       *Request
-	cutoff    time.Time // heartbeats before it are expired (HeartbeatTTL > 0)
-	required  []labelPair
-	preferred []labelPair
+	req *Request
+	// summaryOnly: evaluate leaves Reason.Detail empty (Summarize counts
+	// summaries only; formatting details was most of its time).
+	summaryOnly bool
+	// missingCapability is the capability rule's summary, made once.
+	missingCapability string
+	cutoff            time.Time // heartbeats before it are expired (HeartbeatTTL > 0)
+	required          []labelPair
+	preferred         []labelPair
 }
 
 type labelPair struct{ key, value string }
 
 func compile(req *Request) compiled {
 	c := compiled{req: req, required: pairs(req.RequiredLabels), preferred: pairs(req.PreferredLabels)}
+	if req.Capability != "" {
+		c.missingCapability = "missing capability " + req.Capability + "@" + req.CapabilityVersion
+	}
 	if req.HeartbeatTTL > 0 {
 		c.cutoff = req.Now.Add(-req.HeartbeatTTL)
 	}
@@ -188,27 +196,34 @@ func evaluate(n *Node, c *compiled, out *[]Reason) bool {
 		if out == nil {
 			return false
 		}
-		age := req.Now.Sub(n.LastHeartbeat).Truncate(time.Second)
-		fail(ReasonHeartbeatExpired, "heartbeat expired", fmt.Sprintf("last %s ago, TTL %s", age, req.HeartbeatTTL))
+		detail := ""
+		if !c.summaryOnly {
+			age := req.Now.Sub(n.LastHeartbeat).Truncate(time.Second)
+			detail = fmt.Sprintf("last %s ago, TTL %s", age, req.HeartbeatTTL)
+		}
+		fail(ReasonHeartbeatExpired, "heartbeat expired", detail)
 	}
 	if req.Capability != "" && !slices.Contains(n.Capabilities[req.Capability], req.CapabilityVersion) {
 		if out == nil {
 			return false
 		}
 		detail := "node has none"
-		if vs := n.Capabilities[req.Capability]; len(vs) > 0 {
+		if vs := n.Capabilities[req.Capability]; len(vs) > 0 && !c.summaryOnly {
 			detail = "node has " + req.Capability + "@" + strings.Join(vs, ",")
 		}
-		fail(ReasonMissingCapability, "missing capability "+req.Capability+"@"+req.CapabilityVersion, detail)
+		fail(ReasonMissingCapability, c.missingCapability, detail)
 	}
 	if !labelsMatch(n.Labels, c.required) {
 		if out == nil {
 			return false
 		}
-		k, _ := firstMismatch(n.Labels, req.RequiredLabels)
-		detail := fmt.Sprintf("%s=%s required, node has none", k, req.RequiredLabels[k])
-		if have, set := n.Labels[k]; set {
-			detail = fmt.Sprintf("%s=%s required, node has %s=%s", k, req.RequiredLabels[k], k, have)
+		detail := ""
+		if !c.summaryOnly {
+			k, _ := firstMismatch(n.Labels, req.RequiredLabels)
+			detail = fmt.Sprintf("%s=%s required, node has none", k, req.RequiredLabels[k])
+			if have, set := n.Labels[k]; set {
+				detail = fmt.Sprintf("%s=%s required, node has %s=%s", k, req.RequiredLabels[k], k, have)
+			}
 		}
 		fail(ReasonLabelMismatch, "required label mismatch", detail)
 	}
@@ -228,14 +243,22 @@ func evaluate(n *Node, c *compiled, out *[]Reason) bool {
 			if out == nil {
 				return false
 			}
-			fail(r.code, r.summary, fmt.Sprintf("%d < %d %s", r.have, r.want, r.unit))
+			detail := ""
+			if !c.summaryOnly {
+				detail = fmt.Sprintf("%d < %d %s", r.have, r.want, r.unit)
+			}
+			fail(r.code, r.summary, detail)
 		}
 	}
 	if n.RunningAttempts >= n.Slots {
 		if out == nil {
 			return false
 		}
-		fail(ReasonNoFreeSlot, "no free slot", fmt.Sprintf("%d of %d slots used", n.RunningAttempts, n.Slots))
+		detail := ""
+		if !c.summaryOnly {
+			detail = fmt.Sprintf("%d of %d slots used", n.RunningAttempts, n.Slots)
+		}
+		fail(ReasonNoFreeSlot, "no free slot", detail)
 	}
 	// Reported only when the static capacity suffices, so one shortfall is
 	// not reported twice.
@@ -243,7 +266,11 @@ func evaluate(n *Node, c *compiled, out *[]Reason) bool {
 		if out == nil {
 			return false
 		}
-		fail(ReasonInsufficientFree, "insufficient unreserved capacity", shortfall(free, req.Resources))
+		detail := ""
+		if !c.summaryOnly {
+			detail = shortfall(free, req.Resources)
+		}
+		fail(ReasonInsufficientFree, "insufficient unreserved capacity", detail)
 	}
 	if req.Blacklist[n.ID] {
 		if out == nil {

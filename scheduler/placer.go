@@ -7,8 +7,8 @@ import (
 )
 
 // Placer answers Select for many requests against one set of nodes that
-// the caller books as it goes (adding reservations and running attempts),
-// as the leader does within one placement pass. Requests with the same
+// the caller books as it goes (Book adds a reservation and a running
+// attempt), as the leader does within one placement pass. Requests with the same
 // requirements form a class; the first request of a class ranks every
 // node once, and later ones take the best from a heap, re-checking only
 // the nodes they look at. That is correct because booking only ever
@@ -22,11 +22,38 @@ type Placer struct {
 	nodes   []*Node
 	cfg     *Config
 	classes map[string]*placerClass
+	// summaries holds Summarize's answers by class, until the next Book.
+	summaries map[string]string
 }
 
 // NewPlacer prepares a placer over nodes; cfg may be nil.
 func NewPlacer(nodes []*Node, cfg *Config) *Placer {
-	return &Placer{nodes: nodes, cfg: cfg, classes: map[string]*placerClass{}}
+	return &Placer{nodes: nodes, cfg: cfg, classes: map[string]*placerClass{}, summaries: map[string]string{}}
+}
+
+// Book records that the caller placed a request needing res on n, one of
+// the placer's nodes: a running attempt more and res reserved.
+func (p *Placer) Book(n *Node, res Resources) {
+	n.Reserved = n.Reserved.Add(res)
+	n.RunningAttempts++
+	clear(p.summaries)
+}
+
+// Summarize returns what Summarize(nodes, req) returns now. Requests of
+// one class without per-task state share one answer until the next Book:
+// with every slot taken, a leader explaining why a backlog of one kind
+// waits evaluated every node again for each task.
+func (p *Placer) Summarize(req *Request) string {
+	if len(req.Blacklist) > 0 || len(req.PassedOver) > 0 {
+		return Summarize(p.nodes, req)
+	}
+	key := classKey(req)
+	if s, ok := p.summaries[key]; ok {
+		return s
+	}
+	s := Summarize(p.nodes, req)
+	p.summaries[key] = s
+	return s
 }
 
 type placerClass struct {

@@ -427,7 +427,7 @@ func BenchmarkHead(b *testing.B) {
 
 // A Placer answers exactly as Select does while the caller books the
 // chosen nodes, across interleaved requirement classes, per-task state
-// and the profile score.
+// and the profile score; its summaries are Summarize's at every step.
 func TestPlacerMatchesSelect(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		n := rapid.IntRange(0, 40).Draw(rt, "nodes")
@@ -457,14 +457,19 @@ func TestPlacerMatchesSelect(t *testing.T) {
 			if rapid.IntRange(0, 9).Draw(rt, "failed") == 0 && n > 0 {
 				req.FailedOn = map[string]int{nodes[rapid.IntRange(0, n-1).Draw(rt, "on")].ID: 1}
 			}
+			if rapid.IntRange(0, 9).Draw(rt, "blacklisted") == 0 && n > 0 {
+				req.Blacklist = map[string]bool{nodes[rapid.IntRange(0, n-1).Draw(rt, "on")].ID: true}
+			}
+			if got, want := p.Summarize(req), Summarize(nodes, req); got != want {
+				rt.Fatalf("step %d: placer summarizes %q, Summarize %q", s, got, want)
+			}
 			want, wantErr := Select(nodes, req, cfg)
 			got, gotErr := p.Select(req)
 			if (wantErr == nil) != (gotErr == nil) || (wantErr == nil && (got.Node != want.Node || got.Score != want.Score)) {
 				rt.Fatalf("step %d: placer chose %v (%v), Select chose %v (%v)", s, got, gotErr, want, wantErr)
 			}
-			if wantErr == nil {
-				want.Node.Reserved = want.Node.Reserved.Add(req.Resources)
-				want.Node.RunningAttempts++
+			if wantErr == nil && rapid.IntRange(0, 3).Draw(rt, "book") > 0 {
+				p.Book(want.Node, req.Resources)
 			}
 		}
 	})
@@ -486,8 +491,7 @@ func BenchmarkPlacer(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				c.Node.Reserved = c.Node.Reserved.Add(req.Resources)
-				c.Node.RunningAttempts++
+				p.Book(c.Node, req.Resources)
 			}
 		})
 	}

@@ -38,17 +38,18 @@ type benchSizes struct {
 	nodes, backlog int
 	e2eTasks       int
 	footNodes      int
+	footIdle       time.Duration
 	footTasks      int
 	failoverTrials int
 	finishedTasks  int
 }
 
 func fullSizes() benchSizes {
-	return benchSizes{ceiling: 10 * time.Second, nodes: 1000, backlog: 100_000, e2eTasks: 20_000, footNodes: 1000, footTasks: 100_000, failoverTrials: 20, finishedTasks: 1_000_000}
+	return benchSizes{ceiling: 10 * time.Second, nodes: 1000, backlog: 100_000, e2eTasks: 20_000, footNodes: 1000, footIdle: 10 * time.Second, footTasks: 100_000, failoverTrials: 20, finishedTasks: 1_000_000}
 }
 
 func quickSizes() benchSizes {
-	return benchSizes{ceiling: 2 * time.Second, nodes: 100, backlog: 3000, e2eTasks: 200, footNodes: 100, footTasks: 2000, failoverTrials: 2, finishedTasks: 20_000}
+	return benchSizes{ceiling: 2 * time.Second, nodes: 100, backlog: 3000, e2eTasks: 200, footNodes: 100, footIdle: time.Second, footTasks: 2000, failoverTrials: 2, finishedTasks: 20_000}
 }
 
 // benchResult is what one run measured; the JSON keys are stable.
@@ -107,6 +108,10 @@ type benchResult struct {
 	AfterRetentionHeapMiB float64 `json:"after_retention_heap_mib"`
 	ReplicaHeapMiB        float64 `json:"replica_heap_mib"`
 	ReplicaAnonMiB        float64 `json:"replica_rss_anon_mib"`
+	// The loaded replica's CPU, in percent of one core, while it holds a
+	// backlog no node may take (every node drained): the leader's passes
+	// only explain why the tasks wait.
+	ReplicaIdleCPUPercent float64 `json:"replica_idle_backlog_cpu_percent"`
 	// The same load into a fresh replica with memory_limit_mib = 100, and
 	// the submit rates of both loads (the limit's cost).
 	LimitedRSSMiB       float64 `json:"replica_rss_mib_memory_limit_100"`
@@ -121,6 +126,7 @@ type benchResult struct {
 	FailoverP99         float64 `json:"failover_p99_ms"`
 	FootprintNodes      int     `json:"footprint_nodes"`
 	FootprintTasks      int     `json:"footprint_tasks"`
+	FootprintIdle       string  `json:"footprint_idle_window"`
 	E2ETasks            int     `json:"e2e_tasks"`
 	PlacementBacklog    int     `json:"placement_backlog"`
 	PlacementNodes      int     `json:"placement_nodes"`
@@ -232,6 +238,7 @@ func printBench(w io.Writer, r *benchResult) {
 	tb.add("queue selection", fmt.Sprintf("%.2f / %.2f ms (unindexed scan of 100k: %.2f ms; full order: %.0f ms)", r.QueueSelect10k, r.QueueSelect100k, r.QueueScan100k, r.QueueOrder100k), "head of one 512-task batch from the leader's indexed queue of 10k / 100k pending")
 	tb.add("replica memory", fmt.Sprintf("RSS %.0f MiB (anon %.0f, mapped files %.0f), heap in use %.0f MiB", r.ReplicaRSSMiB, r.ReplicaAnonMiB, r.ReplicaFileMiB, r.ReplicaHeapMiB), fmt.Sprintf("one replica process, %d nodes, %d tasks", r.FootprintNodes, r.FootprintTasks))
 	tb.add("replica memory, limited", fmt.Sprintf("RSS %.0f MiB (anon %.0f); loaded at %.0f submits/s against %.0f", r.LimitedRSSMiB, r.LimitedAnonMiB, r.LimitedLoadPerSec, r.FootprintLoadPerSec), fmt.Sprintf("the same load into a fresh replica with memory_limit_mib = %d", benchMemoryLimitMiB))
+	tb.add("replica CPU, idle backlog", fmt.Sprintf("%.1f%% of a core", r.ReplicaIdleCPUPercent), fmt.Sprintf("same replica, %[1]s from %[1]s after the load: every node drained, the leader explains why tasks wait", r.FootprintIdle))
 	tb.add("snapshot", fmt.Sprintf("%d bytes, saved in %.0f ms", r.SnapshotBytes, r.SnapshotSaveMs), "same replica")
 	tb.add("finished tasks", fmt.Sprintf("heap %.0f MiB (%.0f bytes each); %.1f MiB after retention", r.FinishedHeapMiB, r.FinishedBytesPerTask, r.AfterRetentionHeapMiB), fmt.Sprintf("%d succeeded tasks in one replica's state, then forgotten", r.FinishedTasks))
 	tb.add("restart to ready", fmt.Sprintf("%.0f ms", r.RestartToReadyMs), "same replica, from its data dir")
@@ -672,12 +679,19 @@ func benchFootprint(dir string, sz benchSizes, heapProfile string, r *benchResul
 	pid := rep.cmd.Process.Pid
 	r.ReplicaRSSMiB, r.ReplicaAnonMiB, r.ReplicaFileMiB = procRSSMiB(pid, "VmRSS"), procRSSMiB(pid, "RssAnon"), procRSSMiB(pid, "RssFile")
 	r.ReplicaHeapMiB = heapFromStats(ctx, rep.cl)
+	// After a settling time as long as the window: the load's tail (a
+	// snapshot, log compaction, collection) is not the backlog's cost.
+	time.Sleep(sz.footIdle)
+	cpu0, t0 := procCPUSeconds(pid), time.Now()
+	time.Sleep(sz.footIdle)
+	r.ReplicaIdleCPUPercent = 100 * (procCPUSeconds(pid) - cpu0) / time.Since(t0).Seconds()
+	r.FootprintIdle = sz.footIdle.String()
 	if heapProfile != "" {
 		if err := saveHeapProfile(ctx, rep.httpAddr, heapProfile); err != nil {
 			return err
 		}
 	}
-	t0 := time.Now()
+	t0 = time.Now()
 	var n countWriter
 	if err := rep.cl.SnapshotSave(ctx, &n); err != nil {
 		return err
@@ -888,6 +902,25 @@ func procRSSMiB(pid int, field string) float64 {
 		}
 	}
 	return 0
+}
+
+// procCPUSeconds is the user and system CPU time process pid has used,
+// from /proc/PID/stat (in the kernel's fixed 100 ticks per second).
+func procCPUSeconds(pid int) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// Fields after the command name (in parentheses, and it may hold
+	// any): state is the first, utime the 12th, stime the 13th.
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(f) < 13 {
+		return 0
+	}
+	utime, _ := strconv.ParseFloat(f[11], 64)
+	stime, _ := strconv.ParseFloat(f[12], 64)
+	return (utime + stime) / 100
 }
 
 // heapFromStats reads the replica's Go heap from its raft stats endpoint.

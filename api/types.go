@@ -169,6 +169,9 @@ type RaftServer struct {
 	HTTPAddress string `json:"http_address"`
 	Voter       bool   `json:"voter"`
 	Leader      bool   `json:"leader"`
+	// CommandForms is the newest command forms the server recorded that
+	// it reads (0: JSON only, or not recorded yet).
+	CommandForms int `json:"command_forms"`
 }
 
 // SchedulerStatus is the leader's scheduling loop as its process counted
@@ -199,6 +202,9 @@ type JoinRequest struct {
 	RaftAddress   string `json:"raft_address"`
 	HTTPAddress   string `json:"http_address"`
 	GossipAddress string `json:"gossip_address,omitempty"`
+	// CommandForms is the newest Raft command forms the server reads; a
+	// server older than the field sends none (0: JSON commands only).
+	CommandForms int `json:"command_forms,omitempty"`
 }
 
 // SelfInfo describes the replica answering; servers use it to discover

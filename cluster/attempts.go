@@ -91,9 +91,9 @@ func (s *Server) ReportAttempts(ctx context.Context, reports []api.AttemptReport
 		var err error
 		switch {
 		case r.Start != nil:
-			cmds[i], err = fsm.Encode(fsm.MsgAttemptStart, fsm.AttemptStartRequest{AttemptID: r.AttemptID, LeaseVersion: r.Start.LeaseVersion, Now: s.now().UTC()})
+			cmds[i], err = s.encode(fsm.MsgAttemptStart, fsm.AttemptStartRequest{AttemptID: r.AttemptID, LeaseVersion: r.Start.LeaseVersion, Now: s.now().UTC()})
 		case r.Complete != nil:
-			cmds[i], err = fsm.Encode(fsm.MsgAttemptEnd, s.attemptEnd(r.AttemptID, *r.Complete))
+			cmds[i], err = s.encode(fsm.MsgAttemptEnd, s.attemptEnd(r.AttemptID, *r.Complete))
 		default:
 			err = fmt.Errorf("report %d has neither a start nor a result: %w", i, api.ErrBadRequest)
 		}
@@ -260,7 +260,7 @@ func (s *Server) reclaimLoop(ctx context.Context) {
 			if now.Sub(a.ReservedAt.Time()) < timeout {
 				continue
 			}
-			b, err := fsm.Encode(fsm.MsgAttemptEnd, fsm.AttemptEndRequest{
+			b, err := s.encode(fsm.MsgAttemptEnd, fsm.AttemptEndRequest{
 				AttemptID: a.ID, LeaseVersion: a.LeaseVersion, State: fsm.AttemptLost, ExitCode: -1,
 				Error: fmt.Sprintf("reclaimed: not started within %s", timeout), Now: now, RetryAt: now,
 			})

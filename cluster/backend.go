@@ -120,9 +120,16 @@ func (s *Server) RaftConfiguration() (api.RaftConfiguration, error) {
 	out := api.RaftConfiguration{Index: f.Index(), Servers: []api.RaftServer{}}
 	for _, srv := range f.Configuration().Servers {
 		http, _ := s.httpAddressOf(string(srv.ID))
+		forms := s.commandForms
+		if srv.ID != raft.ServerID(s.cfg.ID) {
+			forms = 0
+			if rec, err := s.fsm.State().Server(string(srv.ID)); err == nil {
+				forms = rec.CommandForms
+			}
+		}
 		out.Servers = append(out.Servers, api.RaftServer{
 			ID: string(srv.ID), RaftAddress: string(srv.Address), HTTPAddress: http,
-			Voter: srv.Suffrage == raft.Voter, Leader: srv.ID == leader,
+			Voter: srv.Suffrage == raft.Voter, Leader: srv.ID == leader, CommandForms: forms,
 		})
 	}
 	return out, nil
@@ -152,6 +159,14 @@ func (s *Server) RaftStats() map[string]string {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	st["go_heap_inuse_bytes"] = fmt.Sprint(ms.HeapInuse)
+	// Which command forms this replica writes when it leads, and what it
+	// has applied: during an upgrade, whether the new forms are in use.
+	st["command_forms_written"] = "json"
+	if s.binaryForms.Load() {
+		st["command_forms_written"] = "binary"
+	}
+	appliedJSON, appliedBinary := s.fsm.AppliedForms()
+	st["fsm_commands_json"], st["fsm_commands_binary"] = fmt.Sprint(appliedJSON), fmt.Sprint(appliedBinary)
 	st["go_sys_bytes"] = fmt.Sprint(ms.Sys)
 	return st
 }
@@ -186,6 +201,12 @@ func (s *Server) Join(ctx context.Context, req api.JoinRequest) error {
 		}
 	}
 	if !member {
+		// A member's record is always updated (it says what the server
+		// reads now, and the leader follows it); a newcomer must read
+		// what the cluster writes.
+		if err := s.checkJoinForms(req); err != nil {
+			return err
+		}
 		s.logger.Info("adding voter", "id", req.ID, "address", req.RaftAddress)
 		if err := s.raft.AddVoter(raft.ServerID(req.ID), raft.ServerAddress(req.RaftAddress), 0, s.cfg.Raft.ApplyTimeout).Error(); err != nil {
 			return s.raftErr("add voter", err)
@@ -195,12 +216,15 @@ func (s *Server) Join(ctx context.Context, req api.JoinRequest) error {
 }
 
 func (s *Server) upsertServerMeta(ctx context.Context, req api.JoinRequest) error {
-	if have, err := s.fsm.State().Server(req.ID); err == nil && have.HTTPAddress == req.HTTPAddress && have.RaftAddress == req.RaftAddress && have.GossipAddress == req.GossipAddress {
+	if have, err := s.fsm.State().Server(req.ID); err == nil && sameServerMeta(have, req) {
 		return nil
 	}
 	_, _, err := s.apply(ctx, fsm.MsgUpsertServer, fsm.UpsertServerRequest{Server: fsm.Server{
-		ID: req.ID, RaftAddress: req.RaftAddress, HTTPAddress: req.HTTPAddress, GossipAddress: req.GossipAddress,
+		ID: req.ID, RaftAddress: req.RaftAddress, HTTPAddress: req.HTTPAddress, GossipAddress: req.GossipAddress, CommandForms: req.CommandForms,
 	}})
+	if err == nil {
+		s.refreshCommandForms()
+	}
 	return err
 }
 
@@ -281,7 +305,7 @@ func (s *Server) TransferLeadership(ctx context.Context, targetID string) error 
 // committed and applied on this (leader) replica. A typed FSM rejection
 // becomes an API error.
 func (s *Server) apply(ctx context.Context, t fsm.MessageType, payload any) (any, uint64, error) {
-	buf, err := fsm.Encode(t, payload)
+	buf, err := s.encode(t, payload)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -398,7 +422,7 @@ func (s *Server) SubmitTasks(ctx context.Context, in []api.TaskSpec) (api.BatchS
 		if spec.Name == "" {
 			spec.Name = id
 		}
-		b, err := fsm.Encode(fsm.MsgSubmitTask, fsm.SubmitTaskRequest{ID: id, SubmittedAt: now, Spec: spec})
+		b, err := s.encode(fsm.MsgSubmitTask, fsm.SubmitTaskRequest{ID: id, SubmittedAt: now, Spec: spec})
 		if err != nil {
 			return api.BatchSubmitResponse{}, err
 		}

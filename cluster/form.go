@@ -204,7 +204,7 @@ func (s *Server) reconcileServerMeta() {
 			continue
 		}
 		want := s.selfJoinRequest()
-		if have, err := s.fsm.State().Server(s.cfg.ID); err == nil && have.HTTPAddress == want.HTTPAddress && have.RaftAddress == want.RaftAddress && have.GossipAddress == want.GossipAddress {
+		if have, err := s.fsm.State().Server(s.cfg.ID); err == nil && sameServerMeta(have, want) {
 			continue
 		}
 		if s.IsLeader() {

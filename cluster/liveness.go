@@ -196,7 +196,7 @@ func (s *Server) livenessLoop(ctx context.Context) {
 				s.setLiveness(ctx, n, scheduler.LivenessReady, "heard again: suspicion refuted, nothing reclaimed")
 			}
 			if sync && heard.After(n.LastHeartbeat.Time()) {
-				if b, err := fsm.Encode(fsm.MsgHeartbeat, fsm.HeartbeatRequest{NodeID: n.ID, SessionGeneration: n.SessionGeneration, Now: heard.UTC()}); err == nil {
+				if b, err := s.encode(fsm.MsgHeartbeat, fsm.HeartbeatRequest{NodeID: n.ID, SessionGeneration: n.SessionGeneration, Now: heard.UTC()}); err == nil {
 					beats = append(beats, b)
 				}
 			}

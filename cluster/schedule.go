@@ -345,7 +345,7 @@ func (s *Server) schedulePass(ctx context.Context, ws fsm.WatchSet, ps *passStat
 				explained[t.ID] = now
 				summary := placer.Summarize(&req)
 				if summary != t.LastExplain {
-					if b, err := fsm.Encode(fsm.MsgExplain, fsm.ExplainRequest{TaskID: t.ID, Summary: summary, Now: now}); err == nil {
+					if b, err := s.encode(fsm.MsgExplain, fsm.ExplainRequest{TaskID: t.ID, Summary: summary, Now: now}); err == nil {
 						explains = append(explains, b)
 					}
 				}
@@ -356,10 +356,14 @@ func (s *Server) schedulePass(ctx context.Context, ws fsm.WatchSet, ps *passStat
 			s.logger.Error("select", "task", t.ID, "error", err)
 			continue
 		}
-		b := fsm.EncodeReserve(fsm.ReserveRequest{
+		b, encErr := s.encodeReserve(fsm.ReserveRequest{
 			TaskID: t.ID, AttemptID: newID(now), Number: int(t.Attempts) + 1, NodeID: cand.Node.ID,
 			SessionGeneration: sessions[cand.Node.ID], Score: cand.Score, Now: now, HeartbeatTTL: cfg.HeartbeatTTL,
 		})
+		if encErr != nil {
+			s.logger.Error("encode reservation", "task", t.ID, "error", encErr)
+			continue
+		}
 		cmds = append(cmds, b)
 		proposals = append(proposals, proposal{taskID: t.ID, nodeID: cand.Node.ID, resources: t.Spec.Resources})
 		decisions++

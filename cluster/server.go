@@ -50,6 +50,10 @@ type Options struct {
 	// (Raft, forwarding to the leader, asking peers to join); fault tests
 	// route links through it.
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
+	// ReadsJSONOnly makes the replica record that it reads JSON commands
+	// only, and write only those when it leads, as a build older than the
+	// binary forms would (tests of rolling upgrades).
+	ReadsJSONOnly bool
 }
 
 // Server is one running replica.
@@ -78,6 +82,11 @@ type Server struct {
 	gossip      *serverGossip
 	notifyCh    chan bool
 	leaderReady atomic.Bool // true once this leader's Barrier completed
+	// binaryForms: every server reads the binary command forms, so the
+	// leader writes them (see forms.go).
+	binaryForms atomic.Bool
+	// commandForms is the newest forms this replica says it reads.
+	commandForms int
 
 	shutdownCtx    context.Context
 	shutdownCancel context.CancelFunc
@@ -110,6 +119,7 @@ func Start(cfg config.Server, opts Options) (_ *Server, err error) {
 			func(ctx context.Context, s *Server) { s.reclaimLoop(ctx) },
 			func(ctx context.Context, s *Server) { s.livenessLoop(ctx) },
 			func(ctx context.Context, s *Server) { s.retentionLoop(ctx) },
+			func(ctx context.Context, s *Server) { s.commandFormsLoop(ctx) },
 		}, opts.LeaderLoops...),
 		notifyCh:       make(chan bool, 16),
 		monitor:        newMonitor(cfg.Liveness),
@@ -120,6 +130,10 @@ func Start(cfg config.Server, opts Options) (_ *Server, err error) {
 		s.fsm.SetAfterApply(opts.AfterApply)
 	}
 	s.dial = opts.Dial
+	s.commandForms = fsm.CommandForms
+	if opts.ReadsJSONOnly {
+		s.commandForms = 0
+	}
 	if s.dial == nil {
 		s.dial = (&net.Dialer{}).DialContext
 	}
@@ -340,6 +354,9 @@ func (s *Server) monitorLeadership() {
 // address, then runs the leader loops until ctx ends.
 func (s *Server) leadership(ctx context.Context) {
 	defer s.leaderReady.Store(false)
+	// What the servers read is learned again each term, before the
+	// leader's own loops write anything.
+	defer s.binaryForms.Store(false)
 	// Each Barrier gets ApplyTimeout: one was seen never answered after a
 	// leadership change, which left a leader that never became ready and
 	// a cluster refusing every write. After three failures in a row the
@@ -374,6 +391,7 @@ func (s *Server) leadership(ctx context.Context) {
 	if err := s.upsertServerMeta(ctx, s.selfJoinRequest()); err != nil {
 		s.logger.Warn("could not record own address", "error", err)
 	}
+	s.refreshCommandForms()
 	s.logger.Info("leadership established", "index", s.fsm.Index())
 	var wg sync.WaitGroup
 	for _, loop := range s.leaderLoops {
@@ -411,7 +429,7 @@ func (s *Server) FirstLogIndex() (uint64, error) {
 }
 
 func (s *Server) selfJoinRequest() api.JoinRequest {
-	return api.JoinRequest{ID: s.cfg.ID, RaftAddress: s.cfg.RaftAdvertise, HTTPAddress: s.cfg.HTTPAdvertise, GossipAddress: s.cfg.GossipAdvertise}
+	return api.JoinRequest{ID: s.cfg.ID, RaftAddress: s.cfg.RaftAdvertise, HTTPAddress: s.cfg.HTTPAdvertise, GossipAddress: s.cfg.GossipAdvertise, CommandForms: s.commandForms}
 }
 
 // awaitFuture waits for a raft future, or for ctx to end. A future can stay

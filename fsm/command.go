@@ -61,6 +61,15 @@ var ErrUnknownCommand = errors.New("unknown command type")
 // ErrMalformedCommand is returned for an entry that cannot be decoded.
 var ErrMalformedCommand = errors.New("malformed command")
 
+// CommandForms names the newest command forms this build reads: the
+// binary payloads of binaryVersion, besides JSON. A replica refuses a
+// command in a form it does not read, and its state falls behind the
+// others', so a leader writes these forms only once every server in the
+// Raft configuration has recorded that it reads them (Server.CommandForms)
+// and JSON (EncodeJSON) until then: a rolling upgrade from a build without
+// them stays consistent.
+const CommandForms = binaryVersion
+
 // Encode builds one command: type byte, version byte, payload. The
 // commands every task goes through (submission, explanation, reservation,
 // attempt start and end) get their binary form (see binaryVersion); the

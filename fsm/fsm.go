@@ -61,9 +61,19 @@ type FSM struct {
 
 	watches *watchHub
 
+	// Commands applied by payload form, since the process started (what
+	// the leader has been writing, during an upgrade).
+	appliedJSON, appliedBinary atomic.Uint64
+
 	// afterApply, when set, observes the state after every entry (tests
 	// check invariants with it). It must not modify anything.
 	afterApply func(index uint64, st *State)
+}
+
+// AppliedForms counts the commands this FSM applied (or refused) in each
+// payload form since the process started.
+func (f *FSM) AppliedForms() (json, binary uint64) {
+	return f.appliedJSON.Load(), f.appliedBinary.Load()
 }
 
 // SetAfterApply installs an observer called after every applied entry.
@@ -147,6 +157,11 @@ func (f *FSM) applyEntry(db *store, index uint64, data []byte) any {
 func (f *FSM) applyOne(db *store, index uint64, h header, payload []byte) any {
 	var resp any
 	var err error
+	if h.binary {
+		f.appliedBinary.Add(1)
+	} else {
+		f.appliedJSON.Add(1)
+	}
 	t := h.typ
 	switch t {
 	case MsgNoop:

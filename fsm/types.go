@@ -238,5 +238,9 @@ type Server struct {
 	HTTPAddress string `json:"http_address"`
 	// GossipAddress is where the replica gossips ("" without gossip).
 	GossipAddress string `json:"gossip_address,omitempty"`
-	ModifyIndex   uint64 `json:"modify_index"`
+	// CommandForms is the newest command forms the replica reads (see
+	// CommandForms); 0 from a replica older than the field, which reads
+	// JSON commands only.
+	CommandForms int    `json:"command_forms,omitempty"`
+	ModifyIndex  uint64 `json:"modify_index"`
 }

@@ -133,6 +133,8 @@ type Setup struct {
 	OnViolation func(replica string, index uint64, err error)
 	// AfterApply, when set, also observes every applied entry.
 	AfterApply func(replica string, index uint64, st *fsm.State)
+	// Options, when set, adjusts a replica's options each time it starts.
+	Options func(replica string, o *cluster.Options)
 }
 
 // FastLiveness scales liveness to tests: 150 ms heartbeats stretched up
@@ -228,6 +230,9 @@ func (c *Cluster) Start(i int) {
 					observe(id, index, st)
 				}
 			}
+		}
+		if c.setup.Options != nil {
+			c.setup.Options(id, &opts)
 		}
 		var srv *cluster.Server
 		if n := c.setup.Network; n != nil {

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -276,7 +277,7 @@ func gitCommit() string {
 
 func quietLogger() hclog.Logger { return hclog.NewNullLogger() }
 
-// leaderOf waits for the dev cluster's leader.
+// leader waits for the dev cluster's leader.
 func (d *devCluster) leader() *cluster.Server {
 	for {
 		for _, s := range d.servers {
@@ -995,8 +996,9 @@ func restartReplica(cfg config.Server) (*cluster.Server, error) {
 	}
 }
 
-// startBenchCluster starts a quiet three-replica cluster and waits for its
-// leader.
+// startBenchCluster starts a quiet three-replica cluster and waits until
+// its leader writes the binary command forms (each server records that it
+// reads them within a second or so of starting; JSON is written before).
 func startBenchCluster(dir string) (*devCluster, error) {
 	d, err := startDevCluster(dir, quietLogger())
 	if err != nil {
@@ -1006,11 +1008,17 @@ func startBenchCluster(dir string) (*devCluster, error) {
 		d.shutdown()
 		return nil, err
 	}
-	return d, nil
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if d.leader().RaftStats()["command_forms_written"] == "binary" {
+			return d, nil
+		}
+		if time.Now().After(deadline) {
+			d.shutdown()
+			return nil, errors.New("the bench cluster's leader did not start writing the binary command forms in 30 s")
+		}
+	}
 }
 
-// submitConcurrently submits n tasks (spec(1) … spec(n)) from 32
-// goroutines and returns the first error.
 // e2eSubmitBatch is how many tasks the end-to-end run submits per request.
 const e2eSubmitBatch = 500
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -122,15 +123,18 @@ type benchResult struct {
 	ReplicaFileMiB      float64 `json:"replica_rss_file_mib"`
 	SnapshotBytes       int64   `json:"snapshot_bytes"`
 	SnapshotSaveMs      float64 `json:"snapshot_save_ms"`
-	RestartToReadyMs    float64 `json:"restart_to_ready_ms"`
-	FailoverP50         float64 `json:"failover_p50_ms"`
-	FailoverP99         float64 `json:"failover_p99_ms"`
-	FootprintNodes      int     `json:"footprint_nodes"`
-	FootprintTasks      int     `json:"footprint_tasks"`
-	FootprintIdle       string  `json:"footprint_idle_window"`
-	E2ETasks            int     `json:"e2e_tasks"`
-	PlacementBacklog    int     `json:"placement_backlog"`
-	PlacementNodes      int     `json:"placement_nodes"`
+	// Restoring that archive into the same replica through the API, as an
+	// operator would (herd operator snapshot restore).
+	SnapshotRestoreMs float64 `json:"snapshot_restore_ms"`
+	RestartToReadyMs  float64 `json:"restart_to_ready_ms"`
+	FailoverP50       float64 `json:"failover_p50_ms"`
+	FailoverP99       float64 `json:"failover_p99_ms"`
+	FootprintNodes    int     `json:"footprint_nodes"`
+	FootprintTasks    int     `json:"footprint_tasks"`
+	FootprintIdle     string  `json:"footprint_idle_window"`
+	E2ETasks          int     `json:"e2e_tasks"`
+	PlacementBacklog  int     `json:"placement_backlog"`
+	PlacementNodes    int     `json:"placement_nodes"`
 }
 
 func runBench(e *env, args []string) error {
@@ -240,7 +244,7 @@ func printBench(w io.Writer, r *benchResult) {
 	tb.add("replica memory", fmt.Sprintf("RSS %.0f MiB (anon %.0f, mapped files %.0f), heap in use %.0f MiB", r.ReplicaRSSMiB, r.ReplicaAnonMiB, r.ReplicaFileMiB, r.ReplicaHeapMiB), fmt.Sprintf("one replica process, %d nodes, %d tasks", r.FootprintNodes, r.FootprintTasks))
 	tb.add("replica memory, limited", fmt.Sprintf("RSS %.0f MiB (anon %.0f); loaded at %.0f submits/s against %.0f", r.LimitedRSSMiB, r.LimitedAnonMiB, r.LimitedLoadPerSec, r.FootprintLoadPerSec), fmt.Sprintf("the same load into a fresh replica with memory_limit_mib = %d", benchMemoryLimitMiB))
 	tb.add("replica CPU, idle backlog", fmt.Sprintf("%.1f%% of a core", r.ReplicaIdleCPUPercent), fmt.Sprintf("same replica, %[1]s from %[1]s after the load: every node drained, the leader explains why tasks wait", r.FootprintIdle))
-	tb.add("snapshot", fmt.Sprintf("%d bytes, saved in %.0f ms", r.SnapshotBytes, r.SnapshotSaveMs), "same replica")
+	tb.add("snapshot", fmt.Sprintf("%d bytes, saved in %.0f ms, restored in %.0f ms", r.SnapshotBytes, r.SnapshotSaveMs, r.SnapshotRestoreMs), "same replica; the archive restored into it through the API")
 	tb.add("finished tasks", fmt.Sprintf("heap %.0f MiB (%.0f bytes each); %.1f MiB after retention", r.FinishedHeapMiB, r.FinishedBytesPerTask, r.AfterRetentionHeapMiB), fmt.Sprintf("%d succeeded tasks in one replica's state, then forgotten", r.FinishedTasks))
 	tb.add("restart to ready", fmt.Sprintf("%.0f ms", r.RestartToReadyMs), "same replica, from its data dir")
 	tb.add("failover", fmt.Sprintf("p50 %.0f ms, p99 %.0f ms", r.FailoverP50, r.FailoverP99), "leader stopped under load → first acknowledged write, default timings")
@@ -693,12 +697,17 @@ func benchFootprint(dir string, sz benchSizes, heapProfile string, r *benchResul
 		}
 	}
 	t0 = time.Now()
-	var n countWriter
-	if err := rep.cl.SnapshotSave(ctx, &n); err != nil {
+	var archive bytes.Buffer
+	if err := rep.cl.SnapshotSave(ctx, &archive); err != nil {
 		return err
 	}
 	r.SnapshotSaveMs = float64(time.Since(t0).Microseconds()) / 1000
-	r.SnapshotBytes = n.n
+	r.SnapshotBytes = int64(archive.Len())
+	t0 = time.Now()
+	if err := rep.cl.SnapshotRestore(ctx, &archive); err != nil {
+		return fmt.Errorf("restore the footprint snapshot: %w", err)
+	}
+	r.SnapshotRestoreMs = float64(time.Since(t0).Microseconds()) / 1000
 	rep.stop()
 	t0 = time.Now()
 	if err := rep.start(); err != nil {
@@ -870,10 +879,6 @@ func saveHeapProfile(ctx context.Context, httpAddr, path string) error {
 	}
 	return f.Close()
 }
-
-type countWriter struct{ n int64 }
-
-func (c *countWriter) Write(p []byte) (int, error) { c.n += int64(len(p)); return len(p), nil }
 
 func waitReady(ctx context.Context, cl *api.Client, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)

@@ -91,10 +91,13 @@ type benchResult struct {
 	// noisy than the rate on a shared machine.
 	E2ECPUPerTaskMs      float64 `json:"e2e_cpu_per_task_ms"`
 	E2EChildCPUPerTaskMs float64 `json:"e2e_task_process_cpu_per_task_ms"`
-	E2ESlotIdleMs        float64 `json:"e2e_slot_idle_p50_ms"`
-	Decision100Nodes     float64 `json:"decision_100_nodes_ms"`
-	Decision1kNodes      float64 `json:"decision_1k_nodes_ms"`
-	Decision10kNodes     float64 `json:"decision_10k_nodes_ms"`
+	// Raft entries the cluster committed per task (submissions, placements,
+	// reports, heartbeats and explanations together).
+	E2EEntriesPerTask float64 `json:"e2e_raft_entries_per_task"`
+	E2ESlotIdleMs     float64 `json:"e2e_slot_idle_p50_ms"`
+	Decision100Nodes  float64 `json:"decision_100_nodes_ms"`
+	Decision1kNodes   float64 `json:"decision_1k_nodes_ms"`
+	Decision10kNodes  float64 `json:"decision_10k_nodes_ms"`
 	// Queue selection is the head of one placement batch (512 tasks);
 	// full order is ordering the whole backlog.
 	QueueSelect10k  float64 `json:"queue_select_10k_ms"`
@@ -237,7 +240,7 @@ func printBench(w io.Writer, r *benchResult) {
 	tb.add("raft ceiling", fmt.Sprintf("%.0f entries/s", r.RaftCeiling), "3 replicas, fsync, 256 appliers, one reservation-sized entry each")
 	tb.add("placements", fmt.Sprintf("%.0f /s (%.2f× ceiling, %d entries, %.2f cores busy)", r.Placements, r.PlacementToCeiling, r.PlacementEntries, r.PlacementCPUCores), fmt.Sprintf("%d nodes, %d pending", r.PlacementNodes, r.PlacementBacklog))
 	tb.add("end to end", fmt.Sprintf("%.0f tasks/s, submit→start p50 %.1f ms, p99 %.1f ms", r.E2ETasksPerSec, r.E2ESaturatedStartP50, r.E2ESaturatedStartP99), fmt.Sprintf("%d × true at once (batches of %d), 3 replicas + 4 agents", r.E2ETasks, e2eSubmitBatch))
-	tb.add("end to end, CPU per task", fmt.Sprintf("%.2f ms in herd, %.2f ms in the task's process", r.E2ECPUPerTaskMs, r.E2EChildCPUPerTaskMs), "same run; herd is 3 replicas, 4 agents and the client in one process")
+	tb.add("end to end, CPU per task", fmt.Sprintf("%.2f ms in herd, %.2f ms in the task's process; %.2f Raft entries", r.E2ECPUPerTaskMs, r.E2EChildCPUPerTaskMs, r.E2EEntriesPerTask), "same run; herd is 3 replicas, 4 agents and the client in one process")
 	tb.add("submit→start, light load", fmt.Sprintf("p50 %.1f ms, p99 %.1f ms", r.E2ESubmitToStartP50, r.E2ESubmitToStartP99), fmt.Sprintf("%.0f tasks/s steady, same cluster", r.E2ELightRate))
 	tb.add("decision", fmt.Sprintf("%.3f / %.3f / %.3f ms", r.Decision100Nodes, r.Decision1kNodes, r.Decision10kNodes), "filter+score+select over 100 / 1k / 10k nodes")
 	tb.add("queue selection", fmt.Sprintf("%.2f / %.2f ms (unindexed scan of 100k: %.2f ms; full order: %.0f ms)", r.QueueSelect10k, r.QueueSelect100k, r.QueueScan100k, r.QueueOrder100k), "head of one 512-task batch from the leader's indexed queue of 10k / 100k pending")
@@ -486,6 +489,7 @@ func benchE2E(dir, agentDir string, sz benchSizes, r *benchResult) error {
 	cl.Retries = 20
 	start := time.Now()
 	cpuBefore, childBefore := processCPU(), childrenCPU()
+	indexBefore := leader.FSM().Index()
 	// Submitted as a client with 20,000 tasks would: in batches (one Raft
 	// entry each), a few in flight at once.
 	if err := submitBatches(ctx, cl, sz.e2eTasks, e2eSubmitBatch, func(i int) api.TaskSpec {
@@ -508,6 +512,7 @@ func benchE2E(dir, agentDir string, sz benchSizes, r *benchResult) error {
 	r.E2ETasksPerSec = float64(sz.e2eTasks) / time.Since(start).Seconds()
 	perTask := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 / float64(sz.e2eTasks) }
 	r.E2ECPUPerTaskMs, r.E2EChildCPUPerTaskMs = perTask(processCPU()-cpuBefore), perTask(childrenCPU()-childBefore)
+	r.E2EEntriesPerTask = float64(leader.FSM().Index()-indexBefore) / float64(sz.e2eTasks)
 	st := leader.FSM().State()
 	tasks, _ := st.Tasks(fsm.TaskFilter{})
 	var lat, toStart, toFinish []float64

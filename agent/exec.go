@@ -35,6 +35,11 @@ var copyBuffers = sync.Pool{New: func() any { b := make([]byte, 32<<10); return 
 // group and working directory, HERD_* variables, limits, output to a
 // rotating log and a 64 KiB tail, the run timeout, and no process left
 // behind afterwards. ctx ends when the attempt is taken back.
+// devNull is the tasks' standard input, opened once for the process (as
+// os.Stdin is): a command whose Stdin is nil has exec open /dev/null
+// anew, which was 1% of a busy agent's CPU.
+var devNull = sync.OnceValues(func() (*os.File, error) { return os.Open(os.DevNull) })
+
 func (a *Agent) runProcess(ctx context.Context, as api.Assignment) outcome {
 	att, spec := as.Attempt, as.Spec
 	workDir, err := a.workDirs.take(att.ID)
@@ -72,6 +77,9 @@ func (a *Agent) runProcess(ctx context.Context, as api.Assignment) outcome {
 		"HERD_NODE_ID="+a.cfg.ID,
 	)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if f, err := devNull(); err == nil {
+		cmd.Stdin = f
+	}
 	limits, err := a.limiter.Prepare(att.ID, spec.Resources, cmd.SysProcAttr)
 	if err != nil {
 		return outcome{state: "FAILED", exitCode: -1, err: fmt.Sprintf("set up %s limits: %v", a.limiter.Name(), err)}

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -276,6 +277,29 @@ type v1Group struct {
 	// trusted (oomKnown) only if nothing of that attempt was left in it.
 	oomKills int64
 	oomKnown bool
+	// oomControl holds memory.oom_control open once read: reread from
+	// its start, it shows the current counts (opening a cgroup file cost
+	// more than reading it). Unlike the tasks and cgroup.procs lists,
+	// which the kernel may answer from a cache kept per open file, it is
+	// generated on every read.
+	oomControl *os.File
+}
+
+// oomKillCount reads the memory group's OOM-kill count (0 if unknown).
+func (g *v1Group) oomKillCount() int64 {
+	if g.oomControl == nil {
+		f, err := os.Open(filepath.Join(g.mem, "memory.oom_control"))
+		if err != nil {
+			return 0
+		}
+		g.oomControl = f
+	}
+	var buf [256]byte
+	n, err := g.oomControl.ReadAt(buf[:], 0)
+	if err != nil && err != io.EOF {
+		return 0
+	}
+	return keyedValue(buf[:n], "oom_kill")
 }
 
 // v1Limits are the values written into a group's limit files.
@@ -393,7 +417,7 @@ func configureV1(g *v1Group, res api.Resources) (int64, error) {
 		g.oomKnown = false
 		return g.oomKills, nil
 	}
-	return readKeyed(filepath.Join(g.mem, "memory.oom_control"), "oom_kill"), nil
+	return g.oomKillCount(), nil
 }
 
 // take returns an idle group (reused true), or makes one.
@@ -446,6 +470,10 @@ func (c *cgroupV1) give(g *v1Group, empty bool) {
 func (c *cgroupV1) discard(g *v1Group) {
 	closeAll(g.tasks)
 	g.tasks = nil
+	if g.oomControl != nil {
+		g.oomControl.Close()
+		g.oomControl = nil
+	}
 	_ = os.Remove(g.mem)
 	_ = os.Remove(g.cpu)
 }
@@ -646,7 +674,7 @@ func (h *cgroupV1Handle) KillAll() {
 func (h *cgroupV1Handle) Contained() bool { return h.emptied }
 
 func (h *cgroupV1Handle) OOMKilled() bool {
-	kills := readKeyed(filepath.Join(h.mem, "memory.oom_control"), "oom_kill")
+	kills := h.oomKillCount()
 	// The next attempt in this group counts from here, unless something
 	// of this one may still run in it.
 	h.oomKills, h.oomKnown = kills, h.emptied
@@ -751,11 +779,17 @@ func (noLimits) Prepare(string, api.Resources, *syscall.SysProcAttr) (limitHandl
 	return rlimitHandle{set: new(bool)}, nil
 }
 
+// readKeyed reads the value of key in a file of "key value" lines (0 if
+// absent or unreadable).
 func readKeyed(path, key string) int64 {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return 0
 	}
+	return keyedValue(b, key)
+}
+
+func keyedValue(b []byte, key string) int64 {
 	for _, line := range strings.Split(string(b), "\n") {
 		f := strings.Fields(line)
 		if len(f) == 2 && f[0] == key {

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"time"
 )
 
 // workDirs reuses attempts' working directories. Making one is a
@@ -18,8 +19,49 @@ type workDirs struct {
 	root string // DATA_DIR/work
 
 	mu     sync.Mutex
-	idle   []string        // empty, ready for an attempt
+	idle   []idleDir       // empty, ready for an attempt
 	pooled map[string]bool // base names of the idle and lent directories
+}
+
+// idleDir is a directory seen empty when it was given back. An entry made
+// or removed in it since changes its modification time, so when that time
+// was already settled then (older than a tick of the file system's clock,
+// which may stamp coarsely), one stat tells whether it is still empty;
+// otherwise it is read again. Opening and reading every directory lent
+// was 3% of a busy agent's CPU, and nothing but a stray process or an
+// operator writes into an idle one anyway.
+type idleDir struct {
+	path    string
+	emptyAt time.Time // its modification time, if settled; zero: unknown
+}
+
+// mtimeSettled is longer than any file system's timestamp granularity.
+const mtimeSettled = 100 * time.Millisecond
+
+// idleIfEmpty returns dir as an idleDir if it holds nothing. It stats
+// first: a time taken after the check could hide an entry made between.
+func idleIfEmpty(dir string) (idleDir, bool) {
+	fi, err := os.Stat(dir)
+	if err != nil || !emptyDir(dir) {
+		return idleDir{}, false
+	}
+	d := idleDir{path: dir}
+	if time.Since(fi.ModTime()) > mtimeSettled {
+		d.emptyAt = fi.ModTime()
+	}
+	return d, true
+}
+
+// stillEmpty reports whether d holds nothing, as when it was given back.
+func (d idleDir) stillEmpty() bool {
+	if d.emptyAt.IsZero() {
+		return emptyDir(d.path)
+	}
+	fi, err := os.Stat(d.path)
+	if err != nil || !fi.IsDir() {
+		return false
+	}
+	return fi.ModTime().Equal(d.emptyAt) || emptyDir(d.path)
 }
 
 // workDirsIdleMax bounds the idle directories kept.
@@ -34,15 +76,15 @@ func newWorkDirs(root string) *workDirs {
 func (w *workDirs) take(id string) (string, error) {
 	w.mu.Lock()
 	for len(w.idle) > 0 {
-		dir := w.idle[len(w.idle)-1]
+		d := w.idle[len(w.idle)-1]
 		w.idle = w.idle[:len(w.idle)-1]
 		w.mu.Unlock()
-		if emptyDir(dir) {
-			return dir, nil
+		if d.stillEmpty() {
+			return d.path, nil
 		}
 		// Written into while idle, or removed: not lent again.
 		w.mu.Lock()
-		delete(w.pooled, filepath.Base(dir))
+		delete(w.pooled, filepath.Base(d.path))
 	}
 	dir := filepath.Join(w.root, id)
 	w.pooled[id] = true
@@ -59,15 +101,17 @@ func (w *workDirs) take(id string) (string, error) {
 // back to the pool and one holding files is renamed work/<id>; otherwise
 // the directory stays as it is, out of the pool, for the janitor.
 func (w *workDirs) give(dir, id string, contained bool) {
-	if contained && emptyDir(dir) {
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		if len(w.idle) < workDirsIdleMax {
-			w.idle = append(w.idle, dir)
+	if contained {
+		if d, ok := idleIfEmpty(dir); ok {
+			w.mu.Lock()
+			defer w.mu.Unlock()
+			if len(w.idle) < workDirsIdleMax {
+				w.idle = append(w.idle, d)
+				return
+			}
+			delete(w.pooled, filepath.Base(dir))
 			return
 		}
-		delete(w.pooled, filepath.Base(dir))
-		return
 	}
 	w.forget(dir)
 	if contained && filepath.Base(dir) != id {

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"herd/api"
 )
@@ -51,6 +52,44 @@ func TestWorkDirsReuseOnlyEmptyContainedDirectories(t *testing.T) {
 	}
 	if next, _ := w.take("a6"); next == idle || !emptyDir(next) {
 		t.Fatalf("a directory written into while idle was lent: %q", next)
+	}
+	// The same when its modification time was settled when it was given
+	// back (then one stat tells), and an untouched one is lent again.
+	settled := func(dir string) {
+		t.Helper()
+		old := time.Now().Add(-time.Hour)
+		if err := os.Chtimes(dir, old, old); err != nil {
+			t.Fatal(err)
+		}
+	}
+	quiet, _ := w.take("a7")
+	settled(quiet)
+	w.give(quiet, "a7", true)
+	if next, _ := w.take("a8"); next != quiet {
+		t.Fatalf("an untouched idle directory should be lent again: got %q, want %q", next, quiet)
+	}
+	settled(quiet)
+	w.give(quiet, "a8", true)
+	if err := os.WriteFile(filepath.Join(quiet, "late"), []byte("x"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	fresh, _ := w.take("a9")
+	if fresh == quiet || !emptyDir(fresh) {
+		t.Fatalf("a directory written into while idle was lent: %q", fresh)
+	}
+	// Written into and emptied again while idle: its time changed, so it
+	// is read, found empty and lent.
+	settled(fresh)
+	w.give(fresh, "a9", true)
+	tmp := filepath.Join(fresh, "tmp")
+	if err := os.WriteFile(tmp, []byte("x"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(tmp); err != nil {
+		t.Fatal(err)
+	}
+	if next, _ := w.take("a10"); next != fresh {
+		t.Fatalf("an idle directory emptied again should be lent: got %q, want %q", next, fresh)
 	}
 }
 

@@ -1,7 +1,9 @@
 package fsm
 
 import (
+	"bytes"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"runtime"
 	"strconv"
@@ -116,31 +118,66 @@ func benchReserveApply(b *testing.B, replicas int, id func(kind string, i int) s
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*batch*replicas), "ns/reservation")
 }
 
+// pendingFSM is a state holding n pending tasks submitted as the
+// footprint bench does (key, env, a three-word command), in entries of 256.
+func pendingFSM(n int) *FSM {
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	f := New(nil)
+	var cmds [][]byte
+	index := uint64(0)
+	for i := 0; i < n; i++ {
+		c, _ := Encode(MsgSubmitTask, SubmitTaskRequest{ID: fmt.Sprintf("01kb%022d", i), SubmittedAt: now, Spec: TaskSpec{
+			Name: fmt.Sprint("t", i), IdempotencyKey: fmt.Sprint("k", i), Priority: 50, Command: []string{"sh", "-c", "echo hello"},
+			Env: map[string]string{"K": "V"}, Capability: "exec", CapabilityVersion: "1",
+			Resources: scheduler.Resources{CPUMillis: 100, MemoryMB: 64}, TimeoutSeconds: 3600, MaxAttempts: 3, Submitter: "default",
+		}})
+		if cmds = append(cmds, c); len(cmds) == 256 || i == n-1 {
+			index++
+			f.ApplyBytes(index, EncodeBatch(cmds))
+			cmds = cmds[:0]
+		}
+	}
+	return f
+}
+
+// BenchmarkSnapshot writes and restores the snapshot of 100,000 pending
+// tasks: what a replica pays to compact its log and to start from disk.
+func BenchmarkSnapshot(b *testing.B) {
+	const tasks = 100_000
+	f := pendingFSM(tasks)
+	var buf bytes.Buffer
+	if err := writeSnapshot(&buf, f.State()); err != nil {
+		b.Fatal(err)
+	}
+	b.Run("write", func(b *testing.B) {
+		for b.Loop() {
+			buf.Reset()
+			if err := writeSnapshot(&buf, f.State()); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*tasks), "ns/task")
+	})
+	b.Run("restore", func(b *testing.B) {
+		for b.Loop() {
+			if err := New(nil).Restore(io.NopCloser(bytes.NewReader(buf.Bytes()))); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*tasks), "ns/task")
+	})
+}
+
 // BenchmarkFootprint measures the heap a replica's state holds per task:
 // 100,000 pending tasks submitted as the footprint bench does (key, env,
 // a three-word command), in entries of 256.
 func BenchmarkFootprint(b *testing.B) {
 	const tasks = 100_000
-	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 	for b.Loop() {
 		runtime.GC()
 		var before runtime.MemStats
 		runtime.ReadMemStats(&before)
-		f := New(nil)
-		var cmds [][]byte
-		index := uint64(0)
-		for i := 0; i < tasks; i++ {
-			c, _ := Encode(MsgSubmitTask, SubmitTaskRequest{ID: fmt.Sprintf("01kb%022d", i), SubmittedAt: now, Spec: TaskSpec{
-				Name: fmt.Sprint("t", i), IdempotencyKey: fmt.Sprint("k", i), Priority: 50, Command: []string{"sh", "-c", "echo hello"},
-				Env: map[string]string{"K": "V"}, Capability: "exec", CapabilityVersion: "1",
-				Resources: scheduler.Resources{CPUMillis: 100, MemoryMB: 64}, TimeoutSeconds: 3600, MaxAttempts: 3, Submitter: "default",
-			}})
-			if cmds = append(cmds, c); len(cmds) == 256 || i == tasks-1 {
-				index++
-				f.ApplyBytes(index, EncodeBatch(cmds))
-				cmds = cmds[:0]
-			}
-		}
+		f := pendingFSM(tasks)
 		_ = f.State() // a view, as readers hold
 		runtime.GC()
 		var after runtime.MemStats

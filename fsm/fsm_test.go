@@ -2,10 +2,12 @@ package fsm
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
@@ -195,6 +197,109 @@ func TestRestoreRejectsGarbage(t *testing.T) {
 		f := New(nil)
 		if err := f.Restore(io.NopCloser(bytes.NewReader([]byte(in)))); err == nil {
 			t.Fatalf("restore of %q should fail", in)
+		}
+	}
+}
+
+// writeSnapshot frames records by hand; the bytes are what a JSON encoder
+// of snapshotRecord writes (the snapshot format, and every state hash,
+// stay as they were), also for text JSON escapes.
+func TestSnapshotFramingIsTheJSONEncoders(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	f := New(nil)
+	for i := 1; i <= 2000; i++ {
+		f.ApplyBytes(uint64(i), randomCommand(t, rng, i))
+	}
+	odd := testSpec("odd")
+	odd.Name = "<script>&\"quoted\"\\ é \u2028 tab\t"
+	odd.Env = map[string]string{"A<B": "x&y"}
+	f.ApplyBytes(2001, mustEncode(t, MsgSubmitTask, SubmitTaskRequest{ID: "t-odd", Spec: odd}))
+	var got bytes.Buffer
+	if err := writeSnapshot(&got, f.State()); err != nil {
+		t.Fatal(err)
+	}
+	var want bytes.Buffer
+	enc := json.NewEncoder(&want)
+	st := f.State()
+	if err := enc.Encode(snapshotHeader{Format: snapshotFormat, Version: snapshotVersion, Index: st.index}); err != nil {
+		t.Fatal(err)
+	}
+	write := func(table string, rec any) bool {
+		body, err := json.Marshal(rec)
+		if err == nil {
+			err = enc.Encode(snapshotRecord{Table: table, Record: body})
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return true
+	}
+	st.st.servers.Ascend(func(v *Server) bool { return write(tableServers, v) })
+	st.st.nodes.Ascend(func(v *Node) bool { return write(tableNodes, v) })
+	st.st.tasks.Ascend(func(v *Task) bool { return write(tableTasks, v) })
+	st.st.attempts.Ascend(func(v *Attempt) bool { return write(tableAttempts, v) })
+	if !bytes.Equal(got.Bytes(), want.Bytes()) {
+		t.Fatalf("snapshot bytes differ from the JSON encoder's (%d vs %d bytes)", got.Len(), want.Len())
+	}
+}
+
+// Restore reads records framed otherwise too (spaces, CRLF, blank
+// lines, no final newline, keys in another order) and a record longer
+// than its read buffer, into the same state.
+func TestRestoreReadsOtherFramings(t *testing.T) {
+	f := New(nil)
+	for i := 1; i <= 3; i++ {
+		f.ApplyBytes(uint64(i), mustEncode(t, MsgSubmitTask, SubmitTaskRequest{ID: fmt.Sprint("t", i), Spec: testSpec(fmt.Sprint("k", i))}))
+	}
+	var buf bytes.Buffer
+	if err := writeSnapshot(&buf, f.State()); err != nil {
+		t.Fatal(err)
+	}
+	// t2 gets an explanation longer than the reader's 256 KiB buffer.
+	longExplain := strings.Repeat("x", 600<<10)
+	lines := strings.Split(strings.TrimSuffix(buf.String(), "\n"), "\n")
+	var records []snapshotRecord
+	for _, l := range lines[1:] {
+		var rec snapshotRecord
+		if err := json.Unmarshal([]byte(l), &rec); err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(rec.Record), `"id":"t2"`) {
+			var task Task
+			if err := json.Unmarshal(rec.Record, &task); err != nil {
+				t.Fatal(err)
+			}
+			task.LastExplain = longExplain
+			rec.Record, _ = json.Marshal(&task)
+		}
+		records = append(records, rec)
+	}
+	canonical, reframed := []string{lines[0]}, []string{lines[0]}
+	for i, rec := range records {
+		line, _ := json.Marshal(rec)
+		canonical = append(canonical, string(line))
+		if i%2 == 0 {
+			reframed = append(reframed, fmt.Sprintf(` { "record" : %s , "table" : %q } `, rec.Record, rec.Table), "")
+		} else {
+			reframed = append(reframed, string(line))
+		}
+	}
+	restore := func(text string) string {
+		t.Helper()
+		g := New(nil)
+		if err := g.Restore(io.NopCloser(strings.NewReader(text))); err != nil {
+			t.Fatalf("restore: %v", err)
+		}
+		if task, err := g.State().Task("t2"); err != nil || task.LastExplain != longExplain {
+			t.Fatalf("the long record was not restored whole: %v", err)
+		}
+		h, _ := g.State().Hash()
+		return h
+	}
+	want := restore(strings.Join(canonical, "\n") + "\n")
+	for _, text := range []string{strings.Join(reframed, "\r\n"), strings.Join(reframed, "\n")} {
+		if restore(text) != want {
+			t.Fatal("restored state differs")
 		}
 	}
 }

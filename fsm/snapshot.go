@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"bufio"
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -50,7 +51,14 @@ func writeSnapshot(w io.Writer, s *State) error {
 			werr = fmt.Errorf("encode %s record: %w", table, err)
 			return false
 		}
-		if err := enc.Encode(snapshotRecord{Table: table, Record: body}); err != nil {
+		// What enc.Encode(snapshotRecord{table, body}) writes, without
+		// scanning the record a second time (Marshal's output is compact
+		// and HTML-escaped already, as the encoder would leave it).
+		bw.WriteString(recordPrefix)
+		bw.WriteString(table)
+		bw.WriteString(recordInfix)
+		bw.Write(body)
+		if _, err := bw.WriteString("}\n"); err != nil {
 			werr = fmt.Errorf("write %s record: %w", table, err)
 			return false
 		}
@@ -72,10 +80,21 @@ func writeSnapshot(w io.Writer, s *State) error {
 	return bw.Flush()
 }
 
+// A record line as writeSnapshot frames it: recordPrefix, the table,
+// recordInfix, the record, "}".
+const (
+	recordPrefix = `{"table":"`
+	recordInfix  = `","record":`
+)
+
 func readSnapshot(r io.Reader) (*store, uint64, error) {
-	dec := json.NewDecoder(bufio.NewReaderSize(r, 256<<10))
+	lines := snapshotLines{r: bufio.NewReaderSize(r, 256<<10)}
+	first, err := lines.next()
+	if err != nil {
+		return nil, 0, fmt.Errorf("read header: %w", err)
+	}
 	var hdr snapshotHeader
-	if err := dec.Decode(&hdr); err != nil {
+	if err := json.Unmarshal(first, &hdr); err != nil {
 		return nil, 0, fmt.Errorf("read header: %w", err)
 	}
 	if hdr.Format != snapshotFormat || hdr.Version != snapshotVersion {
@@ -83,20 +102,73 @@ func readSnapshot(r io.Reader) (*store, uint64, error) {
 	}
 	db := newStore()
 	for n := 0; ; n++ {
-		var rec snapshotRecord
-		err := dec.Decode(&rec)
+		line, err := lines.next()
 		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {
 			return nil, 0, fmt.Errorf("read record %d: %w", n, err)
 		}
-		if err := decodeRecord(db, rec); err != nil {
+		rec, err := splitRecord(line)
+		if err == nil {
+			err = decodeRecord(db, rec)
+		}
+		if err != nil {
 			return nil, 0, fmt.Errorf("record %d: %w", n, err)
 		}
 	}
 	clear(db.w.touched)
 	return db, hdr.Index, nil
+}
+
+// splitRecord reads a record line: in writeSnapshot's framing by slicing
+// it (decoding the frame as JSON, then the record again, was a fifth of
+// a restore), any other JSON object by decoding it. The record is
+// decoded (and checked) by decodeRecord.
+func splitRecord(line []byte) (snapshotRecord, error) {
+	if rest, ok := bytes.CutPrefix(line, []byte(recordPrefix)); ok {
+		if i := bytes.Index(rest, []byte(recordInfix)); i > 0 && rest[len(rest)-1] == '}' {
+			if table := rest[:i]; bytes.IndexAny(table, `"\`) < 0 {
+				return snapshotRecord{Table: string(table), Record: rest[i+len(recordInfix) : len(rest)-1]}, nil
+			}
+		}
+	}
+	var rec snapshotRecord
+	if err := json.Unmarshal(line, &rec); err != nil {
+		return rec, fmt.Errorf("not a record line: %w", err)
+	}
+	return rec, nil
+}
+
+// snapshotLines reads a snapshot's lines, skipping blank ones.
+type snapshotLines struct {
+	r    *bufio.Reader
+	long []byte // a line longer than the reader's buffer, joined
+}
+
+// next returns the next non-blank line without its end, valid until the
+// next call; io.EOF after the last.
+func (l *snapshotLines) next() ([]byte, error) {
+	for {
+		line, err := l.r.ReadSlice('\n')
+		if errors.Is(err, bufio.ErrBufferFull) {
+			l.long = append(l.long[:0], line...)
+			for errors.Is(err, bufio.ErrBufferFull) {
+				line, err = l.r.ReadSlice('\n')
+				l.long = append(l.long, line...)
+			}
+			line = l.long
+		}
+		if err != nil && !errors.Is(err, io.EOF) {
+			return nil, err
+		}
+		if trimmed := bytes.TrimSpace(line); len(trimmed) > 0 {
+			return trimmed, nil
+		}
+		if err != nil {
+			return nil, err // io.EOF
+		}
+	}
 }
 
 // decodeRecord decodes one record and puts it into db.

@@ -31,15 +31,15 @@ type outcome struct {
 // a fresh 32 KiB per attempt was a sixth of what a busy agent allocated.
 var copyBuffers = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
 
-// runProcess runs one attempt's command to its end: its own process
-// group and working directory, HERD_* variables, limits, output to a
-// rotating log and a 64 KiB tail, the run timeout, and no process left
-// behind afterwards. ctx ends when the attempt is taken back.
 // devNull is the tasks' standard input, opened once for the process (as
 // os.Stdin is): a command whose Stdin is nil has exec open /dev/null
 // anew, which was 1% of a busy agent's CPU.
 var devNull = sync.OnceValues(func() (*os.File, error) { return os.Open(os.DevNull) })
 
+// runProcess runs one attempt's command to its end: its own process
+// group and working directory, HERD_* variables, limits, output to a
+// rotating log and a 64 KiB tail, the run timeout, and no process left
+// behind afterwards. ctx ends when the attempt is taken back.
 func (a *Agent) runProcess(ctx context.Context, as api.Assignment) outcome {
 	att, spec := as.Attempt, as.Spec
 	workDir, err := a.workDirs.take(att.ID)

@@ -387,6 +387,10 @@ func (s *Server) leadership(ctx context.Context) {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+	// Decided before the replica serves writes as leader (a flag left
+	// from an earlier term may be stale), and again once its own record
+	// is written.
+	s.refreshCommandForms()
 	s.leaderReady.Store(true)
 	if err := s.upsertServerMeta(ctx, s.selfJoinRequest()); err != nil {
 		s.logger.Warn("could not record own address", "error", err)

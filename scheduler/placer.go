@@ -8,10 +8,10 @@ import (
 
 // Placer answers Select for many requests against one set of nodes that
 // the caller books as it goes (Book adds a reservation and a running
-// attempt), as the leader does within one placement pass. Requests with the same
-// requirements form a class; the first request of a class ranks every
-// node once, and later ones take the best from a heap, re-checking only
-// the nodes they look at. That is correct because booking only ever
+// attempt), as the leader does within one placement pass. Requests with
+// the same requirements form a class; the first request of a class ranks
+// every node once, and later ones take the best from a heap, re-checking
+// only the nodes they look at. That is correct because booking only ever
 // lowers a node's score and eligibility: a stale heap entry overstates,
 // so the first entry whose fresh score matches its key is the best node.
 //

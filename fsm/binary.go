@@ -16,9 +16,9 @@ import (
 // start and end): the leader writes hundreds of them per entry, decoding
 // reservations' JSON was a sixth of every replica's CPU at full placement
 // rate, and a submission takes about a third of its JSON's bytes in the
-// log. A replica that
-// predates a binary form refuses such entries (the version byte), so a
-// cluster must run one herd version before its leader writes them.
+// log. A replica that predates a binary form refuses such entries (the
+// version byte), so a leader writes them only while every server reads
+// them (see CommandForms).
 const binaryVersion = 2
 
 // EncodeReserve encodes a reservation in the binary payload form: the

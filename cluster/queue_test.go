@@ -34,10 +34,14 @@ func TestLeaderQueueFollowsThePendingSet(t *testing.T) {
 		}
 	}
 	submit := func(id string, prio int) {
-		apply(fsm.MsgSubmitTask, fsm.SubmitTaskRequest{ID: id, SubmittedAt: now, Spec: fsm.TaskSpec{
-			Name: id, Priority: prio, Command: []string{"true"}, Capability: "exec", CapabilityVersion: "1",
-			TimeoutSeconds: 60, MaxAttempts: 1,
-		}})
+		apply(fsm.MsgSubmitTask, fsm.SubmitTaskRequest{ID: id, SubmittedAt: now, Spec: fsm.TaskSpec{Name: id, TaskShape: &fsm.TaskShape{
+			Priority:          prio,
+			Command:           []string{"true"},
+			Capability:        "exec",
+			CapabilityVersion: "1",
+			TimeoutSeconds:    60,
+			MaxAttempts:       1,
+		}}})
 	}
 	lq := newLeaderQueue(scheduler.DefaultQueueConfig())
 	var left []string

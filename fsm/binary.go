@@ -52,16 +52,26 @@ func decodeReserve(payload []byte) (*ReserveRequest, error) {
 }
 
 // EncodeSubmitTask encodes a submission in the binary form: the request's
-// fields, then the spec's, in declaration order; a map as its entry count
-// and its entries in key order, so a spec always encodes the same.
+// fields, the spec's name and idempotency key, then its shape (see
+// appendShape), which ends the payload.
 func EncodeSubmitTask(r SubmitTaskRequest) []byte {
-	s := &r.Spec
 	buf := make([]byte, 0, 256) // a typical spec's size; append grows it for larger ones
 	buf = append(buf, byte(MsgSubmitTask), binaryVersion)
 	buf = appendString(buf, r.ID)
 	buf = appendTime(buf, r.SubmittedAt)
-	buf = appendString(buf, s.Name)
-	buf = appendString(buf, s.IdempotencyKey)
+	buf = appendString(buf, r.Spec.Name)
+	buf = appendString(buf, r.Spec.IdempotencyKey)
+	return appendShape(buf, r.Spec.TaskShape)
+}
+
+// appendShape appends a shape's fields in declaration order; a map as its
+// entry count and its entries in key order, so a shape always encodes the
+// same: the encoding is also the key replicas share shapes by. No shape
+// encodes as the zero one.
+func appendShape(buf []byte, s *TaskShape) []byte {
+	if s == nil {
+		s = &TaskShape{}
+	}
 	buf = binary.AppendVarint(buf, int64(s.Priority))
 	buf = appendStrings(buf, s.Command)
 	buf = appendMap(buf, s.Env)
@@ -72,15 +82,29 @@ func EncodeSubmitTask(r SubmitTaskRequest) []byte {
 	buf = appendResources(buf, s.Resources)
 	buf = binary.AppendVarint(buf, s.TimeoutSeconds)
 	buf = binary.AppendVarint(buf, int64(s.MaxAttempts))
-	buf = appendString(buf, s.Submitter)
-	return buf
+	return appendString(buf, s.Submitter)
 }
 
 func decodeSubmitTask(payload []byte) (*SubmitTaskRequest, error) {
+	return decodeSubmitTaskWith(payload, nil)
+}
+
+// decodeSubmitTaskWith decodes a submission. A shape the interner already
+// holds is not decoded again: its encoding is its key, and equal
+// encodings decode to equal shapes.
+func decodeSubmitTaskWith(payload []byte, in *interner) (*SubmitTaskRequest, error) {
 	d := decoder{buf: payload}
 	r := &SubmitTaskRequest{ID: d.string(), SubmittedAt: d.time()}
-	r.Spec = TaskSpec{
-		Name: d.string(), IdempotencyKey: d.string(), Priority: int(d.varint()), Command: d.strings(), Env: d.stringMap(),
+	r.Spec.Name, r.Spec.IdempotencyKey = d.string(), d.string()
+	if d.err == nil {
+		r.shapeKey = d.buf
+		if sh := in.known(d.buf); sh != nil {
+			r.Spec.TaskShape = sh
+			return r, nil
+		}
+	}
+	r.Spec.TaskShape = &TaskShape{
+		Priority: int(d.varint()), Command: d.strings(), Env: d.stringMap(),
 		Capability: d.string(), CapabilityVersion: d.string(), RequiredLabels: d.stringMap(), PreferredLabels: d.stringMap(),
 		Resources: d.resources(), TimeoutSeconds: d.varint(), MaxAttempts: int(d.varint()), Submitter: d.string(),
 	}

@@ -246,6 +246,9 @@ type SubmitTaskRequest struct {
 	ID          string    `json:"id"`
 	SubmittedAt time.Time `json:"submitted_at"`
 	Spec        TaskSpec  `json:"spec"`
+	// shapeKey is the spec's shape as encoded in the binary form it was
+	// decoded from (nil from JSON): the interner's key for the shape.
+	shapeKey []byte
 }
 
 // RegisterNodeRequest creates or refreshes a worker node. Every

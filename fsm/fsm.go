@@ -171,7 +171,8 @@ func (f *FSM) applyOne(db *store, index uint64, h header, payload []byte) any {
 	case MsgRemoveServer:
 		resp, err = applyJSON(payload, func(r *RemoveServerRequest) (any, error) { return applyRemoveServer(db, r) })
 	case MsgSubmitTask:
-		resp, err = applyEncoded(h, payload, decodeSubmitTask, func(r *SubmitTaskRequest) (any, error) { return applySubmitTask(db, index, r) })
+		decode := func(p []byte) (*SubmitTaskRequest, error) { return decodeSubmitTaskWith(p, db.w.interner) }
+		resp, err = applyEncoded(h, payload, decode, func(r *SubmitTaskRequest) (any, error) { return applySubmitTask(db, index, r) })
 	case MsgRegisterNode:
 		resp, err = applyJSON(payload, func(r *RegisterNodeRequest) (any, error) { return applyRegisterNode(db, index, r) })
 	case MsgReserve:
@@ -276,7 +277,7 @@ func applySubmitTask(db *store, index uint64, r *SubmitTaskRequest) (any, error)
 			Message: fmt.Sprintf("submitted by %s with priority %d", r.Spec.Submitter, r.Spec.Priority),
 		}},
 	}
-	db.w.interner.task(t)
+	db.w.interner.task(t, r.shapeKey)
 	db.putTask(t)
 	return &SubmitResult{Task: t, Created: true}, nil
 }

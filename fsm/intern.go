@@ -7,13 +7,18 @@ import (
 )
 
 // interner makes tasks share equal immutable values: a batch of tasks
-// usually repeats its submitter, capability, command, environment and
-// labels, and each decoded copy of them cost a replica about 400 bytes
-// per task. Strings go through the unique package (weakly held); slices
-// and maps through bounded caches keyed by their contents, cleared when
-// full so they never hold more than a few thousand values alive. Only
-// memory is shared: records are immutable, so no state can tell.
+// usually repeats its whole shape (priority, command, environment,
+// capability, labels, resources, limits, submitter), and each decoded
+// copy of it cost a replica about 500 bytes per task. Shapes are shared
+// whole, keyed by their binary form; the strings, slices and maps of a
+// shape not seen before are shared with earlier shapes where equal (a
+// submitter or a command often outlives one shape). Strings go through
+// the unique package (weakly held); shapes, slices and maps through
+// bounded caches keyed by their contents, cleared when full so they never
+// hold more than a few thousand values alive. Only memory is shared:
+// records are immutable, so no state can tell.
 type interner struct {
+	shapes map[string]*TaskShape
 	slices map[string][]string
 	maps   map[string]map[string]string
 }
@@ -22,7 +27,7 @@ type interner struct {
 const internCacheLimit = 4096
 
 func newInterner() *interner {
-	return &interner{slices: map[string][]string{}, maps: map[string]map[string]string{}}
+	return &interner{shapes: map[string]*TaskShape{}, slices: map[string][]string{}, maps: map[string]map[string]string{}}
 }
 
 func internString(s string) string {
@@ -34,7 +39,7 @@ func internString(s string) string {
 
 func (in *interner) slice(v []string) []string {
 	if len(v) == 0 {
-		return v
+		return nil
 	}
 	key := strings.Join(v, "\x00")
 	if got, ok := in.slices[key]; ok && slices.Equal(got, v) {
@@ -52,7 +57,7 @@ func (in *interner) slice(v []string) []string {
 
 func (in *interner) stringMap(m map[string]string) map[string]string {
 	if len(m) == 0 {
-		return m
+		return nil
 	}
 	keys := make([]string, 0, len(m))
 	for k := range m {
@@ -81,17 +86,49 @@ func (in *interner) stringMap(m map[string]string) map[string]string {
 	return out
 }
 
-// task shares t's repeated values with earlier tasks. t must not be in
+// known is the shape whose binary form is key, if the interner holds it
+// (nil otherwise, and on a nil interner).
+func (in *interner) known(key []byte) *TaskShape {
+	if in == nil {
+		return nil
+	}
+	return in.shapes[string(key)]
+}
+
+// shape returns the shared shape equal to sh: the one held under sh's
+// binary form (key, or computed when nil), or a copy of sh with its
+// values shared, held from now on. Empty maps and slices become nil, so
+// equal shapes are equal however they were decoded.
+func (in *interner) shape(sh *TaskShape, key []byte) *TaskShape {
+	if sh == nil {
+		return nil
+	}
+	if key == nil {
+		key = appendShape(nil, sh)
+	}
+	if got, ok := in.shapes[string(key)]; ok {
+		return got
+	}
+	if len(in.shapes) >= internCacheLimit {
+		clear(in.shapes)
+	}
+	c := *sh
+	c.Capability = internString(c.Capability)
+	c.CapabilityVersion = internString(c.CapabilityVersion)
+	c.Submitter = internString(c.Submitter)
+	c.Command = in.slice(c.Command)
+	c.Env = in.stringMap(c.Env)
+	c.RequiredLabels = in.stringMap(c.RequiredLabels)
+	c.PreferredLabels = in.stringMap(c.PreferredLabels)
+	in.shapes[string(key)] = &c
+	return &c
+}
+
+// task shares t's repeated values with earlier tasks. shapeKey is the
+// binary form of t's shape when known (nil: computed). t must not be in
 // the store yet (it is modified).
-func (in *interner) task(t *Task) {
-	s := &t.Spec
-	s.Capability = internString(s.Capability)
-	s.CapabilityVersion = internString(s.CapabilityVersion)
-	s.Submitter = internString(s.Submitter)
-	s.Command = in.slice(s.Command)
-	s.Env = in.stringMap(s.Env)
-	s.RequiredLabels = in.stringMap(s.RequiredLabels)
-	s.PreferredLabels = in.stringMap(s.PreferredLabels)
+func (in *interner) task(t *Task, shapeKey []byte) {
+	t.Spec.TaskShape = in.shape(t.Spec.TaskShape, shapeKey)
 	// Event kinds repeat; of the messages, the submission's and the
 	// reasons for waiting do (the others name attempts and nodes).
 	for i := range t.Timeline {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"reflect"
 	"testing"
 	"time"
 	"unsafe"
@@ -53,4 +54,77 @@ func TestWaitingTasksShareTheirSummary(t *testing.T) {
 		t.Fatal(err)
 	}
 	shared("restored", restored.State())
+}
+
+// Tasks submitted alike share one shape, whichever form carried them and
+// after a restore; a task whose shape differs in any field keeps its own,
+// with its own values.
+func TestTasksSubmittedAlikeShareTheirShape(t *testing.T) {
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	variants := map[string]func(*TaskShape){
+		"priority":   func(s *TaskShape) { s.Priority++ },
+		"command":    func(s *TaskShape) { s.Command = []string{"true", "x"} },
+		"env":        func(s *TaskShape) { s.Env = map[string]string{"A": "1", "B": "3"} },
+		"capability": func(s *TaskShape) { s.Capability = "docker" },
+		"version":    func(s *TaskShape) { s.CapabilityVersion = "2" },
+		"required":   func(s *TaskShape) { s.RequiredLabels = map[string]string{"zone": "a"} },
+		"preferred":  func(s *TaskShape) { s.PreferredLabels = map[string]string{"zone": "a"} },
+		"resources":  func(s *TaskShape) { s.Resources.DiskMB = 1 },
+		"timeout":    func(s *TaskShape) { s.TimeoutSeconds++ },
+		"attempts":   func(s *TaskShape) { s.MaxAttempts++ },
+		"submitter":  func(s *TaskShape) { s.Submitter = "team-b" },
+	}
+	f := New(nil)
+	index := uint64(0)
+	submit := func(id string, spec TaskSpec, encode func(MessageType, any) ([]byte, error)) {
+		t.Helper()
+		enc, err := encode(MsgSubmitTask, SubmitTaskRequest{ID: id, SubmittedAt: now, Spec: spec})
+		if err != nil {
+			t.Fatal(err)
+		}
+		index++
+		if rej, ok := f.ApplyBytes(index, enc).(*Rejection); ok {
+			t.Fatalf("%s rejected: %v", id, rej)
+		}
+	}
+	submit("base", testSpec("k-base"), Encode)
+	submit("alike", testSpec("k-alike"), Encode)
+	// The JSON form, with an empty map where the binary form had none.
+	emptyLabels := testSpec("k-json")
+	emptyLabels.RequiredLabels = map[string]string{}
+	submit("json", emptyLabels, EncodeJSON)
+	for name, change := range variants {
+		spec := testSpec("k-" + name)
+		shape := *spec.TaskShape
+		change(&shape)
+		spec.TaskShape = &shape
+		submit(name, spec, Encode)
+	}
+	check := func(label string, st *State) {
+		t.Helper()
+		base, _ := st.Task("base")
+		for _, id := range []string{"alike", "json"} {
+			if got, _ := st.Task(id); got.Spec.TaskShape != base.Spec.TaskShape {
+				t.Errorf("%s: task %q keeps its own copy of the base shape", label, id)
+			}
+		}
+		for name, change := range variants {
+			got, _ := st.Task(name)
+			want := *testSpec("").TaskShape
+			change(&want)
+			if got.Spec.TaskShape == base.Spec.TaskShape || !reflect.DeepEqual(*got.Spec.TaskShape, want) {
+				t.Errorf("%s: task changed in %s has shape %+v, want its own %+v", label, name, *got.Spec.TaskShape, want)
+			}
+		}
+	}
+	check("applied", f.State())
+	var buf bytes.Buffer
+	if err := f.State().Dump(&buf); err != nil {
+		t.Fatal(err)
+	}
+	restored := New(nil)
+	if err := restored.Restore(io.NopCloser(&buf)); err != nil {
+		t.Fatal(err)
+	}
+	check("restored", restored.State())
 }

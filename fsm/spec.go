@@ -23,6 +23,9 @@ const (
 // runs it again in Apply, so an entry proposed by a buggy leader is
 // rejected the same way everywhere.
 func (s *TaskSpec) Validate() error {
+	if s.TaskShape == nil {
+		return errors.New("command must not be empty")
+	}
 	var errs []error
 	if len(s.Command) == 0 || s.Command[0] == "" {
 		errs = append(errs, errors.New("command must not be empty"))

@@ -285,7 +285,7 @@ func TestPendingFeedTrimsAndTellsLaggards(t *testing.T) {
 func TestWatchFiresForChangesAfterTheView(t *testing.T) {
 	f := New(nil)
 	submit := func(index uint64, id string) {
-		data, err := Encode(MsgSubmitTask, SubmitTaskRequest{ID: id, Spec: TaskSpec{Command: []string{"true"}, MaxAttempts: 1, Capability: "exec", CapabilityVersion: "1", TimeoutSeconds: 60}})
+		data, err := Encode(MsgSubmitTask, SubmitTaskRequest{ID: id, Spec: TaskSpec{TaskShape: &TaskShape{Command: []string{"true"}, MaxAttempts: 1, Capability: "exec", CapabilityVersion: "1", TimeoutSeconds: 60}}})
 		if err != nil {
 			t.Fatal(err)
 		}

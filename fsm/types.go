@@ -55,10 +55,23 @@ const (
 )
 
 // TaskSpec is what a client submitted, with defaults already applied by the
-// leader, so every replica stores exactly the same values.
+// leader, so every replica stores exactly the same values. The name and
+// idempotency key are the task's own; the rest, its shape, is usually the
+// same for every task of a batch, so a replica keeps one copy of each
+// shape (see interner) and a pending task's record is 176 bytes, not 320.
 type TaskSpec struct {
-	Name              string              `json:"name"`
-	IdempotencyKey    string              `json:"idempotency_key,omitempty"`
+	Name           string `json:"name"`
+	IdempotencyKey string `json:"idempotency_key,omitempty"`
+	// The shape's fields read as the spec's own (t.Spec.Command). A spec
+	// decoded without any of them has no shape; Validate refuses it, and
+	// the store never holds one.
+	*TaskShape
+}
+
+// TaskShape is the part of a spec that tasks submitted alike share.
+// Stored records share it, so it must never be changed once a record
+// holds it.
+type TaskShape struct {
 	Priority          int                 `json:"priority"`
 	Command           []string            `json:"command"`
 	Env               map[string]string   `json:"env,omitempty"`
@@ -92,7 +105,7 @@ type Task struct {
 	ModifyIndex uint64    `json:"modify_index"`
 	// Attempts counts the attempts made; Failures the failed, timed-out
 	// and lost ones among them. (Paired as int32s: the record stays in
-	// a 320-byte size class.)
+	// a 176-byte size class.)
 	Attempts       int32  `json:"attempts"`
 	Failures       int32  `json:"failures"`
 	CurrentAttempt string `json:"current_attempt,omitempty"`

@@ -49,10 +49,16 @@ func BenchmarkPlacementThroughput(b *testing.B) {
 				for start := 0; start < tasks; start += 500 {
 					cmds = cmds[:0]
 					for i := start; i < start+500; i++ {
-						cmd, _ := fsm.Encode(fsm.MsgSubmitTask, fsm.SubmitTaskRequest{ID: fmt.Sprintf("task-%06d", i), SubmittedAt: now, Spec: fsm.TaskSpec{
-							Name: "t", Priority: 50, Command: []string{"true"}, Capability: "exec", CapabilityVersion: "1",
-							Resources: scheduler.Resources{CPUMillis: 100, MemoryMB: 64}, TimeoutSeconds: 60, MaxAttempts: 1, Submitter: "bench",
-						}})
+						cmd, _ := fsm.Encode(fsm.MsgSubmitTask, fsm.SubmitTaskRequest{ID: fmt.Sprintf("task-%06d", i), SubmittedAt: now, Spec: fsm.TaskSpec{Name: "t", TaskShape: &fsm.TaskShape{
+							Priority:          50,
+							Command:           []string{"true"},
+							Capability:        "exec",
+							CapabilityVersion: "1",
+							Resources:         scheduler.Resources{CPUMillis: 100, MemoryMB: 64},
+							TimeoutSeconds:    60,
+							MaxAttempts:       1,
+							Submitter:         "bench",
+						}}})
 						cmds = append(cmds, cmd)
 					}
 					if _, _, err := leader.ApplyCommand(ctx, fsm.EncodeBatch(cmds)); err != nil {

@@ -26,6 +26,7 @@ import (
 type Queue struct {
 	cfg     QueueConfig
 	byID    map[string]*queueEntry
+	subs    submitters
 	ready   *btree.BTreeG[*queueEntry] // by (base, bucket, submitter, seq, id)
 	delayed *btree.BTreeG[*queueEntry] // not yet due at clock: by (notBefore, id)
 	// released holds the ready tasks that have a NotBefore, so that a
@@ -37,23 +38,29 @@ type Queue struct {
 }
 
 // queueEntry is one task as the queue keeps it: what ordering needs, in
-// 80 bytes (a leader holds one per pending task).
+// 64 bytes (a leader holds one per pending task). Its base priority and
+// grid interval are worked out from it when compared rather than kept.
 type queueEntry struct {
-	id, submitter string
-	seq           uint64
-	queuedAt      int64 // ns
-	notBefore     int64 // ns; 0: none
-	bucket        int64
-	base          int
-	priority      int32
-	failures      int32
-	ref           any
+	id        string
+	ref       any
+	seq       uint64
+	queuedAt  int64  // ns
+	notBefore int64  // ns; 0: none
+	sub       uint32 // the submitter, numbered by the queue (see submitters)
+	priority  int16  // clamped to 0..MaxQueuePriority
+	failures  int16  // clamped likewise
 }
 
+// MaxQueuePriority bounds the priorities and failure counts a Queue keeps
+// apart (larger ones are kept as this); the FSM allows 0..100.
+const MaxQueuePriority = math.MaxInt16
+
+func clampPriority(v int) int16 { return int16(min(max(v, 0), MaxQueuePriority)) }
+
 // task rebuilds the QueuedTask the entry was made from.
-func (e *queueEntry) task() QueuedTask {
+func (q *Queue) task(e *queueEntry) QueuedTask {
 	t := QueuedTask{
-		ID: e.id, Submitter: e.submitter, Seq: e.seq, Priority: int(e.priority), Failures: int(e.failures),
+		ID: e.id, Submitter: q.subs.name(e.sub), Seq: e.seq, Priority: int(e.priority), Failures: int(e.failures),
 		QueuedAt: time.Unix(0, e.queuedAt).UTC(), Ref: e.ref,
 	}
 	if e.notBefore != 0 {
@@ -61,6 +68,78 @@ func (e *queueEntry) task() QueuedTask {
 	}
 	return t
 }
+
+// base is the entry's priority before aging.
+func (q *Queue) base(e *queueEntry) int {
+	return basePriority(int(e.priority), int(e.failures), &q.cfg)
+}
+
+// bucket is the grid interval the entry was queued in.
+func (q *Queue) bucket(e *queueEntry) int64 { return agingBucket(e.queuedAt, &q.cfg) }
+
+// probe is a search key in the ready order: the first place a task of
+// base priority base, queued in interval bucket, of submitter sub with
+// Seq seq (and the smallest id) would take.
+func (q *Queue) probe(base int, bucket int64, sub uint32, seq uint64) *queueEntry {
+	return &queueEntry{priority: clampPriority(base), queuedAt: bucketStart(bucket, &q.cfg), sub: sub, seq: seq}
+}
+
+// bucketStart is the first time in grid interval b (so that agingBucket
+// gives b back); an interval beyond the clock's range gives its end.
+func bucketStart(b int64, cfg *QueueConfig) int64 {
+	if cfg.AgingInterval <= 0 || cfg.AgingCap <= 0 {
+		return 0
+	}
+	iv := int64(cfg.AgingInterval)
+	switch {
+	case b <= floorDiv(math.MinInt64, iv):
+		return math.MinInt64
+	case b > floorDiv(math.MaxInt64, iv):
+		return math.MaxInt64
+	}
+	return b * iv
+}
+
+// submitters numbers the submitters of the queued tasks: an entry keeps
+// four bytes instead of a string, and a number is given back once its
+// submitter has no task left, so the table stays as small as the set of
+// submitters waiting.
+type submitters struct {
+	byName map[string]uint32
+	names  []string
+	counts []int
+	free   []uint32
+}
+
+func (s *submitters) add(name string) uint32 {
+	if id, ok := s.byName[name]; ok {
+		s.counts[id]++
+		return id
+	}
+	var id uint32
+	if n := len(s.free); n > 0 {
+		id, s.free = s.free[n-1], s.free[:n-1]
+		s.names[id], s.counts[id] = name, 1
+	} else {
+		id = uint32(len(s.names))
+		s.names, s.counts = append(s.names, name), append(s.counts, 1)
+	}
+	if s.byName == nil {
+		s.byName = map[string]uint32{}
+	}
+	s.byName[name] = id
+	return id
+}
+
+func (s *submitters) drop(id uint32) {
+	if s.counts[id]--; s.counts[id] == 0 {
+		delete(s.byName, s.names[id])
+		s.names[id] = ""
+		s.free = append(s.free, id)
+	}
+}
+
+func (s *submitters) name(id uint32) string { return s.names[id] }
 
 // compareEntrySeq orders by submission, then id (as compareSeq).
 func compareEntrySeq(a, b *queueEntry) int {
@@ -72,27 +151,28 @@ func compareEntrySeq(a, b *queueEntry) int {
 
 // NewQueue returns an empty queue ordering by cfg.
 func NewQueue(cfg QueueConfig) *Queue {
-	return &Queue{
+	q := &Queue{
 		cfg:      cfg,
 		byID:     map[string]*queueEntry{},
-		ready:    btree.NewG(32, lessReady),
 		delayed:  btree.NewG(32, lessNotBefore),
 		released: btree.NewG(32, lessNotBefore),
 		byQueued: btree.NewG(32, lessQueued),
 		bases:    map[int]int{},
 		clock:    math.MinInt64,
 	}
+	q.ready = btree.NewG(32, q.lessReady)
+	return q
 }
 
-func lessReady(a, b *queueEntry) bool {
-	if a.base != b.base {
-		return a.base < b.base
+func (q *Queue) lessReady(a, b *queueEntry) bool {
+	if ba, bb := q.base(a), q.base(b); ba != bb {
+		return ba < bb
 	}
-	if a.bucket != b.bucket {
-		return a.bucket < b.bucket
+	if ba, bb := q.bucket(a), q.bucket(b); ba != bb {
+		return ba < bb
 	}
-	if a.submitter != b.submitter {
-		return a.submitter < b.submitter
+	if a.sub != b.sub {
+		return a.sub < b.sub
 	}
 	return compareEntrySeq(a, b) < 0
 }
@@ -121,11 +201,9 @@ func (q *Queue) Has(id string) bool { _, ok := q.byID[id]; return ok }
 func (q *Queue) Put(t QueuedTask) {
 	q.Remove(t.ID)
 	e := &queueEntry{
-		id: t.ID, submitter: t.Submitter, seq: t.Seq, queuedAt: t.QueuedAt.UnixNano(),
-		priority: int32(t.Priority), failures: int32(t.Failures),
-		base: basePriority(t.Priority, t.Failures, &q.cfg), ref: t.Ref,
+		id: t.ID, sub: q.subs.add(t.Submitter), seq: t.Seq, queuedAt: t.QueuedAt.UnixNano(),
+		priority: clampPriority(t.Priority), failures: clampPriority(t.Failures), ref: t.Ref,
 	}
-	e.bucket = agingBucket(e.queuedAt, &q.cfg)
 	if !t.NotBefore.IsZero() {
 		e.notBefore = t.NotBefore.UnixNano()
 	}
@@ -145,6 +223,7 @@ func (q *Queue) Remove(id string) bool {
 		return false
 	}
 	delete(q.byID, id)
+	q.subs.drop(e.sub)
 	q.byQueued.Delete(e)
 	if _, waiting := q.delayed.Delete(e); !waiting {
 		q.unready(e)
@@ -154,7 +233,7 @@ func (q *Queue) Remove(id string) bool {
 
 func (q *Queue) makeReady(e *queueEntry) {
 	q.ready.ReplaceOrInsert(e)
-	q.bases[e.base]++
+	q.bases[q.base(e)]++
 	if e.notBefore != 0 {
 		q.released.ReplaceOrInsert(e)
 	}
@@ -162,8 +241,10 @@ func (q *Queue) makeReady(e *queueEntry) {
 
 func (q *Queue) unready(e *queueEntry) {
 	q.ready.Delete(e)
-	if q.bases[e.base]--; q.bases[e.base] <= 0 {
-		delete(q.bases, e.base)
+	if b := q.base(e); q.bases[b] <= 1 {
+		delete(q.bases, b)
+	} else {
+		q.bases[b]--
 	}
 	if e.notBefore != 0 {
 		q.released.Delete(e)
@@ -206,7 +287,7 @@ func (q *Queue) NextDue() time.Time {
 	if !ok {
 		return time.Time{}
 	}
-	return e.task().NotBefore
+	return q.task(e).NotBefore
 }
 
 // OldestQueuedAt is the earliest QueuedAt among the tasks held (zero if
@@ -216,7 +297,7 @@ func (q *Queue) OldestQueuedAt() time.Time {
 	if !ok {
 		return time.Time{}
 	}
-	return e.task().QueuedAt
+	return q.task(e).QueuedAt
 }
 
 // Head returns the first k tasks of Order over the queue's tasks at now
@@ -256,7 +337,7 @@ func (i *QueueIter) Next() (QueuedTask, bool) {
 	if e == nil {
 		return QueuedTask{}, false
 	}
-	return e.task(), true
+	return i.it.q.task(e), true
 }
 
 // queueIter yields ready tasks in queue order, one level of effective
@@ -330,14 +411,14 @@ func (it *queueIter) nextGroup(c *baseCursor) {
 // ready task of base priority base.
 func (it *queueIter) firstAtOrAfter(base int, from int64) (int64, bool) {
 	var found *queueEntry
-	it.q.ready.AscendGreaterOrEqual(&queueEntry{base: base, bucket: from}, func(e *queueEntry) bool {
+	it.q.ready.AscendGreaterOrEqual(it.q.probe(base, from, 0, 0), func(e *queueEntry) bool {
 		found = e
 		return false
 	})
-	if found == nil || found.base != base {
+	if found == nil || it.q.base(found) != base {
 		return 0, false
 	}
-	return found.bucket, true
+	return it.q.bucket(found), true
 }
 
 func (it *queueIter) next() *queueEntry {
@@ -384,7 +465,7 @@ func (it *queueIter) nextLevel() bool {
 	if top < 0 {
 		return false
 	}
-	bySub := map[string]*mergeCursor{}
+	bySub := map[uint32]*mergeCursor{}
 	for i := range it.bases {
 		c := &it.bases[i]
 		if c.done || c.eff != top {
@@ -397,29 +478,30 @@ func (it *queueIter) nextLevel() bool {
 		it.subs = append(it.subs, m)
 	}
 	// A fixed order (the turn is sorted anyway, but keep it reproducible).
-	slices.SortFunc(it.subs, func(a, b *mergeCursor) int { return cmp.Compare(a.submitter, b.submitter) })
+	slices.SortFunc(it.subs, func(a, b *mergeCursor) int { return cmp.Compare(a.sub, b.sub) })
 	return true
 }
 
 // openRanges adds a cursor for every (interval, submitter) range of base
 // within [lo, hi]. It walks the ranges in one pass, buffering the first
 // tasks of each, and seeks past a range only when it is long.
-func (it *queueIter) openRanges(base int, lo, hi int64, bySub map[string]*mergeCursor) {
-	pivot := &queueEntry{base: base, bucket: lo}
+func (it *queueIter) openRanges(base int, lo, hi int64, bySub map[uint32]*mergeCursor) {
+	q := it.q
+	pivot := q.probe(base, lo, 0, 0)
 	for pivot != nil {
 		var r *rangeCursor
 		next := pivot
 		pivot = nil
-		it.q.ready.AscendGreaterOrEqual(next, func(e *queueEntry) bool {
-			if e.base != base || e.bucket > hi {
+		q.ready.AscendGreaterOrEqual(next, func(e *queueEntry) bool {
+			if q.base(e) != base || q.bucket(e) > hi {
 				return false
 			}
-			if r == nil || !sameRange(r.buf[0], e) {
-				r = &rangeCursor{tree: it.q.ready, buf: make([]*queueEntry, 0, 4)}
-				m := bySub[e.submitter]
+			if r == nil || !q.sameRange(r.buf[0], e) {
+				r = &rangeCursor{q: q, buf: make([]*queueEntry, 0, 4)}
+				m := bySub[e.sub]
 				if m == nil {
-					m = &mergeCursor{submitter: e.submitter}
-					bySub[e.submitter] = m
+					m = &mergeCursor{sub: e.sub}
+					bySub[e.sub] = m
 				}
 				r.buf = append(r.buf, e)
 				m.push(r)
@@ -429,7 +511,7 @@ func (it *queueIter) openRanges(base int, lo, hi int64, bySub map[string]*mergeC
 				// A long range: its cursor reads on by itself; seek past
 				// it (no task has the largest Seq).
 				r.more = true
-				pivot = &queueEntry{base: base, bucket: e.bucket, submitter: e.submitter, seq: math.MaxUint64}
+				pivot = q.probe(base, q.bucket(e), e.sub, math.MaxUint64)
 				return false
 			}
 			r.buf = append(r.buf, e)
@@ -441,14 +523,14 @@ func (it *queueIter) openRanges(base int, lo, hi int64, bySub map[string]*mergeC
 // rangeBuffer is how many tasks of a range a cursor reads at a time.
 const rangeBuffer = 16
 
-func sameRange(a, b *queueEntry) bool {
-	return a.base == b.base && a.bucket == b.bucket && a.submitter == b.submitter
+func (q *Queue) sameRange(a, b *queueEntry) bool {
+	return a.sub == b.sub && q.base(a) == q.base(b) && q.bucket(a) == q.bucket(b)
 }
 
 // rangeCursor walks one (base, interval, submitter) range in submission
 // order, rangeBuffer tasks per read of the tree.
 type rangeCursor struct {
-	tree *btree.BTreeG[*queueEntry]
+	q    *Queue
 	buf  []*queueEntry
 	pos  int
 	more bool // the range may go on past buf
@@ -468,11 +550,11 @@ func (r *rangeCursor) pop() (*queueEntry, bool) {
 	}
 	last := r.buf[len(r.buf)-1]
 	r.buf, r.pos, r.more = r.buf[:0], 0, false
-	r.tree.AscendGreaterOrEqual(last, func(x *queueEntry) bool {
+	r.q.ready.AscendGreaterOrEqual(last, func(x *queueEntry) bool {
 		if x == last {
 			return true
 		}
-		if !sameRange(last, x) {
+		if !r.q.sameRange(last, x) {
 			return false
 		}
 		if len(r.buf) == rangeBuffer {
@@ -488,8 +570,8 @@ func (r *rangeCursor) pop() (*queueEntry, bool) {
 // mergeCursor merges one submitter's ranges at a level into submission
 // order (a min-heap on each range's current task).
 type mergeCursor struct {
-	submitter string
-	heap      []*rangeCursor
+	sub  uint32
+	heap []*rangeCursor
 }
 
 func (m *mergeCursor) empty() bool { return len(m.heap) == 0 }

@@ -446,7 +446,7 @@ func (s *Server) SubmitTasks(ctx context.Context, in []api.TaskSpec) (api.BatchS
 			}
 			return api.BatchSubmitResponse{}, fmt.Errorf("tasks[%d]: unexpected submit response %T", i, r)
 		}
-		out.Tasks[i] = api.BatchSubmitResult{ID: res.Task.ID, State: string(res.Task.State), Created: res.Created}
+		out.Tasks[i] = api.BatchSubmitResult{ID: res.Task.ID, State: res.Task.State.String(), Created: res.Created}
 	}
 	return out, nil
 }
@@ -470,8 +470,8 @@ func (s *Server) GetTask(id string) (api.Task, error) {
 
 // ListTasks lists tasks from the local state.
 func (s *Server) ListTasks(q api.TaskQuery) (api.TaskList, error) {
-	state := fsm.TaskState(strings.ToUpper(q.State))
-	if state != "" && !state.Valid() {
+	state, ok := fsm.ParseTaskState(strings.ToUpper(q.State))
+	if !ok {
 		return api.TaskList{}, fmt.Errorf("unknown task state %q: %w", q.State, api.ErrBadRequest)
 	}
 	tasks, err := s.fsm.State().Tasks(fsm.TaskFilter{State: state, After: q.After, Limit: q.Limit + 1})
@@ -518,7 +518,7 @@ func toAPISpec(in fsm.TaskSpec) api.TaskSpec {
 
 func toAPITask(t *fsm.Task, attempts []*fsm.Attempt) api.Task {
 	out := api.Task{
-		ID: t.ID, Name: t.Spec.Name, State: string(t.State), Spec: toAPISpec(t.Spec),
+		ID: t.ID, Name: t.Spec.Name, State: t.State.String(), Spec: toAPISpec(t.Spec),
 		SubmittedAt: t.SubmittedAt(), CreateIndex: t.CreateIndex, ModifyIndex: t.ModifyIndex,
 		CurrentAttempt: t.CurrentAttempt,
 		Attempts:       make([]api.Attempt, 0, len(attempts)),

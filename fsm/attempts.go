@@ -160,7 +160,7 @@ func applyReserve(db *store, index uint64, r *ReserveRequest) (any, error) {
 	n.ModifyIndex = index
 	t := task.clone()
 	t.State = TaskScheduled
-	t.Attempts = int32(r.Number)
+	t.Attempts = int16(r.Number)
 	t.CurrentAttempt = a.ID
 	t.ModifyIndex = index
 	t.LastExplain = ""

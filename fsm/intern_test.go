@@ -2,9 +2,11 @@ package fsm
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 	"unsafe"
@@ -127,4 +129,41 @@ func TestTasksSubmittedAlikeShareTheirShape(t *testing.T) {
 		t.Fatal(err)
 	}
 	check("restored", restored.State())
+}
+
+// A replica holds one task record per task: keep it in the 160-byte size
+// class (its shape is shared, its state a byte).
+func TestTaskRecordStaysSmall(t *testing.T) {
+	if size := unsafe.Sizeof(Task{}); size > 160 {
+		t.Fatalf("Task is %d bytes, want at most 160", size)
+	}
+}
+
+// A task state reads and writes as its name, in records and as map keys,
+// and an unknown name is refused rather than read as no state.
+func TestTaskStateReadsAndWritesItsName(t *testing.T) {
+	for s := TaskPending; s <= TaskCancelled; s++ {
+		b, err := json.Marshal(map[TaskState]Task{s: {State: s}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		name := s.String()
+		if !strings.Contains(string(b), `{"`+name+`":{"id":"","state":"`+name+`"`) {
+			t.Fatalf("%d encodes as %s", s, b)
+		}
+		var back map[TaskState]Task
+		if err := json.Unmarshal(b, &back); err != nil || back[s].State != s {
+			t.Fatalf("%s decodes as %v (%v)", b, back, err)
+		}
+		if p, ok := ParseTaskState(name); !ok || p != s || !s.Valid() {
+			t.Fatalf("ParseTaskState(%q) = %v, %v", name, p, ok)
+		}
+	}
+	var tk Task
+	if err := json.Unmarshal([]byte(`{"id":"t","state":"DONE"}`), &tk); err == nil {
+		t.Fatalf("an unknown state was read as %v", tk.State)
+	}
+	if TaskState(0).Valid() || TaskState(99).Valid() {
+		t.Fatal("no state and an unknown number count as valid")
+	}
 }

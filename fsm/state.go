@@ -62,7 +62,7 @@ func (s *State) Tasks(f TaskFilter) ([]*Task, error) {
 		out = append(out, t)
 		return f.Limit <= 0 || len(out) < f.Limit
 	}
-	if f.State != "" {
+	if f.State != 0 {
 		s.st.tasksInState(f.State, f.After, add)
 		return out, nil
 	}

@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"fmt"
 	"time"
 
 	"herd/scheduler"
@@ -9,18 +10,62 @@ import (
 // TaskState is the lifecycle state of a task. Transitions only move forward:
 // PENDING → SCHEDULED → RUNNING → one terminal state (a retry is a new
 // attempt that returns the task to PENDING, never a terminal state undone).
-type TaskState string
+// It is a small number (every task record holds one) that reads and
+// writes as its name; the zero value is no state, named "". (int8, not
+// uint8: go vet flags string(s) for it, which would yield one rune.)
+type TaskState int8
 
 // Task states.
 const (
-	TaskPending   TaskState = "PENDING"
-	TaskScheduled TaskState = "SCHEDULED"
-	TaskRunning   TaskState = "RUNNING"
-	TaskSucceeded TaskState = "SUCCEEDED"
-	TaskFailed    TaskState = "FAILED"
-	TaskTimedOut  TaskState = "TIMED_OUT"
-	TaskCancelled TaskState = "CANCELLED"
+	TaskPending TaskState = iota + 1
+	TaskScheduled
+	TaskRunning
+	TaskSucceeded
+	TaskFailed
+	TaskTimedOut
+	TaskCancelled
 )
+
+var taskStateNames = [...]string{
+	0: "", TaskPending: "PENDING", TaskScheduled: "SCHEDULED", TaskRunning: "RUNNING",
+	TaskSucceeded: "SUCCEEDED", TaskFailed: "FAILED", TaskTimedOut: "TIMED_OUT", TaskCancelled: "CANCELLED",
+}
+
+// String is the state's name.
+func (s TaskState) String() string {
+	if s >= 0 && int(s) < len(taskStateNames) {
+		return taskStateNames[s]
+	}
+	return fmt.Sprintf("TaskState(%d)", int8(s))
+}
+
+// ParseTaskState reads a state's name (as String writes it).
+func ParseTaskState(name string) (TaskState, bool) {
+	for s, n := range taskStateNames {
+		if n == name {
+			return TaskState(s), true
+		}
+	}
+	return 0, false
+}
+
+// MarshalText writes the state's name (JSON, map keys included).
+func (s TaskState) MarshalText() ([]byte, error) {
+	if s < 0 || int(s) >= len(taskStateNames) {
+		return nil, fmt.Errorf("unknown task state %d", int8(s))
+	}
+	return []byte(taskStateNames[s]), nil
+}
+
+// UnmarshalText reads a state's name; an unknown name is an error.
+func (s *TaskState) UnmarshalText(b []byte) error {
+	v, ok := ParseTaskState(string(b))
+	if !ok {
+		return fmt.Errorf("unknown task state %q", b)
+	}
+	*s = v
+	return nil
+}
 
 // Terminal reports whether no further transition is possible.
 func (s TaskState) Terminal() bool {
@@ -32,13 +77,7 @@ func (s TaskState) Terminal() bool {
 }
 
 // Valid reports whether s is one of the known task states.
-func (s TaskState) Valid() bool {
-	switch s {
-	case TaskPending, TaskScheduled, TaskRunning, TaskSucceeded, TaskFailed, TaskTimedOut, TaskCancelled:
-		return true
-	}
-	return false
-}
+func (s TaskState) Valid() bool { return s >= TaskPending && s <= TaskCancelled }
 
 // AttemptState is the lifecycle state of one attempt of a task.
 type AttemptState string
@@ -99,16 +138,16 @@ type Task struct {
 	ID string `json:"id"`
 	// State sits next to ID: the state index compares both on every step
 	// of its searches, and one cache line per record is cheaper than two.
-	State       TaskState `json:"state"`
-	Spec        TaskSpec  `json:"spec"`
-	CreateIndex uint64    `json:"create_index"`
-	ModifyIndex uint64    `json:"modify_index"`
+	State TaskState `json:"state"`
 	// Attempts counts the attempts made; Failures the failed, timed-out
-	// and lost ones among them. (Paired as int32s: the record stays in
-	// a 176-byte size class.)
-	Attempts       int32  `json:"attempts"`
-	Failures       int32  `json:"failures"`
-	CurrentAttempt string `json:"current_attempt,omitempty"`
+	// and lost ones among them (at most MaxAttemptsLimit: small numbers
+	// keep the record, with State, in a 160-byte size class).
+	Attempts       int16    `json:"attempts"`
+	Failures       int16    `json:"failures"`
+	Spec           TaskSpec `json:"spec"`
+	CreateIndex    uint64   `json:"create_index"`
+	ModifyIndex    uint64   `json:"modify_index"`
+	CurrentAttempt string   `json:"current_attempt,omitempty"`
 	// QueuedAt is when the task last entered PENDING (aging counts from
 	// it); the submission time is the first timeline event's.
 	QueuedAt Stamp `json:"queued_at"`

@@ -907,7 +907,7 @@ type taskState struct {
 	DoneNotCancelled bool
 }
 
-func terminal(s string) bool { return fsm.TaskState(s).Terminal() }
+func terminal(s string) bool { st, _ := fsm.ParseTaskState(s); return st.Terminal() }
 
 // TaskModel is the sequential specification of one task as clients see
 // it. The scheduler and agents move a task forward on their own, so a read
@@ -946,7 +946,7 @@ var TaskModel = porcupine.Model{
 				return false, s
 			}
 			if out.Rejected { // cancel refused: the task had ended another way
-				if s.State == string(fsm.TaskCancelled) {
+				if s.State == fsm.TaskCancelled.String() {
 					return false, s
 				}
 				if s.State == "" || !terminal(s.State) {
@@ -954,7 +954,7 @@ var TaskModel = porcupine.Model{
 				}
 				return true, s
 			}
-			if in.Kind == "cancel" && out.State != string(fsm.TaskCancelled) {
+			if in.Kind == "cancel" && out.State != fsm.TaskCancelled.String() {
 				return false, s
 			}
 			if out.Index < s.Index || (out.Index == s.Index && s.State != "" && out.State != s.State) {
@@ -963,7 +963,7 @@ var TaskModel = porcupine.Model{
 			if terminal(s.State) && out.State != s.State {
 				return false, s
 			}
-			if s.DoneNotCancelled && (!terminal(out.State) || out.State == string(fsm.TaskCancelled)) {
+			if s.DoneNotCancelled && (!terminal(out.State) || out.State == fsm.TaskCancelled.String()) {
 				return false, s
 			}
 			s.State, s.Index = out.State, out.Index

@@ -498,7 +498,8 @@ func TestNetnsProcessesUnderFaults(t *testing.T) {
 					return false
 				}
 				last = task.State
-				return fsm.TaskState(task.State).Terminal()
+				st, _ := fsm.ParseTaskState(task.State)
+				return st.Terminal()
 			})
 			if !ok {
 				t.Errorf("s%d: acknowledged task %s (key %s) not ended: %s", i+1, id, key, last)

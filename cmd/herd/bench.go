@@ -105,6 +105,11 @@ type benchResult struct {
 	QueueOrder100k  float64 `json:"queue_full_order_100k_ms"`
 	QueueScan100k   float64 `json:"queue_scan_100k_ms"` // the same head by a pass over an unindexed backlog
 	ReplicaRSSMiB   float64 `json:"replica_rss_mib"`
+	// The same replica's resident peak (the load included) and its RSS
+	// once settled (after the idle window): one sample right after the
+	// load depends on where the collector's cycle stands.
+	ReplicaPeakRSSMiB    float64 `json:"replica_peak_rss_mib"`
+	ReplicaSettledRSSMiB float64 `json:"replica_settled_rss_mib"`
 	// Finished tasks held in one replica's state (heap above the empty
 	// state), and what is left once retention forgot them.
 	FinishedTasks         int     `json:"finished_tasks"`
@@ -244,7 +249,7 @@ func printBench(w io.Writer, r *benchResult) {
 	tb.add("submit→start, light load", fmt.Sprintf("p50 %.1f ms, p99 %.1f ms", r.E2ESubmitToStartP50, r.E2ESubmitToStartP99), fmt.Sprintf("%.0f tasks/s steady, same cluster", r.E2ELightRate))
 	tb.add("decision", fmt.Sprintf("%.3f / %.3f / %.3f ms", r.Decision100Nodes, r.Decision1kNodes, r.Decision10kNodes), "filter+score+select over 100 / 1k / 10k nodes")
 	tb.add("queue selection", fmt.Sprintf("%.2f / %.2f ms (unindexed scan of 100k: %.2f ms; full order: %.0f ms)", r.QueueSelect10k, r.QueueSelect100k, r.QueueScan100k, r.QueueOrder100k), "head of one 512-task batch from the leader's indexed queue of 10k / 100k pending")
-	tb.add("replica memory", fmt.Sprintf("RSS %.0f MiB (anon %.0f, mapped files %.0f), heap in use %.0f MiB", r.ReplicaRSSMiB, r.ReplicaAnonMiB, r.ReplicaFileMiB, r.ReplicaHeapMiB), fmt.Sprintf("one replica process, %d nodes, %d tasks", r.FootprintNodes, r.FootprintTasks))
+	tb.add("replica memory", fmt.Sprintf("RSS %.0f MiB (anon %.0f, mapped files %.0f), heap in use %.0f MiB; peak %.0f, settled %.0f", r.ReplicaRSSMiB, r.ReplicaAnonMiB, r.ReplicaFileMiB, r.ReplicaHeapMiB, r.ReplicaPeakRSSMiB, r.ReplicaSettledRSSMiB), fmt.Sprintf("one replica process, %d nodes, %d tasks; peak: the most resident at once, load included; settled: after the idle window", r.FootprintNodes, r.FootprintTasks))
 	tb.add("replica memory, limited", fmt.Sprintf("RSS %.0f MiB (anon %.0f); loaded at %.0f submits/s against %.0f", r.LimitedRSSMiB, r.LimitedAnonMiB, r.LimitedLoadPerSec, r.FootprintLoadPerSec), fmt.Sprintf("the same load into a fresh replica with memory_limit_mib = %d", benchMemoryLimitMiB))
 	tb.add("replica CPU, idle backlog", fmt.Sprintf("%.1f%% of a core", r.ReplicaIdleCPUPercent), fmt.Sprintf("same replica, over %[1]s starting %[1]s after the load: every node drained, the leader explains why tasks wait", r.FootprintIdle))
 	tb.add("snapshot", fmt.Sprintf("%d bytes, saved in %.0f ms, restored in %.0f ms", r.SnapshotBytes, r.SnapshotSaveMs, r.SnapshotRestoreMs), "same replica; the archive restored into it through the API")
@@ -701,6 +706,7 @@ func benchFootprint(dir string, sz benchSizes, heapProfile string, r *benchResul
 	cpu0, t0 := procCPUSeconds(pid), time.Now()
 	time.Sleep(sz.footIdle)
 	r.ReplicaIdleCPUPercent = 100 * (procCPUSeconds(pid) - cpu0) / time.Since(t0).Seconds()
+	r.ReplicaSettledRSSMiB, r.ReplicaPeakRSSMiB = procRSSMiB(pid, "VmRSS"), procRSSMiB(pid, "VmHWM")
 	r.FootprintIdle = sz.footIdle.String()
 	if heapProfile != "" {
 		if err := saveHeapProfile(ctx, rep.httpAddr, heapProfile); err != nil {

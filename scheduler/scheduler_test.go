@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"pgregory.net/rapid"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -576,6 +577,33 @@ func BenchmarkQueueHead(b *testing.B) {
 				}
 			})
 		}
+	}
+}
+
+// BenchmarkQueueFootprint reports what the leader's queue holds per
+// pending task (its entry, the id map and the trees), ids and the
+// caller's records left out: tasks arrive in submission order, a few
+// submitters, as a backlog loads.
+func BenchmarkQueueFootprint(b *testing.B) {
+	const tasks = 100_000
+	ids := make([]string, tasks)
+	refs := make([]*int, tasks)
+	for i := range ids {
+		ids[i], refs[i] = fmt.Sprintf("01kb%022d", i), new(int)
+	}
+	for b.Loop() {
+		runtime.GC()
+		var before runtime.MemStats
+		runtime.ReadMemStats(&before)
+		q := NewQueue(DefaultQueueConfig())
+		for i, id := range ids {
+			q.Put(QueuedTask{ID: id, Submitter: fmt.Sprint("team-", i%4), Priority: 50, Seq: uint64(i/256 + 1), QueuedAt: now, Ref: refs[i]})
+		}
+		runtime.GC()
+		var after runtime.MemStats
+		runtime.ReadMemStats(&after)
+		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/tasks, "heap-bytes/task")
+		runtime.KeepAlive(q)
 	}
 }
 

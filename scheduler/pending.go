@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/google/btree"
+
+	"herd/internal/idtable"
 )
 
 // Queue keeps a backlog indexed for queue order, so that the head of a
@@ -25,7 +27,7 @@ import (
 // A Queue is not safe for concurrent use.
 type Queue struct {
 	cfg     QueueConfig
-	byID    map[string]*queueEntry
+	byID    *idtable.Table[queueEntry]
 	subs    submitters
 	ready   *btree.BTreeG[*queueEntry] // by (base, bucket, submitter, seq, id)
 	delayed *btree.BTreeG[*queueEntry] // not yet due at clock: by (notBefore, id)
@@ -153,7 +155,7 @@ func compareEntrySeq(a, b *queueEntry) int {
 func NewQueue(cfg QueueConfig) *Queue {
 	q := &Queue{
 		cfg:      cfg,
-		byID:     map[string]*queueEntry{},
+		byID:     idtable.New(func(e *queueEntry) string { return e.id }),
 		delayed:  btree.NewG(32, lessNotBefore),
 		released: btree.NewG(32, lessNotBefore),
 		byQueued: btree.NewG(32, lessQueued),
@@ -192,10 +194,10 @@ func lessQueued(a, b *queueEntry) bool {
 }
 
 // Len is how many tasks the queue holds, backing-off ones included.
-func (q *Queue) Len() int { return len(q.byID) }
+func (q *Queue) Len() int { return q.byID.Len() }
 
 // Has reports whether the queue holds the task.
-func (q *Queue) Has(id string) bool { _, ok := q.byID[id]; return ok }
+func (q *Queue) Has(id string) bool { return q.byID.Get(id) != nil }
 
 // Put adds a task, or replaces the one with its ID.
 func (q *Queue) Put(t QueuedTask) {
@@ -207,7 +209,7 @@ func (q *Queue) Put(t QueuedTask) {
 	if !t.NotBefore.IsZero() {
 		e.notBefore = t.NotBefore.UnixNano()
 	}
-	q.byID[t.ID] = e
+	q.byID.Put(e)
 	q.byQueued.ReplaceOrInsert(e)
 	if e.notBefore != 0 && e.notBefore > q.clock {
 		q.delayed.ReplaceOrInsert(e)
@@ -218,11 +220,10 @@ func (q *Queue) Put(t QueuedTask) {
 
 // Remove drops a task; it reports whether the queue held it.
 func (q *Queue) Remove(id string) bool {
-	e, ok := q.byID[id]
-	if !ok {
+	e := q.byID.Delete(id)
+	if e == nil {
 		return false
 	}
-	delete(q.byID, id)
 	q.subs.drop(e.sub)
 	q.byQueued.Delete(e)
 	if _, waiting := q.delayed.Delete(e); !waiting {

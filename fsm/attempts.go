@@ -538,7 +538,6 @@ func applyForgetTasks(db *store, r *ForgetTasksRequest) (any, error) {
 		db.deleteTask(t)
 		removed++
 	}
-	db.w.compact()
 	return removed, nil
 }
 

@@ -6,6 +6,7 @@ import (
 
 	"github.com/google/btree"
 
+	"herd/internal/idtable"
 	"herd/scheduler"
 )
 
@@ -147,11 +148,27 @@ func (s *store) checkIndexes() error {
 	}
 	if s.w != nil {
 		errs = append(errs,
-			checkWriterMap("task", s.tasks, s.w.tasks, func(t *Task) string { return t.ID }),
-			checkWriterMap("attempt", s.attempts, s.w.attempts, func(a *Attempt) string { return a.ID }),
+			checkWriterTable("task", s.tasks, s.w.tasks, func(t *Task) string { return t.ID }),
+			checkWriterTable("attempt", s.attempts, s.w.attempts, func(a *Attempt) string { return a.ID }),
 			checkWriterMap("node", s.nodes, s.w.nodes, func(n *Node) string { return n.ID }))
 	}
 	return errors.Join(errs...)
+}
+
+// checkWriterTable verifies that the writer's table holds exactly the
+// tree's records.
+func checkWriterTable[T any](kind string, tree *btree.BTreeG[*T], tb *idtable.Table[T], id func(*T) string) error {
+	if tree.Len() != tb.Len() {
+		return fmt.Errorf("%s table holds %d, tree %d", kind, tb.Len(), tree.Len())
+	}
+	var err error
+	tree.Ascend(func(rec *T) bool {
+		if tb.Get(id(rec)) != rec {
+			err = fmt.Errorf("%s table disagrees with the tree on %s", kind, id(rec))
+		}
+		return err == nil
+	})
+	return err
 }
 
 // checkWriterMap verifies that the writer's map holds exactly the tree's

@@ -6,6 +6,8 @@ import (
 	"sync"
 
 	"github.com/google/btree"
+
+	"herd/internal/idtable"
 )
 
 // store holds the replicated records in ordered copy-on-write B-trees: one
@@ -49,40 +51,13 @@ type store struct {
 }
 
 type writerMaps struct {
-	tasks    map[string]*Task
-	attempts map[string]*Attempt
+	// Tasks and attempts by id in tables (about a third of a Go map's
+	// size per record, and they shrink once retention forgets records).
+	tasks    *idtable.Table[Task]
+	attempts *idtable.Table[Attempt]
 	nodes    map[string]*Node
 	touched  map[string]struct{}
 	interner *interner
-	// Go maps never give memory back; peak sizes tell compact when a map
-	// is mostly empty space after retention forgot tasks.
-	peakTasks, peakAttempts int
-}
-
-// resized copies m into a map sized for what it holds now (maps.Clone
-// may keep the old capacity).
-func resized[V any](m map[string]V) map[string]V {
-	out := make(map[string]V, len(m))
-	for k, v := range m {
-		out[k] = v
-	}
-	return out
-}
-
-// compact rebuilds the task and attempt maps once they hold under a
-// quarter of their peak (a million forgotten tasks left ~100 MiB of
-// empty map behind).
-func (w *writerMaps) compact() {
-	w.peakTasks = max(w.peakTasks, len(w.tasks))
-	w.peakAttempts = max(w.peakAttempts, len(w.attempts))
-	if w.peakTasks > 4096 && len(w.tasks) < w.peakTasks/4 {
-		w.tasks = resized(w.tasks)
-		w.peakTasks = len(w.tasks)
-	}
-	if w.peakAttempts > 4096 && len(w.attempts) < w.peakAttempts/4 {
-		w.attempts = resized(w.attempts)
-		w.peakAttempts = len(w.attempts)
-	}
 }
 
 // btreeDegree sets the fan-out: nodes of up to 63 items keep a 1M-record
@@ -103,8 +78,10 @@ func newStore() *store {
 		endedByNode:    btree.NewG(btreeDegree, lessAttemptNode),
 		feed:           &feedToken{},
 		w: &writerMaps{
-			tasks: map[string]*Task{}, attempts: map[string]*Attempt{}, nodes: map[string]*Node{},
-			touched: map[string]struct{}{}, interner: newInterner(),
+			tasks:    idtable.New(func(t *Task) string { return t.ID }),
+			attempts: idtable.New(func(a *Attempt) string { return a.ID }),
+			nodes:    map[string]*Node{},
+			touched:  map[string]struct{}{}, interner: newInterner(),
 		},
 	}
 }
@@ -182,8 +159,8 @@ func (s *store) touch(topic string) {
 
 func (s *store) task(id string) (*Task, bool) {
 	if s.w != nil {
-		t, ok := s.w.tasks[id]
-		return t, ok
+		t := s.w.tasks.Get(id)
+		return t, t != nil
 	}
 	return s.tasks.Get(&Task{ID: id})
 }
@@ -194,8 +171,8 @@ func (s *store) taskByKey(key string) (*Task, bool) {
 
 func (s *store) attempt(id string) (*Attempt, bool) {
 	if s.w != nil {
-		a, ok := s.w.attempts[id]
-		return a, ok
+		a := s.w.attempts.Get(id)
+		return a, a != nil
 	}
 	return s.attempts.Get(&Attempt{ID: id})
 }
@@ -227,7 +204,7 @@ func (s *store) putNode(n *Node) {
 // putTask inserts or replaces a task and keeps its indexes.
 func (s *store) putTask(t *Task) {
 	old, existed := s.tasks.ReplaceOrInsert(t)
-	s.w.tasks[t.ID] = t
+	s.w.tasks.Put(t)
 	if existed && old.State != t.State && indexedByState(old.State) {
 		s.tasksByStat.Delete(old)
 	}
@@ -267,7 +244,7 @@ func (s *store) deleteTask(t *Task) {
 	if !existed {
 		return
 	}
-	delete(s.w.tasks, old.ID)
+	s.w.tasks.Delete(old.ID)
 	if indexedByState(old.State) {
 		s.tasksByStat.Delete(old)
 	}
@@ -302,7 +279,7 @@ func (s *store) byNode(a *Attempt) *btree.BTreeG[*Attempt] {
 // attempt's task and node never change; its state does.
 func (s *store) putAttempt(a *Attempt) {
 	old, existed := s.attempts.ReplaceOrInsert(a)
-	s.w.attempts[a.ID] = a
+	s.w.attempts.Put(a)
 	if existed && old.State.Live() != a.State.Live() {
 		s.byNode(old).Delete(old)
 	}
@@ -316,7 +293,7 @@ func (s *store) deleteAttempt(a *Attempt) {
 	if !existed {
 		return
 	}
-	delete(s.w.attempts, old.ID)
+	s.w.attempts.Delete(old.ID)
 	s.attemptsByTask.Delete(old)
 	s.byNode(old).Delete(old)
 	s.touch(topicNodePre + old.NodeID)

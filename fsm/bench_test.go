@@ -198,16 +198,38 @@ func BenchmarkSnapshot(b *testing.B) {
 // a three-word command), in entries of 256.
 func BenchmarkFootprint(b *testing.B) {
 	const tasks = 100_000
-	for b.Loop() {
-		runtime.GC()
-		var before runtime.MemStats
-		runtime.ReadMemStats(&before)
-		f := pendingFSM(tasks)
-		_ = f.State() // a view, as readers hold
-		runtime.GC()
-		var after runtime.MemStats
-		runtime.ReadMemStats(&after)
-		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/tasks, "heap-bytes/task")
-		runtime.KeepAlive(f)
+	measure := func(b *testing.B, build func() *FSM) {
+		for b.Loop() {
+			runtime.GC()
+			var before runtime.MemStats
+			runtime.ReadMemStats(&before)
+			f := build()
+			_ = f.State() // a view, as readers hold
+			runtime.GC()
+			var after runtime.MemStats
+			runtime.ReadMemStats(&after)
+			b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/tasks, "heap-bytes/task")
+			runtime.KeepAlive(f)
+		}
 	}
+	b.Run("pending", func(b *testing.B) { measure(b, func() *FSM { return pendingFSM(tasks) }) })
+	// Once loaded, a leader explains each waiting task once (why it
+	// waits): the state a backlog settles into.
+	b.Run("explained", func(b *testing.B) {
+		measure(b, func() *FSM {
+			f := pendingFSM(tasks)
+			now := time.Date(2026, 11, 30, 12, 1, 0, 0, time.UTC)
+			var cmds [][]byte
+			index := uint64(1 << 20)
+			for i := 0; i < tasks; i++ {
+				c, _ := Encode(MsgExplain, ExplainRequest{TaskID: fmt.Sprintf("01kb%022d", i), Summary: "0/1000 nodes eligible: 1000 draining", Now: now})
+				if cmds = append(cmds, c); len(cmds) == 256 || i == tasks-1 {
+					index++
+					f.ApplyBytes(index, EncodeBatch(cmds))
+					cmds = cmds[:0]
+				}
+			}
+			return f
+		})
+	})
 }

@@ -93,6 +93,8 @@ func FuzzRestore(f *testing.F) {
 	f.Add(buf.Bytes())
 	f.Add([]byte(`{"format":"herd-state","version":1,"index":3}` + "\n"))
 	f.Add([]byte("{}"))
+	// A task whose spec has no shape fields at all.
+	f.Add([]byte(`{"format":"herd-state","version":1,"index":3}` + "\n" + `{"table":"tasks","record":{"id":"t","state":"PENDING","spec":{"name":"n"}}}` + "\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		fm := New(nil)
 		if err := fm.Restore(io.NopCloser(bytes.NewReader(data))); err != nil {
@@ -100,6 +102,12 @@ func FuzzRestore(f *testing.F) {
 		}
 		if err := fm.State().Dump(io.Discard); err != nil {
 			t.Fatalf("restored state cannot be dumped: %v", err)
+		}
+		// Every restored task has a spec to read (its shape is shared,
+		// so a missing one would be a nil pointer).
+		tasks, _ := fm.State().Tasks(TaskFilter{})
+		for _, tk := range tasks {
+			_ = tk.Spec.Priority + len(tk.Spec.Command)
 		}
 	})
 }

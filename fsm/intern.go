@@ -98,10 +98,12 @@ func (in *interner) known(key []byte) *TaskShape {
 // shape returns the shared shape equal to sh: the one held under sh's
 // binary form (key, or computed when nil), or a copy of sh with its
 // values shared, held from now on. Empty maps and slices become nil, so
-// equal shapes are equal however they were decoded.
+// equal shapes are equal however they were decoded. No shape (a record
+// restored from a snapshot that had none) is the zero one: a stored
+// record always has a shape to read.
 func (in *interner) shape(sh *TaskShape, key []byte) *TaskShape {
 	if sh == nil {
-		return nil
+		sh, key = &TaskShape{}, nil
 	}
 	if key == nil {
 		key = appendShape(nil, sh)

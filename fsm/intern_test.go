@@ -47,6 +47,12 @@ func TestWaitingTasksShareTheirSummary(t *testing.T) {
 		}
 	}
 	shared("applied", f.State())
+	shared("restored", restoredCopy(t, f).State())
+}
+
+// restoredCopy is a fresh FSM restored from f's snapshot.
+func restoredCopy(t *testing.T, f *FSM) *FSM {
+	t.Helper()
 	var buf bytes.Buffer
 	if err := f.State().Dump(&buf); err != nil {
 		t.Fatal(err)
@@ -55,7 +61,7 @@ func TestWaitingTasksShareTheirSummary(t *testing.T) {
 	if err := restored.Restore(io.NopCloser(&buf)); err != nil {
 		t.Fatal(err)
 	}
-	shared("restored", restored.State())
+	return restored
 }
 
 // Tasks submitted alike share one shape, whichever form carried them and
@@ -120,15 +126,7 @@ func TestTasksSubmittedAlikeShareTheirShape(t *testing.T) {
 		}
 	}
 	check("applied", f.State())
-	var buf bytes.Buffer
-	if err := f.State().Dump(&buf); err != nil {
-		t.Fatal(err)
-	}
-	restored := New(nil)
-	if err := restored.Restore(io.NopCloser(&buf)); err != nil {
-		t.Fatal(err)
-	}
-	check("restored", restored.State())
+	check("restored", restoredCopy(t, f).State())
 }
 
 // A replica holds one task record per task: keep it in the 160-byte size

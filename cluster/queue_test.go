@@ -35,12 +35,8 @@ func TestLeaderQueueFollowsThePendingSet(t *testing.T) {
 	}
 	submit := func(id string, prio int) {
 		apply(fsm.MsgSubmitTask, fsm.SubmitTaskRequest{ID: id, SubmittedAt: now, Spec: fsm.TaskSpec{Name: id, TaskShape: &fsm.TaskShape{
-			Priority:          prio,
-			Command:           []string{"true"},
-			Capability:        "exec",
-			CapabilityVersion: "1",
-			TimeoutSeconds:    60,
-			MaxAttempts:       1,
+			Priority: prio, Command: []string{"true"}, Capability: "exec", CapabilityVersion: "1", TimeoutSeconds: 60,
+			MaxAttempts: 1,
 		}}})
 	}
 	lq := newLeaderQueue(scheduler.DefaultQueueConfig())

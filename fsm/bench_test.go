@@ -86,14 +86,9 @@ func benchReserveApply(b *testing.B, replicas int, id func(kind string, i int) s
 			for i := start; i < start+1000; i++ {
 				taskIDs[i] = id("task", i)
 				b, _ := Encode(MsgSubmitTask, SubmitTaskRequest{ID: taskIDs[i], SubmittedAt: now, Spec: TaskSpec{Name: "b", TaskShape: &TaskShape{
-					Priority:          50,
-					Command:           []string{"true"},
-					Capability:        "exec",
-					CapabilityVersion: "1",
-					Resources:         scheduler.Resources{CPUMillis: 10, MemoryMB: 1},
-					TimeoutSeconds:    60,
-					MaxAttempts:       1,
-					Submitter:         "team",
+					Priority: 50, Command: []string{"true"}, Capability: "exec", CapabilityVersion: "1",
+					Resources: scheduler.Resources{CPUMillis: 10, MemoryMB: 1}, TimeoutSeconds: 60, MaxAttempts: 1,
+					Submitter: "team",
 				}}})
 				cmds = append(cmds, b)
 			}
@@ -146,15 +141,9 @@ func pendingFSM(n int) *FSM {
 	index := uint64(0)
 	for i := 0; i < n; i++ {
 		c, _ := Encode(MsgSubmitTask, SubmitTaskRequest{ID: fmt.Sprintf("01kb%022d", i), SubmittedAt: now, Spec: TaskSpec{Name: fmt.Sprint("t", i), IdempotencyKey: fmt.Sprint("k", i), TaskShape: &TaskShape{
-			Priority:          50,
-			Command:           []string{"sh", "-c", "echo hello"},
-			Env:               map[string]string{"K": "V"},
-			Capability:        "exec",
-			CapabilityVersion: "1",
-			Resources:         scheduler.Resources{CPUMillis: 100, MemoryMB: 64},
-			TimeoutSeconds:    3600,
-			MaxAttempts:       3,
-			Submitter:         "default",
+			Priority: 50, Command: []string{"sh", "-c", "echo hello"}, Env: map[string]string{"K": "V"}, Capability: "exec",
+			CapabilityVersion: "1", Resources: scheduler.Resources{CPUMillis: 100, MemoryMB: 64}, TimeoutSeconds: 3600,
+			MaxAttempts: 3, Submitter: "default",
 		}}})
 		if cmds = append(cmds, c); len(cmds) == 256 || i == n-1 {
 			index++

@@ -99,18 +99,13 @@ func TestSubmitBinaryRoundTrip(t *testing.T) {
 			command = nil
 		}
 		r := SubmitTaskRequest{ID: rapid.String().Draw(rt, "id"), SubmittedAt: drawTime(rt, "submitted"), Spec: TaskSpec{Name: rapid.String().Draw(rt, "name"), IdempotencyKey: rapid.String().Draw(rt, "key"), TaskShape: &TaskShape{
-			Priority:          rapid.Int().Draw(rt, "priority"),
-			Command:           command,
-			Env:               drawMap(rt, "env"),
-			Capability:        rapid.String().Draw(rt, "cap"),
-			CapabilityVersion: rapid.String().Draw(rt, "capv"),
-			RequiredLabels:    drawMap(rt, "required"),
-			PreferredLabels:   drawMap(rt, "preferred"),
+			Priority: rapid.Int().Draw(rt, "priority"), Command: command, Env: drawMap(rt, "env"),
+			Capability: rapid.String().Draw(rt, "cap"), CapabilityVersion: rapid.String().Draw(rt, "capv"),
+			RequiredLabels: drawMap(rt, "required"), PreferredLabels: drawMap(rt, "preferred"),
 			Resources: scheduler.Resources{CPUMillis: rapid.Int64().Draw(rt, "cpu"), MemoryMB: rapid.Int64().Draw(rt, "mem"),
 				GPU: rapid.Int64().Draw(rt, "gpu"), DiskMB: rapid.Int64().Draw(rt, "disk")},
-			TimeoutSeconds: rapid.Int64().Draw(rt, "timeout"),
-			MaxAttempts:    rapid.Int().Draw(rt, "max"),
-			Submitter:      rapid.String().Draw(rt, "submitter"),
+			TimeoutSeconds: rapid.Int64().Draw(rt, "timeout"), MaxAttempts: rapid.Int().Draw(rt, "max"),
+			Submitter: rapid.String().Draw(rt, "submitter"),
 		}}}
 		// The decoded request also carries its shape's encoding, the key
 		// replicas share shapes by: it must be exactly the shape's.

@@ -16,14 +16,8 @@ import (
 
 func testSpec(key string) TaskSpec {
 	return TaskSpec{Name: "t", IdempotencyKey: key, TaskShape: &TaskShape{
-		Priority:          50,
-		Command:           []string{"true"},
-		Capability:        "exec",
-		CapabilityVersion: "1",
-		TimeoutSeconds:    60,
-		MaxAttempts:       3,
-		Submitter:         "team-a",
-		Env:               map[string]string{"B": "2", "A": "1"},
+		Priority: 50, Command: []string{"true"}, Capability: "exec", CapabilityVersion: "1", TimeoutSeconds: 60, MaxAttempts: 3,
+		Submitter: "team-a", Env: map[string]string{"B": "2", "A": "1"},
 	}}
 }
 

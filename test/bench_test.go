@@ -50,14 +50,9 @@ func BenchmarkPlacementThroughput(b *testing.B) {
 					cmds = cmds[:0]
 					for i := start; i < start+500; i++ {
 						cmd, _ := fsm.Encode(fsm.MsgSubmitTask, fsm.SubmitTaskRequest{ID: fmt.Sprintf("task-%06d", i), SubmittedAt: now, Spec: fsm.TaskSpec{Name: "t", TaskShape: &fsm.TaskShape{
-							Priority:          50,
-							Command:           []string{"true"},
-							Capability:        "exec",
-							CapabilityVersion: "1",
-							Resources:         scheduler.Resources{CPUMillis: 100, MemoryMB: 64},
-							TimeoutSeconds:    60,
-							MaxAttempts:       1,
-							Submitter:         "bench",
+							Priority: 50, Command: []string{"true"}, Capability: "exec", CapabilityVersion: "1",
+							Resources: scheduler.Resources{CPUMillis: 100, MemoryMB: 64}, TimeoutSeconds: 60, MaxAttempts: 1,
+							Submitter: "bench",
 						}}})
 						cmds = append(cmds, cmd)
 					}

@@ -351,14 +351,9 @@ func benchPlacement(dir string, sz benchSizes, profile string, r *benchResult) e
 	cmds = cmds[:0]
 	for i := 0; i < sz.backlog; i++ {
 		b, _ := fsm.Encode(fsm.MsgSubmitTask, fsm.SubmitTaskRequest{ID: fmt.Sprintf("task-%07d", i), SubmittedAt: now, Spec: fsm.TaskSpec{Name: "b", TaskShape: &fsm.TaskShape{
-			Priority:          rand.IntN(101),
-			Command:           []string{"true"},
-			Capability:        "exec",
-			CapabilityVersion: "1",
-			Resources:         scheduler.Resources{CPUMillis: 10, MemoryMB: 1},
-			TimeoutSeconds:    60,
-			MaxAttempts:       1,
-			Submitter:         fmt.Sprint("team-", i%8),
+			Priority: rand.IntN(101), Command: []string{"true"}, Capability: "exec", CapabilityVersion: "1",
+			Resources: scheduler.Resources{CPUMillis: 10, MemoryMB: 1}, TimeoutSeconds: 60, MaxAttempts: 1,
+			Submitter: fmt.Sprint("team-", i%8),
 		}}})
 		cmds = append(cmds, b)
 	}

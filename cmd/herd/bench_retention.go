@@ -51,14 +51,9 @@ func benchRetention(sz benchSizes, r *benchResult) error {
 		cmds = cmds[:0]
 		for i := start; i < start+n; i++ {
 			c, _ := fsm.Encode(fsm.MsgSubmitTask, fsm.SubmitTaskRequest{ID: fmt.Sprintf("01kbtask%018d", i), SubmittedAt: now, Spec: fsm.TaskSpec{Name: "done", IdempotencyKey: fmt.Sprint("key-", i), TaskShape: &fsm.TaskShape{
-				Priority:          50,
-				Command:           []string{"true"},
-				Capability:        "exec",
-				CapabilityVersion: "1",
-				Resources:         scheduler.Resources{CPUMillis: 100, MemoryMB: 64},
-				TimeoutSeconds:    60,
-				MaxAttempts:       3,
-				Submitter:         "bench",
+				Priority: 50, Command: []string{"true"}, Capability: "exec", CapabilityVersion: "1",
+				Resources: scheduler.Resources{CPUMillis: 100, MemoryMB: 64}, TimeoutSeconds: 60, MaxAttempts: 3,
+				Submitter: "bench",
 			}}})
 			cmds = append(cmds, c)
 			ids = append(ids, fmt.Sprintf("01kbtask%018d", i))

@@ -6,7 +6,6 @@ import (
 
 	"github.com/google/btree"
 
-	"herd/internal/idtable"
 	"herd/scheduler"
 )
 
@@ -148,39 +147,23 @@ func (s *store) checkIndexes() error {
 	}
 	if s.w != nil {
 		errs = append(errs,
-			checkWriterTable("task", s.tasks, s.w.tasks, func(t *Task) string { return t.ID }),
-			checkWriterTable("attempt", s.attempts, s.w.attempts, func(a *Attempt) string { return a.ID }),
-			checkWriterMap("node", s.nodes, s.w.nodes, func(n *Node) string { return n.ID }))
+			checkWriterLookup("task", s.tasks, s.w.tasks.Len(), s.w.tasks.Get, func(t *Task) string { return t.ID }),
+			checkWriterLookup("attempt", s.attempts, s.w.attempts.Len(), s.w.attempts.Get, func(a *Attempt) string { return a.ID }),
+			checkWriterLookup("node", s.nodes, len(s.w.nodes), func(id string) *Node { return s.w.nodes[id] }, func(n *Node) string { return n.ID }))
 	}
 	return errors.Join(errs...)
 }
 
-// checkWriterTable verifies that the writer's table holds exactly the
-// tree's records.
-func checkWriterTable[T any](kind string, tree *btree.BTreeG[*T], tb *idtable.Table[T], id func(*T) string) error {
-	if tree.Len() != tb.Len() {
-		return fmt.Errorf("%s table holds %d, tree %d", kind, tb.Len(), tree.Len())
+// checkWriterLookup verifies that the writer's lookup (a table or a map)
+// holds exactly the tree's records.
+func checkWriterLookup[T any](kind string, tree *btree.BTreeG[*T], n int, get func(id string) *T, id func(*T) string) error {
+	if tree.Len() != n {
+		return fmt.Errorf("%s lookup holds %d, tree %d", kind, n, tree.Len())
 	}
 	var err error
 	tree.Ascend(func(rec *T) bool {
-		if tb.Get(id(rec)) != rec {
-			err = fmt.Errorf("%s table disagrees with the tree on %s", kind, id(rec))
-		}
-		return err == nil
-	})
-	return err
-}
-
-// checkWriterMap verifies that the writer's map holds exactly the tree's
-// records.
-func checkWriterMap[T any](kind string, tree *btree.BTreeG[*T], m map[string]*T, id func(*T) string) error {
-	if tree.Len() != len(m) {
-		return fmt.Errorf("%s map holds %d, tree %d", kind, len(m), tree.Len())
-	}
-	var err error
-	tree.Ascend(func(rec *T) bool {
-		if m[id(rec)] != rec {
-			err = fmt.Errorf("%s map disagrees with the tree on %s", kind, id(rec))
+		if get(id(rec)) != rec {
+			err = fmt.Errorf("%s lookup disagrees with the tree on %s", kind, id(rec))
 		}
 		return err == nil
 	})

@@ -491,8 +491,7 @@ func (s *Server) ListTasks(q api.TaskQuery) (api.TaskList, error) {
 
 func toFSMSpec(in api.TaskSpec) fsm.TaskSpec {
 	return fsm.TaskSpec{Name: in.Name, IdempotencyKey: in.IdempotencyKey, TaskShape: &fsm.TaskShape{
-		Priority: *in.Priority,
-		Command:  in.Command, Env: in.Env, Capability: in.Capability, CapabilityVersion: in.CapabilityVersion,
+		Priority: *in.Priority, Command: in.Command, Env: in.Env, Capability: in.Capability, CapabilityVersion: in.CapabilityVersion,
 		RequiredLabels: in.RequiredLabels, PreferredLabels: in.PreferredLabels,
 		Resources: scheduler.Resources{
 			CPUMillis: in.Resources.CPUMillis, MemoryMB: in.Resources.MemoryMB,

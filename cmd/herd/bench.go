@@ -155,6 +155,7 @@ func runBench(e *env, args []string) error {
 	heapProfile := fs.String("heapprofile", "", "write the footprint replica's heap profile, taken once loaded, to this file")
 	only := fs.String("only", "", "run only these steps (comma-separated: decision,placement,e2e,footprint,failover,retention)")
 	backlog := fs.Int("backlog", 0, "override the placement backlog size")
+	footIdle := fs.Duration("footprint-idle", 0, "override the footprint replica's settling time and idle window (each; 10s by default):\n30m lets a loaded leader explain every waiting task once before the settled RSS is read")
 	agentDir := fs.String("agent-dir", "", "put the end-to-end agents' data (attempt logs and working directories) under this directory\ninstead of the run's temporary one: a tmpfs leaves out the disk's cost of creating them")
 	if err := parse(e, fs, args); err != nil {
 		return err
@@ -168,6 +169,12 @@ func runBench(e *env, args []string) error {
 	}
 	if *backlog > 0 {
 		sz.backlog = *backlog
+	}
+	if *footIdle < 0 {
+		return usagef("-footprint-idle %v must not be negative", *footIdle)
+	}
+	if *footIdle > 0 {
+		sz.footIdle = *footIdle
 	}
 	if *cpuProfile != "" && *placementProfile != "" {
 		return usagef("-cpuprofile and -placementprofile cannot be used together (one CPU profile at a time)")

@@ -108,16 +108,6 @@ func (t *Table[T]) Delete(id string) *T {
 	return r
 }
 
-// All calls fn for each record, in no particular order, until fn returns
-// false.
-func (t *Table[T]) All(fn func(*T) bool) {
-	for i, r := range t.slots {
-		if t.tags[i] != 0 && !fn(r) {
-			return
-		}
-	}
-}
-
 func (t *Table[T]) resize(size int) {
 	old, oldTags := t.slots, t.tags
 	t.slots, t.tags = make([]*T, size), make([]uint8, size)

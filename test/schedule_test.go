@@ -48,6 +48,12 @@ func stuckReport(c *Cluster, id string) string {
 		stats := srv.SchedulerStats()
 		fmt.Fprintf(&b, "replica %d (leader %v, applied %d): task %s, %d attempts, not before %s; tasks by state %v; scheduler passes %d, queue depth %d\n",
 			i, srv.IsLeader(), st.Index(), task.State, task.Attempts, task.NotBefore.Time().Format(time.RFC3339Nano), counts, stats.Passes.Load(), stats.QueueDepth.Load())
+		if attempts, err := st.AttemptsOfTask(id); err == nil {
+			for _, a := range attempts {
+				fmt.Fprintf(&b, "  attempt %d on %s: %s, reserved %s, finished %s (index %d..%d)\n", a.Number, a.NodeID, a.State,
+					a.ReservedAt.Time().Format(time.RFC3339Nano), a.FinishedAt.Time().Format(time.RFC3339Nano), a.CreateIndex, a.ModifyIndex)
+			}
+		}
 		if nodes, err := st.Nodes(); err == nil {
 			for _, n := range nodes {
 				fmt.Fprintf(&b, "  node %s: %s/%s/%s\n", n.ID, n.Management, n.Liveness, n.Scheduling)
@@ -236,7 +242,11 @@ func TestConcurrentPlacementWithLeaderLoss(t *testing.T) {
 	for i := 0; i < 3; i++ {
 		registerNode(t, cl, fmt.Sprintf("small-%d", i), 1000, 1024, 1, 2, nil)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	// Longer than every wait below put together (the submits, the
+	// restart, two minutes for the tasks to succeed): under -race on a
+	// busy machine this test has taken over 90 s, and an expired context
+	// failed every later read while the cluster was fine.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 
 	// The completer ends reserved attempts through whichever replica
@@ -312,7 +322,7 @@ func TestConcurrentPlacementWithLeaderLoss(t *testing.T) {
 			}
 			last = task
 			if time.Now().After(deadline) {
-				t.Fatalf("task %s stuck in %s: %+v\n%s", a.ID, last.State, last.Timeline, stuckReport(c, a.ID))
+				t.Fatalf("task %s stuck in %s (last read error: %v): %+v\n%s", a.ID, last.State, err, last.Timeline, stuckReport(c, a.ID))
 			}
 			time.Sleep(20 * time.Millisecond)
 		}

@@ -1,7 +1,7 @@
 // Package idtable is a hash table of records keyed by an id each record
 // holds: a slot keeps a pointer and a byte of the hash, where a Go map
 // from id to record also keeps the id's string header, so a table is
-// about half the size of that map for the same records. Replicas and the
+// about a third of the size of that map for the same records. Replicas and the
 // leader keep one entry per task in such tables.
 package idtable
 
@@ -39,17 +39,18 @@ func (t *Table[T]) hash(id string) (home int, tag uint8) {
 	return int(h & uint64(len(t.slots)-1)), uint8(h>>57) | 0x80
 }
 
-// find is the slot holding id, or the empty slot that ends its probe.
-func (t *Table[T]) find(id string) (int, bool) {
+// find is the slot holding id, or the empty slot that ends its probe,
+// with id's tag.
+func (t *Table[T]) find(id string) (slot int, tag uint8, found bool) {
 	i, tag := t.hash(id)
 	mask := len(t.slots) - 1
 	for {
 		switch t.tags[i] {
 		case 0:
-			return i, false
+			return i, tag, false
 		case tag:
 			if t.key(t.slots[i]) == id {
-				return i, true
+				return i, tag, true
 			}
 		}
 		i = (i + 1) & mask
@@ -58,7 +59,7 @@ func (t *Table[T]) find(id string) (int, bool) {
 
 // Get returns the record with id, or nil.
 func (t *Table[T]) Get(id string) *T {
-	if i, ok := t.find(id); ok {
+	if i, _, ok := t.find(id); ok {
 		return t.slots[i]
 	}
 	return nil
@@ -67,16 +68,15 @@ func (t *Table[T]) Get(id string) *T {
 // Put holds r, replacing the record with its id if there is one.
 func (t *Table[T]) Put(r *T) {
 	id := t.key(r)
-	i, ok := t.find(id)
+	i, tag, ok := t.find(id)
 	if ok {
 		t.slots[i] = r
 		return
 	}
 	if (t.n+1)*16 > len(t.slots)*13 {
 		t.resize(len(t.slots) * 2)
-		i, _ = t.find(id)
+		i, tag, _ = t.find(id)
 	}
-	_, tag := t.hash(id)
 	t.slots[i], t.tags[i] = r, tag
 	t.n++
 }
@@ -84,7 +84,7 @@ func (t *Table[T]) Put(r *T) {
 // Delete drops the record with id and returns it (nil if there was
 // none).
 func (t *Table[T]) Delete(id string) *T {
-	i, ok := t.find(id)
+	i, _, ok := t.find(id)
 	if !ok {
 		return nil
 	}
@@ -113,7 +113,7 @@ func (t *Table[T]) resize(size int) {
 	t.slots, t.tags = make([]*T, size), make([]uint8, size)
 	for i, r := range old {
 		if oldTags[i] != 0 {
-			j, _ := t.find(t.key(r))
+			j, _, _ := t.find(t.key(r))
 			t.slots[j], t.tags[j] = r, oldTags[i]
 		}
 	}

@@ -99,7 +99,7 @@ func decodeSubmitTaskWith(payload []byte, in *interner) (*SubmitTaskRequest, err
 	if d.err == nil {
 		r.shapeKey = d.buf
 		if sh := in.known(d.buf); sh != nil {
-			r.Spec.TaskShape = sh
+			r.Spec.TaskShape, r.shapeShared = sh, true
 			return r, nil
 		}
 	}

@@ -117,7 +117,7 @@ func TestSubmitBinaryRoundTrip(t *testing.T) {
 			if !bytes.Equal(got.shapeKey, appendShape(nil, got.Spec.TaskShape)) {
 				return nil, fmt.Errorf("shape key %x is not the shape's encoding", got.shapeKey)
 			}
-			got.shapeKey = nil
+			got.shapeKey, got.shapeShared = nil, false
 			return got, nil
 		}
 		checkBinary(rt, EncodeSubmitTask(r), MsgSubmitTask, decode, r)

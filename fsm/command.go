@@ -248,7 +248,10 @@ type SubmitTaskRequest struct {
 	Spec        TaskSpec  `json:"spec"`
 	// shapeKey is the spec's shape as encoded in the binary form it was
 	// decoded from (nil from JSON): the interner's key for the shape.
-	shapeKey []byte
+	// shapeShared says the decoder already took the shape from the
+	// interner.
+	shapeKey    []byte
+	shapeShared bool
 }
 
 // RegisterNodeRequest creates or refreshes a worker node. Every

@@ -277,7 +277,7 @@ func applySubmitTask(db *store, index uint64, r *SubmitTaskRequest) (any, error)
 			Message: fmt.Sprintf("submitted by %s with priority %d", r.Spec.Submitter, r.Spec.Priority),
 		}},
 	}
-	db.w.interner.task(t, r.shapeKey)
+	db.w.interner.task(t, r.shapeKey, r.shapeShared)
 	db.putTask(t)
 	return &SubmitResult{Task: t, Created: true}, nil
 }

@@ -127,10 +127,13 @@ func (in *interner) shape(sh *TaskShape, key []byte) *TaskShape {
 }
 
 // task shares t's repeated values with earlier tasks. shapeKey is the
-// binary form of t's shape when known (nil: computed). t must not be in
-// the store yet (it is modified).
-func (in *interner) task(t *Task, shapeKey []byte) {
-	t.Spec.TaskShape = in.shape(t.Spec.TaskShape, shapeKey)
+// binary form of t's shape when known (nil: computed); shared says the
+// shape already is the interner's. t must not be in the store yet (it is
+// modified).
+func (in *interner) task(t *Task, shapeKey []byte, shared bool) {
+	if !shared {
+		t.Spec.TaskShape = in.shape(t.Spec.TaskShape, shapeKey)
+	}
 	// Event kinds repeat; of the messages, the submission's and the
 	// reasons for waiting do (the others name attempts and nodes).
 	for i := range t.Timeline {

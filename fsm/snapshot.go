@@ -179,7 +179,7 @@ func decodeRecord(db *store, rec snapshotRecord) error {
 	case tableNodes:
 		return decodeInto(rec, func(v *Node) string { return v.ID }, db.putNode)
 	case tableTasks:
-		return decodeInto(rec, func(v *Task) string { return v.ID }, func(t *Task) { db.w.interner.task(t, nil); db.putTask(t) })
+		return decodeInto(rec, func(v *Task) string { return v.ID }, func(t *Task) { db.w.interner.task(t, nil, false); db.putTask(t) })
 	case tableAttempts:
 		return decodeInto(rec, func(v *Attempt) string { return v.ID }, db.putAttempt)
 	default:

@@ -95,9 +95,21 @@ type benchResult struct {
 	// reports, heartbeats and explanations together).
 	E2EEntriesPerTask float64 `json:"e2e_raft_entries_per_task"`
 	E2ESlotIdleMs     float64 `json:"e2e_slot_idle_p50_ms"`
-	Decision100Nodes  float64 `json:"decision_100_nodes_ms"`
-	Decision1kNodes   float64 `json:"decision_1k_nodes_ms"`
-	Decision10kNodes  float64 `json:"decision_10k_nodes_ms"`
+	// The process ceiling: `true` started and reaped as fast as this
+	// machine allows with no scheduler around it, one at a time and from
+	// as many goroutines as the end-to-end agents have slots; the better
+	// of the two (its rate, spawners, and the CPU in each process), and
+	// the end-to-end rate's share of it. No scheduler that runs a real
+	// process per task can beat it.
+	ProcessCeiling         float64 `json:"process_ceiling_tasks_per_sec"`
+	ProcessCeilingSpawners int     `json:"process_ceiling_spawners"`
+	ProcessCPUPerTaskMs    float64 `json:"process_ceiling_cpu_per_task_ms"`
+	ProcessSequential      float64 `json:"process_sequential_tasks_per_sec"`
+	ProcessConcurrent      float64 `json:"process_concurrent_tasks_per_sec"`
+	E2EToProcessCeiling    float64 `json:"e2e_to_process_ceiling_ratio"`
+	Decision100Nodes       float64 `json:"decision_100_nodes_ms"`
+	Decision1kNodes        float64 `json:"decision_1k_nodes_ms"`
+	Decision10kNodes       float64 `json:"decision_10k_nodes_ms"`
 	// Queue selection is the head of one placement batch (512 tasks);
 	// full order is ordering the whole backlog.
 	QueueSelect10k  float64 `json:"queue_select_10k_ms"`
@@ -252,6 +264,7 @@ func printBench(w io.Writer, r *benchResult) {
 	tb.add("raft ceiling", fmt.Sprintf("%.0f entries/s", r.RaftCeiling), "3 replicas, fsync, 256 appliers, one reservation-sized entry each")
 	tb.add("placements", fmt.Sprintf("%.0f /s (%.2f× ceiling, %d entries, %.2f cores busy)", r.Placements, r.PlacementToCeiling, r.PlacementEntries, r.PlacementCPUCores), fmt.Sprintf("%d nodes, %d pending", r.PlacementNodes, r.PlacementBacklog))
 	tb.add("end to end", fmt.Sprintf("%.0f tasks/s, submit→start p50 %.1f ms, p99 %.1f ms", r.E2ETasksPerSec, r.E2ESaturatedStartP50, r.E2ESaturatedStartP99), fmt.Sprintf("%d × true at once (batches of %d), 3 replicas + 4 agents", r.E2ETasks, e2eSubmitBatch))
+	tb.add("process ceiling", fmt.Sprintf("%.0f tasks/s (one at a time %.0f, %d at once %.0f), %.2f ms of CPU in each; end to end reached %.2f× of it", r.ProcessCeiling, r.ProcessSequential, e2eAgents*e2eSlotsPerAgent, r.ProcessConcurrent, r.ProcessCPUPerTaskMs, r.E2EToProcessCeiling), "true started and reaped, no scheduler; the better rate is the ceiling")
 	tb.add("end to end, CPU per task", fmt.Sprintf("%.2f ms in herd, %.2f ms in the task's process; %.2f Raft entries", r.E2ECPUPerTaskMs, r.E2EChildCPUPerTaskMs, r.E2EEntriesPerTask), "same run; herd is 3 replicas, 4 agents and the client in one process")
 	tb.add("submit→start, light load", fmt.Sprintf("p50 %.1f ms, p99 %.1f ms", r.E2ESubmitToStartP50, r.E2ESubmitToStartP99), fmt.Sprintf("%.0f tasks/s steady, same cluster", r.E2ELightRate))
 	tb.add("decision", fmt.Sprintf("%.3f / %.3f / %.3f ms", r.Decision100Nodes, r.Decision1kNodes, r.Decision10kNodes), "filter+score+select over 100 / 1k / 10k nodes")
@@ -461,6 +474,9 @@ func benchE2E(dir, agentDir string, sz benchSizes, r *benchResult) error {
 		defer os.RemoveAll(agentDir)
 		r.Machine.AgentDir = filepath.Dir(agentDir)
 	}
+	if err := benchProcessCeiling(sz.ceiling, e2eAgents*e2eSlotsPerAgent, r); err != nil {
+		return err
+	}
 	d, err := startBenchCluster(dir)
 	if err != nil {
 		return err
@@ -475,10 +491,10 @@ func benchE2E(dir, agentDir string, sz benchSizes, r *benchResult) error {
 	var agents sync.WaitGroup
 	defer agents.Wait()
 	defer cancel()
-	for i := 0; i < 4; i++ {
+	for i := range e2eAgents {
 		ag, err := agent.New(agent.Config{
 			ID: fmt.Sprintf("bench-agent-%d", i), Servers: []string{addrs[i%3], addrs[(i+1)%3], addrs[(i+2)%3]},
-			DataDir: filepath.Join(agentDir, fmt.Sprintf("agent-%d", i)), Slots: 32,
+			DataDir: filepath.Join(agentDir, fmt.Sprintf("agent-%d", i)), Slots: e2eSlotsPerAgent,
 			Resources: api.Resources{CPUMillis: 32000, MemoryMB: 32768}, Logger: quietLogger(),
 		})
 		if err != nil {
@@ -523,6 +539,9 @@ func benchE2E(dir, agentDir string, sz benchSizes, r *benchResult) error {
 		time.Sleep(10 * time.Millisecond)
 	}
 	r.E2ETasksPerSec = float64(sz.e2eTasks) / time.Since(start).Seconds()
+	if r.ProcessCeiling > 0 {
+		r.E2EToProcessCeiling = r.E2ETasksPerSec / r.ProcessCeiling
+	}
 	perTask := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 / float64(sz.e2eTasks) }
 	r.E2ECPUPerTaskMs, r.E2EChildCPUPerTaskMs = perTask(processCPU()-cpuBefore), perTask(childrenCPU()-childBefore)
 	r.E2EEntriesPerTask = float64(leader.FSM().Index()-indexBefore) / float64(sz.e2eTasks)
@@ -584,6 +603,73 @@ func benchE2E(dir, agentDir string, sz benchSizes, r *benchResult) error {
 	return nil
 }
 
+// The end-to-end cluster's agents and the slots each offers.
+const e2eAgents, e2eSlotsPerAgent = 4, 32
+
+// benchProcessCeiling measures what this machine's process creation
+// allows at best, with no scheduler around it: `true` started and reaped
+// one at a time, then from as many goroutines as the end-to-end agents
+// have slots, for half of d each. The better rate is the ceiling an
+// end-to-end rate of trivial tasks is compared with (as placements are
+// with the raft ceiling). On some virtual machines processes started in
+// parallel cost each twice the CPU of one at a time.
+func benchProcessCeiling(d time.Duration, workers int, r *benchResult) error {
+	path, err := exec.LookPath("true")
+	if err != nil {
+		return fmt.Errorf("process ceiling: %w", err)
+	}
+	for _, n := range []int{1, workers} {
+		rate, cpu, err := spawnRate(path, n, d/2)
+		if err != nil {
+			return fmt.Errorf("process ceiling: %w", err)
+		}
+		fmt.Fprintf(os.Stderr, "bench: process ceiling: %.0f × %s a second from %d goroutines, %.2f ms of CPU each\n", rate, path, n, cpu)
+		if n == 1 {
+			r.ProcessSequential = rate
+		} else {
+			r.ProcessConcurrent = rate
+		}
+		if rate > r.ProcessCeiling {
+			r.ProcessCeiling, r.ProcessCPUPerTaskMs, r.ProcessCeilingSpawners = rate, cpu, n
+		}
+	}
+	return nil
+}
+
+// spawnRate runs path from the given number of goroutines for d: processes
+// per second, and the CPU each took in milliseconds.
+func spawnRate(path string, goroutines int, d time.Duration) (rate, cpuMs float64, err error) {
+	var (
+		ended   atomic.Int64
+		failure atomic.Pointer[error]
+		wg      sync.WaitGroup
+	)
+	childBefore, begin := childrenCPU(), time.Now()
+	deadline := begin.Add(d)
+	for range goroutines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(deadline) && failure.Load() == nil {
+				if err := exec.Command(path).Run(); err != nil {
+					failure.CompareAndSwap(nil, &err)
+					return
+				}
+				ended.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	if err := failure.Load(); err != nil {
+		return 0, 0, fmt.Errorf("run %s: %w", path, *err)
+	}
+	n := ended.Load()
+	if n == 0 {
+		return 0, 0, fmt.Errorf("no %s ended within %s", path, d)
+	}
+	return float64(n) / time.Since(begin).Seconds(), float64((childrenCPU() - childBefore).Microseconds()) / 1000 / float64(n), nil
+}
+
 // slotIdle estimates, per node, how long a slot stayed free: the k-th
 // reservation on a node reuses the slot of the (k-slots)-th finish, so
 // the gap between them is the time the cluster took to fill it again.
@@ -600,9 +686,8 @@ func slotIdle(byNode map[string][]*fsm.Attempt) []float64 {
 		}
 		slices.SortFunc(reserved, func(a, b time.Time) int { return a.Compare(b) })
 		slices.SortFunc(finished, func(a, b time.Time) int { return a.Compare(b) })
-		const slots = 32 // the bench agents' slots
-		for k := slots; k < len(reserved); k++ {
-			if gap := reserved[k].Sub(finished[k-slots]); gap > 0 {
+		for k := e2eSlotsPerAgent; k < len(reserved); k++ {
+			if gap := reserved[k].Sub(finished[k-e2eSlotsPerAgent]); gap > 0 {
 				out = append(out, float64(gap.Microseconds())/1000)
 			}
 		}

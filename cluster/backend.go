@@ -529,7 +529,7 @@ func toAPITask(t *fsm.Task, attempts []*fsm.Attempt) api.Task {
 		out.Attempts = append(out.Attempts, toAPIAttempt(a))
 	}
 	for _, e := range t.Timeline {
-		out.Timeline = append(out.Timeline, api.TimelineEvent{Index: e.Index, Time: e.Time.Time(), Kind: e.Kind, Message: e.Message})
+		out.Timeline = append(out.Timeline, api.TimelineEvent{Index: e.Index, Time: e.Time.Time(), Kind: e.Kind.String(), Message: e.Message})
 	}
 	return out
 }

@@ -115,7 +115,7 @@ func (s *Server) GetNode(id string) (api.Node, error) {
 	out := toAPINode(n)
 	out.Observation = s.Observation(n)
 	for _, e := range n.Events {
-		out.Events = append(out.Events, api.TimelineEvent{Index: e.Index, Time: e.Time.Time(), Kind: e.Kind, Message: e.Message})
+		out.Events = append(out.Events, api.TimelineEvent{Index: e.Index, Time: e.Time.Time(), Kind: e.Kind.String(), Message: e.Message})
 	}
 	attempts, err := st.AttemptsOnNode(id, nil)
 	if err != nil {

@@ -3,7 +3,6 @@ package fsm
 import (
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"herd/scheduler"
@@ -78,7 +77,7 @@ func (t *Task) Blacklist(nodeByID func(string) *Node) map[string]bool {
 	return out
 }
 
-func (t *Task) addEvent(index uint64, at time.Time, kind, msg string) {
+func (t *Task) addEvent(index uint64, at time.Time, kind EventKind, msg string) {
 	t.Timeline = appendEvent(t.Timeline, TimelineEvent{Index: index, Time: StampOf(at), Kind: kind, Message: msg}, maxTimeline, 1)
 }
 
@@ -164,7 +163,7 @@ func applyReserve(db *store, index uint64, r *ReserveRequest) (any, error) {
 	t.CurrentAttempt = a.ID
 	t.ModifyIndex = index
 	t.LastExplain = ""
-	t.addEvent(index, r.Now, "node_selected", reservedMessage(a.Number, n.ID, r.Score, a.LeaseVersion))
+	t.addEvent(index, r.Now, EventNodeSelected, reservedMessage(a.Number, n.ID, r.Score, a.LeaseVersion))
 	db.putAttempt(a)
 	db.putNode(n)
 	db.putTask(t)
@@ -184,7 +183,7 @@ type AttemptResult struct {
 func staleReport(db *store, index uint64, a *Attempt, lease uint64, now time.Time, why string) (any, error) {
 	if task, err := getTask(db, a.TaskID); err == nil {
 		t := task.clone()
-		t.addEvent(index, now, "stale_result_rejected", fmt.Sprintf("stale result rejected (attempt %d, lease %d): %s", a.Number, lease, why))
+		t.addEvent(index, now, EventStaleResultRejected, fmt.Sprintf("stale result rejected (attempt %d, lease %d): %s", a.Number, lease, why))
 		t.ModifyIndex = index
 		db.putTask(t)
 	}
@@ -219,7 +218,7 @@ func applyAttemptStart(db *store, index uint64, r *AttemptStartRequest) (any, er
 	t := task.clone()
 	t.State = TaskRunning
 	t.ModifyIndex = index
-	t.addEvent(index, r.Now, "started", startedMessage(a.Number, a.NodeID))
+	t.addEvent(index, r.Now, EventStarted, startedMessage(a.Number, a.NodeID))
 	db.putAttempt(&na)
 	db.putTask(t)
 	return &AttemptResult{Attempt: &na, Task: t}, nil
@@ -317,16 +316,16 @@ func endAttempt(db *store, index uint64, a *Attempt, task *Task, r *AttemptEndRe
 		return nil, reject(RejectIllegalTransfer, "task %s: %s → %s", t.ID, t.State, next)
 	}
 	t.State = next
-	t.addEvent(index, r.Now, "finished", detail)
+	t.addEvent(index, r.Now, EventFinished, detail)
 	switch next {
 	case TaskPending:
 		msg := fmt.Sprintf("requeued for attempt %d of %d", t.Attempts+1, t.Spec.MaxAttempts)
 		if r.RetryAt.After(r.Now) {
 			msg += fmt.Sprintf(" after a %s backoff", r.RetryAt.Sub(r.Now).Round(time.Millisecond))
 		}
-		t.addEvent(index, r.Now, "queued", msg)
+		t.addEvent(index, r.Now, EventQueued, msg)
 	case TaskFailed, TaskTimedOut:
-		t.addEvent(index, r.Now, "failed", fmt.Sprintf("gave up after %d attempts", t.Attempts))
+		t.addEvent(index, r.Now, EventFailed, fmt.Sprintf("gave up after %d attempts", t.Attempts))
 	}
 	db.putAttempt(&na)
 	db.putNode(n)
@@ -348,7 +347,7 @@ func applyNodeDrain(db *store, index uint64, r *NodeDrainRequest) (any, error) {
 		n.Management = scheduler.ManagementDraining
 	}
 	if n.Management != node.Management {
-		n.addEvent(index, r.Now, "management", fmt.Sprintf("%s → %s", node.Management, n.Management))
+		n.addEvent(index, r.Now, EventManagement, fmt.Sprintf("%s → %s", node.Management, n.Management))
 	}
 	n.ModifyIndex = index
 	db.putNode(n)
@@ -400,7 +399,7 @@ func applyExplain(db *store, index uint64, r *ExplainRequest) (any, error) {
 	// Shared: a waiting backlog mostly waits for the same reasons.
 	t.LastExplain = internString(r.Summary)
 	t.ModifyIndex = index
-	t.addEvent(index, r.Now, "waiting", t.LastExplain)
+	t.addEvent(index, r.Now, EventWaiting, t.LastExplain)
 	db.putTask(t)
 	return nil, nil
 }
@@ -447,7 +446,7 @@ func applyCancelTask(db *store, index uint64, r *CancelTaskRequest) (any, error)
 	t := task.clone()
 	t.State = TaskCancelled
 	t.ModifyIndex = index
-	t.addEvent(index, r.Now, "cancelled", reason)
+	t.addEvent(index, r.Now, EventCancelled, reason)
 	db.putTask(t)
 	return &CancelResult{Task: t}, nil
 }
@@ -488,7 +487,7 @@ func applyNodeDown(db *store, index uint64, r *NodeDownRequest) (any, error) {
 	n := node.clone()
 	n.Liveness = scheduler.LivenessDown
 	n.ModifyIndex = index
-	n.addEvent(index, r.Now, "down", fmt.Sprintf("declared DOWN: %s; %d attempts reclaimed", r.Reason, len(out.Reclaimed)))
+	n.addEvent(index, r.Now, EventDown, fmt.Sprintf("declared DOWN: %s; %d attempts reclaimed", r.Reason, len(out.Reclaimed)))
 	out.Node = n
 	db.putNode(n)
 	return out, nil
@@ -513,7 +512,7 @@ func applyNodeLiveness(db *store, index uint64, r *NodeLivenessRequest) (any, er
 		return node, nil
 	}
 	n := node.clone()
-	n.addEvent(index, r.Now, strings.ToLower(string(want)), fmt.Sprintf("%s → %s: %s", n.Liveness, want, r.Reason))
+	n.addEvent(index, r.Now, livenessEvent(want), fmt.Sprintf("%s → %s: %s", n.Liveness, want, r.Reason))
 	n.Liveness = want
 	n.ModifyIndex = index
 	db.putNode(n)

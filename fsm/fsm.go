@@ -273,7 +273,7 @@ func applySubmitTask(db *store, index uint64, r *SubmitTaskRequest) (any, error)
 		CreateIndex: index,
 		ModifyIndex: index,
 		Timeline: []TimelineEvent{{
-			Index: index, Time: StampOf(r.SubmittedAt), Kind: "queued",
+			Index: index, Time: StampOf(r.SubmittedAt), Kind: EventQueued,
 			Message: fmt.Sprintf("submitted by %s with priority %d", r.Spec.Submitter, r.Spec.Priority),
 		}},
 	}
@@ -318,7 +318,7 @@ func applyRegisterNode(db *store, index uint64, r *RegisterNodeRequest) (any, er
 		n.RegisteredAt = StampOf(r.Now)
 		n.Events = nil
 	}
-	n.addEvent(index, r.Now, "registered", fmt.Sprintf("registered, session %d", n.SessionGeneration))
+	n.addEvent(index, r.Now, EventRegistered, fmt.Sprintf("registered, session %d", n.SessionGeneration))
 	n.Liveness = scheduler.LivenessReady
 	n.LastHeartbeat = StampOf(r.Now)
 	n.SessionStartedAt = StampOf(r.Now)

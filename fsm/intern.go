@@ -134,11 +134,10 @@ func (in *interner) task(t *Task, shapeKey []byte, shared bool) {
 	if !shared {
 		t.Spec.TaskShape = in.shape(t.Spec.TaskShape, shapeKey)
 	}
-	// Event kinds repeat; of the messages, the submission's and the
-	// reasons for waiting do (the others name attempts and nodes).
+	// Of the events' messages, the submission's and the reasons for
+	// waiting repeat (the others name attempts and nodes).
 	for i := range t.Timeline {
-		t.Timeline[i].Kind = internString(t.Timeline[i].Kind)
-		if i == 0 || t.Timeline[i].Kind == "waiting" {
+		if i == 0 || t.Timeline[i].Kind == EventWaiting {
 			t.Timeline[i].Message = internString(t.Timeline[i].Message)
 		}
 	}

@@ -39,7 +39,7 @@ func TestWaitingTasksShareTheirSummary(t *testing.T) {
 			t.Fatalf("%s: summaries %q and %q", label, a.LastExplain, b.LastExplain)
 		}
 		ea, eb := a.Timeline[len(a.Timeline)-1], b.Timeline[len(b.Timeline)-1]
-		if ea.Kind != "waiting" || ea.Message != a.LastExplain || eb.Message != b.LastExplain {
+		if ea.Kind != EventWaiting || ea.Message != a.LastExplain || eb.Message != b.LastExplain {
 			t.Fatalf("%s: last events %+v and %+v", label, ea, eb)
 		}
 		if unsafe.StringData(a.LastExplain) != unsafe.StringData(b.LastExplain) || unsafe.StringData(ea.Message) != unsafe.StringData(eb.Message) {

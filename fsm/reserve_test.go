@@ -228,7 +228,7 @@ func TestAttemptLifecycleRetryAndFencing(t *testing.T) {
 	}
 	var kinds []string
 	for _, e := range task.Timeline {
-		kinds = append(kinds, e.Kind)
+		kinds = append(kinds, e.Kind.String())
 	}
 	want := "queued,node_selected,started,finished,queued,node_selected,stale_result_rejected,stale_result_rejected,finished,failed"
 	if got := fmt.Sprint(kinds); got != "["+replaceCommas(want)+"]" {

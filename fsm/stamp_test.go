@@ -73,7 +73,7 @@ func TestRecordsStaySmall(t *testing.T) {
 		size, most uintptr
 	}{
 		{"Task", unsafe.Sizeof(Task{}), 320},
-		{"TimelineEvent", unsafe.Sizeof(TimelineEvent{}), 48},
+		{"TimelineEvent", unsafe.Sizeof(TimelineEvent{}), 40},
 		{"Attempt", unsafe.Sizeof(Attempt{}), 176},
 	} {
 		if c.size > c.most {

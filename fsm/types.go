@@ -126,10 +126,10 @@ type TaskShape struct {
 
 // TimelineEvent is one milestone in a task's life, with the reason for it.
 type TimelineEvent struct {
-	Index   uint64 `json:"index"`
-	Time    Stamp  `json:"time"`
-	Kind    string `json:"kind"`
-	Message string `json:"message"`
+	Index   uint64    `json:"index"`
+	Time    Stamp     `json:"time"`
+	Kind    EventKind `json:"kind"`
+	Message string    `json:"message"`
 }
 
 // Task is the replicated record of a submitted task. Records stored in the
@@ -261,7 +261,7 @@ func (n *Node) clone() *Node {
 	return &c
 }
 
-func (n *Node) addEvent(index uint64, at time.Time, kind, msg string) {
+func (n *Node) addEvent(index uint64, at time.Time, kind EventKind, msg string) {
 	n.Events = appendEvent(n.Events, TimelineEvent{Index: index, Time: StampOf(at), Kind: kind, Message: msg}, maxNodeEvents, 0)
 }
 

@@ -19,6 +19,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -238,6 +239,21 @@ func (h *Handler) leaderOnly(fn http.HandlerFunc) http.HandlerFunc {
 	}
 }
 
+// proxyBuffers lends forwarded responses their copy buffers: without a
+// pool the proxy allocates 32 KiB for every request a follower forwards
+// (3% of all the bytes a busy end-to-end run allocated).
+type proxyBuffers struct{}
+
+var proxyBufferPool = sync.Pool{New: func() any { return new([32 << 10]byte) }}
+
+func (proxyBuffers) Get() []byte { return proxyBufferPool.Get().(*[32 << 10]byte)[:] }
+
+func (proxyBuffers) Put(b []byte) {
+	if len(b) == 32<<10 {
+		proxyBufferPool.Put((*[32 << 10]byte)(b))
+	}
+}
+
 func (h *Handler) forward(w http.ResponseWriter, r *http.Request) {
 	if r.Header.Get(HeaderForwarded) != "" {
 		writeNoLeader(w, fmt.Sprintf("%s: forwarded by %s but not the leader (leadership is changing)", h.backend.ID(), r.Header.Get(HeaderForwarded)))
@@ -257,6 +273,7 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request) {
 		},
 		FlushInterval: -1,
 		Transport:     h.forwardTransport,
+		BufferPool:    proxyBuffers{},
 		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, err error) {
 			h.logger.Warn("forwarding to leader failed", "leader", addr, "error", err)
 			var op *net.OpError

@@ -267,10 +267,17 @@ func (a *Agent) assignmentLoop(ctx context.Context) {
 			continue
 		}
 		backoff = 200 * time.Millisecond
+		index = as.Index
+		if as.SessionGeneration < a.session.Load() {
+			// The replica asked has not applied this agent's registration
+			// yet: its list predates the session, and an attempt the agent's
+			// previous run started may still read RESERVED there (starting
+			// it would run it twice). Wait until the registration reaches it.
+			continue
+		}
 		if as.Liveness == "DOWN" {
 			a.requestReregister()
 		}
-		index = as.Index
 		a.reconcile(ctx, &as)
 		if len(as.Attempts) > 0 || len(a.Running()) > 0 {
 			lastBusy = time.Now()

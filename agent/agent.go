@@ -241,7 +241,9 @@ func (a *Agent) heartbeatLoop(ctx context.Context) {
 
 // assignmentLoop watches this node's assignments and reconciles.
 func (a *Agent) assignmentLoop(ctx context.Context) {
-	var index uint64
+	// index is the last list's (what the next watch waits past); applied
+	// the most advanced replica state a list acted on came from.
+	var index, applied uint64
 	lastBusy := time.Now()
 	backoff := 200 * time.Millisecond
 	for ctx.Err() == nil {
@@ -267,14 +269,22 @@ func (a *Agent) assignmentLoop(ctx context.Context) {
 			continue
 		}
 		backoff = 200 * time.Millisecond
-		index = as.Index
+		if as.AppliedIndex != 0 && as.AppliedIndex < applied {
+			// A replica behind one this agent already heard from (it failed
+			// over to a lagging or partitioned one): its list is older than
+			// what the agent acts on, and an attempt missing from it was not
+			// taken back. Wait for the replica to catch up.
+			continue
+		}
 		if as.SessionGeneration < a.session.Load() {
 			// The replica asked has not applied this agent's registration
 			// yet: its list predates the session, and an attempt the agent's
 			// previous run started may still read RESERVED there (starting
 			// it would run it twice). Wait until the registration reaches it.
+			index = max(index, as.Index)
 			continue
 		}
+		index, applied = as.Index, max(applied, as.AppliedIndex)
 		if as.Liveness == "DOWN" {
 			a.requestReregister()
 		}

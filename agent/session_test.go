@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -12,18 +13,19 @@ import (
 	"herd/api"
 )
 
-// staleReplica plays a cluster whose first assignments answer comes from a
-// replica that has not applied the agent's registration (session 2) yet:
-// it still shows the attempt the agent's previous run started as
-// RESERVED. Later answers are current: the attempt is RUNNING.
-type staleReplica struct {
-	mu          sync.Mutex
-	assignments int
-	reports     []api.AttemptReportItem
+// cannedCluster plays a cluster for one agent (edge-1, session 2): its
+// assignments answers are served in order, the last one again and again
+// (a little later each time, as a blocking query would), and it accepts
+// every report and records it.
+type cannedCluster struct {
+	answers []api.Assignments
+
+	mu      sync.Mutex
+	served  int
+	reports []api.AttemptReportItem
 }
 
-func (s *staleReplica) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	attempt := api.Attempt{ID: "att-1", TaskID: "task-1", Number: 1, NodeID: "edge-1", LeaseVersion: 7}
+func (c *cannedCluster) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch r.URL.Path {
 	case "/v1/status/gossip":
 		_ = json.NewEncoder(w).Encode(api.GossipInfo{}) // no gossip
@@ -32,21 +34,15 @@ func (s *staleReplica) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case "/v1/nodes/edge-1/heartbeat":
 		_ = json.NewEncoder(w).Encode(api.HeartbeatResponse{Liveness: "READY", SessionGeneration: 2})
 	case "/v1/nodes/edge-1/assignments":
-		s.mu.Lock()
-		s.assignments++
-		first := s.assignments == 1
-		s.mu.Unlock()
-		out := api.Assignments{NodeID: "edge-1", SessionGeneration: 2, Liveness: "READY", Index: 10}
-		x := api.Assignment{Attempt: attempt}
-		if first {
-			out.SessionGeneration, out.Index = 1, 8
-			x.Attempt.State = "RESERVED"
-			x.Spec = api.TaskSpec{Command: []string{"true"}}
-		} else {
-			x.Attempt.State = "RUNNING"
+		c.mu.Lock()
+		i := min(c.served, len(c.answers)-1)
+		again := c.served >= len(c.answers)
+		c.served++
+		c.mu.Unlock()
+		if again {
+			time.Sleep(20 * time.Millisecond)
 		}
-		out.Attempts = []api.Assignment{x}
-		_ = json.NewEncoder(w).Encode(out)
+		_ = json.NewEncoder(w).Encode(c.answers[i])
 	case "/v1/attempts/reports":
 		var req api.AttemptReportBatch
 		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
@@ -54,12 +50,12 @@ func (s *staleReplica) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		var resp api.AttemptReportBatchResponse
-		s.mu.Lock()
+		c.mu.Lock()
 		for _, rep := range req.Reports {
-			s.reports = append(s.reports, rep)
-			resp.Results = append(resp.Results, api.AttemptReportResult{Report: &api.AttemptReport{Attempt: attempt}})
+			c.reports = append(c.reports, rep)
+			resp.Results = append(resp.Results, api.AttemptReportResult{Report: &api.AttemptReport{Attempt: api.Attempt{ID: rep.AttemptID}}})
 		}
-		s.mu.Unlock()
+		c.mu.Unlock()
 		_ = json.NewEncoder(w).Encode(resp)
 	default:
 		w.WriteHeader(http.StatusNotFound)
@@ -67,20 +63,17 @@ func (s *staleReplica) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func (s *staleReplica) reported() []api.AttemptReportItem {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]api.AttemptReportItem(nil), s.reports...)
+// state returns the assignments answers served so far and the reports.
+func (c *cannedCluster) state() (int, []api.AttemptReportItem) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.served, slices.Clone(c.reports)
 }
 
-// A restarted agent does not act on assignments older than its session:
-// the replica answering first lags, and starting the attempt it shows as
-// RESERVED would run again what the agent's previous run started. Once the
-// registration has reached the replica, the attempt reads RUNNING and the
-// agent reports it LOST.
-func TestAgentIgnoresAssignmentsOlderThanItsSession(t *testing.T) {
-	srv := &staleReplica{}
-	hs := httptest.NewServer(srv)
+// runAgent runs an agent (edge-1, no limits) against c until the test ends.
+func runAgent(t *testing.T, c *cannedCluster) *Agent {
+	t.Helper()
+	hs := httptest.NewServer(c)
 	t.Cleanup(hs.Close)
 	ag, err := New(Config{
 		ID: "edge-1", Servers: []string{hs.URL}, DataDir: t.TempDir(), Slots: 1, Limits: "none",
@@ -92,11 +85,32 @@ func TestAgentIgnoresAssignmentsOlderThanItsSession(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); _ = ag.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	t.Cleanup(func() { cancel(); <-done })
+	return ag
+}
 
+func assignment(state string, spec ...string) api.Assignment {
+	x := api.Assignment{Attempt: api.Attempt{ID: "att-1", TaskID: "task-1", Number: 1, NodeID: "edge-1", State: state, LeaseVersion: 7}}
+	if state == "RESERVED" {
+		x.Spec = api.TaskSpec{Command: spec}
+	}
+	return x
+}
+
+// A restarted agent does not act on assignments older than its session:
+// the replica answering first lags, and starting the attempt it shows as
+// RESERVED would run again what the agent's previous run started. Once the
+// registration has reached the replica, the attempt reads RUNNING and the
+// agent reports it LOST.
+func TestAgentIgnoresAssignmentsOlderThanItsSession(t *testing.T) {
+	c := &cannedCluster{answers: []api.Assignments{
+		{NodeID: "edge-1", SessionGeneration: 1, Liveness: "READY", Index: 8, AppliedIndex: 9, Attempts: []api.Assignment{assignment("RESERVED", "true")}},
+		{NodeID: "edge-1", SessionGeneration: 2, Liveness: "READY", Index: 10, AppliedIndex: 10, Attempts: []api.Assignment{assignment("RUNNING")}},
+	}}
+	ag := runAgent(t, c)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		reports := srv.reported()
+		_, reports := c.state()
 		for _, rep := range reports {
 			if rep.Start != nil {
 				t.Fatalf("the agent started attempt %s from a list older than its session", rep.AttemptID)
@@ -115,5 +129,46 @@ func TestAgentIgnoresAssignmentsOlderThanItsSession(t *testing.T) {
 	}
 	if started, _, _ := ag.Stats(); started != 0 {
 		t.Fatalf("the agent ran %d attempts", started)
+	}
+}
+
+// An agent that fails over to a replica behind the one it heard from does
+// not stop an attempt missing from that replica's older list: the attempt
+// was not taken back, the replica has not seen it yet.
+func TestAgentKeepsRunningWhatALaggingReplicaDoesNotList(t *testing.T) {
+	c := &cannedCluster{answers: []api.Assignments{
+		{NodeID: "edge-1", SessionGeneration: 2, Liveness: "READY", Index: 20, AppliedIndex: 20, Attempts: []api.Assignment{assignment("RESERVED", "sleep", "30")}},
+		{NodeID: "edge-1", SessionGeneration: 2, Liveness: "READY", Index: 12, AppliedIndex: 15},
+	}}
+	ag := runAgent(t, c)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		// A third answer asked for means the second, stale one was handled.
+		served, reports := c.state()
+		if served >= 3 && slices.Contains(ag.Running(), "att-1") {
+			for _, rep := range reports {
+				if rep.Complete != nil {
+					t.Fatalf("the agent ended the attempt on a lagging replica's list: %+v", *rep.Complete)
+				}
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after %d answers the agent runs %v, want att-1 running", served, ag.Running())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// And it stays running while the lagging replica keeps answering.
+	for {
+		if served, reports := c.state(); served >= 6 {
+			if !slices.Contains(ag.Running(), "att-1") || len(reports) != 1 || reports[0].Start == nil {
+				t.Fatalf("after %d answers the agent runs %v and reported %+v, want att-1 running, its start alone reported", served, ag.Running(), reports)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the agent stopped asking for its assignments")
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

@@ -479,11 +479,15 @@ type Assignment struct {
 
 // Assignments is a node's live attempts at Index. Attempts that vanish
 // from the list were cancelled or reclaimed: the agent stops them.
+// AppliedIndex is how far the answering replica's state had got (0 from a
+// server older than the field): an answer from a replica behind one the
+// agent already heard from is older than what it knows, not news.
 type Assignments struct {
 	NodeID            string       `json:"node_id"`
 	SessionGeneration uint64       `json:"session_generation"`
 	Liveness          string       `json:"liveness"`
 	Index             uint64       `json:"index"`
+	AppliedIndex      uint64       `json:"applied_index,omitempty"`
 	Attempts          []Assignment `json:"attempts"`
 }
 

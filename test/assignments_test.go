@@ -46,6 +46,11 @@ func TestAssignmentWatchSkipsTheNodesOwnReports(t *testing.T) {
 		if len(as.Attempts) != 2 {
 			t.Fatalf("the watch answered the node's own start instead of the new reservation: %+v", as.Attempts)
 		}
+		// The answer says how far its replica had got: at least as far as
+		// the list it shows, and past the first answer's replica.
+		if as.AppliedIndex < as.Index || as.AppliedIndex <= now.AppliedIndex {
+			t.Errorf("applied index %d (first answer %d) for a list at index %d", as.AppliedIndex, now.AppliedIndex, as.Index)
+		}
 		// A reserved attempt comes with its spec; a running one without
 		// (its agent has it).
 		for _, x := range as.Attempts {

@@ -47,7 +47,7 @@ type benchSizes struct {
 }
 
 func fullSizes() benchSizes {
-	return benchSizes{ceiling: 10 * time.Second, nodes: 1000, backlog: 100_000, e2eTasks: 20_000, footNodes: 1000, footIdle: 10 * time.Second, footTasks: 100_000, failoverTrials: 20, finishedTasks: 1_000_000}
+	return benchSizes{ceiling: 10 * time.Second, nodes: 1000, backlog: 100_000, e2eTasks: 20_000, footNodes: 1000, footIdle: 20 * time.Second, footTasks: 100_000, failoverTrials: 20, finishedTasks: 1_000_000}
 }
 
 func quickSizes() benchSizes {
@@ -167,7 +167,7 @@ func runBench(e *env, args []string) error {
 	heapProfile := fs.String("heapprofile", "", "write the footprint replica's heap profile, taken once loaded, to this file")
 	only := fs.String("only", "", "run only these steps (comma-separated: decision,placement,e2e,footprint,failover,retention)")
 	backlog := fs.Int("backlog", 0, "override the placement backlog size")
-	footIdle := fs.Duration("footprint-idle", 0, "override the footprint replica's settling time and idle window (each; 10s by default):\n30m lets a loaded leader explain every waiting task once before the settled RSS is read")
+	footIdle := fs.Duration("footprint-idle", 0, "override the footprint replica's settling time and idle window (each; 20s by default):\n30m lets a loaded leader explain every waiting task once before the settled RSS is read")
 	agentDir := fs.String("agent-dir", "", "put the end-to-end agents' data (attempt logs and working directories) under this directory\ninstead of the run's temporary one: a tmpfs leaves out the disk's cost of creating them")
 	if err := parse(e, fs, args); err != nil {
 		return err

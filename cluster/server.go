@@ -363,7 +363,7 @@ func (s *Server) leadership(ctx context.Context) {
 	// replica hands leadership to another server instead of waiting on.
 	for failures := 0; ; failures++ {
 		bctx, cancel := context.WithTimeout(ctx, s.cfg.Raft.ApplyTimeout)
-		err := awaitFuture(bctx, s.raft.Barrier(s.cfg.Raft.ApplyTimeout))
+		err := awaitFuture(bctx, s.shutdownCtx.Done(), s.raft.Barrier(s.cfg.Raft.ApplyTimeout))
 		cancel()
 		if err == nil {
 			break
@@ -375,7 +375,7 @@ func (s *Server) leadership(ctx context.Context) {
 		if failures+1 >= 3 {
 			s.logger.Error("leadership could not be established; handing it over", "error", err)
 			tctx, cancel := context.WithTimeout(ctx, s.cfg.Raft.ApplyTimeout)
-			if terr := awaitFuture(tctx, s.raft.LeadershipTransfer()); terr != nil {
+			if terr := awaitFuture(tctx, s.shutdownCtx.Done(), s.raft.LeadershipTransfer()); terr != nil {
 				s.logger.Warn("leadership transfer failed", "error", terr)
 			}
 			cancel()
@@ -436,12 +436,15 @@ func (s *Server) selfJoinRequest() api.JoinRequest {
 	return api.JoinRequest{ID: s.cfg.ID, RaftAddress: s.cfg.RaftAdvertise, HTTPAddress: s.cfg.HTTPAdvertise, GossipAddress: s.cfg.GossipAdvertise, CommandForms: s.commandForms}
 }
 
-// awaitFuture waits for a raft future, or for ctx to end. A future can stay
-// unanswered when leadership is lost while it is in flight (seen under
-// fault injection: a Barrier never answered kept a replica's Shutdown
-// waiting for its leader loops forever), so loops that must stop with
-// their context never wait on one unconditionally.
-func awaitFuture(ctx context.Context, f raft.Future) error {
+// awaitFuture waits for a raft future, or for ctx to end, or for stop to
+// close (the server shutting down: raft.ErrRaftShutdown, the outcome
+// unknown). A future can stay unanswered when leadership is lost while it
+// is in flight (seen under fault injection: a Barrier never answered kept
+// a replica's Shutdown waiting for its leader loops forever), and one
+// committed but not yet applied when raft shuts down is never answered (a
+// caller of ApplyCommand on a stopped leader waited until its context
+// ended, minutes in a test): nothing waits on one unconditionally.
+func awaitFuture(ctx context.Context, stop <-chan struct{}, f raft.Future) error {
 	done := make(chan error, 1)
 	go func() { done <- f.Error() }()
 	select {
@@ -449,6 +452,8 @@ func awaitFuture(ctx context.Context, f raft.Future) error {
 		return err
 	case <-ctx.Done():
 		return ctx.Err()
+	case <-stop:
+		return raft.ErrRaftShutdown
 	}
 }
 

@@ -1,0 +1,61 @@
+package test
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"herd/fsm"
+)
+
+// ApplyCommand on a leader that is stopped returns promptly: raft never
+// answers an entry committed but not yet applied when it shuts down, and
+// a caller waiting on one used to wait until its own context ended (an
+// in-process completer in TestConcurrentPlacementWithLeaderLoss stalled
+// for minutes that way).
+func TestApplyCommandReturnsWhenTheLeaderStops(t *testing.T) {
+	// Each replica's FSM is made slow, so that commits run ahead of it
+	// and entries wait, committed, for the FSM when the leader stops.
+	c := NewClusterWith(t, 3, Setup{AfterApply: func(string, uint64, *fsm.State) { time.Sleep(time.Millisecond) }})
+	leader := c.WaitForLeader()
+	srv := c.Server(leader)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	// A heartbeat of an unknown node: refused by the FSM, but an entry
+	// that commits and applies like any other.
+	cmd, err := fsm.Encode(fsm.MsgHeartbeat, fsm.HeartbeatRequest{NodeID: "nobody", SessionGeneration: 1, Now: time.Now().UTC()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := srv.FSM().Index()
+	stop := make(chan struct{})
+	var waiting atomic.Int32
+	var wg sync.WaitGroup
+	for range 32 {
+		wg.Add(1)
+		waiting.Add(1)
+		go func() {
+			defer wg.Done()
+			defer waiting.Add(-1)
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				_, _, _ = srv.ApplyCommand(ctx, cmd)
+			}
+		}()
+	}
+	if !Eventually(30*time.Second, func() bool { return srv.FSM().Index() > start+200 }) {
+		t.Fatal("the leader applied too little to stop it under load")
+	}
+	c.Stop(leader)
+	close(stop)
+	if !Eventually(30*time.Second, func() bool { return waiting.Load() == 0 }) {
+		t.Fatalf("%d of 32 ApplyCommand callers still waiting 30 s after their leader stopped", waiting.Load())
+	}
+	wg.Wait()
+}

@@ -319,7 +319,7 @@ func (s *Server) applyRaw(ctx context.Context, buf []byte) (any, uint64, error) 
 		timeout = min(timeout, time.Until(dl))
 	}
 	f := s.raft.Apply(buf, timeout)
-	if err := awaitFuture(ctx, s.shutdownCtx.Done(), f); err != nil {
+	if err := s.await(ctx, f); err != nil {
 		return s.applied(ctx, commandResult{err: err})
 	}
 	return s.applied(ctx, commandResult{resp: f.Response(), index: f.Index()})

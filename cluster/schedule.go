@@ -427,7 +427,7 @@ func (s *Server) commitBatches(ctx context.Context, cmds [][]byte, batchSize int
 	}
 	out := make([]any, 0, len(cmds))
 	for i, f := range futures {
-		if err := awaitFuture(ctx, s.shutdownCtx.Done(), f); err != nil {
+		if err := s.await(ctx, f); err != nil {
 			if ctx.Err() == nil {
 				s.logger.Warn("placement batch not committed", "commands", sizes[i], "error", err)
 			}

@@ -363,7 +363,7 @@ func (s *Server) leadership(ctx context.Context) {
 	// replica hands leadership to another server instead of waiting on.
 	for failures := 0; ; failures++ {
 		bctx, cancel := context.WithTimeout(ctx, s.cfg.Raft.ApplyTimeout)
-		err := awaitFuture(bctx, s.shutdownCtx.Done(), s.raft.Barrier(s.cfg.Raft.ApplyTimeout))
+		err := s.await(bctx, s.raft.Barrier(s.cfg.Raft.ApplyTimeout))
 		cancel()
 		if err == nil {
 			break
@@ -375,7 +375,7 @@ func (s *Server) leadership(ctx context.Context) {
 		if failures+1 >= 3 {
 			s.logger.Error("leadership could not be established; handing it over", "error", err)
 			tctx, cancel := context.WithTimeout(ctx, s.cfg.Raft.ApplyTimeout)
-			if terr := awaitFuture(tctx, s.shutdownCtx.Done(), s.raft.LeadershipTransfer()); terr != nil {
+			if terr := s.await(tctx, s.raft.LeadershipTransfer()); terr != nil {
 				s.logger.Warn("leadership transfer failed", "error", terr)
 			}
 			cancel()
@@ -455,6 +455,11 @@ func awaitFuture(ctx context.Context, stop <-chan struct{}, f raft.Future) error
 	case <-stop:
 		return raft.ErrRaftShutdown
 	}
+}
+
+// await is awaitFuture until ctx ends or this server shuts down.
+func (s *Server) await(ctx context.Context, f raft.Future) error {
+	return awaitFuture(ctx, s.shutdownCtx.Done(), f)
 }
 
 func (s *Server) httpHandler(logger hclog.Logger) http.Handler {

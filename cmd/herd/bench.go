@@ -1074,10 +1074,10 @@ func benchFailover(dir string, sz benchSizes, r *benchResult) error {
 		writers sync.WaitGroup
 		acked   atomic.Int64
 	)
+	defer func() { stopLoad(); writers.Wait() }()
 	for w := range failoverLoadWriters {
 		cl, err := api.NewClient(addrs[w%3], addrs[(w+1)%3], addrs[(w+2)%3])
 		if err != nil {
-			stopLoad()
 			return err
 		}
 		cl.Retries, cl.RetryWait = 0, 0 // a write lost to the failover is the load's loss, not retried
@@ -1098,12 +1098,11 @@ func benchFailover(dir string, sz benchSizes, r *benchResult) error {
 			}
 		}()
 	}
-	defer func() { stopLoad(); writers.Wait() }()
 
 	var times, rates []float64
 	for trial := 0; trial < sz.failoverTrials; trial++ {
 		// The leader dies with the load flowing: first the load gets
-		// failoverLoadSettle writes acknowledged by this term's leader.
+		// failoverLoadSettle more writes acknowledged.
 		from, t0 := acked.Load(), time.Now()
 		for acked.Load() < from+failoverLoadSettle {
 			if time.Since(t0) > 30*time.Second {

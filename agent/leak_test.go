@@ -2,8 +2,6 @@ package agent_test
 
 import (
 	"context"
-	"net"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -11,33 +9,28 @@ import (
 
 	"herd/agent"
 	"herd/api"
-	"herd/cluster"
 	"herd/config"
+	"herd/internal/localcluster"
 )
 
 // An agent that registered, ran a task and was stopped leaves no goroutine
 // behind; neither does the replica it talked to.
 func TestAgentStopLeaksNoGoroutines(t *testing.T) {
 	defer goleak.VerifyNone(t)
-	httpLn, err := net.Listen("tcp", "127.0.0.1:0")
+	cfgs, err := localcluster.Configs(t.TempDir(), "s", 1, false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	raftLn, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := config.DefaultServer()
-	cfg.ID, cfg.DataDir, cfg.Bootstrap, cfg.LogLevel = "s1", filepath.Join(t.TempDir(), "s1"), true, "off"
-	cfg.HTTPAddr, cfg.RaftAddr = httpLn.Addr().String(), raftLn.Addr().String()
+	cfg := cfgs[0]
+	cfg.LogLevel = "off"
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	srv, err := cluster.Start(cfg, cluster.Options{HTTPListener: httpLn, RaftListener: raftLn})
+	c, err := localcluster.Start([]config.Server{cfg}, localcluster.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer srv.Shutdown()
+	defer c.Shutdown()
 
 	ag, err := agent.New(agent.Config{
 		ID: "edge-1", Servers: []string{cfg.HTTPAddr}, DataDir: t.TempDir(), Slots: 1,
@@ -77,7 +70,7 @@ func TestAgentStopLeaksNoGoroutines(t *testing.T) {
 	if err := <-done; err != nil && err != context.Canceled {
 		t.Fatalf("agent stopped with %v", err)
 	}
-	if err := srv.Shutdown(); err != nil {
+	if err := c.Shutdown(); err != nil {
 		t.Fatal(err)
 	}
 }

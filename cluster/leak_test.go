@@ -1,56 +1,38 @@
-package cluster
+package cluster_test
 
 import (
-	"net"
-	"path/filepath"
+	"context"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
 
-	"herd/config"
+	"herd/internal/localcluster"
 )
 
 // A replica that started, led and shut down leaves no goroutine behind:
 // operators restart replicas in place, and tests start hundreds.
 func TestShutdownLeaksNoGoroutines(t *testing.T) {
 	defer goleak.VerifyNone(t)
-	httpLn, err := net.Listen("tcp", "127.0.0.1:0")
+	cfgs, err := localcluster.Configs(t.TempDir(), "s", 1, true)
 	if err != nil {
 		t.Fatal(err)
 	}
-	raftLn, err := net.Listen("tcp", "127.0.0.1:0")
+	cfgs[0].LogLevel = "off"
+	if err := cfgs[0].Validate(); err != nil {
+		t.Fatal(err)
+	}
+	c, err := localcluster.Start(cfgs, localcluster.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := config.DefaultServer()
-	cfg.ID = "s1"
-	cfg.DataDir = filepath.Join(t.TempDir(), "s1")
-	cfg.HTTPAddr, cfg.RaftAddr = httpLn.Addr().String(), raftLn.Addr().String()
-	gossipLn, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := c.Leader(ctx); err != nil {
+		c.Shutdown()
+		t.Fatalf("single replica did not become leader: %v", err)
 	}
-	cfg.GossipAddr = gossipLn.Addr().String()
-	gossipLn.Close()
-	cfg.Bootstrap = true
-	cfg.LogLevel = "off"
-	if err := cfg.Validate(); err != nil {
-		t.Fatal(err)
-	}
-	s, err := Start(cfg, Options{HTTPListener: httpLn, RaftListener: raftLn})
-	if err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(20 * time.Second)
-	for !s.IsLeader() {
-		if time.Now().After(deadline) {
-			s.Shutdown()
-			t.Fatal("single replica did not become leader")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if err := s.Shutdown(); err != nil {
+	if err := c.Shutdown(); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -61,23 +61,9 @@ func TestBootstrapOneThenJoin(t *testing.T) {
 func TestLeaderLoopsFollowLeadership(t *testing.T) {
 	var running [3]atomic.Int32
 	var started [3]atomic.Int32
-	c := &Cluster{t: t, logger: TestLogger()}
-	base := t.TempDir()
-	var join []string
-	for i := 0; i < 3; i++ {
-		cfg := config.DefaultServer()
-		cfg.ID = fmt.Sprintf("s%d", i+1)
-		cfg.DataDir = filepath.Join(base, cfg.ID)
-		cfg.HTTPAddr, cfg.RaftAddr = FreeAddr(t), FreeAddr(t)
-		cfg.BootstrapExpect = 3
-		FastRaft(&cfg)
-		join = append(join, cfg.HTTPAddr)
-		c.Replicas = append(c.Replicas, &Replica{Cfg: cfg})
-	}
-	t.Cleanup(c.StopAll)
-	for i, r := range c.Replicas {
-		r.Cfg.Join = join
-		loop := func(ctx context.Context, s *cluster.Server) {
+	c := NewClusterWith(t, 3, Setup{Options: func(replica string, o *cluster.Options) {
+		i := int(replica[1] - '1')
+		o.LeaderLoops = []cluster.LeaderLoop{func(ctx context.Context, s *cluster.Server) {
 			if !s.IsLeader() {
 				t.Errorf("leader loop started on %s before leadership was established", s.ID())
 			}
@@ -85,13 +71,8 @@ func TestLeaderLoopsFollowLeadership(t *testing.T) {
 			running[i].Add(1)
 			defer running[i].Add(-1)
 			<-ctx.Done()
-		}
-		srv, err := cluster.Start(r.Cfg, cluster.Options{Logger: c.logger, LeaderLoops: []cluster.LeaderLoop{loop}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		r.Server = srv
-	}
+		}}
+	}})
 	leader := c.WaitForLeader()
 	onlyOn := func(want int) bool {
 		for i := range running {

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -23,6 +21,7 @@ import (
 	"herd/cluster"
 	"herd/config"
 	"herd/fsm"
+	"herd/internal/localcluster"
 )
 
 // Replica is one server of a test cluster; it keeps its addresses and data
@@ -35,6 +34,7 @@ type Replica struct {
 // Cluster is a set of replicas running in this process.
 type Cluster struct {
 	mu       sync.Mutex // guards Replicas[i].Server for concurrent readers
+	lc       *localcluster.Cluster
 	t        testing.TB
 	Replicas []*Replica
 	logger   hclog.Logger
@@ -53,52 +53,16 @@ func FastRaft(c *config.Server) {
 	c.Raft.CommitTimeout = 10 * time.Millisecond
 }
 
-// FreeAddr returns a loopback address with a port that was free just now.
-// Ports come from below the kernel's ephemeral range (read from
-// /proc/sys/net/ipv4/ip_local_port_range), so the outgoing connections of
-// the tests themselves can never take a port a replica is about to bind or
-// re-bind after a restart.
+// FreeAddr returns a loopback address whose port was free for TCP and UDP
+// just now, never handed out before in this test binary (see
+// localcluster.FreeAddr).
 func FreeAddr(t testing.TB) string {
 	t.Helper()
-	low := ephemeralLow()
-	for i := 0; i < 1000; i++ {
-		port := 10000 + rand.IntN(low-10000)
-		// Never hand out a port twice in one test binary: an address picked
-		// for a replica that has not bound it yet still looks free.
-		handedOutMu.Lock()
-		taken := handedOut[port]
-		handedOut[port] = true
-		handedOutMu.Unlock()
-		if taken {
-			continue
-		}
-		ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
-		if err != nil {
-			continue
-		}
-		addr := ln.Addr().String()
-		ln.Close()
-		return addr
+	addr, err := localcluster.FreeAddr()
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Fatal("no free port found below the ephemeral range")
-	return ""
-}
-
-var (
-	handedOutMu sync.Mutex
-	handedOut   = map[int]bool{}
-)
-
-func ephemeralLow() int {
-	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
-	if err == nil {
-		if f := strings.Fields(string(b)); len(f) == 2 {
-			if n, err := strconv.Atoi(f[0]); err == nil && n > 11000 {
-				return n
-			}
-		}
-	}
-	return 32768
+	return addr
 }
 
 // TestLogger logs at HERD_TEST_LOG level to stderr; off by default, since
@@ -158,38 +122,23 @@ func NewClusterWith(t testing.TB, n int, setup Setup) *Cluster {
 	t.Helper()
 	opts := setup.Config
 	c := &Cluster{t: t, logger: TestLogger(), setup: setup}
-	base := t.TempDir()
-	var join []string
-	for i := 0; i < n; i++ {
-		cfg := config.DefaultServer()
-		cfg.ID = fmt.Sprintf("s%d", i+1)
-		cfg.DataDir = filepath.Join(base, cfg.ID)
-		cfg.HTTPAddr = FreeAddr(t)
-		cfg.RaftAddr = FreeAddr(t)
+	cfgs, err := localcluster.Configs(t.TempDir(), "s", n, setup.Gossip)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, cfg := range cfgs {
 		cfg.LogLevel = "error"
-		if n == 1 {
-			cfg.Bootstrap = true
-		} else {
-			cfg.BootstrapExpect = n
-		}
 		FastRaft(&cfg)
 		// Liveness verdicts are off unless a test asks for them: many tests
 		// register nodes with no agent heartbeating behind them.
 		cfg.Liveness.HeartbeatInterval, cfg.Liveness.MaxHeartbeatInterval = time.Hour, time.Hour
 		if setup.Gossip {
-			cfg.GossipAddr = FreeAddr(t)
 			FastLiveness(&cfg)
 		}
 		for _, o := range opts {
 			o(&cfg)
 		}
-		join = append(join, cfg.HTTPAddr)
 		c.Replicas = append(c.Replicas, &Replica{Cfg: cfg})
-	}
-	for _, r := range c.Replicas {
-		if n > 1 {
-			r.Cfg.Join = join
-		}
 	}
 	for i := range c.Replicas {
 		c.Start(i)
@@ -199,86 +148,81 @@ func NewClusterWith(t testing.TB, n int, setup Setup) *Cluster {
 	return c
 }
 
-// Start (re)starts replica i from its data directory.
+// Start (re)starts replica i from its data directory, with its current
+// Cfg.
 func (c *Cluster) Start(i int) {
 	c.t.Helper()
 	r := c.Replicas[i]
 	if r.Server != nil {
 		c.t.Fatalf("replica %s already running", r.Cfg.ID)
 	}
-	var err error
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		opts := cluster.Options{Logger: c.logger, Now: c.setup.Clock}
-		if c.setup.Gossip {
-			opts.Gossip.Tune = FastGossip
-		}
-		id := r.Cfg.ID
-		check, observe, onViolation := c.setup.CheckInvariants, c.setup.AfterApply, c.setup.OnViolation
-		if check || observe != nil {
-			opts.AfterApply = func(index uint64, st *fsm.State) {
-				if check {
-					if err := st.CheckInvariants(); err != nil {
-						if onViolation != nil {
-							onViolation(id, index, err)
-						} else {
-							c.t.Errorf("%s: invariant broken at index %d: %v", id, index, err)
-						}
+	c.mu.Lock()
+	if c.lc == nil {
+		c.lc = localcluster.New(nil, localcluster.Options{Logger: c.logger, Server: c.serverOptions})
+	}
+	for c.lc.Len() <= i {
+		c.lc.Add(config.Server{})
+	}
+	c.lc.SetConfig(i, r.Cfg)
+	c.mu.Unlock()
+	if err := c.lc.StartReplica(i); err != nil {
+		c.t.Fatal(err)
+	}
+	c.mu.Lock()
+	r.Server = c.lc.Server(i)
+	c.mu.Unlock()
+}
+
+// serverOptions are the start options of a replica: the test's clock,
+// apply hooks and network.
+func (c *Cluster) serverOptions(cfg config.Server, opts *cluster.Options) error {
+	opts.Now = c.setup.Clock
+	if c.setup.Gossip {
+		opts.Gossip.Tune = FastGossip
+	}
+	id := cfg.ID
+	check, observe, onViolation := c.setup.CheckInvariants, c.setup.AfterApply, c.setup.OnViolation
+	if check || observe != nil {
+		opts.AfterApply = func(index uint64, st *fsm.State) {
+			if check {
+				if err := st.CheckInvariants(); err != nil {
+					if onViolation != nil {
+						onViolation(id, index, err)
+					} else {
+						c.t.Errorf("%s: invariant broken at index %d: %v", id, index, err)
 					}
 				}
-				if observe != nil {
-					observe(id, index, st)
-				}
+			}
+			if observe != nil {
+				observe(id, index, st)
 			}
 		}
-		if c.setup.Options != nil {
-			c.setup.Options(id, &opts)
-		}
-		var srv *cluster.Server
-		if n := c.setup.Network; n != nil {
-			if err = c.networkOptions(r, &opts); err != nil {
-				if time.Now().After(deadline) {
-					break
-				}
-				time.Sleep(50 * time.Millisecond)
-				continue
-			}
-		}
-		srv, err = cluster.Start(r.Cfg, opts)
-		if err != nil && opts.HTTPListener != nil {
-			opts.HTTPListener.Close()
-			opts.RaftListener.Close()
-		}
-		c.mu.Lock()
-		r.Server = srv
-		c.mu.Unlock()
-		// Right after a stop the old port can be briefly unavailable.
-		if err == nil || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
 	}
-	if err != nil {
-		c.t.Fatalf("start %s: %v", r.Cfg.ID, err)
+	if c.setup.Options != nil {
+		c.setup.Options(id, opts)
 	}
+	if c.setup.Network != nil {
+		return c.networkOptions(cfg, opts)
+	}
+	return nil
 }
 
 // networkOptions routes replica r's links through the test network.
-func (c *Cluster) networkOptions(r *Replica, opts *cluster.Options) error {
-	n, id := c.setup.Network, r.Cfg.ID
-	httpLn, err := n.Listen(id, r.Cfg.HTTPAddr)
+func (c *Cluster) networkOptions(cfg config.Server, opts *cluster.Options) error {
+	n, id := c.setup.Network, cfg.ID
+	httpLn, err := n.Listen(id, cfg.HTTPAddr)
 	if err != nil {
 		return err
 	}
-	raftLn, err := n.Listen(id, r.Cfg.RaftAddr)
+	raftLn, err := n.Listen(id, cfg.RaftAddr)
 	if err != nil {
 		httpLn.Close()
 		return err
 	}
 	opts.HTTPListener, opts.RaftListener = httpLn, raftLn
 	opts.Dial = n.Dialer(id)
-	if r.Cfg.GossipAddr != "" {
-		n.Own(r.Cfg.GossipAddr, id)
+	if cfg.GossipAddr != "" {
+		n.Own(cfg.GossipAddr, id)
 		opts.Gossip.WrapTransport = n.GossipTransport(id, uint64(len(id))*7919)
 	}
 	return nil
@@ -291,11 +235,10 @@ func (c *Cluster) Stop(i int) {
 	if r.Server == nil {
 		return
 	}
-	srv := r.Server
 	c.mu.Lock()
 	r.Server = nil
 	c.mu.Unlock()
-	if err := srv.Shutdown(); err != nil {
+	if err := c.lc.StopReplica(i); err != nil {
 		c.t.Errorf("stop %s: %v", r.Cfg.ID, err)
 	}
 }

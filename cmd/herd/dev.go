@@ -2,113 +2,42 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
-	"net"
 	"path/filepath"
-	"sync"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 
 	"herd/agent"
 	"herd/api"
-	"herd/cluster"
-	"herd/config"
+	"herd/internal/localcluster"
 )
 
-// devCluster is three replicas and two agents in one process, for trying
-// herd out.
-type devCluster struct {
-	servers []*cluster.Server
-	agents  []*agent.Agent
-	stop    context.CancelFunc
-	agentWG sync.WaitGroup
-}
-
-func startDevCluster(dir string, logger hclog.Logger) (*devCluster, error) {
-	const n = 3
-	type listeners struct {
-		http, raft net.Listener
-		gossip     string
+// startDev starts the dev cluster's three replicas on free loopback
+// ports, with their data under dir, and waits for a leader.
+func startDev(dir string, logger hclog.Logger) (*localcluster.Cluster, error) {
+	cfgs, err := localcluster.Configs(dir, "dev", 3, true)
+	if err != nil {
+		return nil, err
 	}
-	var (
-		ls   []listeners
-		join []string
-	)
-	closeAll := func() {
-		for _, l := range ls {
-			l.http.Close()
-			l.raft.Close()
-		}
+	c, err := localcluster.Start(cfgs, localcluster.Options{Logger: logger})
+	if err != nil {
+		return nil, err
 	}
-	for i := 0; i < n; i++ {
-		h, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			closeAll()
-			return nil, fmt.Errorf("listen: %w", err)
-		}
-		r, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			h.Close()
-			closeAll()
-			return nil, fmt.Errorf("listen: %w", err)
-		}
-		g, err := freeGossipAddr()
-		if err != nil {
-			h.Close()
-			r.Close()
-			closeAll()
-			return nil, err
-		}
-		ls = append(ls, listeners{h, r, g})
-		join = append(join, h.Addr().String())
-	}
-	d := &devCluster{}
-	for i, l := range ls {
-		cfg := config.DefaultServer()
-		cfg.ID = fmt.Sprintf("dev%d", i+1)
-		cfg.DataDir = filepath.Join(dir, cfg.ID)
-		cfg.HTTPAddr = l.http.Addr().String()
-		cfg.RaftAddr = l.raft.Addr().String()
-		cfg.BootstrapExpect = n
-		cfg.Join = join
-		cfg.GossipAddr = l.gossip
-		srv, err := cluster.Start(cfg, cluster.Options{Logger: logger, HTTPListener: l.http, RaftListener: l.raft})
-		if err != nil {
-			for _, rest := range ls[i+1:] {
-				rest.http.Close()
-				rest.raft.Close()
-			}
-			d.shutdown()
-			return nil, fmt.Errorf("start %s: %w", cfg.ID, err)
-		}
-		d.servers = append(d.servers, srv)
-	}
-	return d, nil
-}
-
-func (d *devCluster) waitForLeader(timeout time.Duration) error {
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	for _, s := range d.servers {
-		if err := s.WaitForLeader(ctx); err != nil {
-			return fmt.Errorf("dev cluster did not elect a leader: %w", err)
-		}
+	if err := c.WaitForLeader(ctx); err != nil {
+		_ = c.Shutdown()
+		return nil, fmt.Errorf("dev cluster: %w", err)
 	}
-	return nil
+	return c, nil
 }
 
-// startAgents starts two agents of different sizes and labels, each
+// startDevAgents starts two agents of different sizes and labels, each
 // talking to the replicas in a different order.
-func (d *devCluster) startAgents(dir string, logger hclog.Logger) error {
-	var addrs []string
-	for _, s := range d.servers {
-		addrs = append(addrs, s.HTTPAddr())
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	d.stop = cancel
+func startDevAgents(c *localcluster.Cluster, dir string) error {
+	addrs := c.HTTPAddrs()
 	specs := []agent.Config{
 		{ID: "edge-small", Labels: map[string]string{"zone": "a", "disk": "hdd"}, Resources: api.Resources{CPUMillis: 2000, MemoryMB: 2048}, Slots: 2,
 			Servers: addrs},
@@ -117,49 +46,28 @@ func (d *devCluster) startAgents(dir string, logger hclog.Logger) error {
 	}
 	for _, cfg := range specs {
 		cfg.DataDir = filepath.Join(dir, cfg.ID)
-		cfg.Logger = logger
-		ag, err := agent.New(cfg)
-		if err != nil {
-			return fmt.Errorf("agent %s: %w", cfg.ID, err)
+		if _, err := c.StartAgent(cfg); err != nil {
+			return err
 		}
-		d.agents = append(d.agents, ag)
-		d.agentWG.Add(1)
-		go func() {
-			defer d.agentWG.Done()
-			if err := ag.Run(ctx); err != nil && ctx.Err() == nil {
-				logger.Error("agent stopped", "node", cfg.ID, "error", err)
-			}
-		}()
 	}
 	return nil
 }
 
-func (d *devCluster) shutdown() {
-	if d.stop != nil {
-		d.stop()
-		d.agentWG.Wait()
-	}
-	var errs []error
-	for _, s := range d.servers {
-		errs = append(errs, s.Shutdown())
-	}
-	_ = errors.Join(errs...)
-}
-
-func (d *devCluster) printBanner(w io.Writer, dir string) {
+// printDevBanner tells what runs where and what to try next.
+func printDevBanner(w io.Writer, c *localcluster.Cluster, dir string) {
 	fmt.Fprintln(w, "herd dev cluster is up: 3 replicas and 2 agents, data in", dir)
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "  %-6s %-22s %-22s %-22s\n", "ID", "HTTP", "RAFT", "GOSSIP")
-	for _, s := range d.servers {
+	for _, s := range c.Servers() {
 		fmt.Fprintf(w, "  %-6s %-22s %-22s %-22s\n", s.ID(), s.HTTPAddr(), s.RaftAddr(), s.Config().GossipAdvertise)
 	}
 	fmt.Fprintln(w)
-	for _, a := range d.agents {
+	for _, a := range c.Agents() {
 		c := a.Config()
 		fmt.Fprintf(w, "  agent %-10s cpu %dm, memory %d MB, %d slots, labels %s, limits %s\n",
 			c.ID, c.Resources.CPUMillis, c.Resources.MemoryMB, c.Slots, joinMap(c.Labels), a.LimitMethod())
 	}
-	addr := "http://" + d.servers[0].HTTPAddr()
+	addr := "http://" + c.Config(0).HTTPAddr
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Next, in another terminal:")
 	fmt.Fprintf(w, "  export HERD_ADDR=%s\n", addr)
@@ -171,23 +79,4 @@ func (d *devCluster) printBanner(w io.Writer, dir string) {
 	fmt.Fprintf(w, "  curl -s %s/v1/status/leader\n", addr)
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Press Ctrl-C to stop.")
-}
-
-// freeGossipAddr finds a loopback port free for both TCP and UDP (memberlist
-// uses both on one port).
-func freeGossipAddr() (string, error) {
-	for i := 0; i < 50; i++ {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return "", fmt.Errorf("find a gossip port: %w", err)
-		}
-		addr := ln.Addr().String()
-		pc, err := net.ListenPacket("udp", addr)
-		ln.Close()
-		if err == nil {
-			pc.Close()
-			return addr, nil
-		}
-	}
-	return "", fmt.Errorf("no loopback port free for TCP and UDP")
 }

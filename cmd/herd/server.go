@@ -6,7 +6,6 @@ import (
 	"os"
 	"runtime/debug"
 	"strings"
-	"time"
 
 	"github.com/hashicorp/go-hclog"
 
@@ -133,18 +132,15 @@ func runDev(e *env, args []string) error {
 		dir = tmp
 	}
 	logger := hclog.New(&hclog.LoggerOptions{Name: "herd", Level: hclog.LevelFromString(*logLevel), Output: e.stderr})
-	dev, err := startDevCluster(dir, logger)
+	dev, err := startDev(dir, logger)
 	if err != nil {
 		return err
 	}
-	defer dev.shutdown()
-	if err := dev.waitForLeader(30 * time.Second); err != nil {
+	defer dev.Shutdown()
+	if err := startDevAgents(dev, dir); err != nil {
 		return err
 	}
-	if err := dev.startAgents(dir, logger); err != nil {
-		return err
-	}
-	dev.printBanner(e.stdout, dir)
+	printDevBanner(e.stdout, dev, dir)
 	sigs, stop := e.signals()
 	defer stop()
 	<-sigs

@@ -1,13 +1,12 @@
-package main
+package bench
 
 import (
 	"fmt"
+	"herd/fsm"
+	"herd/scheduler"
 	"os"
 	"runtime"
 	"time"
-
-	"herd/fsm"
-	"herd/scheduler"
 )
 
 // benchRetention measures what finished tasks cost a replica's state and
@@ -15,7 +14,7 @@ import (
 // state's footprint, not the log's) through submit, reserve, start and
 // success for every task, reads the heap, then forgets them all as the
 // retention loop does and reads it again.
-func benchRetention(sz benchSizes, r *benchResult) error {
+func benchRetention(sz benchSizes, r *Result) error {
 	const nodes, batch = 100, 1000
 	f := fsm.New(nil)
 	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"encoding/json"
@@ -8,7 +8,7 @@ import (
 // The bench's JSON has the top-level numeric keys the benchmark issue
 // names (CI runs the bench itself, -quick, to see it complete).
 func TestBenchJSONHasTheRequiredKeys(t *testing.T) {
-	b, err := json.Marshal(benchResult{})
+	b, err := json.Marshal(Result{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,348 @@
+package bench
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"runtime/debug"
+	"runtime/pprof"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// benchSizes are the workload sizes of one run.
+type benchSizes struct {
+	ceiling        time.Duration
+	nodes, backlog int
+	e2eTasks       int
+	footNodes      int
+	footIdle       time.Duration
+	footTasks      int
+	failoverTrials int
+	finishedTasks  int
+}
+
+func fullSizes() benchSizes {
+	return benchSizes{ceiling: 10 * time.Second, nodes: 1000, backlog: 100_000, e2eTasks: 20_000, footNodes: 1000, footIdle: 20 * time.Second, footTasks: 100_000, failoverTrials: 20, finishedTasks: 1_000_000}
+}
+
+func quickSizes() benchSizes {
+	return benchSizes{ceiling: 2 * time.Second, nodes: 100, backlog: 3000, e2eTasks: 200, footNodes: 100, footIdle: time.Second, footTasks: 2000, failoverTrials: 2, finishedTasks: 20_000}
+}
+
+// Result is what one run measured; the JSON keys are stable.
+type Result struct {
+	Machine struct {
+		CPUs   int    `json:"cpus"`
+		Go     string `json:"go"`
+		OS     string `json:"os"`
+		Commit string `json:"commit"`
+		Quick  bool   `json:"quick"`
+		Date   string `json:"date"`
+		// AgentDir is where the end-to-end agents kept their data, if not
+		// in the run's temporary directory.
+		AgentDir string `json:"agent_dir,omitempty"`
+	} `json:"machine"`
+	RaftCeiling        float64 `json:"raft_ceiling_entries_per_sec"`
+	Placements         float64 `json:"placements_per_sec"`
+	PlacementToCeiling float64 `json:"placement_to_ceiling_ratio"`
+	PlacementEntries   uint64  `json:"placement_entries"`
+	PlacementCPUCores  float64 `json:"placement_cpu_cores"`
+	E2ETasksPerSec     float64 `json:"e2e_tasks_per_sec"`
+	// Submit→start latency at a light, steady rate (not saturated), and
+	// over the saturating burst.
+	E2ESubmitToStartP50  float64 `json:"e2e_submit_to_start_p50_ms"`
+	E2ESubmitToStartP99  float64 `json:"e2e_submit_to_start_p99_ms"`
+	E2ELightRate         float64 `json:"e2e_light_rate_per_sec"`
+	E2ESaturatedStartP50 float64 `json:"e2e_saturated_submit_to_start_p50_ms"`
+	E2ESaturatedStartP99 float64 `json:"e2e_saturated_submit_to_start_p99_ms"`
+	// Where a saturated task's time goes (medians): submitting all tasks,
+	// a reservation reaching its agent and being reported started, the
+	// run and its result's commit, and a slot freed to reserved again.
+	E2ESubmitAllMs       float64 `json:"e2e_submit_all_ms"`
+	E2EReservedToStartMs float64 `json:"e2e_reserved_to_started_p50_ms"`
+	E2EStartToFinishMs   float64 `json:"e2e_started_to_finished_p50_ms"`
+	// CPU per task of the saturated run: the cluster's process (3
+	// replicas, 4 agents, the client) and the tasks' own processes. Less
+	// noisy than the rate on a shared machine.
+	E2ECPUPerTaskMs      float64 `json:"e2e_cpu_per_task_ms"`
+	E2EChildCPUPerTaskMs float64 `json:"e2e_task_process_cpu_per_task_ms"`
+	// Raft entries the cluster committed per task (submissions, placements,
+	// reports, heartbeats and explanations together).
+	E2EEntriesPerTask float64 `json:"e2e_raft_entries_per_task"`
+	E2ESlotIdleMs     float64 `json:"e2e_slot_idle_p50_ms"`
+	// The process ceiling: `true` started and reaped as fast as this
+	// machine allows with no scheduler around it, one at a time and from
+	// as many goroutines as the end-to-end agents have slots; the better
+	// of the two (its rate, spawners, and the CPU in each process), and
+	// the end-to-end rate's share of it. No scheduler that runs a real
+	// process per task can beat it.
+	ProcessCeiling         float64 `json:"process_ceiling_tasks_per_sec"`
+	ProcessCeilingSpawners int     `json:"process_ceiling_spawners"`
+	ProcessCPUPerTaskMs    float64 `json:"process_ceiling_cpu_per_task_ms"`
+	ProcessSequential      float64 `json:"process_sequential_tasks_per_sec"`
+	ProcessConcurrent      float64 `json:"process_concurrent_tasks_per_sec"`
+	E2EToProcessCeiling    float64 `json:"e2e_to_process_ceiling_ratio"`
+	Decision100Nodes       float64 `json:"decision_100_nodes_ms"`
+	Decision1kNodes        float64 `json:"decision_1k_nodes_ms"`
+	Decision10kNodes       float64 `json:"decision_10k_nodes_ms"`
+	// Queue selection is the head of one placement batch (512 tasks);
+	// full order is ordering the whole backlog.
+	QueueSelect10k  float64 `json:"queue_select_10k_ms"`
+	QueueSelect100k float64 `json:"queue_select_100k_ms"`
+	QueueOrder100k  float64 `json:"queue_full_order_100k_ms"`
+	QueueScan100k   float64 `json:"queue_scan_100k_ms"` // the same head by a pass over an unindexed backlog
+	ReplicaRSSMiB   float64 `json:"replica_rss_mib"`
+	// The same replica's resident peak (the load included) and its RSS
+	// once settled (after the idle window): one sample right after the
+	// load depends on where the collector's cycle stands.
+	ReplicaPeakRSSMiB    float64 `json:"replica_peak_rss_mib"`
+	ReplicaSettledRSSMiB float64 `json:"replica_settled_rss_mib"`
+	// Finished tasks held in one replica's state (heap above the empty
+	// state), and what is left once retention forgot them.
+	FinishedTasks         int     `json:"finished_tasks"`
+	FinishedHeapMiB       float64 `json:"finished_tasks_heap_mib"`
+	FinishedBytesPerTask  float64 `json:"finished_task_heap_bytes"`
+	AfterRetentionHeapMiB float64 `json:"after_retention_heap_mib"`
+	ReplicaHeapMiB        float64 `json:"replica_heap_mib"`
+	ReplicaAnonMiB        float64 `json:"replica_rss_anon_mib"`
+	// The loaded replica's CPU, in percent of one core, while it holds a
+	// backlog no node may take (every node drained): the leader's passes
+	// only explain why the tasks wait.
+	ReplicaIdleCPUPercent float64 `json:"replica_idle_backlog_cpu_percent"`
+	// The same load into a fresh replica with memory_limit_mib = 100, and
+	// the submit rates of both loads (the limit's cost).
+	LimitedRSSMiB       float64 `json:"replica_rss_mib_memory_limit_100"`
+	LimitedAnonMiB      float64 `json:"replica_rss_anon_mib_memory_limit_100"`
+	FootprintLoadPerSec float64 `json:"footprint_submits_per_sec"`
+	LimitedLoadPerSec   float64 `json:"footprint_submits_per_sec_memory_limit_100"`
+	ReplicaFileMiB      float64 `json:"replica_rss_file_mib"`
+	SnapshotBytes       int64   `json:"snapshot_bytes"`
+	SnapshotSaveMs      float64 `json:"snapshot_save_ms"`
+	// Restoring that archive into the same replica through the API, as an
+	// operator would (herd operator snapshot restore).
+	SnapshotRestoreMs float64 `json:"snapshot_restore_ms"`
+	RestartToReadyMs  float64 `json:"restart_to_ready_ms"`
+	FailoverP50       float64 `json:"failover_p50_ms"`
+	FailoverP99       float64 `json:"failover_p99_ms"`
+	// The failover step's load: the writes a second acknowledged just
+	// before each leader was killed (median over the trials).
+	FailoverLoadPerSec float64 `json:"failover_load_writes_per_sec"`
+	FootprintNodes     int     `json:"footprint_nodes"`
+	FootprintTasks     int     `json:"footprint_tasks"`
+	FootprintIdle      string  `json:"footprint_idle_window"`
+	E2ETasks           int     `json:"e2e_tasks"`
+	PlacementBacklog   int     `json:"placement_backlog"`
+	PlacementNodes     int     `json:"placement_nodes"`
+}
+
+// Options choose what one run measures and where it writes.
+type Options struct {
+	// Quick shrinks every workload so the run takes about a minute.
+	Quick bool
+	// JSON, when set, is a file the results are also written to.
+	JSON string
+	// CPUProfile and PlacementProfile are files for a CPU profile of the
+	// whole run, or of the timed placement phase only (not both).
+	CPUProfile, PlacementProfile string
+	// AllocProfile is a file for the whole run's allocations (this process).
+	AllocProfile string
+	// HeapProfile is a file for the footprint replica's heap, once loaded.
+	HeapProfile string
+	// Only, when not empty, names the steps to run (see Steps).
+	Only []string
+	// Backlog overrides the placement backlog size when positive.
+	Backlog int
+	// FootprintIdle overrides the footprint replica's settling time and
+	// idle window (each) when positive.
+	FootprintIdle time.Duration
+	// AgentDir puts the end-to-end agents' data under this directory
+	// instead of the run's temporary one.
+	AgentDir string
+	// Executable is the herd binary the footprint step runs its replica
+	// with; the running executable when empty.
+	Executable string
+	// Progress receives a line as each step starts and ends; nil discards.
+	Progress io.Writer
+}
+
+// Steps are the steps of a run, in the order they run.
+var Steps = []string{"decision", "placement", "e2e", "footprint", "failover", "retention"}
+
+// Validate checks options that would fail only later in a run.
+func (o Options) Validate() error {
+	if o.FootprintIdle < 0 {
+		return fmt.Errorf("footprint idle window %v must not be negative", o.FootprintIdle)
+	}
+	if o.CPUProfile != "" && o.PlacementProfile != "" {
+		return errors.New("a whole-run CPU profile and a placement CPU profile cannot be taken together (one CPU profile at a time)")
+	}
+	for _, s := range o.Only {
+		if !slices.Contains(Steps, s) {
+			return fmt.Errorf("no bench step %q (steps: %s)", s, strings.Join(Steps, ", "))
+		}
+	}
+	return nil
+}
+
+// Run measures herd on this machine and writes the table to out (and the
+// JSON, if asked). It runs the steps one after another in this process
+// (the footprint step starts a replica process of its own).
+func Run(o Options, out io.Writer) error {
+	if err := o.Validate(); err != nil {
+		return err
+	}
+	progress := o.Progress
+	if progress == nil {
+		progress = io.Discard
+	}
+	if o.Executable == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return fmt.Errorf("bench: find the herd binary: %w", err)
+		}
+		o.Executable = exe
+	}
+	sz := fullSizes()
+	if o.Quick {
+		sz = quickSizes()
+	}
+	if o.Backlog > 0 {
+		sz.backlog = o.Backlog
+	}
+	if o.FootprintIdle > 0 {
+		sz.footIdle = o.FootprintIdle
+	}
+	if o.CPUProfile != "" {
+		f, err := os.Create(o.CPUProfile)
+		if err != nil {
+			return fmt.Errorf("bench: %w", err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("bench: %w", err)
+		}
+		defer pprof.StopCPUProfile()
+	}
+	dir, err := os.MkdirTemp("", "herd-bench-")
+	if err != nil {
+		return fmt.Errorf("bench: %w", err)
+	}
+	defer os.RemoveAll(dir)
+	var r Result
+	r.Machine.CPUs, r.Machine.Go, r.Machine.OS = runtime.NumCPU(), runtime.Version(), runtime.GOOS+"/"+runtime.GOARCH
+	r.Machine.Commit, r.Machine.Quick, r.Machine.Date = gitCommit(), o.Quick, time.Now().UTC().Format(time.RFC3339)
+	r.FootprintNodes, r.FootprintTasks, r.E2ETasks, r.PlacementBacklog, r.PlacementNodes = sz.footNodes, sz.footTasks, sz.e2eTasks, sz.backlog, sz.nodes
+	// The decision and queue timings come first, as go test -bench would
+	// take them, in a fresh heap: the cluster steps leave a heap behind
+	// that slows the 10k-node decision severalfold.
+	steps := map[string]func() error{
+		"decision":  func() error { benchDecisions(&r); return nil },
+		"placement": func() error { return benchPlacement(filepath.Join(dir, "placement"), sz, o.PlacementProfile, &r) },
+		"e2e":       func() error { return benchE2E(filepath.Join(dir, "e2e"), o.AgentDir, sz, &r) },
+		"footprint": func() error {
+			return benchFootprint(o.Executable, filepath.Join(dir, "footprint"), sz, o.HeapProfile, &r)
+		},
+		"failover":  func() error { return benchFailover(filepath.Join(dir, "failover"), sz, &r) },
+		"retention": func() error { return benchRetention(sz, &r) },
+	}
+	for _, name := range Steps {
+		if len(o.Only) > 0 && !slices.Contains(o.Only, name) {
+			continue
+		}
+		fmt.Fprintf(progress, "bench: %s…\n", name)
+		start := time.Now()
+		if err := steps[name](); err != nil {
+			return fmt.Errorf("bench %s: %w", name, err)
+		}
+		fmt.Fprintf(progress, "bench: %s done in %s\n", name, time.Since(start).Round(time.Millisecond))
+	}
+	if o.AllocProfile != "" {
+		if err := writeAllocProfile(o.AllocProfile); err != nil {
+			return fmt.Errorf("bench: %w", err)
+		}
+	}
+	Print(out, &r)
+	if o.JSON != "" {
+		b, _ := json.MarshalIndent(&r, "", "  ")
+		if err := os.WriteFile(o.JSON, append(b, '\n'), 0o644); err != nil {
+			return fmt.Errorf("bench: write %s: %w", o.JSON, err)
+		}
+	}
+	return nil
+}
+
+// Print writes a run's results as a table, one measure a line.
+func Print(w io.Writer, r *Result) {
+	tb := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	defer tb.Flush()
+	row(tb, "MEASURE", "VALUE", "WORKLOAD")
+	row(tb, "raft ceiling", fmt.Sprintf("%.0f entries/s", r.RaftCeiling), "3 replicas, fsync, 256 appliers, one reservation-sized entry each")
+	row(tb, "placements", fmt.Sprintf("%.0f /s (%.2f× ceiling, %d entries, %.2f cores busy)", r.Placements, r.PlacementToCeiling, r.PlacementEntries, r.PlacementCPUCores), fmt.Sprintf("%d nodes, %d pending", r.PlacementNodes, r.PlacementBacklog))
+	row(tb, "end to end", fmt.Sprintf("%.0f tasks/s, submit→start p50 %.1f ms, p99 %.1f ms", r.E2ETasksPerSec, r.E2ESaturatedStartP50, r.E2ESaturatedStartP99), fmt.Sprintf("%d × true at once (batches of %d), 3 replicas + 4 agents", r.E2ETasks, e2eSubmitBatch))
+	row(tb, "process ceiling", fmt.Sprintf("%.0f tasks/s (one at a time %.0f, %d at once %.0f), %.2f ms of CPU in each; end to end reached %.2f× of it", r.ProcessCeiling, r.ProcessSequential, e2eAgents*e2eSlotsPerAgent, r.ProcessConcurrent, r.ProcessCPUPerTaskMs, r.E2EToProcessCeiling), "true started and reaped, no scheduler; the better rate is the ceiling")
+	row(tb, "end to end, CPU per task", fmt.Sprintf("%.2f ms in herd, %.2f ms in the task's process; %.2f Raft entries", r.E2ECPUPerTaskMs, r.E2EChildCPUPerTaskMs, r.E2EEntriesPerTask), "same run; herd is 3 replicas, 4 agents and the client in one process")
+	row(tb, "submit→start, light load", fmt.Sprintf("p50 %.1f ms, p99 %.1f ms", r.E2ESubmitToStartP50, r.E2ESubmitToStartP99), fmt.Sprintf("%.0f tasks/s steady, same cluster", r.E2ELightRate))
+	row(tb, "decision", fmt.Sprintf("%.3f / %.3f / %.3f ms", r.Decision100Nodes, r.Decision1kNodes, r.Decision10kNodes), "filter+score+select over 100 / 1k / 10k nodes")
+	row(tb, "queue selection", fmt.Sprintf("%.2f / %.2f ms (unindexed scan of 100k: %.2f ms; full order: %.0f ms)", r.QueueSelect10k, r.QueueSelect100k, r.QueueScan100k, r.QueueOrder100k), "head of one 512-task batch from the leader's indexed queue of 10k / 100k pending")
+	row(tb, "replica memory", fmt.Sprintf("RSS %.0f MiB (anon %.0f, mapped files %.0f), heap in use %.0f MiB; peak %.0f, settled %.0f", r.ReplicaRSSMiB, r.ReplicaAnonMiB, r.ReplicaFileMiB, r.ReplicaHeapMiB, r.ReplicaPeakRSSMiB, r.ReplicaSettledRSSMiB), fmt.Sprintf("one replica process, %d nodes, %d tasks; peak: the most resident at once, load included; settled: after the idle window", r.FootprintNodes, r.FootprintTasks))
+	row(tb, "replica memory, limited", fmt.Sprintf("RSS %.0f MiB (anon %.0f); loaded at %.0f submits/s against %.0f", r.LimitedRSSMiB, r.LimitedAnonMiB, r.LimitedLoadPerSec, r.FootprintLoadPerSec), fmt.Sprintf("the same load into a fresh replica with memory_limit_mib = %d", benchMemoryLimitMiB))
+	row(tb, "replica CPU, idle backlog", fmt.Sprintf("%.1f%% of a core", r.ReplicaIdleCPUPercent), fmt.Sprintf("same replica, over %[1]s starting %[1]s after the load: every node drained, the leader explains why tasks wait", r.FootprintIdle))
+	row(tb, "snapshot", fmt.Sprintf("%d bytes, saved in %.0f ms, restored in %.0f ms", r.SnapshotBytes, r.SnapshotSaveMs, r.SnapshotRestoreMs), "same replica; the archive restored into it through the API")
+	row(tb, "finished tasks", fmt.Sprintf("heap %.0f MiB (%.0f bytes each); %.1f MiB after retention", r.FinishedHeapMiB, r.FinishedBytesPerTask, r.AfterRetentionHeapMiB), fmt.Sprintf("%d succeeded tasks in one replica's state, then forgotten", r.FinishedTasks))
+	row(tb, "restart to ready", fmt.Sprintf("%.0f ms", r.RestartToReadyMs), "same replica, from its data dir")
+	row(tb, "failover", fmt.Sprintf("p50 %.0f ms, p99 %.0f ms; the load ran at %.0f writes/s when the leader died", r.FailoverP50, r.FailoverP99, r.FailoverLoadPerSec), fmt.Sprintf("leader stopped under load (%d writers, one submit each per %s, through every replica) → first acknowledged write, default timings", failoverLoadWriters, failoverLoadEvery))
+}
+
+// gitCommit is the commit the binary was built from (stamped by go build
+// in a checkout), else the checkout the bench runs in, else "unknown".
+func gitCommit() string {
+	if info, ok := debug.ReadBuildInfo(); ok {
+		rev, dirty := "", false
+		for _, s := range info.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				rev = s.Value
+			case "vcs.modified":
+				dirty = s.Value == "true"
+			}
+		}
+		if rev != "" {
+			rev = rev[:min(len(rev), 12)]
+			if dirty {
+				rev += "-dirty"
+			}
+			return rev
+		}
+	}
+	out, err := exec.Command("git", "rev-parse", "--short", "HEAD").Output()
+	if err != nil {
+		return "unknown"
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// writeAllocProfile writes what this process allocated, by call site.
+func writeAllocProfile(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// row writes one line of the table: columns separated by tabs.
+func row(tw *tabwriter.Writer, cols ...string) {
+	fmt.Fprintln(tw, strings.Join(cols, "\t"))
+}

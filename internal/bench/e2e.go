@@ -1,0 +1,247 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"herd/agent"
+	"herd/api"
+	"herd/fsm"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// benchE2E submits trivial tasks through the HTTP API and waits for them
+// to succeed on four in-process agents running real subprocesses.
+func benchE2E(dir, agentDir string, sz benchSizes, r *Result) error {
+	if agentDir == "" {
+		agentDir = dir
+	} else {
+		var err error
+		if agentDir, err = os.MkdirTemp(agentDir, "herd-bench-agents-"); err != nil {
+			return err
+		}
+		defer os.RemoveAll(agentDir)
+		r.Machine.AgentDir = filepath.Dir(agentDir)
+	}
+	if err := benchProcessCeiling(sz.ceiling, e2eAgents*e2eSlotsPerAgent, r); err != nil {
+		return err
+	}
+	c, err := startCluster(dir)
+	if err != nil {
+		return err
+	}
+	defer c.Shutdown()
+	addrs := c.HTTPAddrs()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for i := range e2eAgents {
+		if _, err := c.StartAgent(agent.Config{
+			ID: fmt.Sprintf("bench-agent-%d", i), Servers: []string{addrs[i%3], addrs[(i+1)%3], addrs[(i+2)%3]},
+			DataDir: filepath.Join(agentDir, fmt.Sprintf("agent-%d", i)), Slots: e2eSlotsPerAgent,
+			Resources: api.Resources{CPUMillis: 32000, MemoryMB: 32768},
+		}); err != nil {
+			return err
+		}
+	}
+	leader, err := leader(c)
+	if err != nil {
+		return err
+	}
+	for {
+		nodes, _ := leader.FSM().State().Nodes()
+		if len(nodes) == 4 {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cl, err := api.NewClient(addrs...)
+	if err != nil {
+		return err
+	}
+	cl.Retries = 20
+	start := time.Now()
+	cpuBefore, childBefore := processCPU(), childrenCPU()
+	indexBefore := leader.FSM().Index()
+	// Submitted as a client with 20,000 tasks would: in batches (one Raft
+	// entry each), a few in flight at once.
+	if err := submitBatches(ctx, cl, sz.e2eTasks, e2eSubmitBatch, func(i int) api.TaskSpec {
+		return api.TaskSpec{Name: "e2e", IdempotencyKey: fmt.Sprint("e2e-", i), Command: []string{"true"}}
+	}); err != nil {
+		return err
+	}
+	r.E2ESubmitAllMs = float64(time.Since(start).Microseconds()) / 1000
+	deadline := time.Now().Add(15 * time.Minute)
+	for {
+		counts, _ := leader.FSM().State().CountTasks()
+		if counts[fsm.TaskSucceeded] >= sz.e2eTasks {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("only %d of %d tasks succeeded in time", counts[fsm.TaskSucceeded], sz.e2eTasks)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	r.E2ETasksPerSec = float64(sz.e2eTasks) / time.Since(start).Seconds()
+	if r.ProcessCeiling > 0 {
+		r.E2EToProcessCeiling = r.E2ETasksPerSec / r.ProcessCeiling
+	}
+	perTask := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 / float64(sz.e2eTasks) }
+	r.E2ECPUPerTaskMs, r.E2EChildCPUPerTaskMs = perTask(processCPU()-cpuBefore), perTask(childrenCPU()-childBefore)
+	r.E2EEntriesPerTask = float64(leader.FSM().Index()-indexBefore) / float64(sz.e2eTasks)
+	st := leader.FSM().State()
+	tasks, _ := st.Tasks(fsm.TaskFilter{})
+	var lat, toStart, toFinish []float64
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+	byNode := map[string][]*fsm.Attempt{}
+	for _, t := range tasks {
+		as, _ := st.AttemptsOfTask(t.ID)
+		for _, a := range as {
+			if a.Number == 1 && !a.StartedAt.IsZero() {
+				lat = append(lat, ms(a.StartedAt.Time().Sub(t.SubmittedAt())))
+				toStart = append(toStart, ms(a.StartedAt.Sub(a.ReservedAt)))
+				toFinish = append(toFinish, ms(a.FinishedAt.Sub(a.StartedAt)))
+				byNode[a.NodeID] = append(byNode[a.NodeID], a)
+			}
+		}
+	}
+	r.E2ESaturatedStartP50, r.E2ESaturatedStartP99 = percentile(lat, 0.50), percentile(lat, 0.99)
+	r.E2EReservedToStartMs, r.E2EStartToFinishMs = percentile(toStart, 0.5), percentile(toFinish, 0.5)
+	r.E2ESlotIdleMs = percentile(slotIdle(byNode), 0.5)
+	fmt.Fprintf(os.Stderr, "bench: e2e: submitted all in %.0f ms; medians: reserved→started %.1f ms, started→finished %.1f ms, slot idle %.1f ms\n",
+		r.E2ESubmitAllMs, r.E2EReservedToStartMs, r.E2EStartToFinishMs, r.E2ESlotIdleMs)
+
+	// Light load: one task every 20 ms on the now idle cluster.
+	light := max(sz.e2eTasks/100, 50)
+	r.E2ELightRate = 50
+	ids := make([]string, 0, light)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for i := 0; i < light; i++ {
+		<-tick.C
+		resp, _, err := cl.SubmitTask(ctx, api.TaskSpec{Name: "light", IdempotencyKey: fmt.Sprint("light-", i), Command: []string{"true"}})
+		if err != nil {
+			return fmt.Errorf("light-load submit: %w", err)
+		}
+		ids = append(ids, resp.ID)
+	}
+	lat = lat[:0]
+	deadline = time.Now().Add(time.Minute)
+	for _, id := range ids {
+		for {
+			st := leader.FSM().State()
+			as, _ := st.AttemptsOfTask(id)
+			task, _ := st.Task(id)
+			i := slices.IndexFunc(as, func(a *fsm.Attempt) bool { return a.Number == 1 && !a.StartedAt.IsZero() })
+			if i >= 0 && task != nil {
+				lat = append(lat, float64(as[i].StartedAt.Time().Sub(task.SubmittedAt()).Microseconds())/1000)
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("light-load task %s did not start in time", id)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	r.E2ESubmitToStartP50, r.E2ESubmitToStartP99 = percentile(lat, 0.50), percentile(lat, 0.99)
+	return nil
+}
+
+// The end-to-end cluster's agents and the slots each offers.
+const e2eAgents, e2eSlotsPerAgent = 4, 32
+
+// benchProcessCeiling measures what this machine's process creation
+// allows at best, with no scheduler around it: `true` started and reaped
+// one at a time, then from as many goroutines as the end-to-end agents
+// have slots, for half of d each. The better rate is the ceiling an
+// end-to-end rate of trivial tasks is compared with (as placements are
+// with the raft ceiling). On some virtual machines processes started in
+// parallel cost each twice the CPU of one at a time.
+func benchProcessCeiling(d time.Duration, workers int, r *Result) error {
+	path, err := exec.LookPath("true")
+	if err != nil {
+		return fmt.Errorf("process ceiling: %w", err)
+	}
+	for _, n := range []int{1, workers} {
+		rate, cpu, err := spawnRate(path, n, d/2)
+		if err != nil {
+			return fmt.Errorf("process ceiling: %w", err)
+		}
+		fmt.Fprintf(os.Stderr, "bench: process ceiling: %.0f × %s a second from %d goroutines, %.2f ms of CPU each\n", rate, path, n, cpu)
+		if n == 1 {
+			r.ProcessSequential = rate
+		} else {
+			r.ProcessConcurrent = rate
+		}
+		if rate > r.ProcessCeiling {
+			r.ProcessCeiling, r.ProcessCPUPerTaskMs, r.ProcessCeilingSpawners = rate, cpu, n
+		}
+	}
+	return nil
+}
+
+// spawnRate runs path from the given number of goroutines for d: processes
+// per second, and the CPU each took in milliseconds.
+func spawnRate(path string, goroutines int, d time.Duration) (rate, cpuMs float64, err error) {
+	var (
+		ended   atomic.Int64
+		failure atomic.Pointer[error]
+		wg      sync.WaitGroup
+	)
+	childBefore, begin := childrenCPU(), time.Now()
+	deadline := begin.Add(d)
+	for range goroutines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(deadline) && failure.Load() == nil {
+				if err := exec.Command(path).Run(); err != nil {
+					failure.CompareAndSwap(nil, &err)
+					return
+				}
+				ended.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	if err := failure.Load(); err != nil {
+		return 0, 0, fmt.Errorf("run %s: %w", path, *err)
+	}
+	n := ended.Load()
+	if n == 0 {
+		return 0, 0, fmt.Errorf("no %s ended within %s", path, d)
+	}
+	return float64(n) / time.Since(begin).Seconds(), float64((childrenCPU() - childBefore).Microseconds()) / 1000 / float64(n), nil
+}
+
+// slotIdle estimates, per node, how long a slot stayed free: the k-th
+// reservation on a node reuses the slot of the (k-slots)-th finish, so
+// the gap between them is the time the cluster took to fill it again.
+// With every slot busy (the saturated run), finishes and reservations
+// are matched in time order.
+func slotIdle(byNode map[string][]*fsm.Attempt) []float64 {
+	var out []float64
+	for _, as := range byNode {
+		reserved := make([]time.Time, 0, len(as))
+		finished := make([]time.Time, 0, len(as))
+		for _, a := range as {
+			reserved = append(reserved, a.ReservedAt.Time())
+			finished = append(finished, a.FinishedAt.Time())
+		}
+		slices.SortFunc(reserved, func(a, b time.Time) int { return a.Compare(b) })
+		slices.SortFunc(finished, func(a, b time.Time) int { return a.Compare(b) })
+		for k := e2eSlotsPerAgent; k < len(reserved); k++ {
+			if gap := reserved[k].Sub(finished[k-e2eSlotsPerAgent]); gap > 0 {
+				out = append(out, float64(gap.Microseconds())/1000)
+			}
+		}
+	}
+	return out
+}
+
+// e2eSubmitBatch is how many tasks the end-to-end run submits per request.
+const e2eSubmitBatch = 500

@@ -1,0 +1,111 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"herd/api"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// benchFailover stops the leader under a steady write load and measures
+// the time to the first write acknowledged after the stop.
+func benchFailover(dir string, sz benchSizes, r *Result) error {
+	c, err := startCluster(dir)
+	if err != nil {
+		return err
+	}
+	defer c.Shutdown()
+	addrs := c.HTTPAddrs()
+	// The load: writers submitting through every replica at a steady
+	// pace for the whole step, so the leader dies with entries in flight.
+	load, stopLoad := context.WithCancel(context.Background())
+	var (
+		writers sync.WaitGroup
+		acked   atomic.Int64
+	)
+	defer func() { stopLoad(); writers.Wait() }()
+	for w := range failoverLoadWriters {
+		cl, err := api.NewClient(addrs[w%3], addrs[(w+1)%3], addrs[(w+2)%3])
+		if err != nil {
+			return err
+		}
+		cl.Retries, cl.RetryWait = 0, 0 // a write lost to the failover is the load's loss, not retried
+		writers.Add(1)
+		go func() {
+			defer writers.Done()
+			tick := time.NewTicker(failoverLoadEvery)
+			defer tick.Stop()
+			for i := 0; ; i++ {
+				select {
+				case <-load.Done():
+					return
+				case <-tick.C:
+				}
+				if _, _, err := cl.SubmitTask(load, api.TaskSpec{Name: "load", IdempotencyKey: fmt.Sprintf("failover-load-%d-%d", w, i), Command: []string{"true"}}); err == nil {
+					acked.Add(1)
+				}
+			}
+		}()
+	}
+
+	var times, rates []float64
+	for trial := 0; trial < sz.failoverTrials; trial++ {
+		// The leader dies with the load flowing: first the load gets
+		// failoverLoadSettle more writes acknowledged.
+		from, t0 := acked.Load(), time.Now()
+		for acked.Load() < from+failoverLoadSettle {
+			if time.Since(t0) > 30*time.Second {
+				return fmt.Errorf("trial %d: the load got %d of %d writes acknowledged in 30 s", trial, acked.Load()-from, failoverLoadSettle)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		rates = append(rates, float64(acked.Load()-from)/time.Since(t0).Seconds())
+		leader, err := leader(c)
+		if err != nil {
+			return fmt.Errorf("trial %d: %w", trial, err)
+		}
+		idx := -1
+		var live []string
+		for i := range c.Len() {
+			if c.Server(i) == leader {
+				idx = i
+			} else {
+				live = append(live, c.Config(i).HTTPAddr)
+			}
+		}
+		cl, _ := api.NewClient(live...)
+		cl.Retries, cl.RetryWait = 1000, 20*time.Millisecond
+		cl.SetHTTPClient(&http.Client{Timeout: 5 * time.Second})
+		stopped := time.Now()
+		_ = c.StopReplica(idx)
+		if _, _, err := cl.SubmitTask(context.Background(), api.TaskSpec{Name: "f", IdempotencyKey: fmt.Sprint("failover-", trial), Command: []string{"true"}}); err != nil {
+			return fmt.Errorf("trial %d: %w", trial, err)
+		}
+		times = append(times, float64(time.Since(stopped).Microseconds())/1000)
+		// Bring the old leader back from its data dir before the next trial.
+		if err := c.StartReplica(idx); err != nil {
+			return err
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		err = c.WaitForLeader(ctx)
+		cancel()
+		if err != nil {
+			return err
+		}
+	}
+	r.FailoverP50, r.FailoverP99 = percentile(times, 0.5), percentile(times, 0.99)
+	r.FailoverLoadPerSec = percentile(rates, 0.5)
+	return nil
+}
+
+// The failover step's load: this many writers, each submitting one task
+// per interval through the replicas (about 500 writes a second offered),
+// and how many of its writes each leader acknowledges before it is killed.
+const (
+	failoverLoadWriters = 8
+	failoverLoadEvery   = 16 * time.Millisecond
+	failoverLoadSettle  = 100
+)

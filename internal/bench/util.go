@@ -1,0 +1,204 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"herd/api"
+	"herd/cluster"
+	"herd/fsm"
+	"herd/internal/localcluster"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// leader waits up to a minute for the cluster's leader.
+func leader(c *localcluster.Cluster) (*cluster.Server, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	return c.Leader(ctx)
+}
+
+func applyChunks(ctx context.Context, s *cluster.Server, cmds [][]byte) error {
+	for start := 0; start < len(cmds); start += 1000 {
+		end := min(start+1000, len(cmds))
+		if _, _, err := s.ApplyCommand(ctx, fsm.EncodeBatch(cmds[start:end])); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func percentile(xs []float64, p float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return s[min(int(float64(len(s)-1)*p+0.5), len(s)-1)]
+}
+
+// processCPU is the CPU time (user and system) this process has used: the
+// whole cluster runs in it, so its rate is how many cores a run kept busy.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// childrenCPU is the CPU time (user and system) of this process's
+// children that were waited for: in the end-to-end run, the tasks.
+func childrenCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_CHILDREN, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+func waitReady(ctx context.Context, cl *api.Client, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		if _, _, err := cl.ListTasks(ctx, api.TaskQuery{Limit: 1}, api.ReadOptions{Consistent: true}); err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("replica not ready after %s", timeout)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// procRSSMiB reads a field of /proc/PID/status in MiB: VmRSS (all
+// resident memory), RssAnon (heap and stacks) or RssFile (mapped files:
+// bbolt's memory-mapped raft log).
+func procRSSMiB(pid int, field string) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == field+":" {
+			kb, _ := strconv.ParseFloat(f[1], 64)
+			return kb / 1024
+		}
+	}
+	return 0
+}
+
+// procCPUSeconds is the user and system CPU time process pid has used,
+// from /proc/PID/stat (in the kernel's fixed 100 ticks per second).
+func procCPUSeconds(pid int) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// Fields after the command name (in parentheses, and it may hold
+	// any): state is the first, utime the 12th, stime the 13th.
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(f) < 13 {
+		return 0
+	}
+	utime, _ := strconv.ParseFloat(f[11], 64)
+	stime, _ := strconv.ParseFloat(f[12], 64)
+	return (utime + stime) / 100
+}
+
+// heapFromStats reads the replica's Go heap from its raft stats endpoint.
+func heapFromStats(ctx context.Context, cl *api.Client) float64 {
+	st, err := cl.RaftStats(ctx)
+	if err != nil {
+		return 0
+	}
+	v, _ := strconv.ParseFloat(st["go_heap_inuse_bytes"], 64)
+	return v / (1 << 20)
+}
+
+// startCluster starts a quiet three-replica cluster on loopback and
+// waits until its leader writes the binary command forms (each server
+// records that it reads them within a second or so of starting; JSON is
+// written before).
+func startCluster(dir string) (*localcluster.Cluster, error) {
+	cfgs, err := localcluster.Configs(dir, "bench", 3, true)
+	if err != nil {
+		return nil, err
+	}
+	c, err := localcluster.Start(cfgs, localcluster.Options{})
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := c.WaitForLeader(ctx); err != nil {
+		_ = c.Shutdown()
+		return nil, err
+	}
+	for ; ; time.Sleep(20 * time.Millisecond) {
+		l, err := c.Leader(ctx)
+		if err != nil {
+			_ = c.Shutdown()
+			return nil, fmt.Errorf("the bench cluster's leader did not start writing the binary command forms in 30 s: %w", err)
+		}
+		if l.RaftStats()["command_forms_written"] == "binary" {
+			return c, nil
+		}
+	}
+}
+
+// submitBatches submits tasks 0..n-1 in batches of size, four batches in
+// flight.
+func submitBatches(ctx context.Context, cl *api.Client, n, size int, spec func(i int) api.TaskSpec) error {
+	return inChunks(n, size, 4, func(start, end int) error {
+		specs := make([]api.TaskSpec, 0, end-start)
+		for i := start; i < end; i++ {
+			specs = append(specs, spec(i))
+		}
+		_, err := cl.SubmitTasks(ctx, specs)
+		return err
+	})
+}
+
+// submitConcurrently submits tasks 0..n-1 one request each, 32 in flight.
+func submitConcurrently(ctx context.Context, cl *api.Client, n int, spec func(i int) api.TaskSpec) error {
+	return inChunks(n, 1, 32, func(i, _ int) error {
+		_, _, err := cl.SubmitTask(ctx, spec(i))
+		return err
+	})
+}
+
+// inChunks calls fn on [start, end) chunks of 0..n-1 from that many
+// workers, and returns the first error (a worker stops at its error).
+func inChunks(n, size, workers int, fn func(start, end int) error) error {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	var firstErr atomic.Value
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				start := int(next.Add(int64(size))) - size
+				if start >= n {
+					return
+				}
+				if err := fn(start, min(start+size, n)); err != nil {
+					firstErr.CompareAndSwap(nil, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if err, ok := firstErr.Load().(error); ok {
+		return err
+	}
+	return nil
+}

@@ -11,21 +11,6 @@ import (
 	"herd/fsm"
 )
 
-// Heartbeat commits that a node's session is alive (leader-only) and
-// tells the agent how the cluster sees it. The liveness work replaces
-// committed heartbeats with gossip; until then agents call this.
-func (s *Server) Heartbeat(ctx context.Context, nodeID string, req api.HeartbeatRequest) (api.HeartbeatResponse, error) {
-	if !s.IsLeader() {
-		return api.HeartbeatResponse{}, fmt.Errorf("%s: %w", s.cfg.ID, api.ErrNotLeader)
-	}
-	resp, _, err := s.apply(ctx, fsm.MsgHeartbeat, fsm.HeartbeatRequest{NodeID: nodeID, SessionGeneration: req.SessionGeneration, Now: s.now().UTC()})
-	if err != nil {
-		return api.HeartbeatResponse{}, err
-	}
-	n := resp.(*fsm.Node)
-	return api.HeartbeatResponse{Liveness: string(n.Liveness), SessionGeneration: n.SessionGeneration}, nil
-}
-
 // StartAttempt commits that an attempt started (leader-only), fenced by
 // its lease.
 func (s *Server) StartAttempt(ctx context.Context, id string, req api.AttemptStartRequest) (api.AttemptReport, error) {
@@ -133,34 +118,6 @@ func (s *Server) retryDelay(failures int) time.Duration {
 	return time.Duration(d)
 }
 
-// CancelTask cancels a task (leader-only); its agent sees the attempt leave
-// its assignments and kills the process.
-func (s *Server) CancelTask(ctx context.Context, id, reason string) (api.Task, error) {
-	if !s.IsLeader() {
-		return api.Task{}, fmt.Errorf("%s: %w", s.cfg.ID, api.ErrNotLeader)
-	}
-	resp, _, err := s.apply(ctx, fsm.MsgCancelTask, fsm.CancelTaskRequest{TaskID: id, Reason: reason, Now: s.now().UTC()})
-	if err != nil {
-		return api.Task{}, err
-	}
-	return s.GetTask(resp.(*fsm.CancelResult).Task.ID)
-}
-
-// DeclareNodeDown commits a node-down verdict (leader-only): its live
-// attempts become LOST and their tasks are requeued.
-func (s *Server) DeclareNodeDown(ctx context.Context, nodeID, reason string) ([]string, error) {
-	if !s.IsLeader() {
-		return nil, fmt.Errorf("%s: %w", s.cfg.ID, api.ErrNotLeader)
-	}
-	resp, _, err := s.apply(ctx, fsm.MsgNodeDown, fsm.NodeDownRequest{NodeID: nodeID, Reason: reason, Now: s.now().UTC()})
-	if err != nil {
-		return nil, err
-	}
-	res := resp.(*fsm.NodeDownResult)
-	s.logger.Warn("node declared down", "node", nodeID, "reason", reason, "reclaimed", len(res.Reclaimed))
-	return res.Reclaimed, nil
-}
-
 // Assignments answers a node's blocking query from the local state: it
 // returns once an attempt on the node changed after q.Index (a new
 // reservation, a cancel, a reclaim) and, if the node said what it knows
@@ -226,84 +183,5 @@ func (s *Server) Assignments(ctx context.Context, nodeID string, q api.Assignmen
 			return api.Assignments{}, ctx.Err()
 		}
 		_ = err // timed out or changed: look again
-	}
-}
-
-// reclaimLoop (leader-only) reclaims attempts that were reserved but not
-// started within the schedule-to-start timeout: their agent never saw
-// them or died before starting. The attempt becomes LOST and the task is
-// requeued.
-func (s *Server) reclaimLoop(ctx context.Context) {
-	timeout := s.cfg.Scheduler.ScheduleToStartTimeout
-	tick := time.NewTicker(min(timeout/4, time.Second))
-	defer tick.Stop()
-	// A new leader does not judge attempts reserved under its predecessor
-	// before a full timeout has passed under its own watch.
-	since := time.Now()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
-		if time.Since(since) < timeout {
-			continue
-		}
-		now := s.now().UTC()
-		reserved, err := s.fsm.State().AttemptsInState(fsm.AttemptReserved)
-		if err != nil {
-			s.logger.Error("list reserved attempts", "error", err)
-			continue
-		}
-		var cmds [][]byte
-		for _, a := range reserved {
-			if now.Sub(a.ReservedAt.Time()) < timeout {
-				continue
-			}
-			b, err := s.encode(fsm.MsgAttemptEnd, fsm.AttemptEndRequest{
-				AttemptID: a.ID, LeaseVersion: a.LeaseVersion, State: fsm.AttemptLost, ExitCode: -1,
-				Error: fmt.Sprintf("reclaimed: not started within %s", timeout), Now: now, RetryAt: now,
-			})
-			if err == nil {
-				cmds = append(cmds, b)
-			}
-		}
-		if len(cmds) > 0 {
-			s.logger.Warn("reclaiming attempts never started", "count", len(cmds), "timeout", timeout)
-			s.commitBatches(ctx, cmds, s.cfg.Scheduler.BatchSize)
-		}
-	}
-}
-
-// retentionLoop (leader-only) forgets finished tasks older than the
-// retention, in batches, so finished work does not accumulate forever.
-func (s *Server) retentionLoop(ctx context.Context) {
-	keep := s.cfg.Scheduler.TaskRetention
-	if keep <= 0 {
-		return
-	}
-	tick := time.NewTicker(min(keep/4, time.Minute))
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
-		for ctx.Err() == nil {
-			ids, err := s.fsm.State().FinishedTasks(s.now().Add(-keep), 1000)
-			if err != nil || len(ids) == 0 {
-				break
-			}
-			resp, _, err := s.apply(ctx, fsm.MsgForgetTasks, fsm.ForgetTasksRequest{TaskIDs: ids})
-			if err != nil {
-				s.logger.Warn("could not forget finished tasks", "error", err)
-				break
-			}
-			s.logger.Debug("forgot finished tasks", "count", resp, "retention", keep)
-			if n, _ := resp.(int); n < len(ids) {
-				break
-			}
-		}
 	}
 }

@@ -4,12 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
-	"time"
 
 	"herd/api"
-	"herd/config"
 	"herd/fsm"
 	"herd/scheduler"
 )
@@ -142,127 +139,32 @@ func (s *Server) ListNodes() ([]api.Node, error) {
 	return out, nil
 }
 
-// ExplainTask evaluates a task against every node now, from the local
-// state, as the leader's filter would.
-func (s *Server) ExplainTask(id string) (api.Explanation, error) {
-	st := s.fsm.State()
-	t, err := st.Task(id)
-	if errors.Is(err, fsm.ErrNotFound) {
-		return api.Explanation{}, fmt.Errorf("task %q not found: %w", id, api.ErrNotFound)
+// Heartbeat commits that a node's session is alive (leader-only) and
+// tells the agent how the cluster sees it. The liveness work replaces
+// committed heartbeats with gossip; until then agents call this.
+func (s *Server) Heartbeat(ctx context.Context, nodeID string, req api.HeartbeatRequest) (api.HeartbeatResponse, error) {
+	if !s.IsLeader() {
+		return api.HeartbeatResponse{}, fmt.Errorf("%s: %w", s.cfg.ID, api.ErrNotLeader)
 	}
+	resp, _, err := s.apply(ctx, fsm.MsgHeartbeat, fsm.HeartbeatRequest{NodeID: nodeID, SessionGeneration: req.SessionGeneration, Now: s.now().UTC()})
 	if err != nil {
-		return api.Explanation{}, err
+		return api.HeartbeatResponse{}, err
 	}
-	nodes, byID, err := nodeViews(st)
+	n := resp.(*fsm.Node)
+	return api.HeartbeatResponse{Liveness: string(n.Liveness), SessionGeneration: n.SessionGeneration}, nil
+}
+
+// DeclareNodeDown commits a node-down verdict (leader-only): its live
+// attempts become LOST and their tasks are requeued.
+func (s *Server) DeclareNodeDown(ctx context.Context, nodeID, reason string) ([]string, error) {
+	if !s.IsLeader() {
+		return nil, fmt.Errorf("%s: %w", s.cfg.ID, api.ErrNotLeader)
+	}
+	resp, _, err := s.apply(ctx, fsm.MsgNodeDown, fsm.NodeDownRequest{NodeID: nodeID, Reason: reason, Now: s.now().UTC()})
 	if err != nil {
-		return api.Explanation{}, err
+		return nil, err
 	}
-	req := t.Request(s.now().UTC(), s.cfg.Scheduler.HeartbeatTTL)
-	req.Blacklist = t.Blacklist(byID)
-	cfg := scoringConfig(s.cfg.Scheduler, nil)
-	return toAPIExplanation(scheduler.Explain(nodes, &req, &cfg)), nil
-}
-
-// ExplainSpec evaluates a spec that is not submitted: a what-if, with
-// optional overrides of the scheduler settings.
-func (s *Server) ExplainSpec(in api.ExplainRequest) (api.Explanation, error) {
-	spec := in.TaskSpec
-	if len(spec.Command) == 0 {
-		spec.Command = []string{"true"} // the command does not affect placement
-	}
-	fspec := toFSMSpec(spec.WithDefaults())
-	if err := fspec.Validate(); err != nil {
-		return api.Explanation{}, fmt.Errorf("invalid task spec: %v: %w", err, api.ErrBadRequest)
-	}
-	ttl := s.cfg.Scheduler.HeartbeatTTL
-	if in.HeartbeatTTLSeconds != nil {
-		if *in.HeartbeatTTLSeconds < 1 || *in.HeartbeatTTLSeconds > 7*24*3600 {
-			return api.Explanation{}, fmt.Errorf("heartbeat_ttl_seconds must be 1..604800: %w", api.ErrBadRequest)
-		}
-		ttl = time.Duration(*in.HeartbeatTTLSeconds) * time.Second
-	}
-	st := s.fsm.State()
-	nodes, _, err := nodeViews(st)
-	if err != nil {
-		return api.Explanation{}, err
-	}
-	t := &fsm.Task{ID: "what-if", Spec: fspec}
-	req := t.Request(s.now().UTC(), ttl)
-	cfg := scoringConfig(s.cfg.Scheduler, nil)
-	return toAPIExplanation(scheduler.Explain(nodes, &req, &cfg)), nil
-}
-
-// nodeViews builds the scheduler's view of every node, plus a lookup of
-// the records by id.
-func nodeViews(st *fsm.State) ([]*scheduler.Node, func(string) *fsm.Node, error) {
-	nodes, err := st.Nodes()
-	if err != nil {
-		return nil, nil, err
-	}
-	views := make([]*scheduler.Node, len(nodes))
-	byID := make(map[string]*fsm.Node, len(nodes))
-	for i, n := range nodes {
-		v := n.View()
-		views[i] = &v
-		byID[n.ID] = n
-	}
-	return views, func(id string) *fsm.Node { return byID[id] }, nil
-}
-
-func scoringConfig(c config.Scheduler, rng randSource) scheduler.Config {
-	cfg := scheduler.Config{ProfileScale: c.ProfileScale, ProfileWeights: scheduler.DefaultProfileWeights()}
-	if c.RandomTopK > 1 && rng != nil {
-		cfg.RandomTopK = c.RandomTopK
-		cfg.Rand = rng.rand()
-	}
-	return cfg
-}
-
-func toAPIExplanation(ex scheduler.Explanation) api.Explanation {
-	out := api.Explanation{Total: ex.Total, Eligible: ex.Eligible, Summary: ex.Summary, Nodes: make([]api.NodeExplanation, 0, len(ex.Nodes))}
-	for _, n := range ex.Nodes {
-		ne := api.NodeExplanation{NodeID: n.NodeID, Eligible: n.Eligible, Score: n.Score, Reasons: []string{}, Codes: []string{}}
-		for _, r := range n.Reasons {
-			ne.Reasons = append(ne.Reasons, r.String())
-			ne.Codes = append(ne.Codes, string(r.Code))
-		}
-		out.Nodes = append(out.Nodes, ne)
-	}
-	return out
-}
-
-func toAPIResources(r scheduler.Resources) api.Resources {
-	return api.Resources{CPUMillis: r.CPUMillis, MemoryMB: r.MemoryMB, GPU: r.GPU, DiskMB: r.DiskMB}
-}
-
-func toAPINode(n *fsm.Node) api.Node {
-	weight := n.Weight
-	if weight <= 0 {
-		weight = scheduler.DefaultWeight
-	}
-	labels := maps.Clone(n.Labels)
-	if labels == nil {
-		labels = map[string]string{}
-	}
-	capabilities := maps.Clone(n.Capabilities)
-	if capabilities == nil {
-		capabilities = map[string][]string{}
-	}
-	return api.Node{
-		ID: n.ID, Address: n.Address, Labels: labels, Capabilities: capabilities,
-		Management: string(n.Management), Liveness: string(n.Liveness), Scheduling: string(n.Scheduling),
-		Resources: toAPIResources(n.Resources), Reserved: toAPIResources(n.Reserved),
-		Free:  toAPIResources(n.Resources.Sub(n.Reserved)),
-		Slots: n.Slots, RunningAttempts: n.RunningAttempts, Weight: weight,
-		SessionGeneration: n.SessionGeneration, RegisteredAt: n.RegisteredAt.Time(), LastHeartbeat: n.LastHeartbeat.Time(),
-		CreateIndex: n.CreateIndex, ModifyIndex: n.ModifyIndex,
-	}
-}
-
-func toAPIAttempt(a *fsm.Attempt) api.Attempt {
-	return api.Attempt{
-		ID: a.ID, TaskID: a.TaskID, Number: a.Number, NodeID: a.NodeID, State: string(a.State), LeaseVersion: a.LeaseVersion,
-		ReservedAt: a.ReservedAt.Time(), StartedAt: a.StartedAt.Time(), FinishedAt: a.FinishedAt.Time(),
-		ExitCode: a.ExitCode, OutputTail: a.OutputTail,
-	}
+	res := resp.(*fsm.NodeDownResult)
+	s.logger.Warn("node declared down", "node", nodeID, "reason", reason, "reclaimed", len(res.Reclaimed))
+	return res.Reclaimed, nil
 }

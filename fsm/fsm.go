@@ -14,16 +14,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
-
-	"herd/scheduler"
 )
-
-// Rejection is a typed refusal of a well-formed command: the state did not
-// allow it. It is returned through ApplyFuture.Response, never panicked.
-type Rejection struct {
-	Code    string `json:"code"`
-	Message string `json:"message"`
-}
 
 func (r *Rejection) Error() string { return r.Code + ": " + r.Message }
 
@@ -33,16 +24,6 @@ const (
 	RejectNotFound = "not_found"
 	RejectConflict = "conflict"
 )
-
-func reject(code, format string, args ...any) *Rejection {
-	return &Rejection{Code: code, Message: fmt.Sprintf(format, args...)}
-}
-
-// SubmitResult is the response to a submit-task command.
-type SubmitResult struct {
-	Task    *Task
-	Created bool // false: the idempotency key matched an existing task
-}
 
 // BatchResult holds one response per command of a batch entry, in order.
 type BatchResult []any
@@ -231,100 +212,6 @@ func applyEncoded[R any](h header, payload []byte, decode func([]byte) (*R, erro
 		return nil, err
 	}
 	return fn(r)
-}
-
-func applyUpsertServer(db *store, index uint64, r *UpsertServerRequest) (any, error) {
-	if r.Server.ID == "" {
-		return nil, reject(RejectInvalid, "server id is required")
-	}
-	s := r.Server
-	s.ModifyIndex = index
-	db.putServer(&s)
-	return &s, nil
-}
-
-func applyRemoveServer(db *store, r *RemoveServerRequest) (any, error) {
-	if v, ok := db.server(r.ID); ok {
-		db.deleteServer(v)
-	}
-	return nil, nil // removing a server already gone is a no-op
-}
-
-func applySubmitTask(db *store, index uint64, r *SubmitTaskRequest) (any, error) {
-	if r.ID == "" {
-		return nil, reject(RejectInvalid, "task id is required")
-	}
-	if err := r.Spec.Validate(); err != nil {
-		return nil, reject(RejectInvalid, "%v", err)
-	}
-	if r.Spec.IdempotencyKey != "" {
-		if existing, ok := db.taskByKey(r.Spec.IdempotencyKey); ok {
-			return &SubmitResult{Task: existing, Created: false}, nil
-		}
-	}
-	if _, exists := db.task(r.ID); exists {
-		return nil, reject(RejectConflict, "task id %q already exists", r.ID)
-	}
-	t := &Task{
-		ID:          r.ID,
-		Spec:        r.Spec,
-		State:       TaskPending,
-		QueuedAt:    StampOf(r.SubmittedAt),
-		CreateIndex: index,
-		ModifyIndex: index,
-		Timeline: []TimelineEvent{{
-			Index: index, Time: StampOf(r.SubmittedAt), Kind: EventQueued,
-			Message: fmt.Sprintf("submitted by %s with priority %d", r.Spec.Submitter, r.Spec.Priority),
-		}},
-	}
-	db.w.interner.task(t, r.shapeKey, r.shapeShared)
-	db.putTask(t)
-	return &SubmitResult{Task: t, Created: true}, nil
-}
-
-func applyRegisterNode(db *store, index uint64, r *RegisterNodeRequest) (any, error) {
-	n := r.Node
-	if n.ID == "" {
-		return nil, reject(RejectInvalid, "node id is required")
-	}
-	if n.Resources.Negative() || n.Slots < 0 {
-		return nil, reject(RejectInvalid, "node %q: resources and slots must not be negative", n.ID)
-	}
-	old, exists := db.node(n.ID)
-	n.SessionGeneration = 1
-	n.CreateIndex = index
-	n.Management = scheduler.ManagementActive
-	n.Scheduling = scheduler.SchedulingEligible
-	n.Reserved = scheduler.Resources{}
-	n.RunningAttempts = 0
-	if exists && n.RegistrationToken != "" && old.RegistrationToken == n.RegistrationToken {
-		// The same registration again (a client retry whose first try
-		// committed): answer it without starting another session.
-		return old, nil
-	}
-	if exists {
-		// A re-registration keeps what the cluster decided about the node
-		// and what it holds; only the agent-reported facts are replaced.
-		n.SessionGeneration = old.SessionGeneration + 1
-		n.CreateIndex = old.CreateIndex
-		n.Management = old.Management
-		n.Scheduling = old.Scheduling
-		n.Reserved = old.Reserved
-		n.RunningAttempts = old.RunningAttempts
-		n.RegisteredAt = old.RegisteredAt
-		n.HealthyIndex = old.HealthyIndex
-		n.Events = append([]TimelineEvent(nil), old.Events...)
-	} else {
-		n.RegisteredAt = StampOf(r.Now)
-		n.Events = nil
-	}
-	n.addEvent(index, r.Now, EventRegistered, fmt.Sprintf("registered, session %d", n.SessionGeneration))
-	n.Liveness = scheduler.LivenessReady
-	n.LastHeartbeat = StampOf(r.Now)
-	n.SessionStartedAt = StampOf(r.Now)
-	n.ModifyIndex = index
-	db.putNode(&n)
-	return &n, nil
 }
 
 // Snapshot returns a point-in-time view; taking it costs O(1) because the

@@ -3,7 +3,6 @@ package fsm
 import (
 	"slices"
 	"strings"
-	"sync"
 
 	"github.com/google/btree"
 
@@ -139,19 +138,6 @@ func (s *store) pendingChanged(id string, pending bool) {
 		drop := len(s.changes) - feedKeep
 		s.changes = append(make([]PendingChange, 0, 2*feedKeep), s.changes[drop:]...)
 		s.feedBase += uint64(drop)
-	}
-}
-
-// Watch topics: what a blocking reader waits on.
-const (
-	topicPending = "pending"   // the set of pending tasks, or one of them, changed
-	topicNodes   = "nodes"     // a node record changed
-	topicNodePre = "attempts/" // + node id: an attempt on that node changed
-)
-
-func (s *store) touch(topic string) {
-	if s.w != nil {
-		s.w.touched[topic] = struct{}{}
 	}
 }
 
@@ -386,60 +372,4 @@ func (s *store) attemptsInState(state AttemptState, fn func(*Attempt) bool) {
 	visitByID(live, attemptID, fn)
 }
 
-// watchHub hands out channels that close when a topic changes after a
-// given index. A reader holding a view at index i asks for topic t as of
-// i: if t already changed after i, it gets a closed channel, so no change
-// between taking the view and starting to wait is missed.
-type watchHub struct {
-	mu       sync.Mutex
-	chans    map[string]chan struct{}
-	changed  map[string]uint64 // topic → index of its latest change
-	restored uint64            // index of the latest restore: every topic changed
-}
-
 var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
-
-func newWatchHub() *watchHub {
-	return &watchHub{chans: map[string]chan struct{}{}, changed: map[string]uint64{}}
-}
-
-func (h *watchHub) watch(topic string, asOf uint64) <-chan struct{} {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.changed[topic] > asOf || h.restored > asOf {
-		return closedChan
-	}
-	ch, ok := h.chans[topic]
-	if !ok {
-		ch = make(chan struct{})
-		h.chans[topic] = ch
-	}
-	return ch
-}
-
-// fire records that topics changed at index and wakes their waiters.
-func (h *watchHub) fire(topics map[string]struct{}, index uint64) {
-	if len(topics) == 0 {
-		return
-	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	for t := range topics {
-		h.changed[t] = index
-		if ch, ok := h.chans[t]; ok {
-			close(ch)
-			delete(h.chans, t)
-		}
-	}
-}
-
-// fireAll wakes every waiter: the whole state was replaced at index.
-func (h *watchHub) fireAll(index uint64) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.restored = index
-	for t, ch := range h.chans {
-		close(ch)
-		delete(h.chans, t)
-	}
-}

@@ -1,0 +1,103 @@
+package cluster
+
+import (
+	"herd/api"
+	"herd/fsm"
+	"herd/scheduler"
+	"maps"
+	"slices"
+)
+
+func toFSMSpec(in api.TaskSpec) fsm.TaskSpec {
+	return fsm.TaskSpec{Name: in.Name, IdempotencyKey: in.IdempotencyKey, TaskShape: &fsm.TaskShape{
+		Priority: *in.Priority, Command: in.Command, Env: in.Env, Capability: in.Capability, CapabilityVersion: in.CapabilityVersion,
+		RequiredLabels: in.RequiredLabels, PreferredLabels: in.PreferredLabels,
+		Resources: scheduler.Resources{
+			CPUMillis: in.Resources.CPUMillis, MemoryMB: in.Resources.MemoryMB,
+			GPU: in.Resources.GPU, DiskMB: in.Resources.DiskMB,
+		},
+		TimeoutSeconds: *in.TimeoutSeconds, MaxAttempts: *in.MaxAttempts, Submitter: in.Submitter,
+	}}
+}
+
+func toAPISpec(in fsm.TaskSpec) api.TaskSpec {
+	prio, timeout, maxAttempts := in.Priority, in.TimeoutSeconds, in.MaxAttempts
+	return api.TaskSpec{
+		Name: in.Name, IdempotencyKey: in.IdempotencyKey, Priority: &prio,
+		Command: in.Command, Env: in.Env, Capability: in.Capability, CapabilityVersion: in.CapabilityVersion,
+		RequiredLabels: in.RequiredLabels, PreferredLabels: in.PreferredLabels,
+		Resources: api.Resources{
+			CPUMillis: in.Resources.CPUMillis, MemoryMB: in.Resources.MemoryMB,
+			GPU: in.Resources.GPU, DiskMB: in.Resources.DiskMB,
+		},
+		TimeoutSeconds: &timeout, MaxAttempts: &maxAttempts, Submitter: in.Submitter,
+	}
+}
+
+func toAPITask(t *fsm.Task, attempts []*fsm.Attempt) api.Task {
+	out := api.Task{
+		ID: t.ID, Name: t.Spec.Name, State: t.State.String(), Spec: toAPISpec(t.Spec),
+		SubmittedAt: t.SubmittedAt(), CreateIndex: t.CreateIndex, ModifyIndex: t.ModifyIndex,
+		CurrentAttempt: t.CurrentAttempt,
+		Attempts:       make([]api.Attempt, 0, len(attempts)),
+		Timeline:       make([]api.TimelineEvent, 0, len(t.Timeline)),
+	}
+	sorted := slices.Clone(attempts)
+	slices.SortFunc(sorted, func(a, b *fsm.Attempt) int { return a.Number - b.Number })
+	for _, a := range sorted {
+		out.Attempts = append(out.Attempts, toAPIAttempt(a))
+	}
+	for _, e := range t.Timeline {
+		out.Timeline = append(out.Timeline, api.TimelineEvent{Index: e.Index, Time: e.Time.Time(), Kind: e.Kind.String(), Message: e.Message})
+	}
+	return out
+}
+
+func toAPIExplanation(ex scheduler.Explanation) api.Explanation {
+	out := api.Explanation{Total: ex.Total, Eligible: ex.Eligible, Summary: ex.Summary, Nodes: make([]api.NodeExplanation, 0, len(ex.Nodes))}
+	for _, n := range ex.Nodes {
+		ne := api.NodeExplanation{NodeID: n.NodeID, Eligible: n.Eligible, Score: n.Score, Reasons: []string{}, Codes: []string{}}
+		for _, r := range n.Reasons {
+			ne.Reasons = append(ne.Reasons, r.String())
+			ne.Codes = append(ne.Codes, string(r.Code))
+		}
+		out.Nodes = append(out.Nodes, ne)
+	}
+	return out
+}
+
+func toAPIResources(r scheduler.Resources) api.Resources {
+	return api.Resources{CPUMillis: r.CPUMillis, MemoryMB: r.MemoryMB, GPU: r.GPU, DiskMB: r.DiskMB}
+}
+
+func toAPINode(n *fsm.Node) api.Node {
+	weight := n.Weight
+	if weight <= 0 {
+		weight = scheduler.DefaultWeight
+	}
+	labels := maps.Clone(n.Labels)
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	capabilities := maps.Clone(n.Capabilities)
+	if capabilities == nil {
+		capabilities = map[string][]string{}
+	}
+	return api.Node{
+		ID: n.ID, Address: n.Address, Labels: labels, Capabilities: capabilities,
+		Management: string(n.Management), Liveness: string(n.Liveness), Scheduling: string(n.Scheduling),
+		Resources: toAPIResources(n.Resources), Reserved: toAPIResources(n.Reserved),
+		Free:  toAPIResources(n.Resources.Sub(n.Reserved)),
+		Slots: n.Slots, RunningAttempts: n.RunningAttempts, Weight: weight,
+		SessionGeneration: n.SessionGeneration, RegisteredAt: n.RegisteredAt.Time(), LastHeartbeat: n.LastHeartbeat.Time(),
+		CreateIndex: n.CreateIndex, ModifyIndex: n.ModifyIndex,
+	}
+}
+
+func toAPIAttempt(a *fsm.Attempt) api.Attempt {
+	return api.Attempt{
+		ID: a.ID, TaskID: a.TaskID, Number: a.Number, NodeID: a.NodeID, State: string(a.State), LeaseVersion: a.LeaseVersion,
+		ReservedAt: a.ReservedAt.Time(), StartedAt: a.StartedAt.Time(), FinishedAt: a.FinishedAt.Time(),
+		ExitCode: a.ExitCode, OutputTail: a.OutputTail,
+	}
+}

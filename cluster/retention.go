@@ -1,0 +1,40 @@
+package cluster
+
+import (
+	"context"
+	"herd/fsm"
+	"time"
+)
+
+// retentionLoop (leader-only) forgets finished tasks older than the
+// retention, in batches, so finished work does not accumulate forever.
+func (s *Server) retentionLoop(ctx context.Context) {
+	keep := s.cfg.Scheduler.TaskRetention
+	if keep <= 0 {
+		return
+	}
+	tick := time.NewTicker(min(keep/4, time.Minute))
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		for ctx.Err() == nil {
+			ids, err := s.fsm.State().FinishedTasks(s.now().Add(-keep), 1000)
+			if err != nil || len(ids) == 0 {
+				break
+			}
+			resp, _, err := s.apply(ctx, fsm.MsgForgetTasks, fsm.ForgetTasksRequest{TaskIDs: ids})
+			if err != nil {
+				s.logger.Warn("could not forget finished tasks", "error", err)
+				break
+			}
+			s.logger.Debug("forgot finished tasks", "count", resp, "retention", keep)
+			if n, _ := resp.(int); n < len(ids) {
+				break
+			}
+		}
+	}
+}

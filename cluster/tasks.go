@@ -1,0 +1,132 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"herd/api"
+	"herd/fsm"
+	"strings"
+)
+
+// SubmitTask validates a spec, applies defaults and commits it (leader-only).
+func (s *Server) SubmitTask(ctx context.Context, in api.TaskSpec) (api.Task, bool, uint64, error) {
+	if !s.IsLeader() {
+		return api.Task{}, false, 0, fmt.Errorf("%s: %w", s.cfg.ID, api.ErrNotLeader)
+	}
+	spec := toFSMSpec(in.WithDefaults())
+	if err := spec.Validate(); err != nil {
+		return api.Task{}, false, 0, fmt.Errorf("invalid task spec: %v: %w", err, api.ErrBadRequest)
+	}
+	now := s.now().UTC()
+	id := newID(now)
+	if spec.Name == "" {
+		spec.Name = id
+	}
+	resp, index, err := s.apply(ctx, fsm.MsgSubmitTask, fsm.SubmitTaskRequest{ID: id, SubmittedAt: now, Spec: spec})
+	if err != nil {
+		return api.Task{}, false, 0, err
+	}
+	res, ok := resp.(*fsm.SubmitResult)
+	if !ok {
+		return api.Task{}, false, 0, fmt.Errorf("unexpected submit response %T", resp)
+	}
+	return toAPITask(res.Task, nil), res.Created, index, nil
+}
+
+// SubmitTasks validates every spec, then commits them all in one batch
+// entry (leader-only). One invalid spec refuses the whole batch.
+func (s *Server) SubmitTasks(ctx context.Context, in []api.TaskSpec) (api.BatchSubmitResponse, error) {
+	if !s.IsLeader() {
+		return api.BatchSubmitResponse{}, fmt.Errorf("%s: %w", s.cfg.ID, api.ErrNotLeader)
+	}
+	now := s.now().UTC()
+	cmds := make([][]byte, 0, len(in))
+	for i, one := range in {
+		spec := toFSMSpec(one.WithDefaults())
+		if err := spec.Validate(); err != nil {
+			return api.BatchSubmitResponse{}, fmt.Errorf("invalid task spec tasks[%d]: %v: %w", i, err, api.ErrBadRequest)
+		}
+		id := newID(now)
+		if spec.Name == "" {
+			spec.Name = id
+		}
+		b, err := s.encode(fsm.MsgSubmitTask, fsm.SubmitTaskRequest{ID: id, SubmittedAt: now, Spec: spec})
+		if err != nil {
+			return api.BatchSubmitResponse{}, err
+		}
+		cmds = append(cmds, b)
+	}
+	resp, index, err := s.applyRaw(ctx, fsm.EncodeBatch(cmds))
+	if err != nil {
+		return api.BatchSubmitResponse{}, err
+	}
+	results, ok := resp.(fsm.BatchResult)
+	if !ok || len(results) != len(cmds) {
+		return api.BatchSubmitResponse{}, fmt.Errorf("unexpected batch submit response %T", resp)
+	}
+	out := api.BatchSubmitResponse{Tasks: make([]api.BatchSubmitResult, len(results)), Index: index}
+	for i, r := range results {
+		res, ok := r.(*fsm.SubmitResult)
+		if !ok {
+			// Validated above, so only a state conflict gets here.
+			if err, isErr := r.(error); isErr {
+				return api.BatchSubmitResponse{}, fmt.Errorf("tasks[%d]: %w", i, fsmErr(err))
+			}
+			return api.BatchSubmitResponse{}, fmt.Errorf("tasks[%d]: unexpected submit response %T", i, r)
+		}
+		out.Tasks[i] = api.BatchSubmitResult{ID: res.Task.ID, State: res.Task.State.String(), Created: res.Created}
+	}
+	return out, nil
+}
+
+// GetTask reads one task from the local state.
+func (s *Server) GetTask(id string) (api.Task, error) {
+	st := s.fsm.State()
+	t, err := st.Task(id)
+	if errors.Is(err, fsm.ErrNotFound) {
+		return api.Task{}, fmt.Errorf("task %q not found: %w", id, api.ErrNotFound)
+	}
+	if err != nil {
+		return api.Task{}, err
+	}
+	attempts, err := st.AttemptsOfTask(id)
+	if err != nil {
+		return api.Task{}, err
+	}
+	return toAPITask(t, attempts), nil
+}
+
+// ListTasks lists tasks from the local state.
+func (s *Server) ListTasks(q api.TaskQuery) (api.TaskList, error) {
+	state, ok := fsm.ParseTaskState(strings.ToUpper(q.State))
+	if !ok {
+		return api.TaskList{}, fmt.Errorf("unknown task state %q: %w", q.State, api.ErrBadRequest)
+	}
+	tasks, err := s.fsm.State().Tasks(fsm.TaskFilter{State: state, After: q.After, Limit: q.Limit + 1})
+	if err != nil {
+		return api.TaskList{}, err
+	}
+	out := api.TaskList{Tasks: make([]api.Task, 0, len(tasks))}
+	if q.Limit > 0 && len(tasks) > q.Limit {
+		tasks = tasks[:q.Limit]
+		out.Next = tasks[len(tasks)-1].ID
+	}
+	for _, t := range tasks {
+		out.Tasks = append(out.Tasks, toAPITask(t, nil))
+	}
+	return out, nil
+}
+
+// CancelTask cancels a task (leader-only); its agent sees the attempt leave
+// its assignments and kills the process.
+func (s *Server) CancelTask(ctx context.Context, id, reason string) (api.Task, error) {
+	if !s.IsLeader() {
+		return api.Task{}, fmt.Errorf("%s: %w", s.cfg.ID, api.ErrNotLeader)
+	}
+	resp, _, err := s.apply(ctx, fsm.MsgCancelTask, fsm.CancelTaskRequest{TaskID: id, Reason: reason, Now: s.now().UTC()})
+	if err != nil {
+		return api.Task{}, err
+	}
+	return s.GetTask(resp.(*fsm.CancelResult).Task.ID)
+}

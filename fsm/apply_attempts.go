@@ -1,0 +1,274 @@
+package fsm
+
+import (
+	"fmt"
+	"herd/scheduler"
+	"strconv"
+	"time"
+)
+
+// ReserveResult is the response to an accepted reservation.
+type ReserveResult struct {
+	Attempt *Attempt
+}
+
+func getAttempt(db *store, id string) (*Attempt, error) {
+	if a, ok := db.attempt(id); ok {
+		return a, nil
+	}
+	return nil, reject(RejectNotFound, "attempt %q not found", id)
+}
+
+// applyReserve is promise 1: whatever view the leader decided from, a
+// reservation only applies if, against the committed state, the task is
+// still waiting for exactly this attempt and the node still qualifies
+// and has the capacity. Of two reservations for the last unit of a
+// resource, the second to apply is rejected.
+func applyReserve(db *store, index uint64, r *ReserveRequest) (any, error) {
+	if r.AttemptID == "" {
+		return nil, reject(RejectInvalid, "attempt id is required")
+	}
+	task, err := getTask(db, r.TaskID)
+	if err != nil {
+		return nil, err
+	}
+	if task.State != TaskPending {
+		return nil, reject(RejectTaskNotPending, "task %s is %s", task.ID, task.State)
+	}
+	if StampOf(r.Now).Before(task.NotBefore) {
+		return nil, reject(RejectTaskBackoff, "task %s may not be retried before %s", task.ID, task.NotBefore.Time().Format(time.RFC3339))
+	}
+	if r.Number != int(task.Attempts)+1 {
+		return nil, reject(RejectAttemptNumber, "task %s: attempt %d proposed, next is %d", task.ID, r.Number, task.Attempts+1)
+	}
+	if _, exists := db.attempt(r.AttemptID); exists {
+		return nil, reject(RejectConflict, "attempt id %q already exists", r.AttemptID)
+	}
+	node, err := getNode(db, r.NodeID)
+	if err != nil {
+		return nil, err
+	}
+	if node.SessionGeneration != r.SessionGeneration {
+		return nil, reject(RejectSessionChanged, "node %s session %d, placement was for %d", node.ID, node.SessionGeneration, r.SessionGeneration)
+	}
+	view := node.View()
+	req := task.Request(r.Now, r.HeartbeatTTL)
+	if task.BlacklistedOn(node) {
+		req.Blacklist = map[string]bool{node.ID: true}
+	}
+	if reasons := scheduler.Check(&view, &req); len(reasons) > 0 {
+		return nil, reject(string(reasons[0].Code), "node %s: %s", node.ID, reasons[0])
+	}
+
+	a := &Attempt{
+		ID: r.AttemptID, TaskID: task.ID, Number: r.Number, NodeID: node.ID,
+		State: AttemptReserved, LeaseVersion: index, Resources: task.Spec.Resources,
+		ReservedAt: StampOf(r.Now), CreateIndex: index, ModifyIndex: index,
+	}
+	n := node.clone()
+	n.Reserved = n.Reserved.Add(a.Resources)
+	n.RunningAttempts++
+	n.ModifyIndex = index
+	t := task.clone()
+	t.State = TaskScheduled
+	t.Attempts = int16(r.Number)
+	t.CurrentAttempt = a.ID
+	t.ModifyIndex = index
+	t.LastExplain = ""
+	t.addEvent(index, r.Now, EventNodeSelected, reservedMessage(a.Number, n.ID, r.Score, a.LeaseVersion))
+	db.putAttempt(a)
+	db.putNode(n)
+	db.putTask(t)
+	return &ReserveResult{Attempt: a}, nil
+}
+
+// AttemptResult answers an attempt report. Duplicate is set when the same
+// report was already applied: it is accepted again without effect.
+type AttemptResult struct {
+	Attempt   *Attempt
+	Task      *Task
+	Duplicate bool
+}
+
+// staleReport rejects a report whose fencing token is not current, and
+// records the refusal in the task's timeline.
+func staleReport(db *store, index uint64, a *Attempt, lease uint64, now time.Time, why string) (any, error) {
+	if task, err := getTask(db, a.TaskID); err == nil {
+		t := task.clone()
+		t.addEvent(index, now, EventStaleResultRejected, fmt.Sprintf("stale result rejected (attempt %d, lease %d): %s", a.Number, lease, why))
+		t.ModifyIndex = index
+		db.putTask(t)
+	}
+	return nil, reject(RejectStale, "attempt %s (number %d) lease %d: %s", a.ID, a.Number, lease, why)
+}
+
+func applyAttemptStart(db *store, index uint64, r *AttemptStartRequest) (any, error) {
+	a, err := getAttempt(db, r.AttemptID)
+	if err != nil {
+		return nil, err
+	}
+	if a.LeaseVersion != r.LeaseVersion {
+		return staleReport(db, index, a, r.LeaseVersion, r.Now, fmt.Sprintf("current lease is %d", a.LeaseVersion))
+	}
+	if a.State == AttemptRunning {
+		return &AttemptResult{Attempt: a, Duplicate: true}, nil
+	}
+	if a.State != AttemptReserved {
+		return staleReport(db, index, a, r.LeaseVersion, r.Now, "attempt is "+string(a.State))
+	}
+	task, err := getTask(db, a.TaskID)
+	if err != nil {
+		return nil, err
+	}
+	if task.CurrentAttempt != a.ID || !ValidTaskTransition(task.State, TaskRunning) {
+		return staleReport(db, index, a, r.LeaseVersion, r.Now, "not the task's current attempt")
+	}
+	na := *a
+	na.State = AttemptRunning
+	na.StartedAt = StampOf(r.Now)
+	na.ModifyIndex = index
+	t := task.clone()
+	t.State = TaskRunning
+	t.ModifyIndex = index
+	t.addEvent(index, r.Now, EventStarted, startedMessage(a.Number, a.NodeID))
+	db.putAttempt(&na)
+	db.putTask(t)
+	return &AttemptResult{Attempt: &na, Task: t}, nil
+}
+
+func applyAttemptEnd(db *store, index uint64, r *AttemptEndRequest) (any, error) {
+	if !r.State.Terminal() {
+		return nil, reject(RejectInvalid, "an attempt cannot end as %q", r.State)
+	}
+	a, err := getAttempt(db, r.AttemptID)
+	if err != nil {
+		return nil, err
+	}
+	if a.LeaseVersion != r.LeaseVersion {
+		return staleReport(db, index, a, r.LeaseVersion, r.Now, fmt.Sprintf("current lease is %d", a.LeaseVersion))
+	}
+	if a.State.Terminal() {
+		if a.State == r.State && a.ExitCode == r.ExitCode {
+			return &AttemptResult{Attempt: a, Duplicate: true}, nil
+		}
+		return staleReport(db, index, a, r.LeaseVersion, r.Now, "attempt already ended "+string(a.State))
+	}
+	task, err := getTask(db, a.TaskID)
+	if err != nil {
+		return nil, err
+	}
+	if task.CurrentAttempt != a.ID {
+		return staleReport(db, index, a, r.LeaseVersion, r.Now, "not the task's current attempt")
+	}
+	return endAttempt(db, index, a, task, r)
+}
+
+// endAttempt moves a live attempt to its terminal state, releases its
+// reservation and moves the task on: done, failed for good, or back to
+// PENDING for a new attempt.
+func endAttempt(db *store, index uint64, a *Attempt, task *Task, r *AttemptEndRequest) (any, error) {
+	if !ValidAttemptTransition(a.State, r.State) {
+		return nil, reject(RejectIllegalTransfer, "attempt %s: %s → %s", a.ID, a.State, r.State)
+	}
+	na := *a
+	na.State = r.State
+	na.FinishedAt = StampOf(r.Now)
+	na.ExitCode = r.ExitCode
+	na.OutputTail = r.OutputTail
+	na.ModifyIndex = index
+
+	node, err := getNode(db, a.NodeID)
+	if err != nil {
+		return nil, err
+	}
+	n := node.clone()
+	n.Reserved = n.Reserved.Sub(a.Resources)
+	n.RunningAttempts--
+	n.ModifyIndex = index
+
+	t := task.clone()
+	t.ModifyIndex = index
+	t.CurrentAttempt = ""
+	detail := endedMessage(a.Number, a.NodeID, r.State, r.Error, r.ExitCode)
+	next := TaskSucceeded
+	switch r.State {
+	case AttemptSucceeded:
+		n.HealthyIndex = index
+	case AttemptCancelled:
+		next = TaskCancelled
+	default: // failed, timed out, lost: each one used an attempt
+		t.Failures++
+		// A lost attempt (node down, never started) says nothing about
+		// whether the node can run this task: it does not count towards
+		// the node's blacklisting.
+		if r.State != AttemptLost {
+			f := t.NodeFailures[a.NodeID]
+			if n.HealthyIndex > f.LastIndex {
+				f.Count = 0 // the node proved healthy since: start counting afresh
+			}
+			f.Count++
+			f.LastIndex = index
+			if t.NodeFailures == nil {
+				t.NodeFailures = map[string]NodeFailure{}
+			}
+			t.NodeFailures[a.NodeID] = f
+		}
+		switch {
+		case int(t.Attempts) < t.Spec.MaxAttempts:
+			next = TaskPending
+			t.NotBefore = StampOf(r.RetryAt)
+			t.QueuedAt = StampOf(r.Now)
+		case r.State == AttemptTimedOut:
+			next = TaskTimedOut
+		default:
+			next = TaskFailed
+		}
+	}
+	if !ValidTaskTransition(t.State, next) {
+		return nil, reject(RejectIllegalTransfer, "task %s: %s → %s", t.ID, t.State, next)
+	}
+	t.State = next
+	t.addEvent(index, r.Now, EventFinished, detail)
+	switch next {
+	case TaskPending:
+		msg := fmt.Sprintf("requeued for attempt %d of %d", t.Attempts+1, t.Spec.MaxAttempts)
+		if r.RetryAt.After(r.Now) {
+			msg += fmt.Sprintf(" after a %s backoff", r.RetryAt.Sub(r.Now).Round(time.Millisecond))
+		}
+		t.addEvent(index, r.Now, EventQueued, msg)
+	case TaskFailed, TaskTimedOut:
+		t.addEvent(index, r.Now, EventFailed, fmt.Sprintf("gave up after %d attempts", t.Attempts))
+	}
+	db.putAttempt(&na)
+	db.putNode(n)
+	db.putTask(t)
+	return &AttemptResult{Attempt: &na, Task: t}, nil
+}
+
+func reservedMessage(number int, node string, score int64, lease uint64) string {
+	b := make([]byte, 0, 96)
+	b = append(b, "attempt "...)
+	b = strconv.AppendInt(b, int64(number), 10)
+	b = append(b, " reserved on "...)
+	b = append(b, node...)
+	b = append(b, " (score "...)
+	b = strconv.AppendInt(b, score, 10)
+	b = append(b, ", lease "...)
+	b = strconv.AppendUint(b, lease, 10)
+	return string(append(b, ')'))
+}
+
+func startedMessage(number int, node string) string {
+	return "attempt " + strconv.Itoa(number) + " started on " + node
+}
+
+func endedMessage(number int, node string, state AttemptState, errText string, exitCode int) string {
+	msg := "attempt " + strconv.Itoa(number) + " on " + node + " " + string(state)
+	if errText != "" {
+		return msg + ": " + errText
+	}
+	if state != AttemptSucceeded {
+		return msg + " (exit code " + strconv.Itoa(exitCode) + ")"
+	}
+	return msg
+}

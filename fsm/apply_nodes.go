@@ -1,0 +1,180 @@
+package fsm
+
+import (
+	"fmt"
+	"herd/scheduler"
+)
+
+func getNode(db *store, id string) (*Node, error) {
+	if n, ok := db.node(id); ok {
+		return n, nil
+	}
+	return nil, reject(RejectNotFound, "node %q not found", id)
+}
+
+func applyNodeDrain(db *store, index uint64, r *NodeDrainRequest) (any, error) {
+	node, err := getNode(db, r.NodeID)
+	if err != nil {
+		return nil, err
+	}
+	if node.Management == scheduler.ManagementRetired {
+		return nil, reject(RejectConflict, "node %s is retired", node.ID)
+	}
+	n := node.clone()
+	n.Management = scheduler.ManagementActive
+	if r.Enable {
+		n.Management = scheduler.ManagementDraining
+	}
+	if n.Management != node.Management {
+		n.addEvent(index, r.Now, EventManagement, fmt.Sprintf("%s → %s", node.Management, n.Management))
+	}
+	n.ModifyIndex = index
+	db.putNode(n)
+	return n, nil
+}
+
+func applyNodeEligibility(db *store, index uint64, r *NodeEligibilityRequest) (any, error) {
+	node, err := getNode(db, r.NodeID)
+	if err != nil {
+		return nil, err
+	}
+	n := node.clone()
+	n.Scheduling = scheduler.SchedulingIneligible
+	if r.Eligible {
+		n.Scheduling = scheduler.SchedulingEligible
+	}
+	n.ModifyIndex = index
+	db.putNode(n)
+	return n, nil
+}
+
+func applyHeartbeat(db *store, index uint64, r *HeartbeatRequest) (any, error) {
+	node, err := getNode(db, r.NodeID)
+	if err != nil {
+		return nil, err
+	}
+	if node.SessionGeneration != r.SessionGeneration {
+		return nil, reject(RejectSessionChanged, "node %s session is %d, heartbeat is for %d: register again", node.ID, node.SessionGeneration, r.SessionGeneration)
+	}
+	if !StampOf(r.Now).After(node.LastHeartbeat) {
+		return node, nil
+	}
+	n := node.clone()
+	n.LastHeartbeat = StampOf(r.Now)
+	n.ModifyIndex = index
+	db.putNode(n)
+	return n, nil
+}
+
+// NodeDownResult lists the attempts a node-down reclaimed.
+type NodeDownResult struct {
+	Node      *Node
+	Reclaimed []string
+}
+
+func applyNodeDown(db *store, index uint64, r *NodeDownRequest) (any, error) {
+	node, err := getNode(db, r.NodeID)
+	if err != nil {
+		return nil, err
+	}
+	// Collect first: ending an attempt rewrites the index being scanned.
+	var live []*Attempt
+	db.attemptsOnNode(true, node.ID, func(a *Attempt) bool { live = append(live, a); return true })
+	out := &NodeDownResult{}
+	for _, a := range live {
+		task, err := getTask(db, a.TaskID)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := endAttempt(db, index, a, task, &AttemptEndRequest{
+			AttemptID: a.ID, LeaseVersion: a.LeaseVersion, State: AttemptLost, ExitCode: -1,
+			Error: "reclaimed: node down: " + r.Reason, Now: r.Now, RetryAt: r.Now,
+		}); err != nil {
+			return nil, err
+		}
+		out.Reclaimed = append(out.Reclaimed, a.ID)
+	}
+	// Re-read: endAttempt released the reservations on the node record.
+	node, err = getNode(db, r.NodeID)
+	if err != nil {
+		return nil, err
+	}
+	n := node.clone()
+	n.Liveness = scheduler.LivenessDown
+	n.ModifyIndex = index
+	n.addEvent(index, r.Now, EventDown, fmt.Sprintf("declared DOWN: %s; %d attempts reclaimed", r.Reason, len(out.Reclaimed)))
+	out.Node = n
+	db.putNode(n)
+	return out, nil
+}
+
+func applyNodeLiveness(db *store, index uint64, r *NodeLivenessRequest) (any, error) {
+	node, err := getNode(db, r.NodeID)
+	if err != nil {
+		return nil, err
+	}
+	want := scheduler.Liveness(r.Liveness)
+	if want != scheduler.LivenessReady && want != scheduler.LivenessSuspect {
+		return nil, reject(RejectInvalid, "liveness %q: only READY and SUSPECT are set this way", r.Liveness)
+	}
+	if node.SessionGeneration != r.SessionGeneration {
+		return nil, reject(RejectSessionChanged, "node %s session %d, verdict was for %d", node.ID, node.SessionGeneration, r.SessionGeneration)
+	}
+	if node.Liveness == scheduler.LivenessDown {
+		return nil, reject(RejectConflict, "node %s is DOWN: it must register again", node.ID)
+	}
+	if node.Liveness == want {
+		return node, nil
+	}
+	n := node.clone()
+	n.addEvent(index, r.Now, livenessEvent(want), fmt.Sprintf("%s → %s: %s", n.Liveness, want, r.Reason))
+	n.Liveness = want
+	n.ModifyIndex = index
+	db.putNode(n)
+	return n, nil
+}
+
+func applyRegisterNode(db *store, index uint64, r *RegisterNodeRequest) (any, error) {
+	n := r.Node
+	if n.ID == "" {
+		return nil, reject(RejectInvalid, "node id is required")
+	}
+	if n.Resources.Negative() || n.Slots < 0 {
+		return nil, reject(RejectInvalid, "node %q: resources and slots must not be negative", n.ID)
+	}
+	old, exists := db.node(n.ID)
+	n.SessionGeneration = 1
+	n.CreateIndex = index
+	n.Management = scheduler.ManagementActive
+	n.Scheduling = scheduler.SchedulingEligible
+	n.Reserved = scheduler.Resources{}
+	n.RunningAttempts = 0
+	if exists && n.RegistrationToken != "" && old.RegistrationToken == n.RegistrationToken {
+		// The same registration again (a client retry whose first try
+		// committed): answer it without starting another session.
+		return old, nil
+	}
+	if exists {
+		// A re-registration keeps what the cluster decided about the node
+		// and what it holds; only the agent-reported facts are replaced.
+		n.SessionGeneration = old.SessionGeneration + 1
+		n.CreateIndex = old.CreateIndex
+		n.Management = old.Management
+		n.Scheduling = old.Scheduling
+		n.Reserved = old.Reserved
+		n.RunningAttempts = old.RunningAttempts
+		n.RegisteredAt = old.RegisteredAt
+		n.HealthyIndex = old.HealthyIndex
+		n.Events = append([]TimelineEvent(nil), old.Events...)
+	} else {
+		n.RegisteredAt = StampOf(r.Now)
+		n.Events = nil
+	}
+	n.addEvent(index, r.Now, EventRegistered, fmt.Sprintf("registered, session %d", n.SessionGeneration))
+	n.Liveness = scheduler.LivenessReady
+	n.LastHeartbeat = StampOf(r.Now)
+	n.SessionStartedAt = StampOf(r.Now)
+	n.ModifyIndex = index
+	db.putNode(&n)
+	return &n, nil
+}

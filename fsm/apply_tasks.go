@@ -1,0 +1,148 @@
+package fsm
+
+import (
+	"fmt"
+	"time"
+)
+
+// maxTimeline bounds a task's timeline: the first event (queued) and the
+// latest ones are kept.
+const maxTimeline = 200
+
+func (t *Task) addEvent(index uint64, at time.Time, kind EventKind, msg string) {
+	t.Timeline = appendEvent(t.Timeline, TimelineEvent{Index: index, Time: StampOf(at), Kind: kind, Message: msg}, maxTimeline, 1)
+}
+
+func getTask(db *store, id string) (*Task, error) {
+	if t, ok := db.task(id); ok {
+		return t, nil
+	}
+	return nil, reject(RejectNotFound, "task %q not found", id)
+}
+
+func applyExplain(db *store, index uint64, r *ExplainRequest) (any, error) {
+	task, err := getTask(db, r.TaskID)
+	if err != nil {
+		return nil, err
+	}
+	if task.State != TaskPending || task.LastExplain == r.Summary {
+		return nil, nil
+	}
+	t := task.clone()
+	// Shared: a waiting backlog mostly waits for the same reasons.
+	t.LastExplain = internString(r.Summary)
+	t.ModifyIndex = index
+	t.addEvent(index, r.Now, EventWaiting, t.LastExplain)
+	db.putTask(t)
+	return nil, nil
+}
+
+// CancelResult answers a cancel; AlreadyCancelled makes cancel idempotent.
+type CancelResult struct {
+	Task             *Task
+	AlreadyCancelled bool
+}
+
+func applyCancelTask(db *store, index uint64, r *CancelTaskRequest) (any, error) {
+	task, err := getTask(db, r.TaskID)
+	if err != nil {
+		return nil, err
+	}
+	if task.State == TaskCancelled {
+		return &CancelResult{Task: task, AlreadyCancelled: true}, nil
+	}
+	if task.State.Terminal() {
+		return nil, reject(RejectConflict, "task %s already ended %s", task.ID, task.State)
+	}
+	reason := r.Reason
+	if reason == "" {
+		reason = "cancelled by request"
+	}
+	if task.CurrentAttempt != "" {
+		a, err := getAttempt(db, task.CurrentAttempt)
+		if err != nil {
+			return nil, err
+		}
+		if a.State.Live() {
+			res, err := endAttempt(db, index, a, task, &AttemptEndRequest{
+				AttemptID: a.ID, LeaseVersion: a.LeaseVersion, State: AttemptCancelled, ExitCode: -1, Error: reason, Now: r.Now,
+			})
+			if err != nil {
+				return nil, err
+			}
+			return &CancelResult{Task: res.(*AttemptResult).Task}, nil
+		}
+	}
+	if !ValidTaskTransition(task.State, TaskCancelled) {
+		return nil, reject(RejectIllegalTransfer, "task %s: %s → %s", task.ID, task.State, TaskCancelled)
+	}
+	t := task.clone()
+	t.State = TaskCancelled
+	t.ModifyIndex = index
+	t.addEvent(index, r.Now, EventCancelled, reason)
+	db.putTask(t)
+	return &CancelResult{Task: t}, nil
+}
+
+// applyForgetTasks deletes terminal tasks with their attempts; a task that
+// is not terminal (or no longer exists) is skipped. It returns how many
+// tasks were removed.
+func applyForgetTasks(db *store, r *ForgetTasksRequest) (any, error) {
+	removed := 0
+	for _, id := range r.TaskIDs {
+		t, ok := db.task(id)
+		if !ok || !t.State.Terminal() {
+			continue
+		}
+		var attempts []*Attempt
+		db.attemptsOfTask(id, func(a *Attempt) bool { attempts = append(attempts, a); return true })
+		for _, a := range attempts {
+			db.deleteAttempt(a)
+		}
+		db.deleteTask(t)
+		removed++
+	}
+	return removed, nil
+}
+
+// The messages of the events every attempt records (reserved, started,
+// ended), built without fmt: they are made on every replica for every
+// attempt, and Sprintf was a tenth of applying a reservation.
+
+// SubmitResult is the response to a submit-task command.
+type SubmitResult struct {
+	Task    *Task
+	Created bool // false: the idempotency key matched an existing task
+}
+
+func applySubmitTask(db *store, index uint64, r *SubmitTaskRequest) (any, error) {
+	if r.ID == "" {
+		return nil, reject(RejectInvalid, "task id is required")
+	}
+	if err := r.Spec.Validate(); err != nil {
+		return nil, reject(RejectInvalid, "%v", err)
+	}
+	if r.Spec.IdempotencyKey != "" {
+		if existing, ok := db.taskByKey(r.Spec.IdempotencyKey); ok {
+			return &SubmitResult{Task: existing, Created: false}, nil
+		}
+	}
+	if _, exists := db.task(r.ID); exists {
+		return nil, reject(RejectConflict, "task id %q already exists", r.ID)
+	}
+	t := &Task{
+		ID:          r.ID,
+		Spec:        r.Spec,
+		State:       TaskPending,
+		QueuedAt:    StampOf(r.SubmittedAt),
+		CreateIndex: index,
+		ModifyIndex: index,
+		Timeline: []TimelineEvent{{
+			Index: index, Time: StampOf(r.SubmittedAt), Kind: EventQueued,
+			Message: fmt.Sprintf("submitted by %s with priority %d", r.Spec.Submitter, r.Spec.Priority),
+		}},
+	}
+	db.w.interner.task(t, r.shapeKey, r.shapeShared)
+	db.putTask(t)
+	return &SubmitResult{Task: t, Created: true}, nil
+}

@@ -1,0 +1,59 @@
+package fsm
+
+import (
+	"herd/scheduler"
+	"time"
+)
+
+// View is the node as the scheduler sees it.
+func (n *Node) View() scheduler.Node {
+	return scheduler.Node{
+		ID: n.ID, Management: n.Management, Liveness: n.Liveness, Scheduling: n.Scheduling,
+		LastHeartbeat: n.LastHeartbeat.Time(), Capabilities: n.Capabilities, Labels: n.Labels,
+		Resources: n.Resources, Reserved: n.Reserved, Slots: n.Slots,
+		RunningAttempts: n.RunningAttempts, Weight: n.Weight,
+	}
+}
+
+// Request is the task's placement question at now. The blacklist is
+// filled by the caller (see BlacklistedOn).
+func (t *Task) Request(now time.Time, ttl time.Duration) scheduler.Request {
+	return scheduler.Request{
+		TaskID: t.ID, Capability: t.Spec.Capability, CapabilityVersion: t.Spec.CapabilityVersion,
+		RequiredLabels: t.Spec.RequiredLabels, PreferredLabels: t.Spec.PreferredLabels,
+		Resources: t.Spec.Resources, Now: now, HeartbeatTTL: ttl,
+		FailedOn: failedOn(t.NodeFailures),
+	}
+}
+
+func failedOn(m map[string]NodeFailure) map[string]int {
+	if len(m) == 0 {
+		return nil
+	}
+	out := make(map[string]int, len(m))
+	for id, f := range m {
+		out[id] = f.Count
+	}
+	return out
+}
+
+// BlacklistedOn reports whether the task failed twice on the node since
+// the node last proved healthy (succeeded at any task).
+func (t *Task) BlacklistedOn(n *Node) bool {
+	f, ok := t.NodeFailures[n.ID]
+	return ok && f.Count >= 2 && n.HealthyIndex < f.LastIndex
+}
+
+// Blacklist returns the set of nodes the task must avoid.
+func (t *Task) Blacklist(nodeByID func(string) *Node) map[string]bool {
+	var out map[string]bool
+	for id := range t.NodeFailures {
+		if n := nodeByID(id); n != nil && t.BlacklistedOn(n) {
+			if out == nil {
+				out = map[string]bool{}
+			}
+			out[id] = true
+		}
+	}
+	return out
+}

@@ -15,7 +15,6 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -165,16 +164,4 @@ func machineMemoryMB() int64 {
 		}
 	}
 	return 0
-}
-
-// freeDiskMB is the space available to unprivileged users under dir.
-func freeDiskMB(dir string) int64 {
-	if err := os.MkdirAll(dir, 0o750); err != nil {
-		return 0
-	}
-	var st syscall.Statfs_t
-	if err := syscall.Statfs(dir, &st); err != nil {
-		return 0
-	}
-	return int64(st.Bavail) * int64(st.Bsize) >> 20
 }

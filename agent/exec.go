@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
-	"syscall"
 	"time"
 
 	"herd/api"
@@ -76,7 +75,7 @@ func (a *Agent) runProcess(ctx context.Context, as api.Assignment) outcome {
 		"HERD_ATTEMPT_NUMBER="+strconv.Itoa(att.Number),
 		"HERD_NODE_ID="+a.cfg.ID,
 	)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.SysProcAttr = groupLeader()
 	if f, err := devNull(); err == nil {
 		cmd.Stdin = f
 	}
@@ -134,7 +133,7 @@ func (a *Agent) runProcess(ctx context.Context, as api.Assignment) outcome {
 		waitErr = a.stopGroup(pid, limits, waited)
 	}
 	// Whatever the main process left behind in its group dies with it.
-	_ = syscall.Kill(-pid, syscall.SIGKILL)
+	killGroup(pid)
 	limits.KillAll()
 	contained = limits.Contained()
 	select {
@@ -170,13 +169,13 @@ func (a *Agent) runProcess(ctx context.Context, as api.Assignment) outcome {
 // stopGroup asks the process group to stop (SIGTERM), kills it after the
 // grace period, and returns the main process's wait result.
 func (a *Agent) stopGroup(pid int, limits limitHandle, waited <-chan error) error {
-	_ = syscall.Kill(-pid, syscall.SIGTERM)
+	terminateGroup(pid)
 	select {
 	case err := <-waited:
 		return err
 	case <-time.After(a.cfg.KillGrace):
 	}
-	_ = syscall.Kill(-pid, syscall.SIGKILL)
+	killGroup(pid)
 	limits.KillAll()
 	return <-waited
 }
@@ -188,8 +187,8 @@ func exitStatus(ps *os.ProcessState, waitErr error) (int, string) {
 		}
 		return -1, "no exit status"
 	}
-	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		return 128 + int(ws.Signal()), "killed by signal " + ws.Signal().String()
+	if sig, ok := signalled(ps); ok {
+		return 128 + int(sig), "killed by signal " + sig.String()
 	}
 	var ee *exec.ExitError
 	if waitErr != nil && !errors.As(waitErr, &ee) {

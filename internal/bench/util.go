@@ -13,7 +13,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 )
 
@@ -41,26 +40,6 @@ func percentile(xs []float64, p float64) float64 {
 	s := slices.Clone(xs)
 	slices.Sort(s)
 	return s[min(int(float64(len(s)-1)*p+0.5), len(s)-1)]
-}
-
-// processCPU is the CPU time (user and system) this process has used: the
-// whole cluster runs in it, so its rate is how many cores a run kept busy.
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-// childrenCPU is the CPU time (user and system) of this process's
-// children that were waited for: in the end-to-end run, the tasks.
-func childrenCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_CHILDREN, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func waitReady(ctx context.Context, cl *api.Client, timeout time.Duration) error {

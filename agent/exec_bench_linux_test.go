@@ -2,13 +2,10 @@ package agent
 
 import (
 	"context"
-	"path/filepath"
 	"strconv"
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/hashicorp/go-hclog"
 
 	"herd/api"
 )
@@ -48,31 +45,4 @@ func selfCPU() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-// limitMethodsForTest are the limit methods runProcess is measured and
-// tested under; those this machine lacks are skipped.
-var limitMethodsForTest = []struct {
-	name string
-	make func() (limiter, error)
-}{
-	{"none", func() (limiter, error) { return noLimits{}, nil }},
-	{"rlimit", func() (limiter, error) { return rlimits{}, nil }},
-	{"cgroup-v1", newCgroupV1},
-}
-
-// agentForTest is an agent that can run attempts (runProcess) under the
-// limiter mk makes, with its data in a temporary directory; it skips
-// where the limiter is unavailable.
-func agentForTest(tb testing.TB, name string, mk func() (limiter, error)) *Agent {
-	tb.Helper()
-	lim, err := mk()
-	if err != nil {
-		tb.Skipf("%s unavailable: %v", name, err)
-	}
-	if c, ok := lim.(*cgroupV1); ok {
-		tb.Cleanup(c.drain)
-	}
-	cfg := Config{ID: "test", DataDir: tb.TempDir()}.WithDefaults()
-	return &Agent{cfg: cfg, logger: hclog.NewNullLogger(), limiter: lim, paths: pathCache{now: time.Now}, workDirs: newWorkDirs(filepath.Join(cfg.DataDir, "work"))}
 }

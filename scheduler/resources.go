@@ -1,9 +1,3 @@
-// Package scheduler holds herd's placement logic as pure, deterministic
-// functions: queue order, filtering with reasons, scoring and selection.
-// It does no I/O, reads no clock (time is an argument) and uses no
-// randomness that the caller did not seed, so every decision can be
-// replayed and explained. The FSM imports it to re-check a reservation
-// with the same qualification rules the leader used to make it.
 package scheduler
 
 // Resources is an amount of allocatable capacity: what a node offers, what a
@@ -45,32 +39,3 @@ func (r Resources) Covers(o Resources) bool {
 func (r Resources) Negative() bool {
 	return r.CPUMillis < 0 || r.MemoryMB < 0 || r.GPU < 0 || r.DiskMB < 0
 }
-
-// Management is the operator's intent for a node.
-type Management string
-
-// Management states.
-const (
-	ManagementActive   Management = "ACTIVE"
-	ManagementDraining Management = "DRAINING"
-	ManagementRetired  Management = "RETIRED"
-)
-
-// Liveness is the leader's committed verdict on whether a node is reachable.
-type Liveness string
-
-// Liveness states.
-const (
-	LivenessReady   Liveness = "READY"
-	LivenessSuspect Liveness = "SUSPECT"
-	LivenessDown    Liveness = "DOWN"
-)
-
-// Scheduling says whether a node may receive new attempts.
-type Scheduling string
-
-// Scheduling states.
-const (
-	SchedulingEligible   Scheduling = "ELIGIBLE"
-	SchedulingIneligible Scheduling = "INELIGIBLE"
-)

@@ -3,12 +3,13 @@ package scheduler
 import (
 	"fmt"
 	"math/rand/v2"
-	"pgregory.net/rapid"
 	"runtime"
 	"strings"
 	"testing"
 	"time"
 	"unsafe"
+
+	"pgregory.net/rapid"
 )
 
 var now = time.Date(2026, 10, 2, 12, 0, 0, 0, time.UTC)

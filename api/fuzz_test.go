@@ -29,9 +29,11 @@ func FuzzDecodeBody(f *testing.F) {
 		for _, mk := range targets {
 			w := httptest.NewRecorder()
 			r := httptest.NewRequest(http.MethodPost, "/", bytes.NewReader(body))
-			if decodeBody(w, r, mk()) {
+			err := decodeBody(w, r, mk())
+			if err == nil {
 				continue
 			}
+			writeErr(w, err)
 			if w.Code < 400 || w.Code >= 500 || w.Header().Get("Content-Type") != "application/json" || !bytes.Contains(w.Body.Bytes(), []byte(`"error"`)) {
 				t.Fatalf("body %q: answer %d %q", body, w.Code, w.Body.String())
 			}

@@ -1,0 +1,150 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"time"
+)
+
+// fakeBackend is a replica for handler tests: it records every call and
+// answers with canned values, or with the error set for that method.
+type fakeBackend struct {
+	mu         sync.Mutex
+	leader     bool
+	leaderAddr string // "" when no leader is known
+	errs       map[string]error
+	calls      []string
+	created    bool // SubmitTask creates the task
+	outcomes   []ReportOutcome
+}
+
+func newFake() *fakeBackend {
+	return &fakeBackend{leader: true, errs: map[string]error{}, created: true}
+}
+
+// call records a call and returns the error set for the method.
+func (f *fakeBackend) call(method string, args ...any) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	parts := []string{method}
+	for _, a := range args {
+		parts = append(parts, fmt.Sprint(a))
+	}
+	f.calls = append(f.calls, strings.Join(parts, " "))
+	return f.errs[method]
+}
+
+func (f *fakeBackend) Calls() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.calls...)
+}
+
+func (f *fakeBackend) ID() string     { return "fake1" }
+func (f *fakeBackend) IsLeader() bool { return f.leader }
+func (f *fakeBackend) LeaderHTTPAddress() (string, bool) {
+	return f.leaderAddr, f.leaderAddr != ""
+}
+func (f *fakeBackend) ReadMeta() ReadMeta {
+	return ReadMeta{Index: 42, LastContact: 1500 * time.Millisecond, KnownLeader: true}
+}
+func (f *fakeBackend) ConsistentRead(context.Context) error { return f.call("ConsistentRead") }
+
+func (f *fakeBackend) Self() SelfInfo         { _ = f.call("Self"); return SelfInfo{ID: "fake1"} }
+func (f *fakeBackend) GossipInfo() GossipInfo { _ = f.call("GossipInfo"); return GossipInfo{} }
+func (f *fakeBackend) Leader() (LeaderInfo, error) {
+	return LeaderInfo{ID: "fake1"}, f.call("Leader")
+}
+func (f *fakeBackend) RaftConfiguration() (RaftConfiguration, error) {
+	return RaftConfiguration{}, f.call("RaftConfiguration")
+}
+func (f *fakeBackend) RaftStats() map[string]string {
+	_ = f.call("RaftStats")
+	return map[string]string{"state": "Leader"}
+}
+func (f *fakeBackend) SchedulerStatus() SchedulerStatus {
+	_ = f.call("SchedulerStatus")
+	return SchedulerStatus{}
+}
+
+func (f *fakeBackend) Join(_ context.Context, req JoinRequest) error {
+	return f.call("Join", req.ID)
+}
+func (f *fakeBackend) RemovePeer(_ context.Context, id string) error { return f.call("RemovePeer", id) }
+func (f *fakeBackend) TransferLeadership(_ context.Context, id string) error {
+	return f.call("TransferLeadership", id)
+}
+func (f *fakeBackend) SnapshotSave(_ context.Context, w io.Writer) error {
+	if err := f.call("SnapshotSave"); err != nil {
+		return err
+	}
+	_, err := io.WriteString(w, "archive")
+	return err
+}
+func (f *fakeBackend) SnapshotRestore(_ context.Context, r io.Reader) error {
+	if _, err := io.Copy(io.Discard, r); err != nil {
+		return err
+	}
+	return f.call("SnapshotRestore")
+}
+
+func (f *fakeBackend) SubmitTask(_ context.Context, spec TaskSpec) (Task, bool, uint64, error) {
+	err := f.call("SubmitTask", spec.Name)
+	return Task{ID: "t1", State: "PENDING"}, f.created, 7, err
+}
+func (f *fakeBackend) SubmitTasks(_ context.Context, specs []TaskSpec) (BatchSubmitResponse, error) {
+	return BatchSubmitResponse{}, f.call("SubmitTasks", len(specs))
+}
+func (f *fakeBackend) GetTask(id string) (Task, error) { return Task{ID: id}, f.call("GetTask", id) }
+func (f *fakeBackend) ListTasks(q TaskQuery) (TaskList, error) {
+	return TaskList{}, f.call("ListTasks", q.State, q.After, q.Limit)
+}
+func (f *fakeBackend) ExplainTask(id string) (Explanation, error) {
+	return Explanation{}, f.call("ExplainTask", id)
+}
+func (f *fakeBackend) ExplainSpec(ExplainRequest) (Explanation, error) {
+	return Explanation{}, f.call("ExplainSpec")
+}
+func (f *fakeBackend) CancelTask(_ context.Context, id, reason string) (Task, error) {
+	return Task{ID: id}, f.call("CancelTask", id, reason)
+}
+
+func (f *fakeBackend) RegisterNode(_ context.Context, reg NodeRegistration) (RegisterResponse, error) {
+	return RegisterResponse{}, f.call("RegisterNode", reg.ID)
+}
+func (f *fakeBackend) Heartbeat(_ context.Context, id string, _ HeartbeatRequest) (HeartbeatResponse, error) {
+	return HeartbeatResponse{}, f.call("Heartbeat", id)
+}
+func (f *fakeBackend) DrainNode(_ context.Context, id string, enable bool) (Node, error) {
+	return Node{ID: id}, f.call("DrainNode", id, enable)
+}
+func (f *fakeBackend) SetNodeEligibility(_ context.Context, id string, eligible bool) (Node, error) {
+	return Node{ID: id}, f.call("SetNodeEligibility", id, eligible)
+}
+func (f *fakeBackend) GetNode(id string) (Node, error) { return Node{ID: id}, f.call("GetNode", id) }
+func (f *fakeBackend) ListNodes() ([]Node, error)      { return []Node{{ID: "n1"}}, f.call("ListNodes") }
+func (f *fakeBackend) Assignments(_ context.Context, id string, q AssignmentsQuery) (Assignments, error) {
+	return Assignments{NodeID: id, Index: 9}, f.call("Assignments", id, q.Index, q.Wait, q.Known)
+}
+
+func (f *fakeBackend) StartAttempt(_ context.Context, id string, _ AttemptStartRequest) (AttemptReport, error) {
+	return AttemptReport{}, f.call("StartAttempt", id)
+}
+func (f *fakeBackend) CompleteAttempt(_ context.Context, id string, req AttemptCompleteRequest) (AttemptReport, error) {
+	return AttemptReport{}, f.call("CompleteAttempt", id, req.State)
+}
+func (f *fakeBackend) ReportAttempts(_ context.Context, reports []AttemptReportItem) ([]ReportOutcome, error) {
+	if err := f.call("ReportAttempts", len(reports)); err != nil {
+		return nil, err
+	}
+	if f.outcomes != nil {
+		return f.outcomes, nil
+	}
+	return make([]ReportOutcome, len(reports)), nil
+}
+
+func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }

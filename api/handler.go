@@ -1,0 +1,271 @@
+package api
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/pprof"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+)
+
+// Headers describing how fresh a read is, and the loop guard for forwarding.
+const (
+	HeaderIndex       = "X-Herd-Index"
+	HeaderLastContact = "X-Herd-Last-Contact"
+	HeaderKnownLeader = "X-Herd-Known-Leader"
+	HeaderForwarded   = "X-Herd-Forwarded-By"
+)
+
+// ReadMeta describes the replica's view when it answered a read.
+type ReadMeta struct {
+	Index       uint64
+	LastContact time.Duration // since the leader was last heard; 0 on the leader
+	KnownLeader bool
+}
+
+// ReplicaBackend is what routing needs from a replica: who it is, whether
+// it leads, where the leader is, and how fresh its reads are.
+type ReplicaBackend interface {
+	ID() string
+	IsLeader() bool
+	// LeaderHTTPAddress is where to forward leader-only requests.
+	LeaderHTTPAddress() (string, bool)
+	ReadMeta() ReadMeta
+	// ConsistentRead, called on the leader only, confirms leadership with
+	// a quorum and waits until everything committed before the call is
+	// applied locally.
+	ConsistentRead(ctx context.Context) error
+}
+
+// Backend is everything the HTTP layer needs from a replica, one role
+// interface per endpoint family. The handler calls a method documented as
+// leader-only only on the leader (it forwards the request from anywhere
+// else); a replica that lost leadership meanwhile returns an error
+// wrapping ErrNotLeader. Methods may be called concurrently, one call per
+// request goroutine.
+type Backend interface {
+	ReplicaBackend
+	StatusBackend
+	OperatorBackend
+	TaskBackend
+	NodeBackend
+	AttemptBackend
+}
+
+// Handler serves the API of one replica.
+type Handler struct {
+	backend Backend
+	logger  hclog.Logger
+	mux     *http.ServeMux
+	// forwardTransport carries requests forwarded to the leader; nil means
+	// http.DefaultTransport.
+	forwardTransport http.RoundTripper
+	// patternsMap holds, while routes are registered, each pattern's
+	// handlers by method.
+	patternsMap map[string]map[string]http.HandlerFunc
+}
+
+// NewHandler builds the HTTP handler for a replica.
+func NewHandler(b Backend, logger hclog.Logger) *Handler {
+	if logger == nil {
+		logger = hclog.NewNullLogger()
+	}
+	h := &Handler{
+		backend: b,
+		logger:  logger.Named("http"),
+		mux:     http.NewServeMux(),
+	}
+	for _, rt := range h.routes() {
+		h.handle(rt)
+	}
+	h.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("no such endpoint: %s %s", r.Method, r.URL.Path))
+	})
+	return h
+}
+
+// WithForwardTransport sets the transport for requests forwarded to the
+// leader (the replica's own dialer, so fault tests can cut that link too).
+func (h *Handler) WithForwardTransport(rt http.RoundTripper) *Handler {
+	h.forwardTransport = rt
+	return h
+}
+
+// WithDebug serves Go's runtime profiles under /debug/pprof/ (for
+// operators chasing CPU or memory; see the enable_debug setting).
+func (h *Handler) WithDebug() *Handler {
+	h.mux.HandleFunc("/debug/pprof/", pprof.Index)
+	h.mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	h.mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	h.mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	h.mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	return h
+}
+
+// Where an endpoint runs.
+type placement int
+
+const (
+	// local: answered by whichever replica receives it.
+	local placement = iota
+	// leaderOnly: answered by the leader; other replicas forward it. A
+	// request that was already forwarded once is not forwarded again
+	// (leadership moved under it): the client retries.
+	leaderOnly
+	// readable: a read answered locally with the freshness headers, or
+	// through the leader with ?consistent.
+	readable
+)
+
+// endpoint answers one request: a value written as JSON with status 200
+// (or a reply with another status), or an error (see errorAnswer). An
+// endpoint that wrote its own answer returns written.
+type endpoint func(w http.ResponseWriter, r *http.Request) (any, error)
+
+// reply is an answer with a status other than 200.
+type reply struct {
+	status int
+	body   any
+}
+
+// written marks an answer the endpoint already wrote (a stream).
+type writtenAnswer struct{}
+
+var written = writtenAnswer{}
+
+// Route is one method on one path, with where it runs. The table of routes
+// (Routes) is the API's surface: tests walk it so that no endpoint goes
+// untested.
+type Route struct {
+	Method, Pattern string
+	where           placement
+	fn              endpoint
+}
+
+// Routes lists every route this handler serves, in registration order.
+func (h *Handler) Routes() []Route { return h.routes() }
+
+func (h *Handler) routes() []Route {
+	var rs []Route
+	for _, family := range [][]Route{h.statusRoutes(), h.operatorRoutes(), h.taskRoutes(), h.nodeRoutes(), h.attemptRoutes()} {
+		rs = append(rs, family...)
+	}
+	return rs
+}
+
+// handle registers a route; routes sharing a pattern share one mux entry,
+// which answers any other method with a JSON 405.
+func (h *Handler) handle(rt Route) {
+	byMethod, ok := h.patterns()[rt.Pattern]
+	if !ok {
+		byMethod = map[string]http.HandlerFunc{}
+		h.patternsMap[rt.Pattern] = byMethod
+		h.mux.HandleFunc(rt.Pattern, func(w http.ResponseWriter, req *http.Request) {
+			fn, ok := byMethod[req.Method]
+			if !ok {
+				allowed := make([]string, 0, len(byMethod))
+				for m := range byMethod {
+					allowed = append(allowed, m)
+				}
+				w.Header().Set("Allow", strings.Join(slices.Sorted(slices.Values(allowed)), ", "))
+				writeError(w, http.StatusMethodNotAllowed, fmt.Sprintf("method %s not allowed on %s", req.Method, req.URL.Path))
+				return
+			}
+			fn(w, req)
+		})
+	}
+	byMethod[rt.Method] = h.wrap(rt.where, h.serve(rt.fn))
+}
+
+func (h *Handler) patterns() map[string]map[string]http.HandlerFunc {
+	if h.patternsMap == nil {
+		h.patternsMap = map[string]map[string]http.HandlerFunc{}
+	}
+	return h.patternsMap
+}
+
+// serve runs an endpoint and writes what it returns.
+func (h *Handler) serve(fn endpoint) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		out, err := fn(w, r)
+		switch v := out.(type) {
+		case writtenAnswer:
+			return
+		case reply:
+			if err == nil {
+				writeJSON(w, v.status, v.body)
+				return
+			}
+		}
+		if err != nil {
+			writeErr(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, out)
+	}
+}
+
+// wrap places a handler: forwarded to the leader, or served as a read.
+func (h *Handler) wrap(where placement, fn http.HandlerFunc) http.HandlerFunc {
+	switch where {
+	case leaderOnly:
+		return func(w http.ResponseWriter, r *http.Request) {
+			if h.backend.IsLeader() {
+				fn(w, r)
+				return
+			}
+			h.forward(w, r)
+		}
+	case readable:
+		return func(w http.ResponseWriter, r *http.Request) {
+			if _, consistent := r.URL.Query()["consistent"]; consistent {
+				if !h.backend.IsLeader() {
+					h.forward(w, r)
+					return
+				}
+				if err := h.backend.ConsistentRead(r.Context()); err != nil {
+					writeErr(w, err)
+					return
+				}
+			}
+			meta := h.backend.ReadMeta()
+			w.Header().Set(HeaderIndex, strconv.FormatUint(meta.Index, 10))
+			w.Header().Set(HeaderLastContact, strconv.FormatInt(meta.LastContact.Milliseconds(), 10))
+			w.Header().Set(HeaderKnownLeader, strconv.FormatBool(meta.KnownLeader))
+			fn(w, r)
+		}
+	}
+	return fn
+}
+
+// ServeHTTP recovers from handler panics so that one bad request cannot
+// take the replica down; the panic is logged and answered with a 500.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	defer func() {
+		if p := recover(); p != nil {
+			if p == http.ErrAbortHandler {
+				panic(p)
+			}
+			h.logger.Error("handler panic", "method", r.Method, "path", r.URL.Path, "panic", p)
+			writeError(w, http.StatusInternalServerError, "internal error")
+		}
+	}()
+	if _, pretty := r.URL.Query()["pretty"]; pretty {
+		w = prettyWriter{w}
+	}
+	h.mux.ServeHTTP(w, r)
+}
+
+// pathID validates an {id} path segment naming a what.
+func pathID(r *http.Request, what string) (string, error) {
+	id := r.PathValue("id")
+	if !ValidID(id) {
+		return "", badRequest("%q is not a valid %s id", id, what)
+	}
+	return id, nil
+}

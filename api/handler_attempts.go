@@ -1,0 +1,109 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+)
+
+// AttemptBackend takes the agents' reports of their attempts. Every
+// method is leader-only.
+type AttemptBackend interface {
+	StartAttempt(ctx context.Context, id string, req AttemptStartRequest) (AttemptReport, error)
+	CompleteAttempt(ctx context.Context, id string, req AttemptCompleteRequest) (AttemptReport, error)
+	// ReportAttempts commits a validated batch of reports in one entry and
+	// answers each (an error only when the batch as a whole failed).
+	ReportAttempts(ctx context.Context, reports []AttemptReportItem) ([]ReportOutcome, error)
+}
+
+func (h *Handler) attemptRoutes() []Route {
+	return []Route{
+		{http.MethodPost, "/v1/attempts/{id}/start", leaderOnly, h.postAttemptStart},
+		{http.MethodPost, "/v1/attempts/{id}/complete", leaderOnly, h.postAttemptComplete},
+		{http.MethodPost, "/v1/attempts/reports", leaderOnly, h.postAttemptReports},
+	}
+}
+
+func (h *Handler) postAttemptStart(w http.ResponseWriter, r *http.Request) (any, error) {
+	id, err := pathID(r, "attempt")
+	if err != nil {
+		return nil, err
+	}
+	var req AttemptStartRequest
+	if err := decodeBody(w, r, &req); err != nil {
+		return nil, err
+	}
+	return h.backend.StartAttempt(r.Context(), id, req)
+}
+
+func (h *Handler) postAttemptComplete(w http.ResponseWriter, r *http.Request) (any, error) {
+	id, err := pathID(r, "attempt")
+	if err != nil {
+		return nil, err
+	}
+	var req AttemptCompleteRequest
+	if err := decodeBody(w, r, &req); err != nil {
+		return nil, err
+	}
+	if err := validateComplete(&req); err != nil {
+		return nil, badRequest("%v", err)
+	}
+	return h.backend.CompleteAttempt(r.Context(), id, req)
+}
+
+// validateComplete checks a result report's fields.
+func validateComplete(req *AttemptCompleteRequest) error {
+	switch {
+	case len(req.OutputTail) > MaxOutputTail:
+		return fmt.Errorf("output_tail is longer than %d bytes", MaxOutputTail)
+	case len(req.Error) > MaxErrorText:
+		return fmt.Errorf("error is longer than %d bytes", MaxErrorText)
+	}
+	switch req.State {
+	case "", "SUCCEEDED", "FAILED", "TIMED_OUT", "LOST":
+		return nil
+	}
+	return fmt.Errorf("state %q must be SUCCEEDED, FAILED, TIMED_OUT or LOST", req.State)
+}
+
+// postAttemptReports takes a batch of starts and results. The batch is
+// validated whole (one bad report refuses it all, 400) and then each
+// report is answered on its own.
+func (h *Handler) postAttemptReports(w http.ResponseWriter, r *http.Request) (any, error) {
+	var req AttemptReportBatch
+	if err := decodeBody(w, r, &req); err != nil {
+		return nil, err
+	}
+	if len(req.Reports) == 0 || len(req.Reports) > MaxReportBatch {
+		return nil, badRequest("a batch holds 1 to %d reports, not %d", MaxReportBatch, len(req.Reports))
+	}
+	for i, rep := range req.Reports {
+		var err error
+		switch {
+		case !ValidID(rep.AttemptID):
+			err = fmt.Errorf("%q is not a valid attempt id", rep.AttemptID)
+		case (rep.Start == nil) == (rep.Complete == nil):
+			err = errors.New("a report has exactly one of start and complete")
+		case rep.Complete != nil:
+			err = validateComplete(rep.Complete)
+		}
+		if err != nil {
+			return nil, badRequest("report %d: %v", i, err)
+		}
+	}
+	outcomes, err := h.backend.ReportAttempts(r.Context(), req.Reports)
+	if err != nil {
+		return nil, err
+	}
+	resp := AttemptReportBatchResponse{Results: make([]AttemptReportResult, len(outcomes))}
+	for i, o := range outcomes {
+		if o.Err != nil {
+			status, body := errorAnswer(o.Err)
+			resp.Results[i] = AttemptReportResult{Status: status, Error: body.Error, Code: body.Code}
+			continue
+		}
+		resp.Results[i] = AttemptReportResult{Report: &o.Report}
+	}
+	return resp, nil
+}

@@ -1,0 +1,130 @@
+package api
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+	"time"
+)
+
+// NodeBackend registers nodes, keeps their sessions alive, hands them
+// their work and lets operators steer them.
+type NodeBackend interface {
+	// RegisterNode, Heartbeat, DrainNode and SetNodeEligibility are
+	// leader-only.
+	RegisterNode(ctx context.Context, reg NodeRegistration) (RegisterResponse, error)
+	Heartbeat(ctx context.Context, nodeID string, req HeartbeatRequest) (HeartbeatResponse, error)
+	DrainNode(ctx context.Context, nodeID string, enable bool) (Node, error)
+	SetNodeEligibility(ctx context.Context, nodeID string, eligible bool) (Node, error)
+	GetNode(id string) (Node, error)
+	ListNodes() ([]Node, error)
+	// Assignments blocks until the node's attempts changed after q.Index
+	// (and, with q.Known, differ from that set), or q.Wait passed, then
+	// answers from the local state.
+	Assignments(ctx context.Context, nodeID string, q AssignmentsQuery) (Assignments, error)
+}
+
+// MaxWait bounds a blocking query.
+const MaxWait = 5 * time.Minute
+
+func (h *Handler) nodeRoutes() []Route {
+	return []Route{
+		{http.MethodGet, "/v1/nodes", readable, h.listNodes},
+		{http.MethodPost, "/v1/nodes/register", leaderOnly, h.postRegisterNode},
+		{http.MethodGet, "/v1/nodes/{id}", readable, h.getNode},
+		{http.MethodGet, "/v1/nodes/{id}/assignments", readable, h.getAssignments},
+		{http.MethodPost, "/v1/nodes/{id}/heartbeat", leaderOnly, h.postHeartbeat},
+		{http.MethodPost, "/v1/nodes/{id}/drain", leaderOnly, h.postDrain},
+		{http.MethodPost, "/v1/nodes/{id}/eligibility", leaderOnly, h.postEligibility},
+	}
+}
+
+func (h *Handler) postRegisterNode(w http.ResponseWriter, r *http.Request) (any, error) {
+	var reg NodeRegistration
+	if err := decodeBody(w, r, &reg); err != nil {
+		return nil, err
+	}
+	return h.backend.RegisterNode(r.Context(), reg)
+}
+
+func (h *Handler) postHeartbeat(w http.ResponseWriter, r *http.Request) (any, error) {
+	id, err := pathID(r, "node")
+	if err != nil {
+		return nil, err
+	}
+	var req HeartbeatRequest
+	if err := decodeBody(w, r, &req); err != nil {
+		return nil, err
+	}
+	return h.backend.Heartbeat(r.Context(), id, req)
+}
+
+func (h *Handler) getAssignments(w http.ResponseWriter, r *http.Request) (any, error) {
+	id, err := pathID(r, "node")
+	if err != nil {
+		return nil, err
+	}
+	q := r.URL.Query()
+	var index uint64
+	if v := q.Get("index"); v != "" {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			return nil, badRequest("index %q must be a non-negative whole number", v)
+		}
+		index = n
+	}
+	var wait time.Duration
+	if v := q.Get("wait"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 || d > MaxWait {
+			return nil, badRequest("wait %q must be a duration from 0 to %s", v, MaxWait)
+		}
+		wait = d
+	}
+	as, err := h.backend.Assignments(r.Context(), id, AssignmentsQuery{Index: index, Wait: wait, Known: q.Get("known")})
+	if err != nil {
+		return nil, err
+	}
+	w.Header().Set(HeaderIndex, strconv.FormatUint(as.Index, 10))
+	return as, nil
+}
+
+func (h *Handler) postDrain(w http.ResponseWriter, r *http.Request) (any, error) {
+	id, err := pathID(r, "node")
+	if err != nil {
+		return nil, err
+	}
+	var req DrainRequest
+	if err := decodeBody(w, r, &req); err != nil {
+		return nil, err
+	}
+	return h.backend.DrainNode(r.Context(), id, req.Enable)
+}
+
+func (h *Handler) postEligibility(w http.ResponseWriter, r *http.Request) (any, error) {
+	id, err := pathID(r, "node")
+	if err != nil {
+		return nil, err
+	}
+	var req EligibilityRequest
+	if err := decodeBody(w, r, &req); err != nil {
+		return nil, err
+	}
+	return h.backend.SetNodeEligibility(r.Context(), id, req.Eligible)
+}
+
+func (h *Handler) getNode(_ http.ResponseWriter, r *http.Request) (any, error) {
+	id, err := pathID(r, "node")
+	if err != nil {
+		return nil, err
+	}
+	return h.backend.GetNode(id)
+}
+
+func (h *Handler) listNodes(http.ResponseWriter, *http.Request) (any, error) {
+	nodes, err := h.backend.ListNodes()
+	if err != nil {
+		return nil, err
+	}
+	return map[string][]Node{"nodes": nodes}, nil
+}

@@ -1,0 +1,103 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+)
+
+// OperatorBackend changes the Raft group and its state as a whole. Every
+// method is leader-only.
+type OperatorBackend interface {
+	Join(ctx context.Context, req JoinRequest) error
+	RemovePeer(ctx context.Context, id string) error
+	// TransferLeadership hands leadership to targetID, or to any
+	// up-to-date voter when targetID is empty.
+	TransferLeadership(ctx context.Context, targetID string) error
+	// SnapshotSave streams an archive of the state to w.
+	SnapshotSave(ctx context.Context, w io.Writer) error
+	// SnapshotRestore replaces the cluster's state with the archive read
+	// from r.
+	SnapshotRestore(ctx context.Context, r io.Reader) error
+}
+
+func (h *Handler) operatorRoutes() []Route {
+	return []Route{
+		{http.MethodDelete, "/v1/operator/raft/peer", leaderOnly, h.deletePeer},
+		{http.MethodPost, "/v1/operator/raft/join", leaderOnly, h.postJoin},
+		{http.MethodPut, "/v1/operator/raft/transfer-leadership", leaderOnly, h.putTransferLeadership},
+		{http.MethodGet, "/v1/operator/snapshot", leaderOnly, h.getSnapshot},
+		{http.MethodPut, "/v1/operator/snapshot", leaderOnly, h.putSnapshot},
+	}
+}
+
+func (h *Handler) deletePeer(_ http.ResponseWriter, r *http.Request) (any, error) {
+	id := r.URL.Query().Get("id")
+	if !ValidID(id) {
+		return nil, badRequest("query parameter id %q is not a valid server id", id)
+	}
+	if err := h.backend.RemovePeer(r.Context(), id); err != nil {
+		return nil, err
+	}
+	return map[string]string{"removed": id}, nil
+}
+
+func (h *Handler) postJoin(w http.ResponseWriter, r *http.Request) (any, error) {
+	var req JoinRequest
+	if err := decodeBody(w, r, &req); err != nil {
+		return nil, err
+	}
+	if !ValidID(req.ID) || req.RaftAddress == "" || req.HTTPAddress == "" {
+		return nil, badRequest("join needs a valid id, raft_address and http_address")
+	}
+	if err := h.backend.Join(r.Context(), req); err != nil {
+		return nil, err
+	}
+	return map[string]string{"joined": req.ID}, nil
+}
+
+func (h *Handler) putTransferLeadership(_ http.ResponseWriter, r *http.Request) (any, error) {
+	target := r.URL.Query().Get("id")
+	if target != "" && !ValidID(target) {
+		return nil, badRequest("query parameter id %q is not a valid server id", target)
+	}
+	if err := h.backend.TransferLeadership(r.Context(), target); err != nil {
+		return nil, err
+	}
+	l, err := h.backend.Leader()
+	if err != nil {
+		return map[string]string{"result": "leadership transferred"}, nil
+	}
+	return l, nil
+}
+
+// getSnapshot streams the archive. Once bytes are streamed the status is
+// sent; a later failure can only cut the stream short, which the
+// archive's checksum reveals on restore.
+func (h *Handler) getSnapshot(w http.ResponseWriter, r *http.Request) (any, error) {
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set("Content-Disposition", `attachment; filename="herd.snap"`)
+	sw := &statusWriter{ResponseWriter: w}
+	if err := h.backend.SnapshotSave(r.Context(), sw); err != nil {
+		if !sw.wrote {
+			w.Header().Del("Content-Disposition")
+			return nil, err
+		}
+		h.logger.Error("snapshot stream failed midway", "error", err)
+	}
+	return written, nil
+}
+
+func (h *Handler) putSnapshot(w http.ResponseWriter, r *http.Request) (any, error) {
+	r.Body = http.MaxBytesReader(w, r.Body, MaxSnapshotBytes)
+	if err := h.backend.SnapshotRestore(r.Context(), r.Body); err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return nil, &requestError{status: http.StatusRequestEntityTooLarge, msg: fmt.Sprintf("snapshot larger than %d bytes", mbe.Limit)}
+		}
+		return nil, err
+	}
+	return map[string]string{"result": "snapshot restored"}, nil
+}

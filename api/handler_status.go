@@ -1,0 +1,49 @@
+package api
+
+import "net/http"
+
+// StatusBackend answers what a replica knows about itself and the cluster.
+type StatusBackend interface {
+	Self() SelfInfo
+	GossipInfo() GossipInfo
+	Leader() (LeaderInfo, error)
+	RaftConfiguration() (RaftConfiguration, error)
+	RaftStats() map[string]string
+	// SchedulerStatus is leader-only: only the leader schedules.
+	SchedulerStatus() SchedulerStatus
+}
+
+func (h *Handler) statusRoutes() []Route {
+	return []Route{
+		{http.MethodGet, "/v1/status/leader", local, h.getLeader},
+		{http.MethodGet, "/v1/status/self", local, h.getSelf},
+		{http.MethodGet, "/v1/status/gossip", local, h.getGossip},
+		{http.MethodGet, "/v1/operator/raft/configuration", local, h.getRaftConfiguration},
+		{http.MethodGet, "/v1/operator/raft/stats", local, h.getRaftStats},
+		{http.MethodGet, "/v1/operator/scheduler", leaderOnly, h.getScheduler},
+	}
+}
+
+func (h *Handler) getLeader(http.ResponseWriter, *http.Request) (any, error) {
+	return h.backend.Leader()
+}
+
+func (h *Handler) getSelf(http.ResponseWriter, *http.Request) (any, error) {
+	return h.backend.Self(), nil
+}
+
+func (h *Handler) getGossip(http.ResponseWriter, *http.Request) (any, error) {
+	return h.backend.GossipInfo(), nil
+}
+
+func (h *Handler) getRaftConfiguration(http.ResponseWriter, *http.Request) (any, error) {
+	return h.backend.RaftConfiguration()
+}
+
+func (h *Handler) getRaftStats(http.ResponseWriter, *http.Request) (any, error) {
+	return h.backend.RaftStats(), nil
+}
+
+func (h *Handler) getScheduler(http.ResponseWriter, *http.Request) (any, error) {
+	return h.backend.SchedulerStatus(), nil
+}

@@ -1,0 +1,130 @@
+package api
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+	"strings"
+)
+
+// TaskBackend submits, reads, explains and cancels tasks.
+type TaskBackend interface {
+	// SubmitTask (leader-only) answers the task, whether this call created
+	// it (false: its idempotency key named an existing task) and the index
+	// it committed at.
+	SubmitTask(ctx context.Context, spec TaskSpec) (Task, bool, uint64, error)
+	// SubmitTasks (leader-only) submits a batch in one entry.
+	SubmitTasks(ctx context.Context, specs []TaskSpec) (BatchSubmitResponse, error)
+	GetTask(id string) (Task, error)
+	ListTasks(q TaskQuery) (TaskList, error)
+	ExplainTask(id string) (Explanation, error)
+	ExplainSpec(req ExplainRequest) (Explanation, error)
+	// CancelTask is leader-only.
+	CancelTask(ctx context.Context, id string, reason string) (Task, error)
+}
+
+// Listing limits.
+const (
+	DefaultListLimit = 100
+	MaxListLimit     = 10000
+)
+
+func (h *Handler) taskRoutes() []Route {
+	return []Route{
+		{http.MethodGet, "/v1/tasks", readable, h.listTasks},
+		{http.MethodPost, "/v1/tasks", leaderOnly, h.postTask},
+		{http.MethodPost, "/v1/tasks/batch", leaderOnly, h.postTaskBatch},
+		{http.MethodGet, "/v1/tasks/{id}", readable, h.getTask},
+		{http.MethodGet, "/v1/tasks/{id}/explain", readable, h.getTaskExplain},
+		{http.MethodPost, "/v1/tasks/{id}/cancel", leaderOnly, h.postCancel},
+		{http.MethodPost, "/v1/explain", readable, h.postExplain},
+	}
+}
+
+func (h *Handler) postTask(w http.ResponseWriter, r *http.Request) (any, error) {
+	var spec TaskSpec
+	if err := decodeBody(w, r, &spec); err != nil {
+		return nil, err
+	}
+	task, created, index, err := h.backend.SubmitTask(r.Context(), spec)
+	if err != nil {
+		return nil, err
+	}
+	resp := SubmitResponse{ID: task.ID, State: task.State, Index: index}
+	if !created {
+		return resp, nil
+	}
+	w.Header().Set("Location", "/v1/tasks/"+task.ID)
+	return reply{http.StatusCreated, resp}, nil
+}
+
+func (h *Handler) postTaskBatch(w http.ResponseWriter, r *http.Request) (any, error) {
+	var req BatchSubmitRequest
+	if err := decodeBody(w, r, &req); err != nil {
+		return nil, err
+	}
+	switch n := len(req.Tasks); {
+	case n == 0:
+		return nil, badRequest("a batch needs at least one task")
+	case n > MaxBatchTasks:
+		return nil, badRequest("a batch holds at most %d tasks, got %d: send several", MaxBatchTasks, n)
+	}
+	return h.backend.SubmitTasks(r.Context(), req.Tasks)
+}
+
+func (h *Handler) getTask(_ http.ResponseWriter, r *http.Request) (any, error) {
+	id, err := pathID(r, "task")
+	if err != nil {
+		return nil, err
+	}
+	return h.backend.GetTask(id)
+}
+
+func (h *Handler) getTaskExplain(_ http.ResponseWriter, r *http.Request) (any, error) {
+	id, err := pathID(r, "task")
+	if err != nil {
+		return nil, err
+	}
+	return h.backend.ExplainTask(id)
+}
+
+func (h *Handler) postExplain(w http.ResponseWriter, r *http.Request) (any, error) {
+	var req ExplainRequest
+	if err := decodeBody(w, r, &req); err != nil {
+		return nil, err
+	}
+	return h.backend.ExplainSpec(req)
+}
+
+func (h *Handler) postCancel(w http.ResponseWriter, r *http.Request) (any, error) {
+	id, err := pathID(r, "task")
+	if err != nil {
+		return nil, err
+	}
+	var req CancelRequest
+	if r.ContentLength != 0 {
+		if err := decodeBody(w, r, &req); err != nil {
+			return nil, err
+		}
+	}
+	if len(req.Reason) > MaxErrorText {
+		return nil, badRequest("reason is longer than %d bytes", MaxErrorText)
+	}
+	return h.backend.CancelTask(r.Context(), id, req.Reason)
+}
+
+func (h *Handler) listTasks(_ http.ResponseWriter, r *http.Request) (any, error) {
+	q := r.URL.Query()
+	query := TaskQuery{State: strings.ToUpper(q.Get("state")), After: q.Get("after"), Limit: DefaultListLimit}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > MaxListLimit {
+			return nil, badRequest("limit %q must be a whole number from 1 to %d", v, MaxListLimit)
+		}
+		query.Limit = n
+	}
+	if query.After != "" && !ValidID(query.After) {
+		return nil, badRequest("after %q is not a valid task id", query.After)
+	}
+	return h.backend.ListTasks(query)
+}

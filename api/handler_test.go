@@ -1,0 +1,388 @@
+package api
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// handlerCase is one request to a handler over a fakeBackend, and what
+// must come back.
+type handlerCase struct {
+	name           string
+	method, target string
+	body           string
+	setup          func(*fakeBackend)
+	status         int
+	code           string // the error body's code, if any
+	contains       string // a substring of the body
+	call           string // the backend call made ("" for none)
+}
+
+func (c handlerCase) run(t *testing.T) *httptest.ResponseRecorder {
+	t.Helper()
+	f := newFake()
+	if c.setup != nil {
+		c.setup(f)
+	}
+	var body io.Reader
+	if c.body != "" {
+		body = strings.NewReader(c.body)
+	}
+	rec := httptest.NewRecorder()
+	NewHandler(f, nil).ServeHTTP(rec, httptest.NewRequest(c.method, c.target, body))
+	if rec.Code != c.status {
+		t.Fatalf("%s %s: status %d, want %d: %s", c.method, c.target, rec.Code, c.status, rec.Body)
+	}
+	if ct := rec.Header().Get("Content-Type"); ct != "application/json" && c.contains != "archive" {
+		t.Errorf("Content-Type %q, want application/json", ct)
+	}
+	if rec.Code >= 400 {
+		var e ErrorResponse
+		if err := jsonUnmarshal(rec.Body.Bytes(), &e); err != nil || e.Error == "" {
+			t.Errorf("error answer is not a JSON error: %q (%v)", rec.Body, err)
+		}
+		if e.Code != c.code {
+			t.Errorf("error code %q, want %q (%s)", e.Code, c.code, e.Error)
+		}
+		if rec.Code == http.StatusServiceUnavailable && rec.Header().Get("Retry-After") == "" {
+			t.Error("a 503 without Retry-After")
+		}
+	}
+	if c.contains != "" && !strings.Contains(rec.Body.String(), c.contains) {
+		t.Errorf("body %q lacks %q", rec.Body, c.contains)
+	}
+	calls := f.Calls()
+	switch {
+	case c.call == "" && len(calls) != 0:
+		t.Errorf("backend called %v, want no call", calls)
+	case c.call != "" && !slices.Contains(calls, c.call):
+		t.Errorf("backend calls %v, want %q", calls, c.call)
+	}
+	return rec
+}
+
+func failWith(method string, err error) func(*fakeBackend) {
+	return func(f *fakeBackend) { f.errs[method] = err }
+}
+
+var (
+	errStale     = &CodedError{Code: "stale_result", Err: fmt.Errorf("lease 1 is not current: %w", ErrConflict)}
+	errLostLead  = &CodedError{Code: CodeOutcomeUnknown, Err: fmt.Errorf("leadership lost: %w", ErrNotLeader)}
+	errNotFound  = fmt.Errorf("task t9: %w", ErrNotFound)
+	errBadSpec   = fmt.Errorf("command is empty: %w", ErrBadRequest)
+	errNotLeader = &CodedError{Code: CodeNotApplied, Err: fmt.Errorf("not the leader: %w", ErrNotLeader)}
+)
+
+const (
+	validSpec   = `{"command":["true"],"name":"n"}`
+	validReport = `{"reports":[{"attempt_id":"a1","start":{"lease_version":1}}]}`
+)
+
+// handlerCases covers every route: its answer, its validation, and how
+// backend errors reach the client.
+var handlerCases = []handlerCase{
+	// status
+	{name: "leader", method: "GET", target: "/v1/status/leader", status: 200, contains: `"fake1"`, call: "Leader"},
+	{name: "leader unknown", method: "GET", target: "/v1/status/leader", setup: failWith("Leader", fmt.Errorf("none: %w", ErrNoLeader)), status: 503, call: "Leader"},
+	{name: "self", method: "GET", target: "/v1/status/self", status: 200, call: "Self"},
+	{name: "gossip", method: "GET", target: "/v1/status/gossip", status: 200, call: "GossipInfo"},
+	{name: "raft configuration", method: "GET", target: "/v1/operator/raft/configuration", status: 200, call: "RaftConfiguration"},
+	{name: "raft configuration fails", method: "GET", target: "/v1/operator/raft/configuration", setup: failWith("RaftConfiguration", errors.New("disk")), status: 500, call: "RaftConfiguration"},
+	{name: "raft stats", method: "GET", target: "/v1/operator/raft/stats", status: 200, contains: `"Leader"`, call: "RaftStats"},
+	{name: "scheduler", method: "GET", target: "/v1/operator/scheduler", status: 200, call: "SchedulerStatus"},
+	{name: "scheduler without a leader", method: "GET", target: "/v1/operator/scheduler", setup: func(f *fakeBackend) { f.leader = false }, status: 503, code: CodeNotApplied},
+
+	// operator
+	{name: "remove peer", method: "DELETE", target: "/v1/operator/raft/peer?id=s2", status: 200, contains: `"removed":"s2"`, call: "RemovePeer s2"},
+	{name: "remove peer without id", method: "DELETE", target: "/v1/operator/raft/peer", status: 400},
+	{name: "remove peer bad id", method: "DELETE", target: "/v1/operator/raft/peer?id=a%20b", status: 400},
+	{name: "remove unknown peer", method: "DELETE", target: "/v1/operator/raft/peer?id=s9", setup: failWith("RemovePeer", errNotFound), status: 404, call: "RemovePeer s9"},
+	{name: "join", method: "POST", target: "/v1/operator/raft/join", body: `{"id":"s4","raft_address":"h:1","http_address":"h:2"}`, status: 200, contains: `"joined":"s4"`, call: "Join s4"},
+	{name: "join incomplete", method: "POST", target: "/v1/operator/raft/join", body: `{"id":"s4"}`, status: 400},
+	{name: "join refused", method: "POST", target: "/v1/operator/raft/join", body: `{"id":"s4","raft_address":"h:1","http_address":"h:2"}`, setup: failWith("Join", fmt.Errorf("forms: %w", ErrConflict)), status: 409, call: "Join s4"},
+	{name: "transfer leadership", method: "PUT", target: "/v1/operator/raft/transfer-leadership?id=s2", status: 200, call: "TransferLeadership s2"},
+	{name: "transfer leadership anywhere", method: "PUT", target: "/v1/operator/raft/transfer-leadership", status: 200, call: "TransferLeadership "},
+	{name: "transfer leadership bad id", method: "PUT", target: "/v1/operator/raft/transfer-leadership?id=..", status: 400},
+	{name: "transfer leadership times out", method: "PUT", target: "/v1/operator/raft/transfer-leadership", setup: failWith("TransferLeadership", fmt.Errorf("transfer: %w", ErrTimeout)), status: 504, call: "TransferLeadership "},
+	{name: "snapshot save", method: "GET", target: "/v1/operator/snapshot", status: 200, contains: "archive", call: "SnapshotSave"},
+	{name: "snapshot save fails", method: "GET", target: "/v1/operator/snapshot", setup: failWith("SnapshotSave", errors.New("no snapshot")), status: 500, call: "SnapshotSave"},
+	{name: "snapshot restore", method: "PUT", target: "/v1/operator/snapshot", body: "archive", status: 200, contains: "restored", call: "SnapshotRestore"},
+	{name: "snapshot restore refused", method: "PUT", target: "/v1/operator/snapshot", body: "junk", setup: failWith("SnapshotRestore", fmt.Errorf("checksum: %w", ErrBadRequest)), status: 400, call: "SnapshotRestore"},
+
+	// tasks
+	{name: "submit", method: "POST", target: "/v1/tasks", body: validSpec, status: 201, contains: `"id":"t1"`, call: "SubmitTask n"},
+	{name: "submit existing key", method: "POST", target: "/v1/tasks", body: validSpec, setup: func(f *fakeBackend) { f.created = false }, status: 200, call: "SubmitTask n"},
+	{name: "submit empty body", method: "POST", target: "/v1/tasks", status: 400, contains: "empty"},
+	{name: "submit unknown field", method: "POST", target: "/v1/tasks", body: `{"comand":["true"]}`, status: 400, contains: "unknown field"},
+	{name: "submit two values", method: "POST", target: "/v1/tasks", body: validSpec + validSpec, status: 400, contains: "exactly one"},
+	{name: "submit wrong type", method: "POST", target: "/v1/tasks", body: `{"command":"true"}`, status: 400, contains: `must be []string`},
+	{name: "submit invalid UTF-8", method: "POST", target: "/v1/tasks", body: "{\"name\":\"\xff\"}", status: 400, contains: "UTF-8"},
+	{name: "submit too large", method: "POST", target: "/v1/tasks", body: `{"name":"` + strings.Repeat("x", MaxRequestBytes) + `"}`, status: 413},
+	{name: "submit refused", method: "POST", target: "/v1/tasks", body: validSpec, setup: failWith("SubmitTask", errBadSpec), status: 400, call: "SubmitTask n"},
+	{name: "submit outcome unknown", method: "POST", target: "/v1/tasks", body: validSpec, setup: failWith("SubmitTask", errLostLead), status: 503, code: CodeOutcomeUnknown, call: "SubmitTask n"},
+	{name: "submit not applied", method: "POST", target: "/v1/tasks", body: validSpec, setup: failWith("SubmitTask", errNotLeader), status: 503, code: CodeNotApplied, call: "SubmitTask n"},
+	{name: "batch", method: "POST", target: "/v1/tasks/batch", body: `{"tasks":[` + validSpec + `]}`, status: 200, call: "SubmitTasks 1"},
+	{name: "batch empty", method: "POST", target: "/v1/tasks/batch", body: `{"tasks":[]}`, status: 400},
+	{name: "batch too large", method: "POST", target: "/v1/tasks/batch", body: `{"tasks":[` + strings.TrimSuffix(strings.Repeat(`{},`, MaxBatchTasks+1), ",") + `]}`, status: 400, contains: "at most"},
+	{name: "get task", method: "GET", target: "/v1/tasks/t1", status: 200, call: "GetTask t1"},
+	{name: "get missing task", method: "GET", target: "/v1/tasks/t9", setup: failWith("GetTask", errNotFound), status: 404, call: "GetTask t9"},
+	{name: "get task bad id", method: "GET", target: "/v1/tasks/a%20b", status: 400, contains: "task id"},
+	{name: "list tasks", method: "GET", target: "/v1/tasks?state=pending&limit=5&after=t1", status: 200, call: "ListTasks PENDING t1 5"},
+	{name: "list tasks default limit", method: "GET", target: "/v1/tasks", status: 200, call: fmt.Sprintf("ListTasks   %d", DefaultListLimit)},
+	{name: "list tasks limit too high", method: "GET", target: fmt.Sprintf("/v1/tasks?limit=%d", MaxListLimit+1), status: 400},
+	{name: "list tasks bad after", method: "GET", target: "/v1/tasks?after=a%20b", status: 400},
+	{name: "list tasks bad state", method: "GET", target: "/v1/tasks?state=nope", setup: failWith("ListTasks", fmt.Errorf("state NOPE: %w", ErrBadRequest)), status: 400, call: "ListTasks NOPE  100"},
+	{name: "explain task", method: "GET", target: "/v1/tasks/t1/explain", status: 200, call: "ExplainTask t1"},
+	{name: "explain task bad id", method: "GET", target: "/v1/tasks/%2e%2e/explain", status: 400},
+	{name: "explain missing task", method: "GET", target: "/v1/tasks/t9/explain", setup: failWith("ExplainTask", errNotFound), status: 404, call: "ExplainTask t9"},
+	{name: "cancel", method: "POST", target: "/v1/tasks/t1/cancel", body: `{"reason":"no longer needed"}`, status: 200, call: "CancelTask t1 no longer needed"},
+	{name: "cancel without body", method: "POST", target: "/v1/tasks/t1/cancel", status: 200, call: "CancelTask t1 "},
+	{name: "cancel reason too long", method: "POST", target: "/v1/tasks/t1/cancel", body: `{"reason":"` + strings.Repeat("r", MaxErrorText+1) + `"}`, status: 400},
+	{name: "cancel finished", method: "POST", target: "/v1/tasks/t1/cancel", setup: failWith("CancelTask", fmt.Errorf("SUCCEEDED: %w", ErrConflict)), status: 409, call: "CancelTask t1 "},
+	{name: "explain what-if", method: "POST", target: "/v1/explain", body: `{"resources":{"cpu_millis":32000}}`, status: 200, call: "ExplainSpec"},
+	{name: "explain what-if bad body", method: "POST", target: "/v1/explain", body: `[]`, status: 400},
+
+	// nodes
+	{name: "list nodes", method: "GET", target: "/v1/nodes", status: 200, contains: `"nodes":[`, call: "ListNodes"},
+	{name: "list nodes fails", method: "GET", target: "/v1/nodes", setup: failWith("ListNodes", errors.New("state")), status: 500, call: "ListNodes"},
+	{name: "register", method: "POST", target: "/v1/nodes/register", body: `{"id":"n1","slots":2}`, status: 200, call: "RegisterNode n1"},
+	{name: "register refused", method: "POST", target: "/v1/nodes/register", body: `{"id":"n1"}`, setup: failWith("RegisterNode", fmt.Errorf("slots: %w", ErrBadRequest)), status: 400, call: "RegisterNode n1"},
+	{name: "register bad body", method: "POST", target: "/v1/nodes/register", body: `{"id":`, status: 400, contains: "truncated"},
+	{name: "get node", method: "GET", target: "/v1/nodes/n1", status: 200, call: "GetNode n1"},
+	{name: "get missing node", method: "GET", target: "/v1/nodes/n9", setup: failWith("GetNode", errNotFound), status: 404, call: "GetNode n9"},
+	{name: "get node bad id", method: "GET", target: "/v1/nodes/a%20b", status: 400, contains: "node id"},
+	{name: "assignments", method: "GET", target: "/v1/nodes/n1/assignments?index=5&wait=2s&known=d", status: 200, call: "Assignments n1 5 2s d"},
+	{name: "assignments bad index", method: "GET", target: "/v1/nodes/n1/assignments?index=-1", status: 400},
+	{name: "assignments wait too long", method: "GET", target: "/v1/nodes/n1/assignments?wait=6m", status: 400},
+	{name: "assignments bad wait", method: "GET", target: "/v1/nodes/n1/assignments?wait=soon", status: 400},
+	{name: "assignments unknown node", method: "GET", target: "/v1/nodes/n9/assignments", setup: failWith("Assignments", errNotFound), status: 404, call: "Assignments n9 0 0s "},
+	{name: "heartbeat", method: "POST", target: "/v1/nodes/n1/heartbeat", body: `{}`, status: 200, call: "Heartbeat n1"},
+	{name: "heartbeat old session", method: "POST", target: "/v1/nodes/n1/heartbeat", body: `{}`, setup: failWith("Heartbeat", &CodedError{Code: "session_changed", Err: ErrConflict}), status: 409, code: "session_changed", call: "Heartbeat n1"},
+	{name: "heartbeat bad id", method: "POST", target: "/v1/nodes/a%20b/heartbeat", body: `{}`, status: 400},
+	{name: "drain", method: "POST", target: "/v1/nodes/n1/drain", body: `{"enable":true}`, status: 200, call: "DrainNode n1 true"},
+	{name: "drain missing node", method: "POST", target: "/v1/nodes/n9/drain", body: `{"enable":true}`, setup: failWith("DrainNode", errNotFound), status: 404, call: "DrainNode n9 true"},
+	{name: "drain without body", method: "POST", target: "/v1/nodes/n1/drain", status: 400},
+	{name: "eligibility", method: "POST", target: "/v1/nodes/n1/eligibility", body: `{"eligible":false}`, status: 200, call: "SetNodeEligibility n1 false"},
+	{name: "eligibility wrong type", method: "POST", target: "/v1/nodes/n1/eligibility", body: `{"eligible":"no"}`, status: 400},
+	{name: "eligibility missing node", method: "POST", target: "/v1/nodes/n9/eligibility", body: `{"eligible":true}`, setup: failWith("SetNodeEligibility", errNotFound), status: 404, call: "SetNodeEligibility n9 true"},
+
+	// attempts
+	{name: "start", method: "POST", target: "/v1/attempts/a1/start", body: `{"lease_version":1}`, status: 200, call: "StartAttempt a1"},
+	{name: "start stale", method: "POST", target: "/v1/attempts/a1/start", body: `{"lease_version":1}`, setup: failWith("StartAttempt", errStale), status: 409, code: "stale_result", call: "StartAttempt a1"},
+	{name: "start bad id", method: "POST", target: "/v1/attempts/a%20b/start", body: `{}`, status: 400},
+	{name: "complete", method: "POST", target: "/v1/attempts/a1/complete", body: `{"lease_version":1,"state":"FAILED","exit_code":3}`, status: 200, call: "CompleteAttempt a1 FAILED"},
+	{name: "complete stale", method: "POST", target: "/v1/attempts/a1/complete", body: `{"lease_version":1}`, setup: failWith("CompleteAttempt", errStale), status: 409, code: "stale_result", call: "CompleteAttempt a1 "},
+	{name: "complete bad state", method: "POST", target: "/v1/attempts/a1/complete", body: `{"state":"RUNNING"}`, status: 400, contains: "must be"},
+	{name: "complete tail too long", method: "POST", target: "/v1/attempts/a1/complete", body: `{"output_tail":"` + strings.Repeat("o", MaxOutputTail+1) + `"}`, status: 400, contains: "output_tail"},
+	{name: "complete error too long", method: "POST", target: "/v1/attempts/a1/complete", body: `{"error":"` + strings.Repeat("e", MaxErrorText+1) + `"}`, status: 400, contains: "error is longer"},
+	{name: "reports", method: "POST", target: "/v1/attempts/reports", body: validReport, status: 200, contains: `"results":[`, call: "ReportAttempts 1"},
+	{name: "reports each answered", method: "POST", target: "/v1/attempts/reports", body: `{"reports":[{"attempt_id":"a1","start":{}},{"attempt_id":"a2","complete":{}}]}`,
+		setup: func(f *fakeBackend) { f.outcomes = []ReportOutcome{{}, {Err: errStale}} }, status: 200, contains: `"status":409,"error":"lease 1 is not current: conflict","code":"stale_result"`, call: "ReportAttempts 2"},
+	{name: "reports empty", method: "POST", target: "/v1/attempts/reports", body: `{"reports":[]}`, status: 400},
+	{name: "reports too many", method: "POST", target: "/v1/attempts/reports", body: `{"reports":[` + strings.TrimSuffix(strings.Repeat(`{"attempt_id":"a","start":{}},`, MaxReportBatch+1), ",") + `]}`, status: 400, contains: fmt.Sprint(MaxReportBatch)},
+	{name: "reports both kinds", method: "POST", target: "/v1/attempts/reports", body: `{"reports":[{"attempt_id":"a1","start":{},"complete":{}}]}`, status: 400, contains: "report 0"},
+	{name: "reports bad attempt id", method: "POST", target: "/v1/attempts/reports", body: `{"reports":[{"attempt_id":"","start":{}}]}`, status: 400},
+	{name: "reports bad result", method: "POST", target: "/v1/attempts/reports", body: `{"reports":[{"attempt_id":"a1","complete":{"state":"X"}}]}`, status: 400},
+	{name: "reports batch fails", method: "POST", target: "/v1/attempts/reports", body: validReport, setup: failWith("ReportAttempts", errLostLead), status: 503, code: CodeOutcomeUnknown, call: "ReportAttempts 1"},
+}
+
+func TestHandlers(t *testing.T) {
+	for _, c := range handlerCases {
+		t.Run(c.name, func(t *testing.T) { c.run(t) })
+	}
+}
+
+// Every route has a case that succeeds and one that fails: a route added
+// without tests fails here. The routes in cannotFail answer what the
+// replica holds in memory and have no failure to test.
+func TestEveryRouteHasHandlerCases(t *testing.T) {
+	mux := http.NewServeMux()
+	h := NewHandler(newFake(), nil)
+	for _, rt := range h.Routes() {
+		mux.HandleFunc(rt.Method+" "+rt.Pattern, func(http.ResponseWriter, *http.Request) {})
+	}
+	ok, failed := map[string]bool{}, map[string]bool{}
+	for _, c := range handlerCases {
+		_, pattern := mux.Handler(httptest.NewRequest(c.method, c.target, nil))
+		if pattern == "" {
+			t.Errorf("case %q: %s %s matches no route", c.name, c.method, c.target)
+			continue
+		}
+		if c.status < 300 {
+			ok[pattern] = true
+		} else {
+			failed[pattern] = true
+		}
+	}
+	for _, rt := range h.Routes() {
+		key := rt.Method + " " + rt.Pattern
+		if !ok[key] {
+			t.Errorf("route %s has no case that succeeds", key)
+		}
+		if !failed[key] && !cannotFail[key] {
+			t.Errorf("route %s has no case that fails", key)
+		}
+	}
+}
+
+var cannotFail = map[string]bool{"GET /v1/status/self": true, "GET /v1/status/gossip": true, "GET /v1/operator/raft/stats": true}
+
+// A method a path does not serve is a JSON 405 naming the allowed ones;
+// a path nobody serves is a JSON 404.
+func TestWrongMethodAndUnknownPath(t *testing.T) {
+	rec := handlerCase{method: "DELETE", target: "/v1/operator/snapshot", status: 405, contains: "not allowed"}.run(t)
+	if got := rec.Header().Get("Allow"); got != "GET, PUT" {
+		t.Errorf("Allow %q, want GET, PUT", got)
+	}
+	handlerCase{method: "GET", target: "/v1/nope", status: 404, contains: "no such endpoint"}.run(t)
+}
+
+// A panic in the backend is a JSON 500, not a dead replica.
+func TestPanicIsA500(t *testing.T) {
+	f := newFake()
+	rec := httptest.NewRecorder()
+	NewHandler(panicky{f}, nil).ServeHTTP(rec, httptest.NewRequest("GET", "/v1/nodes", nil))
+	if rec.Code != 500 || !strings.Contains(rec.Body.String(), "internal error") {
+		t.Fatalf("panic answered %d %s", rec.Code, rec.Body)
+	}
+}
+
+type panicky struct{ *fakeBackend }
+
+func (panicky) ListNodes() ([]Node, error) { panic("boom") }
+
+// Reads carry the freshness headers.
+func TestReadsCarryFreshness(t *testing.T) {
+	rec := handlerCase{method: "GET", target: "/v1/tasks/t1", status: 200, call: "GetTask t1"}.run(t)
+	for k, want := range map[string]string{HeaderIndex: "42", HeaderLastContact: "1500", HeaderKnownLeader: "true"} {
+		if got := rec.Header().Get(k); got != want {
+			t.Errorf("%s = %q, want %q", k, got, want)
+		}
+	}
+	// The assignments answer's index is the node's, not the replica's.
+	rec = handlerCase{method: "GET", target: "/v1/nodes/n1/assignments", status: 200, call: "Assignments n1 0 0s "}.run(t)
+	if got := rec.Header().Get(HeaderIndex); got != "9" {
+		t.Errorf("assignments %s = %q, want 9", HeaderIndex, got)
+	}
+}
+
+// A ?consistent read on the leader waits for ConsistentRead first, and
+// answers its error when leadership cannot be confirmed.
+func TestConsistentReadOnTheLeader(t *testing.T) {
+	handlerCase{method: "GET", target: "/v1/tasks/t1?consistent", status: 200, call: "ConsistentRead"}.run(t)
+	handlerCase{method: "GET", target: "/v1/tasks/t1?consistent", setup: failWith("ConsistentRead", errNotLeader), status: 503, code: CodeNotApplied, call: "ConsistentRead"}.run(t)
+}
+
+// leaderStub is a leader a follower forwards to: it records what reached
+// it and answers 200.
+func leaderStub(t *testing.T) (*httptest.Server, chan *http.Request) {
+	got := make(chan *http.Request, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		r.Body = io.NopCloser(strings.NewReader(string(body)))
+		got <- r
+		writeJSON(w, http.StatusOK, map[string]string{"answered_by": "leader"})
+	}))
+	t.Cleanup(srv.Close)
+	return srv, got
+}
+
+// On a follower, every leader-only route and every ?consistent read is
+// forwarded to the leader unchanged, marked as forwarded; local routes and
+// plain reads are answered in place.
+func TestFollowerForwardsWhatOnlyTheLeaderAnswers(t *testing.T) {
+	srv, got := leaderStub(t)
+	bodies := map[string]string{}
+	for _, c := range handlerCases {
+		if c.status < 300 && c.body != "" {
+			bodies[c.method+" "+c.target] = c.body
+		}
+	}
+	f := newFake()
+	f.leader, f.leaderAddr = false, strings.TrimPrefix(srv.URL, "http://")
+	h := NewHandler(f, nil)
+	for _, rt := range h.Routes() {
+		target := strings.ReplaceAll(rt.Pattern, "{id}", "x1")
+		body := ""
+		for k, b := range bodies {
+			if strings.HasPrefix(k, rt.Method+" "+target) {
+				body = b
+			}
+		}
+		for _, consistent := range []bool{false, true} {
+			path := target
+			if consistent {
+				path += "?consistent"
+			}
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, httptest.NewRequest(rt.Method, path, strings.NewReader(body)))
+			forwarded := rt.where == leaderOnly || (rt.where == readable && consistent)
+			select {
+			case r := <-got:
+				if !forwarded {
+					t.Errorf("%s %s was forwarded", rt.Method, path)
+					continue
+				}
+				b, _ := io.ReadAll(r.Body)
+				if r.Method != rt.Method || r.URL.RequestURI() != path || string(b) != body || r.Header.Get(HeaderForwarded) != "fake1" {
+					t.Errorf("%s %s reached the leader as %s %s %q (forwarded by %q)", rt.Method, path, r.Method, r.URL.RequestURI(), b, r.Header.Get(HeaderForwarded))
+				}
+				if rec.Code != 200 || !strings.Contains(rec.Body.String(), "answered_by") {
+					t.Errorf("%s %s: the leader's answer did not come back: %d %s", rt.Method, path, rec.Code, rec.Body)
+				}
+			default:
+				if forwarded {
+					t.Errorf("%s %s was answered by the follower (%d), not forwarded", rt.Method, path, rec.Code)
+				}
+			}
+		}
+	}
+}
+
+// Forwarding that cannot happen says whether the request ran: not_applied
+// when it never reached a leader, outcome_unknown when the leader went
+// away mid-request.
+func TestForwardingFailures(t *testing.T) {
+	follower := func(f *fakeBackend, addr string) { f.leader, f.leaderAddr = false, addr }
+	handlerCase{name: "no leader known", method: "POST", target: "/v1/tasks", body: validSpec,
+		setup: func(f *fakeBackend) { follower(f, "") }, status: 503, code: CodeNotApplied, contains: "no cluster leader"}.run(t)
+
+	// A request forwarded once is not forwarded again.
+	f := newFake()
+	follower(f, "127.0.0.1:1")
+	rec := httptest.NewRecorder()
+	req := httptest.NewRequest("POST", "/v1/tasks", strings.NewReader(validSpec))
+	req.Header.Set(HeaderForwarded, "s2")
+	NewHandler(f, nil).ServeHTTP(rec, req)
+	if rec.Code != 503 || !strings.Contains(rec.Body.String(), CodeNotApplied) || !strings.Contains(rec.Body.String(), "forwarded by s2") {
+		t.Errorf("forwarded twice: %d %s", rec.Code, rec.Body)
+	}
+
+	// A leader that refuses connections.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := ln.Addr().String()
+	ln.Close()
+	handlerCase{name: "leader unreachable", method: "POST", target: "/v1/tasks", body: validSpec,
+		setup: func(f *fakeBackend) { follower(f, dead) }, status: 503, code: CodeNotApplied, contains: "unreachable"}.run(t)
+
+	// A leader that takes the request and drops the connection.
+	drop := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		conn, _, err := http.NewResponseController(w).Hijack()
+		if err == nil {
+			conn.Close()
+		}
+	}))
+	defer drop.Close()
+	handlerCase{name: "leader lost mid-request", method: "POST", target: "/v1/tasks", body: validSpec,
+		setup: func(f *fakeBackend) { follower(f, strings.TrimPrefix(drop.URL, "http://")) }, status: 503, code: CodeOutcomeUnknown, contains: "outcome unknown"}.run(t)
+}

@@ -2,8 +2,6 @@ package cluster
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"hash/fnv"
 	"maps"
 	"math/rand/v2"
@@ -13,9 +11,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
-	"herd/config"
 	"herd/fsm"
-	"herd/scheduler"
 )
 
 // SchedulerStats are the scheduling loop's counters, served by
@@ -76,20 +72,13 @@ func (s *Server) scheduleLoop(ctx context.Context) {
 		rng = seededRand{rand.New(rand.NewPCG(term, h.Sum64()))}
 		s.logger.Info("weighted-random placement seeded", "term", term, "server", s.cfg.ID)
 	}
-	cfg := s.cfg.Scheduler
-	ps := &passState{
-		rng:       rng,
-		queue:     newLeaderQueue(scheduler.QueueConfig{AgingGrace: cfg.AgingGrace, AgingInterval: cfg.AgingInterval, AgingCap: cfg.AgingCap, FailurePenalty: cfg.FailurePenalty}),
-		explained: map[string]time.Time{},
-		sleepers:  &wakeTracker{requested: map[string]time.Time{}, lastSent: map[string]time.Time{}, passedOver: map[string]map[string]string{}},
-		fl:        newInflight(),
-	}
+	ps := newPassState(s.cfg.Scheduler, rng)
 	fl := ps.fl
 	defer ps.commits.Wait()
 	for ctx.Err() == nil {
 		ws := fsm.NewWatchSet()
 		passStart := time.Now()
-		decided, wake := s.schedulePass(ctx, ws, ps)
+		decided, wake := s.newPass(ps).run(ctx, ws)
 		passTook := time.Since(passStart)
 		passes, futile, changed := fl.state()
 		if decided > 0 && !futile {
@@ -134,263 +123,54 @@ func (s *Server) scheduleLoop(ctx context.Context) {
 	}
 }
 
-// maxExplainsPerPass bounds how many waiting tasks one pass explains
-// (each explanation checks every node against the task).
-const maxExplainsPerPass = 64
-
-// wakeTracker remembers, for the leader's term, which hibernating nodes
-// it woke and when, and which nodes it passed over for which task.
-type wakeTracker struct {
-	requested  map[string]time.Time         // node → when the wake was first sent
-	lastSent   map[string]time.Time         // node → last wake message
-	passedOver map[string]map[string]string // task → node → why
+// newPass is a pass over this replica's state and clock, committing
+// through its Raft.
+func (s *Server) newPass(ps *passState) *pass {
+	return &pass{
+		cfg: s.cfg.Scheduler, wakeTimeout: s.cfg.Liveness.WakeTimeout,
+		view: serverPassView{s}, out: serverCommitter{s}, stats: &s.schedStats, logger: s.logger, ps: ps,
+	}
 }
 
-// passState is what the leader's passes keep from one to the next.
-type passState struct {
-	rng       randSource
-	queue     *leaderQueue
-	explained map[string]time.Time // task → when its wait was last explained
-	sleepers  *wakeTracker
-	fl        *inflight // placements proposed and not yet answered
-	commits   sync.WaitGroup
-	// explainScanAfter is when a pass that finds every slot taken next
-	// looks over the waiting tasks for explanations to record. Without it
-	// every pass of a full cluster (one per finished attempt) walked up to
-	// MaxPassPlacements waiting tasks only to find them explained lately:
-	// a tenth of the CPU of a saturated end-to-end run.
-	explainScanAfter time.Time
+// serverPassView is the Server as a pass reads it.
+type serverPassView struct{ s *Server }
+
+func (v serverPassView) State() *fsm.State { return v.s.fsm.State() }
+func (v serverPassView) Now() time.Time    { return v.s.now() }
+func (v serverPassView) Hibernating(id string, lastHeartbeat, sessionStart, now time.Time) bool {
+	_, _, sleeping := v.s.monitor.view(id, lastHeartbeat, sessionStart, now)
+	return sleeping
 }
 
-// explainScanInterval is how often a full cluster's waiting tasks are
-// looked over for explanations due; a task that starts waiting is
-// explained within it.
-func explainScanInterval(cfg config.Scheduler) time.Duration {
-	return min(cfg.ExplainInterval, time.Second)
-}
+// serverCommitter commits a pass's decisions through Raft, in the command
+// forms the cluster reads, and wakes nodes over gossip.
+type serverCommitter struct{ s *Server }
 
-// forget drops what was noted about a task that left the pending set.
-func (ps *passState) forget(id string) {
-	delete(ps.explained, id)
-	delete(ps.sleepers.passedOver, id)
-}
+func (c serverCommitter) Wake(id string) error { return c.s.wake(id) }
 
-// schedulePass runs one pass, hands its placements to Raft (committed in
-// the background, tracked in ps.fl until the FSM answers) and returns how
-// many it decided and when the earliest backing-off task becomes due.
-func (s *Server) schedulePass(ctx context.Context, ws fsm.WatchSet, ps *passState) (int, time.Time) {
-	cfg := s.cfg.Scheduler
-	explained, sleepers, fl, rng := ps.explained, ps.sleepers, ps.fl, ps.rng
-	// In-flight placements are read before the view (see inflight).
-	flTasks, flNodes := fl.snapshot()
-	st := s.fsm.State()
-	now := s.now().UTC()
-	s.schedStats.Passes.Add(1)
-	st.WatchPending(ws)
-	if err := st.WatchNodes(ws); err != nil {
-		s.logger.Error("watch nodes", "error", err)
-	}
-	rebuilt, err := ps.queue.sync(st, ps.forget)
-	if err != nil {
-		s.logger.Error("sync the pending queue", "error", err)
-		return 0, time.Time{}
-	}
-	queue := ps.queue.q
-	if rebuilt {
-		for id := range explained {
-			if !queue.Has(id) {
-				ps.forget(id)
-			}
-		}
-		for id := range sleepers.passedOver {
-			if !queue.Has(id) {
-				ps.forget(id)
-			}
-		}
-	}
-	s.schedStats.QueueDepth.Store(int64(queue.Len()))
-	if oldest := queue.OldestQueuedAt(); !oldest.IsZero() {
-		s.schedStats.OldestWaitMs.Store(max(now.Sub(oldest), 0).Milliseconds())
-	} else {
-		s.schedStats.OldestWaitMs.Store(0)
-	}
-	// The pass reads the queue in order only as far as it gets: placing
-	// until the slots are full, then only explaining why tasks wait.
-	order := queue.Iter(now)
-	wake := queue.NextDue()
-	if queue.Len() == 0 {
-		return 0, wake
-	}
-	nodes, nodeByID, err := nodeViews(st)
-	if err != nil {
-		s.logger.Error("list nodes", "error", err)
-		return 0, wake
-	}
-	sessions := map[string]uint64{}
-	for _, n := range nodes {
-		rec := nodeByID(n.ID)
-		sessions[n.ID] = rec.SessionGeneration
-		_, _, n.Hibernating = s.monitor.view(n.ID, rec.LastHeartbeat.Time(), rec.SessionStartedAt.Time(), now)
-		if b, ok := flNodes[n.ID]; ok {
-			n.Reserved = n.Reserved.Add(b.resources)
-			n.RunningAttempts += b.attempts
-		}
-		if !n.Hibernating {
-			delete(sleepers.requested, n.ID)
-		}
-	}
-	// Free slots on nodes that could take work: when none is left, the
-	// pass stops instead of trying (and ordering) the rest of the backlog.
-	// Counting too many only costs time; never too few.
-	free := 0
-	for _, n := range nodes {
-		if n.Management == scheduler.ManagementActive && n.Scheduling == scheduler.SchedulingEligible && n.Liveness != scheduler.LivenessDown {
-			free += max(n.Slots-n.RunningAttempts, 0)
-		}
-	}
-	scoring := scoringConfig(cfg, rng)
-	// Tasks with the same requirements share one ranking of the nodes for
-	// the pass, kept current as the pass books nodes.
-	placer := scheduler.NewPlacer(nodes, &scoring)
-
-	var (
-		cmds      [][]byte
-		proposals []proposal
-		explains  [][]byte
-		explainN  int
-		decisions int
-		// explainScan: the pass looked over waiting tasks for
-		// explanations with every slot taken.
-		explainScan bool
-	)
-	scanned := 0
-	for decisions < cfg.MaxPassPlacements {
-		next, ok := order.Next()
-		if !ok {
-			break
-		}
-		if _, proposed := flTasks[next.ID]; proposed {
-			continue // its placement is still in flight
-		}
-		scanned++
-		full := free <= 0
-		if full {
-			// Every slot is taken: only explanations are left to do, for
-			// tasks not explained lately, within as many tasks as a pass
-			// may place, and at most every explainScanInterval.
-			if now.Before(ps.explainScanAfter) {
-				wake = earliest(wake, ps.explainScanAfter)
-				break
-			}
-			explainScan = true
-			if explainN >= maxExplainsPerPass || scanned > cfg.MaxPassPlacements {
-				break
-			}
-			if now.Sub(explained[next.ID]) < cfg.ExplainInterval {
-				continue
-			}
-		}
-		// The queue holds each task's record as of st (every change to
-		// a pending task is in the pending feed it was synced from).
-		t, ok := next.Ref.(*fsm.Task)
-		if !ok {
-			continue // the queue only holds records: cannot happen
-		}
-		req := t.Request(now, cfg.HeartbeatTTL)
-		req.Blacklist = t.Blacklist(nodeByID)
-		req.PassedOver = sleepers.passedOver[t.ID]
-		var cand scheduler.Candidate
-		err = scheduler.ErrNoEligibleNode // every slot taken: only explain
-		if !full {
-			cand, err = placer.Select(&req)
-		}
-		if err == nil && cand.Node.Hibernating {
-			// The best node sleeps: wake it and place the task once it
-			// advertises it is awake; if it does not wake in time, pass it
-			// over for this task and choose again.
-			id := cand.Node.ID
-			first, asked := sleepers.requested[id]
-			if !asked {
-				first = now
-				sleepers.requested[id] = now
-			}
-			if now.Sub(first) < s.cfg.Liveness.WakeTimeout {
-				if now.Sub(sleepers.lastSent[id]) >= time.Second {
-					sleepers.lastSent[id] = now
-					if werr := s.wake(id); werr != nil {
-						s.logger.Warn("could not wake node", "node", id, "error", werr)
-					} else {
-						s.logger.Info("waking hibernating node for a task", "node", id, "task", t.ID)
-					}
-				}
-				wake = earliest(wake, first.Add(s.cfg.Liveness.WakeTimeout))
-				continue
-			}
-			if sleepers.passedOver[t.ID] == nil {
-				sleepers.passedOver[t.ID] = map[string]string{}
-			}
-			sleepers.passedOver[t.ID][id] = fmt.Sprintf("hibernating, did not wake within %s", s.cfg.Liveness.WakeTimeout)
-			s.logger.Warn("passing over a node that did not wake", "node", id, "task", t.ID)
-			req.PassedOver = sleepers.passedOver[t.ID]
-			cand, err = placer.Select(&req)
-			if err == nil && cand.Node.Hibernating {
-				continue // the next best sleeps too: it gets woken next pass
-			}
-		}
-		if errors.Is(err, scheduler.ErrNoEligibleNode) {
-			// Record why it waits, at most every ExplainInterval per task
-			// and only when the reason changed.
-			if explainN < maxExplainsPerPass && now.Sub(explained[t.ID]) >= cfg.ExplainInterval {
-				explainN++
-				explained[t.ID] = now
-				summary := placer.Summarize(&req)
-				if summary != t.LastExplain {
-					if b, err := s.encode(fsm.MsgExplain, fsm.ExplainRequest{TaskID: t.ID, Summary: summary, Now: now}); err == nil {
-						explains = append(explains, b)
-					}
-				}
-			}
-			continue
-		}
+func (c serverCommitter) Commit(ctx context.Context, reserves []fsm.ReserveRequest, explains []fsm.ExplainRequest) int {
+	s := c.s
+	batch := s.cfg.Scheduler.BatchSize
+	cmds := make([][]byte, 0, len(reserves))
+	for _, r := range reserves {
+		b, err := s.encodeReserve(r)
 		if err != nil {
-			s.logger.Error("select", "task", t.ID, "error", err)
-			continue
-		}
-		b, encErr := s.encodeReserve(fsm.ReserveRequest{
-			TaskID: t.ID, AttemptID: newID(now), Number: int(t.Attempts) + 1, NodeID: cand.Node.ID,
-			SessionGeneration: sessions[cand.Node.ID], Score: cand.Score, Now: now, HeartbeatTTL: cfg.HeartbeatTTL,
-		})
-		if encErr != nil {
-			s.logger.Error("encode reservation", "task", t.ID, "error", encErr)
+			s.logger.Error("encode reservation", "task", r.TaskID, "error", err)
 			continue
 		}
 		cmds = append(cmds, b)
-		proposals = append(proposals, proposal{taskID: t.ID, nodeID: cand.Node.ID, resources: t.Spec.Resources})
-		decisions++
-		// Book it in the working copy so later tasks of this pass see it.
-		placer.Book(cand.Node, t.Spec.Resources)
-		free--
 	}
-	s.schedStats.Scanned.Add(uint64(scanned))
-	if explainScan && explainN < maxExplainsPerPass {
-		// Every task looked at was explained lately or is now; had the
-		// pass stopped at maxExplainsPerPass, the next one goes on.
-		ps.explainScanAfter = now.Add(explainScanInterval(cfg))
-	}
-	if len(cmds) == 0 && len(explains) == 0 {
-		return 0, wake
-	}
-	fl.add(proposals)
-	ps.commits.Add(1)
-	go func() {
-		defer ps.commits.Done()
-		accepted := s.commitPlacements(ctx, cmds, cfg.BatchSize)
-		if len(explains) > 0 {
-			s.commitBatches(ctx, explains, cfg.BatchSize)
+	accepted := s.commitPlacements(ctx, cmds, batch)
+	if len(explains) > 0 {
+		ecmds := make([][]byte, 0, len(explains))
+		for _, e := range explains {
+			if b, err := s.encode(fsm.MsgExplain, e); err == nil {
+				ecmds = append(ecmds, b)
+			}
 		}
-		fl.done(proposals, accepted)
-	}()
-	return decisions, wake
+		s.commitBatches(ctx, ecmds, batch)
+	}
+	return accepted
 }
 
 // commitPlacements proposes the reservations in entries of up to

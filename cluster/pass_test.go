@@ -1,0 +1,346 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"herd/config"
+	"herd/fsm"
+	"herd/scheduler"
+)
+
+// passHarness drives whole scheduling passes without Raft: an in-memory
+// FSM is the committed state, a settable clock the leader's, and the
+// committer records what each pass produced and applies it to the FSM as
+// Raft would.
+type passHarness struct {
+	t        *testing.T
+	f        *fsm.FSM
+	index    uint64
+	now      time.Time
+	cfg      config.Scheduler
+	wakeWait time.Duration
+	ps       *passState
+
+	mu       sync.Mutex
+	sleeping map[string]bool
+	woken    []string
+	commits  []harnessCommit
+	// beforeCommit, when set, runs inside the next commit before its
+	// entries apply: what other decisions committed meanwhile.
+	beforeCommit func()
+}
+
+// harnessCommit is what one pass handed to the committer, and what the
+// FSM made of its reservations.
+type harnessCommit struct {
+	reserves []fsm.ReserveRequest
+	explains []fsm.ExplainRequest
+	accepted int
+	rejected []string // rejection codes
+}
+
+var passEpoch = time.Date(2026, 12, 1, 8, 0, 0, 0, time.UTC)
+
+func newPassHarness(t *testing.T) *passHarness {
+	cfg := config.DefaultServer()
+	h := &passHarness{t: t, f: fsm.New(nil), now: passEpoch, cfg: cfg.Scheduler, wakeWait: cfg.Liveness.WakeTimeout, sleeping: map[string]bool{}}
+	h.ps = newPassState(h.cfg, nil)
+	return h
+}
+
+func (h *passHarness) State() *fsm.State { return h.f.State() }
+func (h *passHarness) Now() time.Time    { return h.now }
+func (h *passHarness) Hibernating(id string, _, _, _ time.Time) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.sleeping[id]
+}
+
+func (h *passHarness) Wake(id string) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.woken = append(h.woken, id)
+	return nil
+}
+
+func (h *passHarness) Commit(_ context.Context, reserves []fsm.ReserveRequest, explains []fsm.ExplainRequest) int {
+	h.mu.Lock()
+	before := h.beforeCommit
+	h.beforeCommit = nil
+	h.mu.Unlock()
+	if before != nil {
+		before()
+	}
+	c := harnessCommit{reserves: reserves, explains: explains}
+	for _, r := range reserves {
+		switch res := h.applyRaw(fsm.EncodeReserve(r)).(type) {
+		case *fsm.ReserveResult:
+			c.accepted++
+		case *fsm.Rejection:
+			c.rejected = append(c.rejected, res.Code)
+		default:
+			h.t.Errorf("reserve %s: %v", r.TaskID, res)
+		}
+	}
+	for _, e := range explains {
+		h.apply(fsm.MsgExplain, e)
+	}
+	h.mu.Lock()
+	h.commits = append(h.commits, c)
+	h.mu.Unlock()
+	return c.accepted
+}
+
+func (h *passHarness) applyRaw(b []byte) any {
+	h.index++
+	return h.f.ApplyBytes(h.index, b)
+}
+
+func (h *passHarness) apply(typ fsm.MessageType, payload any) any {
+	h.t.Helper()
+	b, err := fsm.Encode(typ, payload)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	res := h.applyRaw(b)
+	if err, ok := res.(error); ok {
+		if _, rejected := res.(*fsm.Rejection); !rejected {
+			h.t.Fatalf("apply %v: %v", typ, err)
+		}
+	}
+	return res
+}
+
+func (h *passHarness) node(id string, cpu int64, slots int, labels map[string]string) {
+	h.apply(fsm.MsgRegisterNode, fsm.RegisterNodeRequest{Now: h.now, Node: fsm.Node{
+		ID: id, Capabilities: map[string][]string{"exec": {"1"}}, Labels: labels,
+		Resources: scheduler.Resources{CPUMillis: cpu, MemoryMB: 8192}, Slots: slots,
+	}})
+}
+
+func (h *passHarness) submit(id string, cpu int64, prefer map[string]string) {
+	h.apply(fsm.MsgSubmitTask, fsm.SubmitTaskRequest{ID: id, SubmittedAt: h.now, Spec: fsm.TaskSpec{Name: id, TaskShape: &fsm.TaskShape{
+		Command: []string{"true"}, Capability: "exec", CapabilityVersion: "1", Resources: scheduler.Resources{CPUMillis: cpu},
+		PreferredLabels: prefer, TimeoutSeconds: 60, MaxAttempts: 3,
+	}}})
+}
+
+// pass runs one whole pass and waits for its commit.
+func (h *passHarness) pass() (int, time.Time) {
+	h.t.Helper()
+	p := &pass{cfg: h.cfg, wakeTimeout: h.wakeWait, view: h, out: h, stats: &SchedulerStats{}, logger: hclog.NewNullLogger(), ps: h.ps}
+	n, wake := p.run(context.Background(), nil)
+	h.ps.commits.Wait()
+	return n, wake
+}
+
+// lastCommit is what the latest pass committed (fails if it committed
+// nothing since the count given).
+func (h *passHarness) lastCommit(since int) harnessCommit {
+	h.t.Helper()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.commits) <= since {
+		h.t.Fatalf("no commit after the %d before", since)
+	}
+	return h.commits[len(h.commits)-1]
+}
+
+func (h *passHarness) commitCount() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.commits)
+}
+
+func (h *passHarness) taskState(id string) (fsm.TaskState, string) {
+	t, err := h.f.State().Task(id)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return t.State, t.LastExplain
+}
+
+// A pass decides up to MaxPassPlacements and hands them over in one
+// commit; within a pass, nodes are booked as they are chosen, so no node
+// gets more than its slots; once every slot is taken, passes only explain.
+func TestPassBatchesWithoutOverbooking(t *testing.T) {
+	h := newPassHarness(t)
+	h.cfg.MaxPassPlacements = 3
+	h.node("a", 8000, 2, nil)
+	h.node("b", 8000, 2, nil)
+	for i := range 10 {
+		h.submit(fmt.Sprintf("t%02d", i), 100, nil)
+	}
+	perNode := map[string]int{}
+	count := func(c harnessCommit) {
+		for _, r := range c.reserves {
+			perNode[r.NodeID]++
+		}
+	}
+	if n, _ := h.pass(); n != 3 {
+		t.Fatalf("first pass decided %d, want MaxPassPlacements = 3", n)
+	}
+	c := h.lastCommit(0)
+	if len(c.reserves) != 3 || c.accepted != 3 {
+		t.Fatalf("first commit: %d reservations, %d accepted, rejected %v", len(c.reserves), c.accepted, c.rejected)
+	}
+	count(c)
+	// The queue is read in order: the three oldest tasks.
+	for i, r := range c.reserves {
+		if want := fmt.Sprintf("t%02d", i); r.TaskID != want || r.Number != 1 || r.SessionGeneration != 1 || !r.Now.Equal(h.now) {
+			t.Errorf("reservation %d: %+v, want task %s, attempt 1, session 1, now", i, r, want)
+		}
+	}
+	if n, _ := h.pass(); n != 1 {
+		t.Fatalf("second pass decided %d, want the one slot left", n)
+	}
+	count(h.lastCommit(1))
+	if perNode["a"] != 2 || perNode["b"] != 2 {
+		t.Fatalf("reservations per node %v, want 2 each", perNode)
+	}
+	before := h.commitCount()
+	if n, _ := h.pass(); n != 0 {
+		t.Fatalf("a full cluster's pass decided %d", n)
+	}
+	for _, c := range h.commits[before:] {
+		if len(c.reserves) != 0 {
+			t.Fatalf("a full cluster's pass reserved %v", c.reserves)
+		}
+	}
+}
+
+// The best node sleeps: the pass wakes it (at most a message a second)
+// and the task waits for it; once it is awake the task goes there. A node
+// that does not wake within the wake timeout is passed over for the task.
+func TestPassWakesASleepingNode(t *testing.T) {
+	for _, wakes := range []bool{true, false} {
+		t.Run(fmt.Sprintf("wakes=%v", wakes), func(t *testing.T) {
+			h := newPassHarness(t)
+			h.node("big", 8000, 4, map[string]string{"disk": "ssd"})
+			h.node("small", 8000, 4, nil)
+			h.sleeping["big"] = true
+			h.submit("t1", 100, map[string]string{"disk": "ssd"})
+
+			n, wake := h.pass()
+			if n != 0 || len(h.woken) != 1 || h.woken[0] != "big" {
+				t.Fatalf("first pass: %d decided, woke %v; want none decided, big woken", n, h.woken)
+			}
+			if want := h.now.Add(h.wakeWait); !wake.Equal(want) {
+				t.Errorf("next pass due %v, want the wake deadline %v", wake, want)
+			}
+			h.now = h.now.Add(500 * time.Millisecond)
+			if n, _ := h.pass(); n != 0 || len(h.woken) != 1 {
+				t.Fatalf("half a second later: %d decided, woke %v; want no second message yet", n, h.woken)
+			}
+			h.now = h.now.Add(600 * time.Millisecond)
+			if h.pass(); len(h.woken) != 2 {
+				t.Fatalf("over a second later: woke %v, want a second message", h.woken)
+			}
+			if wakes {
+				h.sleeping["big"] = false
+				before := h.commitCount()
+				if n, _ := h.pass(); n != 1 {
+					t.Fatalf("awake: %d decided", n)
+				}
+				if r := h.lastCommit(before).reserves; r[0].NodeID != "big" {
+					t.Fatalf("placed on %s, want the node it waited for", r[0].NodeID)
+				}
+				return
+			}
+			h.now = passEpoch.Add(h.wakeWait)
+			before := h.commitCount()
+			if n, _ := h.pass(); n != 1 {
+				t.Fatalf("after the wake timeout: %d decided", n)
+			}
+			if r := h.lastCommit(before).reserves; r[0].NodeID != "small" {
+				t.Fatalf("placed on %s, want the awake node", r[0].NodeID)
+			}
+			if why := h.ps.sleepers.passedOver["t1"]["big"]; !strings.Contains(why, "did not wake") {
+				t.Errorf("passed-over reason %q", why)
+			}
+		})
+	}
+}
+
+// A task no node can take is explained: the reason is committed, not
+// again within the explain interval, not again when unchanged, and again
+// once it changed.
+func TestPassExplainsWhyATaskWaits(t *testing.T) {
+	h := newPassHarness(t)
+	h.node("a", 1000, 4, nil)
+	h.submit("big", 4000, nil)
+	if n, _ := h.pass(); n != 0 {
+		t.Fatalf("decided %d for a task no node fits", n)
+	}
+	c := h.lastCommit(0)
+	if len(c.explains) != 1 || c.explains[0].TaskID != "big" || !c.explains[0].Now.Equal(h.now) {
+		t.Fatalf("explanations %+v, want one for big", c.explains)
+	}
+	state, why := h.taskState("big")
+	if state != fsm.TaskPending || why != "0/1 nodes eligible: 1 CPU below minimum" {
+		t.Fatalf("task %s explained %q", state, why)
+	}
+	commits := h.commitCount()
+	h.now = h.now.Add(h.cfg.ExplainInterval / 2)
+	h.pass()
+	h.now = h.now.Add(h.cfg.ExplainInterval)
+	h.pass()
+	if got := h.commitCount(); got != commits {
+		t.Fatalf("%d more commits: an unchanged reason was recorded again (or too soon)", got-commits)
+	}
+	h.apply(fsm.MsgRegisterNode, fsm.RegisterNodeRequest{Now: h.now, Node: fsm.Node{
+		ID: "gpu", Capabilities: map[string][]string{"cuda": {"12"}}, Resources: scheduler.Resources{CPUMillis: 16000}, Slots: 1,
+	}})
+	h.now = h.now.Add(h.cfg.ExplainInterval)
+	h.pass()
+	if _, why := h.taskState("big"); why != "0/2 nodes eligible: 1 CPU below minimum, 1 missing capability exec@1" {
+		t.Fatalf("changed reason recorded as %q", why)
+	}
+}
+
+// Two decisions from one view cannot both win: when another placement
+// took the slot between the pass's view and its commit, the FSM rejects
+// the pass's reservation, and the next pass chooses again from the state
+// as it now is.
+func TestPassReselectsAfterAConflict(t *testing.T) {
+	h := newPassHarness(t)
+	h.node("best", 8000, 1, map[string]string{"disk": "ssd"})
+	h.node("other", 8000, 1, nil)
+	h.submit("t1", 100, map[string]string{"disk": "ssd"})
+	h.beforeCommit = func() {
+		// Committed meanwhile: another task reserved on the same node.
+		h.submit("t0", 100, nil)
+		r := fsm.ReserveRequest{TaskID: "t0", AttemptID: "a0", Number: 1, NodeID: "best", SessionGeneration: 1, Score: 1, Now: h.now, HeartbeatTTL: h.cfg.HeartbeatTTL}
+		if _, ok := h.applyRaw(fsm.EncodeReserve(r)).(*fsm.ReserveResult); !ok {
+			t.Error("the competing reservation was refused")
+		}
+	}
+	if n, _ := h.pass(); n != 1 {
+		t.Fatalf("decided %d", n)
+	}
+	c := h.lastCommit(0)
+	if c.reserves[0].NodeID != "best" || c.accepted != 0 || len(c.rejected) != 1 {
+		t.Fatalf("first commit %+v: want the reservation on best rejected", c)
+	}
+	if state, _ := h.taskState("t1"); state != fsm.TaskPending {
+		t.Fatalf("t1 is %s after its reservation was rejected", state)
+	}
+	before := h.commitCount()
+	if n, _ := h.pass(); n != 1 {
+		t.Fatalf("second pass decided %d", n)
+	}
+	c = h.lastCommit(before)
+	if c.reserves[0].TaskID != "t1" || c.reserves[0].NodeID != "other" || c.accepted != 1 {
+		t.Fatalf("second commit %+v: want t1 on other, accepted", c)
+	}
+	if state, _ := h.taskState("t1"); state != fsm.TaskScheduled {
+		t.Fatalf("t1 is %s, want SCHEDULED", state)
+	}
+}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 
@@ -11,62 +12,80 @@ import (
 	"herd/config"
 )
 
+// agentSettings are the settings of `herd agent`, as given.
+type agentSettings struct {
+	ID, DataDir, Capabilities, Limits, LogLevel, GossipAddr, GossipKey string
+	Servers                                                            []string
+	Labels                                                             map[string]string
+	CPUMillis, MemoryMB, GPU, DiskMB                                   int64
+	Slots, Weight                                                      int
+	LogRetention, HeartbeatInterval, HibernateAfter                    time.Duration
+}
+
+type agentSetting = config.Setting[agentSettings]
+
+// agentTable is every setting of an agent, declared once: defaults, then
+// HERD_* variables, then flags.
+var agentTable = config.Table[agentSettings]{
+	Defaults: func() agentSettings {
+		return agentSettings{Capabilities: "exec@1", Limits: "auto", LogLevel: "info",
+			LogRetention: agent.DefaultLogRetention, HeartbeatInterval: agent.DefaultHeartbeatInterval}
+	},
+	Settings: []agentSetting{
+		config.Field("id", "HERD_NODE_ID", "id", "node id, unique in the cluster", func(c *agentSettings) *string { return &c.ID }),
+		config.Field("servers", "HERD_SERVERS", "servers", "comma-separated HTTP addresses of the servers", func(c *agentSettings) *[]string { return &c.Servers }),
+		config.Field("data_dir", "HERD_DATA_DIR", "data-dir", "directory for logs and working directories", func(c *agentSettings) *string { return &c.DataDir }),
+		config.Field("labels", "", "labels", "node labels", func(c *agentSettings) *map[string]string { return &c.Labels }),
+		config.Field("capabilities", "", "capabilities", "comma-separated name@version list", func(c *agentSettings) *string { return &c.Capabilities }),
+		config.Field("cpu_millis", "", "cpu-millis", "CPU to offer in millicores, 0 for all CPUs", func(c *agentSettings) *int64 { return &c.CPUMillis }),
+		config.Field("memory_mb", "", "memory-mb", "memory to offer in MB, 0 for the machine's", func(c *agentSettings) *int64 { return &c.MemoryMB }),
+		config.Field("gpu", "", "gpu", "GPU units to offer", func(c *agentSettings) *int64 { return &c.GPU }),
+		config.Field("disk_mb", "", "disk-mb", "disk to offer in MB, 0 for the free space under the data directory", func(c *agentSettings) *int64 { return &c.DiskMB }),
+		config.Field("slots", "", "slots", "attempts that may run at once, 0 for one per CPU", func(c *agentSettings) *int { return &c.Slots }),
+		config.Field("weight", "", "weight", "scheduling weight, 0 for 100", func(c *agentSettings) *int { return &c.Weight }),
+		config.Field("limits", "", "limits", "how to enforce limits: auto, cgroup-v2, cgroup-v1, rlimit or none", func(c *agentSettings) *string { return &c.Limits }),
+		config.Field("log_retention", "", "log-retention", "how long attempt logs and working directories are kept", func(c *agentSettings) *time.Duration { return &c.LogRetention }),
+		config.Field("heartbeat_interval", "", "heartbeat-interval", "how often the agent heartbeats", func(c *agentSettings) *time.Duration { return &c.HeartbeatInterval }),
+		config.Field("log_level", "", "log-level", "trace, debug, info, warn or error", func(c *agentSettings) *string { return &c.LogLevel }),
+		config.Field("gossip_addr", "", "gossip-addr", "gossip address; empty for the local address towards the servers, on a free port kept across restarts", func(c *agentSettings) *string { return &c.GossipAddr }),
+		config.Field("gossip_key", "HERD_GOSSIP_KEY", "gossip-key", "base64 gossip key, when the cluster encrypts gossip", func(c *agentSettings) *string { return &c.GossipKey }),
+		config.Field("hibernate_after", "", "hibernate-after", "sleep after this long idle, keeping only gossip, until the leader wakes the agent; 0 never", func(c *agentSettings) *time.Duration { return &c.HibernateAfter }),
+	},
+}
+
 func runAgent(e *env, args []string) error {
 	fs := newFlags(e, "agent", "", "Run an edge agent: register through any of -servers, run assigned attempts\nunder resource limits, report results. Resources default to the machine's.")
-	id := fs.String("id", "", "node id, unique in the cluster (HERD_NODE_ID)")
-	servers := fs.String("servers", "", "comma-separated HTTP addresses of the servers (HERD_SERVERS)")
-	dataDir := fs.String("data-dir", "", "directory for logs and working directories (HERD_DATA_DIR)")
-	labels := kvFlag{}
-	fs.Var(labels, "labels", "node labels k=v,k=v")
-	caps := fs.String("capabilities", "exec@1", "comma-separated name@version list")
-	cpu := fs.Int64("cpu-millis", 0, "CPU to offer in millicores (default: all CPUs)")
-	mem := fs.Int64("memory-mb", 0, "memory to offer in MB (default: the machine's)")
-	gpu := fs.Int64("gpu", 0, "GPU units to offer")
-	disk := fs.Int64("disk-mb", 0, "disk to offer in MB (default: free space under -data-dir)")
-	slots := fs.Int("slots", 0, "attempts that may run at once (default: one per CPU)")
-	weight := fs.Int("weight", 0, "scheduling weight (default 100)")
-	limits := fs.String("limits", "auto", "how to enforce limits: auto, cgroup-v2, cgroup-v1, rlimit or none")
-	retention := fs.Duration("log-retention", agent.DefaultLogRetention, "how long attempt logs and working directories are kept")
-	heartbeat := fs.Duration("heartbeat-interval", agent.DefaultHeartbeatInterval, "how often the agent heartbeats")
-	logLevel := fs.String("log-level", "info", "trace, debug, info, warn or error")
-	gossipAddr := fs.String("gossip-addr", "", "gossip address (default: the local address towards the servers, a free port kept across restarts)")
-	gossipKey := fs.String("gossip-key", "", "base64 gossip key, when the cluster encrypts gossip (HERD_GOSSIP_KEY)")
-	hibernate := fs.Duration("hibernate-after", 0, "sleep after this long idle, keeping only gossip, until the leader wakes the agent (0: never)")
+	applyFlags := agentTable.BindFlags(fs)
 	if err := parse(e, fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() != 0 {
 		return usagef("agent takes no arguments")
 	}
-	if *id == "" {
-		*id, _ = e.getenv("HERD_NODE_ID")
+	set := agentTable.Defaults()
+	if err := agentTable.ApplyEnv(&set, e.getenv); err != nil {
+		return usagef("%v", err)
 	}
-	if *servers == "" {
-		*servers, _ = e.getenv("HERD_SERVERS")
+	if err := applyFlags(&set); err != nil {
+		return usagef("%v", err)
 	}
-	if *dataDir == "" {
-		*dataDir, _ = e.getenv("HERD_DATA_DIR")
-	}
-	capMap, err := parseCapabilities(*caps)
+	capMap, err := parseCapabilities(set.Capabilities)
 	if err != nil {
 		return err
 	}
-	if *gossipKey == "" {
-		*gossipKey, _ = e.getenv("HERD_GOSSIP_KEY")
-	}
 	var key []byte
-	if *gossipKey != "" {
-		if key, err = config.DecodeGossipKey(*gossipKey); err != nil {
+	if set.GossipKey != "" {
+		if key, err = config.DecodeGossipKey(set.GossipKey); err != nil {
 			return usagef("-gossip-key: %v", err)
 		}
 	}
-	logger := hclog.New(&hclog.LoggerOptions{Name: "herd", Level: hclog.LevelFromString(*logLevel), Output: e.stderr})
+	logger := hclog.New(&hclog.LoggerOptions{Name: "herd", Level: hclog.LevelFromString(set.LogLevel), Output: e.stderr})
 	ag, err := agent.New(agent.Config{
-		ID: *id, Servers: config.SplitList(*servers), DataDir: *dataDir, Labels: labels, Capabilities: capMap,
-		Resources: api.Resources{CPUMillis: *cpu, MemoryMB: *mem, GPU: *gpu, DiskMB: *disk},
-		Slots:     *slots, Weight: *weight, Limits: *limits, LogRetention: *retention,
-		HeartbeatInterval: *heartbeat, Logger: logger,
-		GossipAddr: *gossipAddr, GossipKey: key, HibernateAfter: *hibernate,
+		ID: set.ID, Servers: set.Servers, DataDir: set.DataDir, Labels: set.Labels, Capabilities: capMap,
+		Resources: api.Resources{CPUMillis: set.CPUMillis, MemoryMB: set.MemoryMB, GPU: set.GPU, DiskMB: set.DiskMB},
+		Slots:     set.Slots, Weight: set.Weight, Limits: set.Limits, LogRetention: set.LogRetention,
+		HeartbeatInterval: set.HeartbeatInterval, Logger: logger,
+		GossipAddr: set.GossipAddr, GossipKey: key, HibernateAfter: set.HibernateAfter,
 	})
 	if err != nil {
 		return err

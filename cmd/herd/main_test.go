@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"herd/api"
+	"herd/config"
 	"herd/test"
 )
 
@@ -206,15 +207,12 @@ raft {
 	}
 	e, _, _ := testEnv(map[string]string{"HERD_ID": "from-env", "HERD_HTTP_ADDR": "127.0.0.1:6000"})
 	fs := flag.NewFlagSet("server", flag.ContinueOnError)
-	var f serverFlags
-	fs.StringVar(&f.configFile, "config", "", "")
-	fs.StringVar(&f.id, "id", "", "")
-	fs.StringVar(&f.httpAddr, "http-addr", "", "")
-	fs.StringVar(&f.raftAddr, "raft-addr", "", "")
+	configFile := fs.String("config", "", "")
+	applyFlags := config.ServerSettings.BindFlags(fs)
 	if err := fs.Parse([]string{"-config", file, "-http-addr", "127.0.0.1:7000"}); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := loadServerConfig(e, fs, &f)
+	cfg, err := loadServerConfig(e, *configFile, applyFlags)
 	if err != nil {
 		t.Fatal(err)
 	}

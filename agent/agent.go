@@ -229,7 +229,7 @@ func (a *Agent) heartbeatLoop(ctx context.Context) {
 		hb, err := a.client.Heartbeat(ctx, a.cfg.ID, a.session.Load())
 		var se *api.StatusError
 		switch {
-		case err == nil && hb.Liveness == "DOWN":
+		case err == nil && hb.Liveness == api.LivenessDown:
 			a.requestReregister()
 		case errors.As(err, &se) && (se.Reason == "session_changed" || se.Code == http.StatusNotFound):
 			a.requestReregister()
@@ -285,7 +285,7 @@ func (a *Agent) assignmentLoop(ctx context.Context) {
 			continue
 		}
 		index, applied = as.Index, max(applied, as.AppliedIndex)
-		if as.Liveness == "DOWN" {
+		if as.Liveness == api.LivenessDown {
 			a.requestReregister()
 		}
 		a.reconcile(ctx, &as)
@@ -437,7 +437,7 @@ func (a *Agent) reconcile(ctx context.Context, as *api.Assignments) {
 			continue
 		}
 		x := a.last.Attempts[i]
-		if x.Attempt.State == "RUNNING" {
+		if x.Attempt.State == api.AttemptRunning {
 			// Started by an earlier run of this agent, which is gone: the
 			// process is lost. Report it so the task is retried now rather
 			// than when a timeout notices.
@@ -445,7 +445,7 @@ func (a *Agent) reconcile(ctx context.Context, as *api.Assignments) {
 			a.wg.Add(1)
 			go func() {
 				defer a.wg.Done()
-				a.report(ctx, x, outcome{state: "LOST", exitCode: -1, err: "the agent restarted; the process is gone"})
+				a.report(ctx, x, outcome{state: api.AttemptLost, exitCode: -1, err: "the agent restarted; the process is gone"})
 			}()
 			continue
 		}
@@ -488,7 +488,7 @@ func (a *Agent) execute(agentCtx, attemptCtx context.Context, x api.Assignment) 
 		defer func() {
 			if p := recover(); p != nil {
 				log.Error("executor crashed", "panic", p)
-				done <- outcome{state: "FAILED", exitCode: -1, err: fmt.Sprintf("executor crashed: %v", p)}
+				done <- outcome{state: api.AttemptFailed, exitCode: -1, err: fmt.Sprintf("executor crashed: %v", p)}
 			}
 		}()
 		done <- a.runProcess(attemptCtx, x)
@@ -502,7 +502,7 @@ func (a *Agent) execute(agentCtx, attemptCtx context.Context, x api.Assignment) 
 		// The executor should have ended the process by now: it is hung.
 		// Report the attempt failed and move on; the agent stays up.
 		log.Error("executor hung past the run timeout; giving the attempt up")
-		out = outcome{state: "FAILED", exitCode: -1, err: "executor hung past the run timeout"}
+		out = outcome{state: api.AttemptFailed, exitCode: -1, err: "executor hung past the run timeout"}
 	}
 	if out.abandoned {
 		if agentCtx.Err() == nil {

@@ -43,7 +43,7 @@ func (a *Agent) runProcess(ctx context.Context, as api.Assignment) outcome {
 	att, spec := as.Attempt, as.Spec
 	workDir, err := a.workDirs.take(att.ID)
 	if err != nil {
-		return outcome{state: "FAILED", exitCode: -1, err: fmt.Sprintf("create working directory: %v", err)}
+		return outcome{state: api.AttemptFailed, exitCode: -1, err: fmt.Sprintf("create working directory: %v", err)}
 	}
 	contained := true // until a process starts: then as the limits tell
 	defer func() { a.workDirs.give(workDir, att.ID, contained) }()
@@ -64,7 +64,7 @@ func (a *Agent) runProcess(ctx context.Context, as api.Assignment) outcome {
 
 	if len(spec.Command) == 0 {
 		logFile.Note("--- herd: empty command\n", true)
-		return outcome{state: "FAILED", exitCode: -1, err: "empty command"}
+		return outcome{state: api.AttemptFailed, exitCode: -1, err: "empty command"}
 	}
 	cmd := a.paths.command(spec.Command[0], spec.Command[1:]...)
 	cmd.Dir = workDir
@@ -81,12 +81,12 @@ func (a *Agent) runProcess(ctx context.Context, as api.Assignment) outcome {
 	}
 	limits, err := a.limiter.Prepare(att.ID, spec.Resources, cmd.SysProcAttr)
 	if err != nil {
-		return outcome{state: "FAILED", exitCode: -1, err: fmt.Sprintf("set up %s limits: %v", a.limiter.Name(), err)}
+		return outcome{state: api.AttemptFailed, exitCode: -1, err: fmt.Sprintf("set up %s limits: %v", a.limiter.Name(), err)}
 	}
 	defer limits.Release()
 	r, w, err := os.Pipe()
 	if err != nil {
-		return outcome{state: "FAILED", exitCode: -1, err: fmt.Sprintf("output pipe: %v", err)}
+		return outcome{state: api.AttemptFailed, exitCode: -1, err: fmt.Sprintf("output pipe: %v", err)}
 	}
 	cmd.Stdout, cmd.Stderr = w, w
 	err = limits.Launch(cmd)
@@ -95,7 +95,7 @@ func (a *Agent) runProcess(ctx context.Context, as api.Assignment) outcome {
 		r.Close()
 		msg := fmt.Sprintf("start %q: %v", spec.Command[0], err)
 		logFile.Note("--- herd: "+msg+"\n", true)
-		return outcome{state: "FAILED", exitCode: 127, err: msg}
+		return outcome{state: api.AttemptFailed, exitCode: 127, err: msg}
 	}
 	contained = false
 	pid := cmd.Process.Pid
@@ -149,20 +149,20 @@ func (a *Agent) runProcess(ctx context.Context, as api.Assignment) outcome {
 	out.exitCode, out.err = exitStatus(cmd.ProcessState, waitErr)
 	switch {
 	case timedOut:
-		out.state = "TIMED_OUT"
+		out.state = api.AttemptTimedOut
 		out.err = fmt.Sprintf("run timeout of %s exceeded; process group killed", timeout)
 	case abandoned:
-		out.state = "LOST"
+		out.state = api.AttemptLost
 		out.err = "stopped: the attempt was taken back"
 	case limits.OOMKilled():
-		out.state = "FAILED"
+		out.state = api.AttemptFailed
 		out.err = fmt.Sprintf("killed by the memory limit (%d MB, %s)", spec.Resources.MemoryMB, a.limiter.Name())
 	case out.exitCode == 0:
-		out.state = "SUCCEEDED"
+		out.state = api.AttemptSucceeded
 	default:
-		out.state = "FAILED"
+		out.state = api.AttemptFailed
 	}
-	logFile.Note(fmt.Sprintf("--- herd: %s, exit code %d %s\n", out.state, out.exitCode, out.err), out.state != "SUCCEEDED")
+	logFile.Note(fmt.Sprintf("--- herd: %s, exit code %d %s\n", out.state, out.exitCode, out.err), out.state != api.AttemptSucceeded)
 	return out
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/hashicorp/memberlist"
 
 	"herd/api"
+	"herd/internal/gossip"
 )
 
 // agentGossip is the agent's membership in the servers' gossip pool: it
@@ -74,42 +75,18 @@ func (a *Agent) startGossip(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	mc := memberlist.DefaultLANConfig()
-	mc.Name = a.cfg.ID
-	// Gossip packets here are small (liveness, a little metadata): LZW
-	// saves little on them and allocates a 64 KiB table per packet sent,
-	// a twentieth of what a busy cluster allocated. Peers that compress
-	// are still understood.
-	mc.EnableCompression = false
-	// Bound to one address, memberlist advertises it with the real port
-	// (also when the port is chosen automatically).
-	mc.BindAddr, mc.BindPort = host, port
-	mc.Logger = a.logger.Named("gossip").StandardLogger(nil)
-	// A restarted agent may come back on another address: once its old
-	// incarnation is dead it may take the name again.
-	mc.DeadNodeReclaimTime = time.Second
 	g := &agentGossip{a: a, servers: map[string]string{}, learned: map[string]string{}}
 	for _, addr := range info.Servers {
 		g.servers[addr] = ""
 	}
-	mc.Delegate = g
-	mc.Events = g
-	mc.Merge = g
-	if a.cfg.GossipKey != nil {
-		mc.SecretKey = a.cfg.GossipKey
-		mc.GossipVerifyIncoming, mc.GossipVerifyOutgoing = true, true
-	}
-	if a.cfg.GossipTune != nil {
-		a.cfg.GossipTune(mc)
-	}
-	if a.cfg.GossipTransport != nil {
-		nt, err := memberlist.NewNetTransport(&memberlist.NetTransportConfig{BindAddrs: []string{host}, BindPort: port, Logger: mc.Logger})
-		if err != nil {
-			return fmt.Errorf("gossip transport: %w", err)
-		}
-		mc.Transport = a.cfg.GossipTransport(nt)
-	}
-	ml, err := memberlist.Create(mc)
+	ml, err := gossip.Create(gossip.Options{
+		Name: a.cfg.ID, BindHost: host, BindPort: port, Key: a.cfg.GossipKey,
+		// A restarted agent may come back on another address: once its old
+		// incarnation is dead it may take the name again.
+		DeadNodeReclaimTime: time.Second,
+		Delegate:            g, Events: g, Merge: g, Logger: a.logger,
+		Tune: a.cfg.GossipTune, WrapTransport: a.cfg.GossipTransport,
+	})
 	if err != nil {
 		return fmt.Errorf("start gossip on %s:%d: %w", host, port, err)
 	}

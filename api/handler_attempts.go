@@ -61,7 +61,7 @@ func validateComplete(req *AttemptCompleteRequest) error {
 		return fmt.Errorf("error is longer than %d bytes", MaxErrorText)
 	}
 	switch req.State {
-	case "", "SUCCEEDED", "FAILED", "TIMED_OUT", "LOST":
+	case "", AttemptSucceeded, AttemptFailed, AttemptTimedOut, AttemptLost:
 		return nil
 	}
 	return fmt.Errorf("state %q must be SUCCEEDED, FAILED, TIMED_OUT or LOST", req.State)

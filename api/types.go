@@ -4,9 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"herd/internal/check"
 	"io"
 	"net/http"
-	"regexp"
 	"strconv"
 	"time"
 )
@@ -285,10 +285,8 @@ func (e *StatusError) Is(target error) bool {
 	return false
 }
 
-var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
-
 // ValidID reports whether s is acceptable as a task, node or server id.
-func ValidID(s string) bool { return idPattern.MatchString(s) }
+func ValidID(s string) bool { return check.ID(s) }
 
 // NodeRegistration is what an agent (or an operator) registers.
 type NodeRegistration struct {

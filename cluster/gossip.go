@@ -14,6 +14,7 @@ import (
 
 	"herd/api"
 	"herd/config"
+	"herd/internal/gossip"
 )
 
 // GossipOptions let tests shape the memberlist pool of a replica.
@@ -53,39 +54,19 @@ func (s *Server) startGossip(opts GossipOptions) error {
 	port, _ := strconv.Atoi(portStr)
 	advHost, advPortStr, _ := net.SplitHostPort(s.cfg.GossipAdvertise)
 	advPort, _ := strconv.Atoi(advPortStr)
-	mc := memberlist.DefaultLANConfig()
-	mc.Name = s.cfg.ID
-	// Gossip packets here are small (liveness, a little metadata): LZW
-	// saves little on them and allocates a 64 KiB table per packet sent,
-	// a twentieth of what a busy cluster allocated. Peers that compress
-	// are still understood.
-	mc.EnableCompression = false
-	mc.BindAddr, mc.BindPort = host, port
-	mc.AdvertiseAddr, mc.AdvertisePort = advHost, advPort
-	mc.Logger = s.logger.Named("gossip").StandardLogger(nil)
-	mc.LogOutput = nil
 	g := &serverGossip{s: s, members: map[string]gossipMember{}}
-	mc.Delegate = g
-	mc.Events = g
+	var key []byte
 	if s.cfg.GossipKey != "" {
-		key, err := config.DecodeGossipKey(s.cfg.GossipKey)
+		k, err := config.DecodeGossipKey(s.cfg.GossipKey)
 		if err != nil {
 			return err
 		}
-		mc.SecretKey = key
-		mc.GossipVerifyIncoming, mc.GossipVerifyOutgoing = true, true
+		key = k
 	}
-	if opts.Tune != nil {
-		opts.Tune(mc)
-	}
-	if opts.WrapTransport != nil {
-		nt, err := memberlist.NewNetTransport(&memberlist.NetTransportConfig{BindAddrs: []string{host}, BindPort: port, Logger: mc.Logger})
-		if err != nil {
-			return fmt.Errorf("gossip transport on %s: %w", s.cfg.GossipAddr, err)
-		}
-		mc.Transport = opts.WrapTransport(nt)
-	}
-	ml, err := memberlist.Create(mc)
+	ml, err := gossip.Create(gossip.Options{
+		Name: s.cfg.ID, BindHost: host, BindPort: port, AdvertiseHost: advHost, AdvertisePort: advPort,
+		Key: key, Delegate: g, Events: g, Logger: s.logger, Tune: opts.Tune, WrapTransport: opts.WrapTransport,
+	})
 	if err != nil {
 		return fmt.Errorf("start gossip on %s: %w", s.cfg.GossipAddr, err)
 	}

@@ -7,9 +7,8 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"herd/internal/check"
 	"net"
-	"regexp"
-	"slices"
 	"strings"
 	"time"
 )
@@ -206,10 +205,8 @@ func SplitList(s string) []string {
 	return out
 }
 
-var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
-
 // ValidID reports whether s may name a server or node.
-func ValidID(s string) bool { return idPattern.MatchString(s) }
+func ValidID(s string) bool { return check.ID(s) }
 
 // Validate checks c and fills the advertise addresses. All problems are
 // reported together.
@@ -264,41 +261,8 @@ func (c *Server) Validate() error {
 	default:
 		errs = append(errs, fmt.Errorf("log_level %q must be trace, debug, info, warn, error or off", c.LogLevel))
 	}
-	r := c.Raft
-	for name, d := range map[string]time.Duration{
-		"heartbeat_timeout": r.HeartbeatTimeout, "election_timeout": r.ElectionTimeout,
-		"leader_lease_timeout": r.LeaderLeaseTimeout, "commit_timeout": r.CommitTimeout,
-		"snapshot_interval": r.SnapshotInterval, "apply_timeout": r.ApplyTimeout,
-	} {
-		if d <= 0 {
-			errs = append(errs, fmt.Errorf("raft.%s must be positive", name))
-		}
-	}
-	if r.HeartbeatTimeout < 5*time.Millisecond {
-		errs = append(errs, errors.New("raft.heartbeat_timeout must be at least 5ms"))
-	}
-	if r.LeaderLeaseTimeout > r.HeartbeatTimeout {
-		errs = append(errs, errors.New("raft.leader_lease_timeout must not exceed raft.heartbeat_timeout"))
-	}
-	if r.MaxAppendEntries < 1 || r.MaxAppendEntries > 1024 {
-		errs = append(errs, fmt.Errorf("raft.max_append_entries %d is outside 1..1024", r.MaxAppendEntries))
-	}
-	if r.SnapshotThreshold < 1 {
-		errs = append(errs, errors.New("raft.snapshot_threshold must be at least 1"))
-	}
-	if r.SnapshotRetain < 1 {
-		errs = append(errs, errors.New("raft.snapshot_retain must be at least 1"))
-	}
-	lv := c.Liveness
-	if lv.HeartbeatInterval <= 0 || lv.MaxHeartbeatInterval < lv.HeartbeatInterval {
-		errs = append(errs, errors.New("liveness.heartbeat_interval must be positive and at most liveness.max_heartbeat_interval"))
-	}
-	if lv.SuspectAfter < 1 || lv.DownAfter <= lv.SuspectAfter {
-		errs = append(errs, errors.New("liveness.suspect_after must be at least 1 and below liveness.down_after"))
-	}
-	if lv.LeaderGrace < 0 || lv.WakeTimeout <= 0 {
-		errs = append(errs, errors.New("liveness.leader_grace must not be negative and liveness.wake_timeout must be positive"))
-	}
+	errs = append(errs, c.Raft.validate()...)
+	errs = append(errs, c.Liveness.validate()...)
 	if c.GossipAddr != "" {
 		if _, _, err := net.SplitHostPort(c.GossipAddr); err != nil {
 			errs = append(errs, fmt.Errorf("gossip_addr %q: %w", c.GossipAddr, err))
@@ -315,7 +279,13 @@ func (c *Server) Validate() error {
 			errs = append(errs, err)
 		}
 	}
-	sc := c.Scheduler
+	errs = append(errs, c.Scheduler.validate()...)
+	return joinSorted(errs)
+}
+
+// validate checks the scheduler block.
+func (sc Scheduler) validate() []error {
+	var errs []error
 	for name, d := range map[string]time.Duration{
 		"heartbeat_ttl": sc.HeartbeatTTL, "explain_interval": sc.ExplainInterval,
 		"aging_interval": sc.AgingInterval, "retry_base": sc.RetryBase, "retry_cap": sc.RetryCap,
@@ -346,20 +316,61 @@ func (c *Server) Validate() error {
 	if sc.RetryCap < sc.RetryBase {
 		errs = append(errs, errors.New("scheduler.retry_cap must be at least scheduler.retry_base"))
 	}
-	return joinSorted(errs)
+	return errs
 }
 
-// joinSorted joins errors in a stable order (some come from map loops).
+// validate checks the raft block.
+func (r Raft) validate() []error {
+	var errs []error
+	for name, d := range map[string]time.Duration{
+		"heartbeat_timeout": r.HeartbeatTimeout, "election_timeout": r.ElectionTimeout,
+		"leader_lease_timeout": r.LeaderLeaseTimeout, "commit_timeout": r.CommitTimeout,
+		"snapshot_interval": r.SnapshotInterval, "apply_timeout": r.ApplyTimeout,
+	} {
+		if d <= 0 {
+			errs = append(errs, fmt.Errorf("raft.%s must be positive", name))
+		}
+	}
+	if r.HeartbeatTimeout < 5*time.Millisecond {
+		errs = append(errs, errors.New("raft.heartbeat_timeout must be at least 5ms"))
+	}
+	if r.LeaderLeaseTimeout > r.HeartbeatTimeout {
+		errs = append(errs, errors.New("raft.leader_lease_timeout must not exceed raft.heartbeat_timeout"))
+	}
+	if r.MaxAppendEntries < 1 || r.MaxAppendEntries > 1024 {
+		errs = append(errs, fmt.Errorf("raft.max_append_entries %d is outside 1..1024", r.MaxAppendEntries))
+	}
+	if r.SnapshotThreshold < 1 {
+		errs = append(errs, errors.New("raft.snapshot_threshold must be at least 1"))
+	}
+	if r.SnapshotRetain < 1 {
+		errs = append(errs, errors.New("raft.snapshot_retain must be at least 1"))
+	}
+	return errs
+}
+
+// validate checks the liveness block.
+func (lv Liveness) validate() []error {
+	var errs []error
+	if lv.HeartbeatInterval <= 0 || lv.MaxHeartbeatInterval < lv.HeartbeatInterval {
+		errs = append(errs, errors.New("liveness.heartbeat_interval must be positive and at most liveness.max_heartbeat_interval"))
+	}
+	if lv.SuspectAfter < 1 || lv.DownAfter <= lv.SuspectAfter {
+		errs = append(errs, errors.New("liveness.suspect_after must be at least 1 and below liveness.down_after"))
+	}
+	if lv.LeaderGrace < 0 || lv.WakeTimeout <= 0 {
+		errs = append(errs, errors.New("liveness.leader_grace must not be negative and liveness.wake_timeout must be positive"))
+	}
+	return errs
+}
+
+// joinSorted reports every problem of a configuration in one error, in
+// a stable order (some are found by ranging over maps).
 func joinSorted(errs []error) error {
-	if len(errs) == 0 {
-		return nil
+	if err := check.JoinSorted(errs); err != nil {
+		return fmt.Errorf("invalid configuration: %w", err)
 	}
-	msgs := make([]string, len(errs))
-	for i, e := range errs {
-		msgs[i] = e.Error()
-	}
-	slices.Sort(msgs)
-	return errors.New("invalid configuration: " + strings.Join(msgs, "; "))
+	return nil
 }
 
 // DecodeGossipKey decodes a base64 gossip encryption key of 16, 24 or 32

@@ -3,7 +3,7 @@ package fsm
 import (
 	"errors"
 	"fmt"
-	"slices"
+	"herd/internal/check"
 	"strings"
 )
 
@@ -71,14 +71,5 @@ func (s *TaskSpec) Validate() error {
 	if len(s.RequiredLabels) > MaxLabelEntries || len(s.PreferredLabels) > MaxLabelEntries {
 		errs = append(errs, fmt.Errorf("at most %d required and %d preferred labels allowed", MaxLabelEntries, MaxLabelEntries))
 	}
-	if len(errs) == 0 {
-		return nil
-	}
-	// Sort for a stable message: map iteration above is unordered.
-	msgs := make([]string, len(errs))
-	for i, e := range errs {
-		msgs[i] = e.Error()
-	}
-	slices.Sort(msgs)
-	return errors.New(strings.Join(msgs, "; "))
+	return check.JoinSorted(errs)
 }

@@ -16,7 +16,10 @@ func Eligible(n *Node, req *Request) bool {
 
 // Check returns every rule the node fails for the request; none means
 // eligible. The leader uses it to explain, and the FSM to re-check a
-// reservation at apply time: the same rules as Eligible, by construction.
+// reservation at apply time. It and Eligible are two codings of the same
+// rules: Check in the order reasons are shown, Eligible in the order that
+// is cheapest to refuse, without building any text. TestEligibleAgreesWithCheck
+// holds them to the same verdict on random nodes and requests.
 func Check(n *Node, req *Request) []Reason {
 	c := compile(req)
 	var out []Reason
@@ -64,8 +67,9 @@ func pairs(m map[string]string) []labelPair {
 	return out
 }
 
-// evaluate applies every rule in order. With out nil it returns false at
-// the first failure; otherwise it appends a Reason per failed rule.
+// evaluate applies every rule. With out nil it is eligible's yes/no;
+// otherwise it appends a Reason per failed rule, in the order they are
+// shown, and reports whether none failed.
 func evaluate(n *Node, c *compiled, out *[]Reason) bool {
 	if out == nil {
 		return eligible(n, c)
@@ -77,27 +81,15 @@ func evaluate(n *Node, c *compiled, out *[]Reason) bool {
 		*out = append(*out, Reason{Code: code, Summary: summary, Detail: detail})
 	}
 	if n.Management != ManagementActive {
-		if out == nil {
-			return false
-		}
 		fail(ReasonNotActive, "not active", string(n.Management))
 	}
 	if n.Liveness != LivenessReady {
-		if out == nil {
-			return false
-		}
 		fail(ReasonNotReady, "not ready", string(n.Liveness))
 	}
 	if n.Scheduling != SchedulingEligible {
-		if out == nil {
-			return false
-		}
 		fail(ReasonIneligible, "ineligible", "")
 	}
 	if req.HeartbeatTTL > 0 && n.LastHeartbeat.Before(c.cutoff) {
-		if out == nil {
-			return false
-		}
 		detail := ""
 		if !c.summaryOnly {
 			age := req.Now.Sub(n.LastHeartbeat).Truncate(time.Second)
@@ -106,9 +98,6 @@ func evaluate(n *Node, c *compiled, out *[]Reason) bool {
 		fail(ReasonHeartbeatExpired, "heartbeat expired", detail)
 	}
 	if req.Capability != "" && !slices.Contains(n.Capabilities[req.Capability], req.CapabilityVersion) {
-		if out == nil {
-			return false
-		}
 		detail := "node has none"
 		if vs := n.Capabilities[req.Capability]; len(vs) > 0 && !c.summaryOnly {
 			detail = "node has " + req.Capability + "@" + strings.Join(vs, ",")
@@ -116,9 +105,6 @@ func evaluate(n *Node, c *compiled, out *[]Reason) bool {
 		fail(ReasonMissingCapability, c.missingCapability, detail)
 	}
 	if !labelsMatch(n.Labels, c.required) {
-		if out == nil {
-			return false
-		}
 		detail := ""
 		if !c.summaryOnly {
 			k, _ := firstMismatch(n.Labels, req.RequiredLabels)
@@ -142,9 +128,6 @@ func evaluate(n *Node, c *compiled, out *[]Reason) bool {
 	}
 	for _, r := range static {
 		if r.have < r.want {
-			if out == nil {
-				return false
-			}
 			detail := ""
 			if !c.summaryOnly {
 				detail = fmt.Sprintf("%d < %d %s", r.have, r.want, r.unit)
@@ -153,9 +136,6 @@ func evaluate(n *Node, c *compiled, out *[]Reason) bool {
 		}
 	}
 	if n.RunningAttempts >= n.Slots {
-		if out == nil {
-			return false
-		}
 		detail := ""
 		if !c.summaryOnly {
 			detail = fmt.Sprintf("%d of %d slots used", n.RunningAttempts, n.Slots)
@@ -165,9 +145,6 @@ func evaluate(n *Node, c *compiled, out *[]Reason) bool {
 	// Reported only when the static capacity suffices, so one shortfall is
 	// not reported twice.
 	if free := n.Resources.Sub(n.Reserved); n.Resources.Covers(req.Resources) && !free.Covers(req.Resources) {
-		if out == nil {
-			return false
-		}
 		detail := ""
 		if !c.summaryOnly {
 			detail = shortfall(free, req.Resources)
@@ -175,15 +152,9 @@ func evaluate(n *Node, c *compiled, out *[]Reason) bool {
 		fail(ReasonInsufficientFree, "insufficient unreserved capacity", detail)
 	}
 	if req.Blacklist[n.ID] {
-		if out == nil {
-			return false
-		}
 		fail(ReasonBlacklisted, "blacklisted for this task", "failed it twice, awaiting a health check")
 	}
 	if why, passed := req.PassedOver[n.ID]; passed {
-		if out == nil {
-			return false
-		}
 		fail(ReasonPassedOver, "passed over", why)
 	}
 	return ok

@@ -654,6 +654,8 @@ func drawRequest(rt *rapid.T) *Request {
 	return req
 }
 
+// Eligible and Check code the same rules two ways (see Check): on random
+// nodes and requests, Eligible holds exactly when Check finds no reason.
 func TestEligibleAgreesWithCheck(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		n, req := drawNode(rt, "n1"), drawRequest(rt)

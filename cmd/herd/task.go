@@ -170,7 +170,7 @@ func runTaskStatus(e *env, args []string) error {
 			}
 		}
 	}
-	if t.State == "PENDING" {
+	if t.State == api.TaskPending {
 		if ex, err := cl.ExplainTask(ctx, t.ID, api.ReadOptions{Consistent: !*stale}); err == nil {
 			fmt.Fprintf(w, "\nWaiting: %s\n", ex.Summary)
 		}

@@ -1,0 +1,33 @@
+// Package check holds the small validations that the wire types, the
+// configuration and the FSM share, so that each rule is written once: what
+// an id may look like, and how several problems are reported together.
+package check
+
+import (
+	"errors"
+	"regexp"
+	"slices"
+	"strings"
+)
+
+var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
+
+// ID reports whether s may name a server, node, task or attempt: 1 to 64
+// letters, digits, '.', '_' or '-', starting with a letter or digit (so
+// that it is safe in a URL path and a file name).
+func ID(s string) bool { return idPattern.MatchString(s) }
+
+// JoinSorted joins the messages of errs, sorted and separated by "; ",
+// into one error, or returns nil for none. Sorting makes the message
+// stable when the problems were found by ranging over a map.
+func JoinSorted(errs []error) error {
+	if len(errs) == 0 {
+		return nil
+	}
+	msgs := make([]string, len(errs))
+	for i, e := range errs {
+		msgs[i] = e.Error()
+	}
+	slices.Sort(msgs)
+	return errors.New(strings.Join(msgs, "; "))
+}

@@ -1,0 +1,30 @@
+package check
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+func TestID(t *testing.T) {
+	for _, ok := range []string{"a", "s1", "edge-1.zone_b", strings.Repeat("x", 64), "01kbtask"} {
+		if !ID(ok) {
+			t.Errorf("%q refused", ok)
+		}
+	}
+	for _, bad := range []string{"", "-a", ".a", "a b", "a/b", "..", strings.Repeat("x", 65), "ä"} {
+		if ID(bad) {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}
+
+func TestJoinSorted(t *testing.T) {
+	if JoinSorted(nil) != nil {
+		t.Fatal("no errors must join to nil")
+	}
+	err := JoinSorted([]error{errors.New("b"), errors.New("a"), errors.New("c")})
+	if err == nil || err.Error() != "a; b; c" {
+		t.Fatalf("got %v", err)
+	}
+}

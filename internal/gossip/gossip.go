@@ -1,0 +1,81 @@
+// Package gossip creates a member of herd's memberlist pool with the
+// settings servers and agents share, so that both join the pool alike.
+package gossip
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/memberlist"
+)
+
+// Options describe one member.
+type Options struct {
+	// Name is the member's name in the pool: the server or node id.
+	Name string
+	// BindHost and BindPort are where it listens (UDP and TCP); bound to
+	// one address, memberlist advertises it with the real port, also when
+	// the port is chosen by the kernel (0).
+	BindHost string
+	BindPort int
+	// AdvertiseHost and AdvertisePort, when set, are what others reach.
+	AdvertiseHost string
+	AdvertisePort int
+	// Key, when set, is the pool's AES key: every packet in and out is
+	// encrypted and verified.
+	Key []byte
+	// DeadNodeReclaimTime lets a name dead this long be taken again by a
+	// member on another address (a restarted agent); 0 keeps
+	// memberlist's default.
+	DeadNodeReclaimTime time.Duration
+	Delegate            memberlist.Delegate
+	Events              memberlist.EventDelegate
+	Merge               memberlist.MergeDelegate
+	Logger              hclog.Logger
+	// Tune and WrapTransport let tests shrink memberlist's timings and
+	// inject faults into its transport.
+	Tune          func(*memberlist.Config)
+	WrapTransport func(memberlist.Transport) memberlist.Transport
+}
+
+// Create starts the member: it listens, and joins nobody yet.
+func Create(o Options) (*memberlist.Memberlist, error) {
+	mc := memberlist.DefaultLANConfig()
+	mc.Name = o.Name
+	// The pool's packets are small (liveness and a little metadata): LZW
+	// saves little on them and allocates a 64 KiB table for each packet
+	// sent. Peers that compress are still understood.
+	mc.EnableCompression = false
+	mc.BindAddr, mc.BindPort = o.BindHost, o.BindPort
+	if o.AdvertiseHost != "" {
+		mc.AdvertiseAddr, mc.AdvertisePort = o.AdvertiseHost, o.AdvertisePort
+	}
+	if o.Logger == nil {
+		o.Logger = hclog.NewNullLogger()
+	}
+	mc.Logger = o.Logger.Named("gossip").StandardLogger(nil)
+	mc.LogOutput = nil
+	if o.DeadNodeReclaimTime > 0 {
+		mc.DeadNodeReclaimTime = o.DeadNodeReclaimTime
+	}
+	mc.Delegate, mc.Events = o.Delegate, o.Events
+	if o.Merge != nil {
+		mc.Merge = o.Merge
+	}
+	if o.Key != nil {
+		mc.SecretKey = o.Key
+		mc.GossipVerifyIncoming, mc.GossipVerifyOutgoing = true, true
+	}
+	if o.Tune != nil {
+		o.Tune(mc)
+	}
+	if o.WrapTransport != nil {
+		nt, err := memberlist.NewNetTransport(&memberlist.NetTransportConfig{BindAddrs: []string{o.BindHost}, BindPort: o.BindPort, Logger: mc.Logger})
+		if err != nil {
+			return nil, fmt.Errorf("gossip transport: %w", err)
+		}
+		mc.Transport = o.WrapTransport(nt)
+	}
+	return memberlist.Create(mc)
+}

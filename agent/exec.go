@@ -26,13 +26,13 @@ type outcome struct {
 	abandoned bool
 }
 
-// copyBuffers lends the buffers that copy attempts' output to their logs:
-// a fresh 32 KiB per attempt was a sixth of what a busy agent allocated.
+// copyBuffers lends the 32 KiB buffers that copy attempts' output to
+// their logs, so that an attempt allocates none of its own.
 var copyBuffers = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
 
 // devNull is the tasks' standard input, opened once for the process (as
-// os.Stdin is): a command whose Stdin is nil has exec open /dev/null
-// anew, which was 1% of a busy agent's CPU.
+// os.Stdin is): a command whose Stdin is nil has exec open /dev/null anew
+// for every attempt.
 var devNull = sync.OnceValues(func() (*os.File, error) { return os.Open(os.DevNull) })
 
 // runProcess runs one attempt's command to its end: its own process
@@ -48,9 +48,9 @@ func (a *Agent) runProcess(ctx context.Context, as api.Assignment) outcome {
 	contained := true // until a process starts: then as the limits tell
 	defer func() { a.workDirs.give(workDir, att.ID, contained) }()
 	// One file per attempt, straight under logs/ (its first line names
-	// the task): a directory per task cost another metadata operation
-	// per attempt, as much as a slow disk's whole mkdir. The file is made
-	// on the attempt's first output (see attemptLog).
+	// the task): a directory per task would cost another metadata
+	// operation per attempt. The file is made on the attempt's first
+	// output (see attemptLog).
 	logFile := newAttemptLog(filepath.Join(a.cfg.DataDir, "logs", att.ID+".log"), a.cfg.LogMaxBytes, a.cfg.LogMaxFiles,
 		fmt.Sprintf("--- herd: task %s attempt %d (%s) on %s, limits %s, started %s\n",
 			att.TaskID, att.Number, att.ID, a.cfg.ID, a.limiter.Name(), time.Now().UTC().Format(time.RFC3339)))
@@ -66,19 +66,7 @@ func (a *Agent) runProcess(ctx context.Context, as api.Assignment) outcome {
 		logFile.Note("--- herd: empty command\n", true)
 		return outcome{state: api.AttemptFailed, exitCode: -1, err: "empty command"}
 	}
-	cmd := a.paths.command(spec.Command[0], spec.Command[1:]...)
-	cmd.Dir = workDir
-	cmd.Env = append(os.Environ(), envList(spec.Env)...)
-	cmd.Env = append(cmd.Env,
-		"HERD_TASK_ID="+att.TaskID,
-		"HERD_ATTEMPT_ID="+att.ID,
-		"HERD_ATTEMPT_NUMBER="+strconv.Itoa(att.Number),
-		"HERD_NODE_ID="+a.cfg.ID,
-	)
-	cmd.SysProcAttr = groupLeader()
-	if f, err := devNull(); err == nil {
-		cmd.Stdin = f
-	}
+	cmd := a.taskCommand(att, spec, workDir)
 	limits, err := a.limiter.Prepare(att.ID, spec.Resources, cmd.SysProcAttr)
 	if err != nil {
 		return outcome{state: api.AttemptFailed, exitCode: -1, err: fmt.Sprintf("set up %s limits: %v", a.limiter.Name(), err)}
@@ -116,22 +104,7 @@ func (a *Agent) runProcess(ctx context.Context, as api.Assignment) outcome {
 	go func() { waited <- cmd.Wait() }()
 
 	timeout := time.Duration(derefInt64(spec.TimeoutSeconds, api.DefaultTimeoutSeconds)) * time.Second
-	timer := time.NewTimer(timeout)
-	defer timer.Stop()
-	var (
-		waitErr   error
-		timedOut  bool
-		abandoned bool
-	)
-	select {
-	case waitErr = <-waited:
-	case <-timer.C:
-		timedOut = true
-		waitErr = a.stopGroup(pid, limits, waited)
-	case <-ctx.Done():
-		abandoned = true
-		waitErr = a.stopGroup(pid, limits, waited)
-	}
+	waitErr, timedOut, abandoned := a.awaitEnd(ctx, pid, limits, timeout, waited)
 	// Whatever the main process left behind in its group dies with it.
 	killGroup(pid)
 	limits.KillAll()
@@ -147,11 +120,57 @@ func (a *Agent) runProcess(ctx context.Context, as api.Assignment) outcome {
 
 	out := outcome{tail: tail.String(), abandoned: abandoned}
 	out.exitCode, out.err = exitStatus(cmd.ProcessState, waitErr)
+	a.judge(&out, timedOut, timeout, limits, spec)
+	logFile.Note(fmt.Sprintf("--- herd: %s, exit code %d %s\n", out.state, out.exitCode, out.err), out.state != api.AttemptSucceeded)
+	return out
+}
+
+// taskCommand is the attempt's command, ready to launch: in its working
+// directory, with the task's environment and the HERD_* variables, as
+// the leader of a process group of its own, reading an empty stdin.
+func (a *Agent) taskCommand(att api.Attempt, spec api.TaskSpec, workDir string) *exec.Cmd {
+	cmd := a.paths.command(spec.Command[0], spec.Command[1:]...)
+	cmd.Dir = workDir
+	cmd.Env = append(os.Environ(), envList(spec.Env)...)
+	cmd.Env = append(cmd.Env,
+		"HERD_TASK_ID="+att.TaskID,
+		"HERD_ATTEMPT_ID="+att.ID,
+		"HERD_ATTEMPT_NUMBER="+strconv.Itoa(att.Number),
+		"HERD_NODE_ID="+a.cfg.ID,
+	)
+	cmd.SysProcAttr = groupLeader()
+	if f, err := devNull(); err == nil {
+		cmd.Stdin = f
+	}
+	return cmd
+}
+
+// awaitEnd waits for the attempt's main process to end, stopping its
+// group when the run timeout passes (timedOut) or the attempt is taken
+// back (abandoned), and returns its wait result.
+func (a *Agent) awaitEnd(ctx context.Context, pid int, limits limitHandle, timeout time.Duration, waited <-chan error) (waitErr error, timedOut, abandoned bool) {
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	select {
+	case waitErr = <-waited:
+	case <-timer.C:
+		timedOut = true
+		waitErr = a.stopGroup(pid, limits, waited)
+	case <-ctx.Done():
+		abandoned = true
+		waitErr = a.stopGroup(pid, limits, waited)
+	}
+	return waitErr, timedOut, abandoned
+}
+
+// judge sets the attempt's ending state from how it ended: a timeout, a
+// take-back, the memory limit, else its exit code.
+func (a *Agent) judge(out *outcome, timedOut bool, timeout time.Duration, limits limitHandle, spec api.TaskSpec) {
 	switch {
 	case timedOut:
 		out.state = api.AttemptTimedOut
 		out.err = fmt.Sprintf("run timeout of %s exceeded; process group killed", timeout)
-	case abandoned:
+	case out.abandoned:
 		out.state = api.AttemptLost
 		out.err = "stopped: the attempt was taken back"
 	case limits.OOMKilled():
@@ -162,8 +181,6 @@ func (a *Agent) runProcess(ctx context.Context, as api.Assignment) outcome {
 	default:
 		out.state = api.AttemptFailed
 	}
-	logFile.Note(fmt.Sprintf("--- herd: %s, exit code %d %s\n", out.state, out.exitCode, out.err), out.state != api.AttemptSucceeded)
-	return out
 }
 
 // stopGroup asks the process group to stop (SIGTERM), kills it after the

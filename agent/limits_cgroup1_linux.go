@@ -19,8 +19,8 @@ import (
 )
 
 // cgroupV1 keeps a pool of idle cgroup pairs (memory, cpu) and reuses
-// them: creating and removing two v1 cgroups per attempt was a tenth of
-// a busy agent's CPU, and more in kernel work not charged to it.
+// them, so that an attempt costs no cgroup creation and removal (kernel
+// work that grows with the hierarchy, charged partly to nobody).
 type cgroupV1 struct {
 	memRoot, cpuRoot string
 	prefix           string // unique to this limiter: several agents may share a root
@@ -84,6 +84,10 @@ type v1Limits struct{ memory, quota, period string }
 // v1PoolMax bounds the idle groups kept for reuse.
 const v1PoolMax = 64
 
+// v1Limiters numbers the limiters of this process, so that each names
+// its groups apart from every other's: several agents may share one
+// hierarchy (one machine, or one test process), and a group is only ever
+// reused by the limiter that made it.
 var v1Limiters atomic.Uint64
 
 // newCgroupV1 uses the v1 memory and cpu hierarchies. Processes are moved
@@ -109,9 +113,11 @@ func newCgroupV1() (limiter, error) {
 	return l, nil
 }
 
-// v1Mounts caches cgroupV1Mount: every launch asks for the mounts of its
-// thread's controllers, and parsing /proc/self/mountinfo each time was
-// a sixth of the agent's CPU at a few hundred launches per second.
+// v1Mounts caches cgroupV1Mount for the process: every launch asks for
+// the mounts of its thread's controllers, which do not move while the
+// agent runs, so /proc/self/mountinfo is parsed once per controller. It
+// is process-wide because the mounts are the machine's, the same for
+// every limiter (tests run several agents in one process).
 var v1Mounts sync.Map // controller → mount point
 
 func cgroupV1Mount(controller string) (string, error) {
@@ -374,8 +380,8 @@ func (h *cgroupV1Handle) Launch(cmd *exec.Cmd) error {
 // homeTasksFiles returns the tasks files of the agent's own v1 cgroups,
 // by controller (one the agent is in no cgroup of is missing), found and
 // opened once: every thread of the agent sits in them (a launching thread
-// that cannot return is retired with its goroutine, never reused), and
-// reading them for every launch was a sixth of the launch's work.
+// that cannot return is retired with its goroutine, never reused), so a
+// launch needs no lookup of its own.
 func (c *cgroupV1) homeTasksFiles() (map[string]*os.File, error) {
 	c.homeMu.Lock()
 	defer c.homeMu.Unlock()

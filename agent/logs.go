@@ -87,13 +87,12 @@ func (r *rotatingFile) rotate() error {
 func (r *rotatingFile) Close() error { return r.f.Close() }
 
 // attemptLog is an attempt's log file, created on the first line written
-// to it: an attempt that prints nothing and succeeds leaves no file
-// (creating one cost 0.3-0.9 ms of kernel time per attempt on an ext4
-// disk, the largest single item of a busy agent's CPU); its start and end
-// are in the task's timeline. The file starts with the header herd wrote
-// when the attempt began. A failure to create or write the file is kept
-// for Err and further output is dropped, so the task never blocks on a
-// full pipe because of its log.
+// to it: an attempt that prints nothing and succeeds leaves no file (a
+// file creation is a metadata write, dear on a slow disk, for nothing the
+// timeline does not already hold: the attempt's start and end). The file
+// starts with the header herd wrote when the attempt began. A failure to
+// create or write the file is kept for Err and further output is dropped,
+// so the task never blocks on a full pipe because of its log.
 type attemptLog struct {
 	path     string
 	maxBytes int64

@@ -7,10 +7,10 @@ import (
 	"time"
 )
 
-// pathCache remembers where PATH lookups of task commands led: every
-// attempt of "true" searched PATH again, a tenth of an agent's work per
-// attempt. Entries are trusted for pathCacheTTL, so a program installed
-// or moved later is found within that time; failed lookups are not kept.
+// pathCache remembers where PATH lookups of task commands led, so that
+// attempts of the same command do not search PATH each time. Entries are
+// trusted for pathCacheTTL, so a program installed or moved later is
+// found within that time; failed lookups are not kept.
 type pathCache struct {
 	mu      sync.Mutex
 	entries map[string]pathEntry

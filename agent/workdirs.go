@@ -9,12 +9,11 @@ import (
 )
 
 // workDirs reuses attempts' working directories. Making one is a
-// metadata write that a slow disk charges dearly for (on the build
-// machine up to a millisecond of kernel CPU, a fifth of a busy agent's
-// work), while a directory the last attempt left empty, with none of its
-// processes left to write into it, serves the next attempt as well as a
-// new one. A directory an attempt left files in is kept under that
-// attempt's id, for the retention, as before.
+// metadata write that a slow disk charges dearly for, while a directory
+// the last attempt left empty, with none of its processes left to write
+// into it, serves the next attempt as well as a new one. A directory an
+// attempt left files in is kept under that attempt's id, for the
+// retention.
 type workDirs struct {
 	root string // DATA_DIR/work
 
@@ -27,9 +26,9 @@ type workDirs struct {
 // or removed in it since changes its modification time, so when that time
 // was already settled then (older than a tick of the file system's clock,
 // which may stamp coarsely), one stat tells whether it is still empty;
-// otherwise it is read again. Opening and reading every directory lent
-// was 3% of a busy agent's CPU, and nothing but a stray process or an
-// operator writes into an idle one anyway.
+// otherwise it is read again. So a directory lent is not opened and read
+// each time, and nothing but a stray process or an operator writes into
+// an idle one anyway.
 type idleDir struct {
 	path    string
 	emptyAt time.Time // its modification time, if settled; zero: unknown

@@ -173,9 +173,8 @@ func (c *Client) once(ctx context.Context, method, u string, body []byte, out an
 	return meta, nil
 }
 
-// answerBuffers hold answers while they are decoded: a json.Decoder grew
-// a fresh buffer for each one, and an agent's long polls made that a
-// sixteenth of a busy cluster's allocations.
+// answerBuffers hold answers while they are decoded, so that an agent's
+// long polls do not grow a fresh decoder buffer for every answer.
 var answerBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 
 // putAnswerBuffer keeps buffers of ordinary answers; one that held a

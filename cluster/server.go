@@ -106,40 +106,8 @@ func Start(cfg config.Server, opts Options) (_ *Server, err error) {
 		logger = hclog.New(&hclog.LoggerOptions{Name: "herd", Level: hclog.LevelFromString(cfg.LogLevel)})
 	}
 	logger = logger.With("server", cfg.ID)
-	now := opts.Now
-	if now == nil {
-		now = time.Now
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	s := &Server{
-		cfg: cfg, logger: logger, now: now,
-		fsm: fsm.New(logger),
-		leaderLoops: append([]LeaderLoop{
-			func(ctx context.Context, s *Server) { s.scheduleLoop(ctx) },
-			func(ctx context.Context, s *Server) { s.reclaimLoop(ctx) },
-			func(ctx context.Context, s *Server) { s.livenessLoop(ctx) },
-			func(ctx context.Context, s *Server) { s.retentionLoop(ctx) },
-			func(ctx context.Context, s *Server) { s.commandFormsLoop(ctx) },
-		}, opts.LeaderLoops...),
-		notifyCh:       make(chan bool, 16),
-		monitor:        newMonitor(cfg.Liveness),
-		shutdownCtx:    ctx,
-		shutdownCancel: cancel,
-	}
-	if opts.AfterApply != nil {
-		s.fsm.SetAfterApply(opts.AfterApply)
-	}
-	s.dial = opts.Dial
-	s.commandForms = fsm.CommandForms
-	if opts.ReadsJSONOnly {
-		s.commandForms = 0
-	}
-	if s.dial == nil {
-		s.dial = (&net.Dialer{}).DialContext
-	}
-	peerTransport := api.NewTransport()
-	peerTransport.DialContext = s.dial
-	s.peerHTTP = &http.Client{Transport: peerTransport, Timeout: 60 * time.Second}
+	s := newServer(cfg, opts, logger)
+	ctx, cancel := s.shutdownCtx, s.shutdownCancel
 	var cleanups []func()
 	defer func() {
 		if err != nil {
@@ -181,20 +149,7 @@ func Start(cfg config.Server, opts Options) (_ *Server, err error) {
 	}
 	cleanups = append(cleanups, s.stopGossip)
 
-	s.httpLn = httpLn
-	s.httpServer = &http.Server{
-		Handler:           s.httpHandler(logger),
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       120 * time.Second,
-		ErrorLog:          logger.Named("http").StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true}),
-	}
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		if err := s.httpServer.Serve(httpLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			s.logger.Error("HTTP server stopped", "error", err)
-		}
-	}()
+	s.serveHTTP(httpLn)
 
 	s.wg.Add(4)
 	go func() { defer s.wg.Done(); s.joinGossip() }()
@@ -203,6 +158,46 @@ func Start(cfg config.Server, opts Options) (_ *Server, err error) {
 	go func() { defer s.wg.Done(); s.reconcileServerMeta() }()
 	s.logger.Info("server started", "http", cfg.HTTPAdvertise, "raft", cfg.RaftAdvertise, "data_dir", cfg.DataDir)
 	return s, nil
+}
+
+// newServer builds the server's value: its FSM, leader loops, liveness
+// monitor and peer HTTP client; nothing is started.
+func newServer(cfg config.Server, opts Options, logger hclog.Logger) *Server {
+	now := opts.Now
+	if now == nil {
+		now = time.Now
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &Server{
+		cfg: cfg, logger: logger, now: now,
+		fsm: fsm.New(logger),
+		leaderLoops: append([]LeaderLoop{
+			func(ctx context.Context, s *Server) { s.scheduleLoop(ctx) },
+			func(ctx context.Context, s *Server) { s.reclaimLoop(ctx) },
+			func(ctx context.Context, s *Server) { s.livenessLoop(ctx) },
+			func(ctx context.Context, s *Server) { s.retentionLoop(ctx) },
+			func(ctx context.Context, s *Server) { s.commandFormsLoop(ctx) },
+		}, opts.LeaderLoops...),
+		notifyCh:       make(chan bool, 16),
+		monitor:        newMonitor(cfg.Liveness),
+		shutdownCtx:    ctx,
+		shutdownCancel: cancel,
+	}
+	if opts.AfterApply != nil {
+		s.fsm.SetAfterApply(opts.AfterApply)
+	}
+	s.dial = opts.Dial
+	s.commandForms = fsm.CommandForms
+	if opts.ReadsJSONOnly {
+		s.commandForms = 0
+	}
+	if s.dial == nil {
+		s.dial = (&net.Dialer{}).DialContext
+	}
+	peerTransport := api.NewTransport()
+	peerTransport.DialContext = s.dial
+	s.peerHTTP = &http.Client{Transport: peerTransport, Timeout: 60 * time.Second}
+	return s
 }
 
 func (s *Server) setupRaft(ln net.Listener) error {
@@ -438,12 +433,10 @@ func (s *Server) selfJoinRequest() api.JoinRequest {
 
 // awaitFuture waits for a raft future, or for ctx to end, or for stop to
 // close (the server shutting down: raft.ErrRaftShutdown, the outcome
-// unknown). A future can stay unanswered when leadership is lost while it
-// is in flight (seen under fault injection: a Barrier never answered kept
-// a replica's Shutdown waiting for its leader loops forever), and one
-// committed but not yet applied when raft shuts down is never answered (a
-// caller of ApplyCommand on a stopped leader waited until its context
-// ended, minutes in a test): nothing waits on one unconditionally.
+// unknown). Raft may never answer a future: one in flight when leadership
+// is lost, or one committed but not yet applied when raft shuts down. So
+// no caller waits on a future unconditionally; the goroutine reading it
+// ends when raft answers, if ever.
 func awaitFuture(ctx context.Context, stop <-chan struct{}, f raft.Future) error {
 	done := make(chan error, 1)
 	go func() { done <- f.Error() }()
@@ -460,6 +453,24 @@ func awaitFuture(ctx context.Context, stop <-chan struct{}, f raft.Future) error
 // await is awaitFuture until ctx ends or this server shuts down.
 func (s *Server) await(ctx context.Context, f raft.Future) error {
 	return awaitFuture(ctx, s.shutdownCtx.Done(), f)
+}
+
+// serveHTTP serves the API on ln until Shutdown.
+func (s *Server) serveHTTP(ln net.Listener) {
+	s.httpLn = ln
+	s.httpServer = &http.Server{
+		Handler:           s.httpHandler(s.logger),
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		ErrorLog:          s.logger.Named("http").StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true}),
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		if err := s.httpServer.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.logger.Error("HTTP server stopped", "error", err)
+		}
+	}()
 }
 
 func (s *Server) httpHandler(logger hclog.Logger) http.Handler {

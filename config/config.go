@@ -107,7 +107,8 @@ func DefaultScheduler() Scheduler {
 }
 
 // Liveness tunes how the leader turns gossip observations into node
-// states (seed 003 §2.3: weak networks must not cause false "offline").
+// states; weak networks must not make healthy nodes look dead
+// (docs/scheduling.md, "Liveness").
 type Liveness struct {
 	// HeartbeatInterval is an agent's normal heartbeat; the interval in
 	// force for a node stretches towards MaxHeartbeatInterval as its

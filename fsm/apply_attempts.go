@@ -245,6 +245,10 @@ func endAttempt(db *store, index uint64, a *Attempt, task *Task, r *AttemptEndRe
 	return &AttemptResult{Attempt: &na, Task: t}, nil
 }
 
+// The messages of the events every attempt records (reserved, started,
+// ended) are built without fmt: every replica makes them for every
+// attempt, on the apply path.
+
 func reservedMessage(number int, node string, score int64, lease uint64) string {
 	b := make([]byte, 0, 96)
 	b = append(b, "attempt "...)

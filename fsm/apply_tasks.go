@@ -105,10 +105,6 @@ func applyForgetTasks(db *store, r *ForgetTasksRequest) (any, error) {
 	return removed, nil
 }
 
-// The messages of the events every attempt records (reserved, started,
-// ended), built without fmt: they are made on every replica for every
-// attempt, and Sprintf was a tenth of applying a reservation.
-
 // SubmitResult is the response to a submit-task command.
 type SubmitResult struct {
 	Task    *Task

@@ -43,7 +43,13 @@ var eventKindNames = [...]string{
 
 // otherEventKinds numbers, in this process only, kinds read that this
 // version does not write (a snapshot of a newer version): they are kept
-// by name, never lost, and written back as read.
+// by name, never lost, and written back as read. It is process-wide, not
+// an FSM's, because a kind is turned back into its name wherever an event
+// is written (API answers, snapshots, copies of records between stores),
+// with no FSM at hand. It cannot make replicas differ: numbers are only
+// added, under the lock, and never leave the process (commands and
+// snapshots carry names), so every replica applies and writes the same
+// names whatever numbers it gave them.
 var otherEventKinds struct {
 	sync.RWMutex
 	names  []string // kind len(eventKindNames)+i is names[i]

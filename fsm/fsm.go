@@ -16,15 +16,6 @@ import (
 	"github.com/hashicorp/raft"
 )
 
-func (r *Rejection) Error() string { return r.Code + ": " + r.Message }
-
-// Rejection codes.
-const (
-	RejectInvalid  = "invalid"
-	RejectNotFound = "not_found"
-	RejectConflict = "conflict"
-)
-
 // BatchResult holds one response per command of a batch entry, in order.
 type BatchResult []any
 

@@ -24,3 +24,12 @@ type Rejection struct {
 func reject(code, format string, args ...any) *Rejection {
 	return &Rejection{Code: code, Message: fmt.Sprintf(format, args...)}
 }
+
+func (r *Rejection) Error() string { return r.Code + ": " + r.Message }
+
+// Rejection codes.
+const (
+	RejectInvalid  = "invalid"
+	RejectNotFound = "not_found"
+	RejectConflict = "conflict"
+)

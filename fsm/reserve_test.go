@@ -75,7 +75,7 @@ func reserveCmd(t tb, task, attempt, node string, number int, gen uint64) []byte
 		SessionGeneration: gen, Now: epoch.Add(time.Second), HeartbeatTTL: ttl})
 }
 
-// Seed 000's exercise: two GPU tasks, one GPU, two deciders working from
+// The double-allocation exercise: two GPU tasks, one GPU, two deciders working from
 // the same (stale) view. Exactly one reservation wins; the other is
 // rejected with the capacity reason, whatever order they arrive in.
 func TestTwoDecidersOneGPU(t *testing.T) {

@@ -122,8 +122,8 @@ func readSnapshot(r io.Reader) (*store, uint64, error) {
 }
 
 // splitRecord reads a record line: in writeSnapshot's framing by slicing
-// it (decoding the frame as JSON, then the record again, was a fifth of
-// a restore), any other JSON object by decoding it. The record is
+// it (so a restore decodes each record once, not the frame as JSON and
+// then the record again), any other JSON object by decoding it. The record is
 // decoded (and checked) by decodeRecord.
 func splitRecord(line []byte) (snapshotRecord, error) {
 	if rest, ok := bytes.CutPrefix(line, []byte(recordPrefix)); ok {

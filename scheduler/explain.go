@@ -68,8 +68,8 @@ func Explain(nodes []*Node, req *Request, cfg *Config) Explanation {
 
 // Summarize returns Explain's summary alone: what a scheduling pass
 // records for a task it cannot place, without building, scoring and
-// sorting an explanation per node (over 1,000 nodes that was most of a
-// pass's allocations when a backlog could not be placed).
+// sorting an explanation per node: a pass over a backlog that cannot be
+// placed calls it for many tasks over every node.
 func Summarize(nodes []*Node, req *Request) string {
 	counts := map[string]int{}
 	c := compile(req)

@@ -33,7 +33,7 @@ func Check(n *Node, req *Request) []Reason {
 type compiled struct {
 	req *Request
 	// summaryOnly: evaluate leaves Reason.Detail empty (Summarize counts
-	// summaries only; formatting details was most of its time).
+	// summaries only, and formatting details would be most of its work).
 	summaryOnly bool
 	// missingCapability is the capability rule's summary, made once.
 	missingCapability string

@@ -37,7 +37,8 @@ type QueueConfig struct {
 	AgingInterval time.Duration
 	AgingCap      int
 	// FailurePenalty is the priority lost per failed attempt, so a task
-	// that keeps failing cannot keep jumping the queue (seed 003 §2.2).
+	// that keeps failing cannot keep jumping the queue (docs/scheduling.md,
+	// "Queue order").
 	FailurePenalty int
 }
 
@@ -54,7 +55,8 @@ func EffectivePriority(t *QueuedTask, now time.Time, cfg *QueueConfig) int {
 }
 
 // effective is EffectivePriority on nanosecond clocks: the queue computes
-// it for every pending task, and time.Time arithmetic was most of that.
+// it for every pending task, and integer arithmetic on nanoseconds is
+// several times cheaper than time.Time's.
 func effective(t *QueuedTask, nowNs int64, cfg *QueueConfig) int {
 	return basePriority(t.Priority, t.Failures, cfg) + agingPoints(agingBucket(t.QueuedAt.UnixNano(), cfg), agingTick(nowNs, cfg), cfg)
 }

@@ -25,7 +25,7 @@ func node(id string, cores int64, busy int) *Node {
 	}
 }
 
-// seedNodes is seed 000's interactive example: node-a 4 cores with 2 busy
+// seedNodes is the worked example of docs/scheduling.md: node-a 4 cores with 2 busy
 // attempts and the preferred label, node-b 8 idle cores with weight 150,
 // node-c 16 idle cores whose heartbeat is 90 s old.
 func seedNodes() []*Node {

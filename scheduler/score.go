@@ -11,8 +11,9 @@ import (
 // DefaultWeight is a node's weight when none is set.
 const DefaultWeight = 100
 
-// Reference score terms (seed 000): a preferred label outweighs any
-// weight, and each live attempt costs as much as 10 points of weight.
+// Reference score terms (docs/scheduling.md, "The reference score"): a
+// preferred label outweighs any weight, and each live attempt costs as
+// much as 10 points of weight.
 const (
 	PreferredLabelPoints = 1_000_000
 	WeightPoints         = 1_000
@@ -25,7 +26,7 @@ const (
 	HibernatingPenalty = 300_000
 )
 
-// ProfileWeights weigh the parts of the profile score (seed 003).
+// ProfileWeights weigh the parts of the profile score.
 type ProfileWeights struct {
 	Capacity float64
 	Health   float64
@@ -33,14 +34,14 @@ type ProfileWeights struct {
 	History  float64
 }
 
-// DefaultProfileWeights are seed 003's: capacity 0.4, health 0.3,
-// locality 0.2, history 0.1.
+// DefaultProfileWeights: capacity 0.4, health 0.3, locality 0.2,
+// history 0.1 (docs/scheduling.md, "The profile score").
 func DefaultProfileWeights() ProfileWeights {
 	return ProfileWeights{Capacity: 0.4, Health: 0.3, Locality: 0.2, History: 0.1}
 }
 
 // Config selects the optional parts of scoring. The zero value is the
-// reference behaviour: the seed's formula and a deterministic choice.
+// reference behaviour: the reference formula and a deterministic choice.
 type Config struct {
 	// ProfileScale turns the profile score on: a node's weighted profile
 	// (0..1) times ProfileScale is added to its reference score. A scale
@@ -64,7 +65,7 @@ type Candidate struct {
 // ErrNoEligibleNode is returned when no node passes the filter.
 var ErrNoEligibleNode = errors.New("no eligible node")
 
-// ReferenceScore is seed 000's formula:
+// ReferenceScore is the reference formula (docs/scheduling.md):
 // preferredLabelMatches*1_000_000 + weight*1_000 - runningAttempts*10_000.
 func ReferenceScore(n *Node, req *Request) int64 {
 	c := compile(req)

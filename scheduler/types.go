@@ -25,7 +25,7 @@ type Node struct {
 	RunningAttempts int
 	// Weight is the operator's preference (100 when unset).
 	Weight int
-	// Profile feeds the optional profile score (seed 003).
+	// Profile feeds the optional profile score.
 	Profile Profile
 	// Hibernating nodes sleep until woken; they score lower (see
 	// HibernatingPenalty) so awake nodes are preferred.

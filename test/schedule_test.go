@@ -179,7 +179,7 @@ func TestPlacementAndExplainOverHTTP(t *testing.T) {
 	}
 }
 
-// Seed 000's interactive example over HTTP, with the leader's clock moved
+// The worked example of docs/scheduling.md over HTTP, with the leader's clock moved
 // so node-c's heartbeat is 90 s old.
 func TestSeedExampleOverHTTP(t *testing.T) {
 	clock := NewFakeClock(time.Date(2026, 10, 2, 12, 0, 0, 0, time.UTC))

@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"herd/agent"
 	"herd/api"
+	"herd/cluster"
 	"herd/fsm"
+	"herd/internal/localcluster"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -36,9 +38,38 @@ func benchE2E(dir, agentDir string, sz benchSizes, r *Result) error {
 		return err
 	}
 	defer c.Shutdown()
-	addrs := c.HTTPAddrs()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	if err := startE2EAgents(c, agentDir); err != nil {
+		return err
+	}
+	leader, err := leader(c)
+	if err != nil {
+		return err
+	}
+	for {
+		nodes, _ := leader.FSM().State().Nodes()
+		if len(nodes) == e2eAgents {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cl, err := api.NewClient(c.HTTPAddrs()...)
+	if err != nil {
+		return err
+	}
+	cl.Retries = 20
+	if err := e2eSaturated(ctx, leader, cl, sz, r); err != nil {
+		return err
+	}
+	e2eBreakdown(leader, r)
+	return e2eLight(ctx, leader, cl, sz, r)
+}
+
+// startE2EAgents starts the end-to-end agents, each talking to the
+// replicas in its own order.
+func startE2EAgents(c *localcluster.Cluster, agentDir string) error {
+	addrs := c.HTTPAddrs()
 	for i := range e2eAgents {
 		if _, err := c.StartAgent(agent.Config{
 			ID: fmt.Sprintf("bench-agent-%d", i), Servers: []string{addrs[i%3], addrs[(i+1)%3], addrs[(i+2)%3]},
@@ -48,22 +79,12 @@ func benchE2E(dir, agentDir string, sz benchSizes, r *Result) error {
 			return err
 		}
 	}
-	leader, err := leader(c)
-	if err != nil {
-		return err
-	}
-	for {
-		nodes, _ := leader.FSM().State().Nodes()
-		if len(nodes) == 4 {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	cl, err := api.NewClient(addrs...)
-	if err != nil {
-		return err
-	}
-	cl.Retries = 20
+	return nil
+}
+
+// e2eSaturated submits the whole workload at once and times it until
+// every task succeeded, with the CPU and Raft entries it took.
+func e2eSaturated(ctx context.Context, leader *cluster.Server, cl *api.Client, sz benchSizes, r *Result) error {
 	start := time.Now()
 	cpuBefore, childBefore := processCPU(), childrenCPU()
 	indexBefore := leader.FSM().Index()
@@ -93,6 +114,12 @@ func benchE2E(dir, agentDir string, sz benchSizes, r *Result) error {
 	perTask := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 / float64(sz.e2eTasks) }
 	r.E2ECPUPerTaskMs, r.E2EChildCPUPerTaskMs = perTask(processCPU()-cpuBefore), perTask(childrenCPU()-childBefore)
 	r.E2EEntriesPerTask = float64(leader.FSM().Index()-indexBefore) / float64(sz.e2eTasks)
+	return nil
+}
+
+// e2eBreakdown reads where a saturated task's time went from the attempt
+// records: submit to start, reserved to started, the run, slot idle time.
+func e2eBreakdown(leader *cluster.Server, r *Result) {
 	st := leader.FSM().State()
 	tasks, _ := st.Tasks(fsm.TaskFilter{})
 	var lat, toStart, toFinish []float64
@@ -114,8 +141,11 @@ func benchE2E(dir, agentDir string, sz benchSizes, r *Result) error {
 	r.E2ESlotIdleMs = percentile(slotIdle(byNode), 0.5)
 	fmt.Fprintf(os.Stderr, "bench: e2e: submitted all in %.0f ms; medians: reserved→started %.1f ms, started→finished %.1f ms, slot idle %.1f ms\n",
 		r.E2ESubmitAllMs, r.E2EReservedToStartMs, r.E2EStartToFinishMs, r.E2ESlotIdleMs)
+}
 
-	// Light load: one task every 20 ms on the now idle cluster.
+// e2eLight measures submit→start at a light steady rate: one task every
+// 20 ms on the now idle cluster.
+func e2eLight(ctx context.Context, leader *cluster.Server, cl *api.Client, sz benchSizes, r *Result) error {
 	light := max(sz.e2eTasks/100, 50)
 	r.E2ELightRate = 50
 	ids := make([]string, 0, light)
@@ -129,8 +159,8 @@ func benchE2E(dir, agentDir string, sz benchSizes, r *Result) error {
 		}
 		ids = append(ids, resp.ID)
 	}
-	lat = lat[:0]
-	deadline = time.Now().Add(time.Minute)
+	var lat []float64
+	deadline := time.Now().Add(time.Minute)
 	for _, id := range ids {
 		for {
 			st := leader.FSM().State()

@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"herd/cluster"
 	"herd/fsm"
 	"herd/scheduler"
 	"math/rand/v2"
@@ -27,12 +28,74 @@ func benchPlacement(dir string, sz benchSizes, profile string, r *Result) error 
 		return err
 	}
 	ctx := context.Background()
+	r.RaftCeiling = measureRaftCeiling(ctx, leader, sz.ceiling)
+
+	// Placement: nodes drained while the backlog loads, then released.
+	now := time.Now().UTC()
+	if err := loadBacklog(ctx, leader, sz, now); err != nil {
+		return err
+	}
+	var cmds [][]byte
+	for i := 0; i < sz.nodes; i++ {
+		b, _ := fsm.Encode(fsm.MsgNodeDrain, fsm.NodeDrainRequest{NodeID: fmt.Sprintf("node-%04d", i), Enable: false, Now: now})
+		cmds = append(cmds, b)
+	}
+	// The nodes heartbeat every 5 s, as agents would: without it their
+	// heartbeat TTL expires in the middle of a deep backlog.
+	hbCtx, stopHeartbeats := context.WithCancel(ctx)
+	defer stopHeartbeats()
+	go heartbeatNodes(hbCtx, leader, sz.nodes)
+	before, entries := leader.SchedulerStats().Placements.Load(), leader.SchedulerStats().Entries.Load()
+	if profile != "" {
+		f, err := os.Create(profile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	cpuBefore := processCPU()
+	start := time.Now()
+	if err := applyChunks(ctx, leader, cmds); err != nil {
+		return err
+	}
+	deadline := time.Now().Add(10 * time.Minute)
+	progress := time.Now()
+	for leader.SchedulerStats().Placements.Load()-before < uint64(sz.backlog) {
+		if time.Since(progress) >= 10*time.Second {
+			progress = time.Now()
+			st := leader.SchedulerStats()
+			fmt.Fprintf(os.Stderr, "bench: placed %d of %d after %s (%d passes)\n", st.Placements.Load()-before, sz.backlog, time.Since(start).Round(time.Second), st.Passes.Load())
+		}
+		if time.Now().After(deadline) {
+			st := leader.SchedulerStats()
+			return fmt.Errorf("only %d of %d placed in 10 minutes (%d passes, rejected at apply: %v)", st.Placements.Load()-before, sz.backlog, st.Passes.Load(), st.Rejections())
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	r.Placements = float64(sz.backlog) / time.Since(start).Seconds()
+	r.PlacementCPUCores = (processCPU() - cpuBefore).Seconds() / time.Since(start).Seconds()
+	if profile != "" {
+		pprof.StopCPUProfile()
+	}
+	r.PlacementEntries = leader.SchedulerStats().Entries.Load() - entries
+	r.PlacementToCeiling = r.Placements / r.RaftCeiling
+	return nil
+}
+
+// measureRaftCeiling is how many entries a second the cluster commits
+// and applies with nothing to decide: 256 appliers for d, each proposing
+// an entry the size of one encoded reservation.
+func measureRaftCeiling(ctx context.Context, leader *cluster.Server, d time.Duration) float64 {
 	// An entry the size of one encoded reservation.
 	sample := fsm.EncodeReserve(fsm.ReserveRequest{TaskID: strings.Repeat("t", 26), AttemptID: strings.Repeat("a", 26), Number: 1,
 		NodeID: "node-0001", SessionGeneration: 1, Score: 1_080_000, Now: time.Now().UTC(), HeartbeatTTL: 30 * time.Second})
 	noop, _ := fsm.Encode(fsm.MsgNoop, fsm.NoopRequest{Pad: make([]byte, max(len(sample)-40, 1))})
 	var count atomic.Int64
-	stop := time.Now().Add(sz.ceiling)
+	stop := time.Now().Add(d)
 	var wg sync.WaitGroup
 	for i := 0; i < 256; i++ {
 		wg.Add(1)
@@ -47,10 +110,13 @@ func benchPlacement(dir string, sz benchSizes, profile string, r *Result) error 
 	}
 	start := time.Now()
 	wg.Wait()
-	r.RaftCeiling = float64(count.Load()) / time.Since(start).Seconds()
+	return float64(count.Load()) / time.Since(start).Seconds()
 
-	// Placement: nodes drained while the backlog loads, then released.
-	now := time.Now().UTC()
+}
+
+// loadBacklog registers the nodes, drained, then submits the backlog, so
+// that nothing is placed before the timed phase releases the nodes.
+func loadBacklog(ctx context.Context, leader *cluster.Server, sz benchSizes, now time.Time) error {
 	var cmds [][]byte
 	for i := 0; i < sz.nodes; i++ {
 		b, _ := fsm.Encode(fsm.MsgRegisterNode, fsm.RegisterNodeRequest{Now: now, Node: fsm.Node{
@@ -78,71 +144,26 @@ func benchPlacement(dir string, sz benchSizes, profile string, r *Result) error 
 		return err
 	}
 	fmt.Fprintf(os.Stderr, "bench: %d pending tasks loaded in %s\n", sz.backlog, time.Since(loadStart).Round(time.Millisecond))
-	cmds = cmds[:0]
-	for i := 0; i < sz.nodes; i++ {
-		b, _ := fsm.Encode(fsm.MsgNodeDrain, fsm.NodeDrainRequest{NodeID: fmt.Sprintf("node-%04d", i), Enable: false, Now: now})
-		cmds = append(cmds, b)
-	}
-	// The nodes heartbeat every 5 s, as agents would: without it their
-	// heartbeat TTL expires in the middle of a deep backlog.
-	hbCtx, stopHeartbeats := context.WithCancel(ctx)
-	defer stopHeartbeats()
-	go func() {
-		for hbCtx.Err() == nil {
-			st := leader.FSM().State()
-			var hbs [][]byte
-			for i := 0; i < sz.nodes; i++ {
-				n, err := st.Node(fmt.Sprintf("node-%04d", i))
-				if err != nil || n == nil {
-					continue
-				}
-				b, _ := fsm.Encode(fsm.MsgHeartbeat, fsm.HeartbeatRequest{NodeID: n.ID, SessionGeneration: n.SessionGeneration, Now: time.Now().UTC()})
-				hbs = append(hbs, b)
-			}
-			_ = applyChunks(hbCtx, leader, hbs)
-			select {
-			case <-hbCtx.Done():
-			case <-time.After(5 * time.Second):
-			}
-		}
-	}()
-	before, entries := leader.SchedulerStats().Placements.Load(), leader.SchedulerStats().Entries.Load()
-	if profile != "" {
-		f, err := os.Create(profile)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
-		defer pprof.StopCPUProfile()
-	}
-	cpuBefore := processCPU()
-	start = time.Now()
-	if err := applyChunks(ctx, leader, cmds); err != nil {
-		return err
-	}
-	deadline := time.Now().Add(10 * time.Minute)
-	progress := time.Now()
-	for leader.SchedulerStats().Placements.Load()-before < uint64(sz.backlog) {
-		if time.Since(progress) >= 10*time.Second {
-			progress = time.Now()
-			st := leader.SchedulerStats()
-			fmt.Fprintf(os.Stderr, "bench: placed %d of %d after %s (%d passes)\n", st.Placements.Load()-before, sz.backlog, time.Since(start).Round(time.Second), st.Passes.Load())
-		}
-		if time.Now().After(deadline) {
-			st := leader.SchedulerStats()
-			return fmt.Errorf("only %d of %d placed in 10 minutes (%d passes, rejected at apply: %v)", st.Placements.Load()-before, sz.backlog, st.Passes.Load(), st.Rejections())
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-	r.Placements = float64(sz.backlog) / time.Since(start).Seconds()
-	r.PlacementCPUCores = (processCPU() - cpuBefore).Seconds() / time.Since(start).Seconds()
-	if profile != "" {
-		pprof.StopCPUProfile()
-	}
-	r.PlacementEntries = leader.SchedulerStats().Entries.Load() - entries
-	r.PlacementToCeiling = r.Placements / r.RaftCeiling
 	return nil
+}
+
+// heartbeatNodes heartbeats every node every 5 s until ctx ends.
+func heartbeatNodes(ctx context.Context, leader *cluster.Server, nodes int) {
+	for ctx.Err() == nil {
+		st := leader.FSM().State()
+		var hbs [][]byte
+		for i := 0; i < nodes; i++ {
+			n, err := st.Node(fmt.Sprintf("node-%04d", i))
+			if err != nil || n == nil {
+				continue
+			}
+			b, _ := fsm.Encode(fsm.MsgHeartbeat, fsm.HeartbeatRequest{NodeID: n.ID, SessionGeneration: n.SessionGeneration, Now: time.Now().UTC()})
+			hbs = append(hbs, b)
+		}
+		_ = applyChunks(ctx, leader, hbs)
+		select {
+		case <-ctx.Done():
+		case <-time.After(5 * time.Second):
+		}
+	}
 }

@@ -1,8 +1,9 @@
 // Package idtable is a hash table of records keyed by an id each record
 // holds: a slot keeps a pointer and a byte of the hash, where a Go map
 // from id to record also keeps the id's string header, so a table is
-// about a third of the size of that map for the same records. Replicas and the
-// leader keep one entry per task in such tables.
+// about a third of the size of that map for the same records (see
+// BENCHMARKS.md). Replicas and the leader keep one entry per task in such
+// tables.
 package idtable
 
 import "hash/maphash"

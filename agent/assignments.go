@@ -1,0 +1,186 @@
+package agent
+
+import (
+	"context"
+	"herd/api"
+	"time"
+)
+
+// assignmentLoop watches this node's assignments and reconciles.
+func (a *Agent) assignmentLoop(ctx context.Context) {
+	// index is the last list's (what the next watch waits past); applied
+	// the most advanced replica state a list acted on came from.
+	var index, applied uint64
+	lastBusy := time.Now()
+	backoff := 200 * time.Millisecond
+	for ctx.Err() == nil {
+		q := api.AssignmentsQuery{Index: index, Wait: a.cfg.AssignmentWait}
+		if index > 0 {
+			q.Known = a.knownAssignments()
+		}
+		as, err := a.client.Assignments(ctx, a.cfg.ID, q)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			// A 404 here may only mean the replica asked has not applied the
+			// registration yet; the heartbeat, answered by the leader,
+			// decides whether to register again.
+			a.logger.Warn("assignment watch failed, retrying", "in", backoff, "error", err)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(backoff):
+			}
+			backoff = min(backoff*2, 10*time.Second)
+			continue
+		}
+		backoff = 200 * time.Millisecond
+		if as.AppliedIndex != 0 && as.AppliedIndex < applied {
+			// A replica behind one this agent already heard from (it failed
+			// over to a lagging or partitioned one): its list is older than
+			// what the agent acts on, and an attempt missing from it was not
+			// taken back. Wait for the replica to catch up.
+			continue
+		}
+		if as.SessionGeneration < a.session.Load() {
+			// The replica asked has not applied this agent's registration
+			// yet: its list predates the session, and an attempt the agent's
+			// previous run started may still read RESERVED there (starting
+			// it would run it twice). Wait until the registration reaches it.
+			index = max(index, as.Index)
+			continue
+		}
+		index, applied = as.Index, max(applied, as.AppliedIndex)
+		if as.Liveness == api.LivenessDown {
+			a.requestReregister()
+		}
+		a.reconcile(ctx, &as)
+		if len(as.Attempts) > 0 || len(a.Running()) > 0 {
+			lastBusy = time.Now()
+		}
+		if a.cfg.HibernateAfter > 0 && a.gossip != nil && time.Since(lastBusy) >= a.cfg.HibernateAfter {
+			if !a.hibernate(ctx) {
+				return
+			}
+			index, lastBusy = 0, time.Now()
+		}
+	}
+}
+
+// knownAssignments is the digest of the live set this agent expects: the
+// last list it got without the attempts it has ended since. The cluster
+// then answers only changes the agent did not make itself (a reservation,
+// a cancel, a reclaim, a new session or liveness), not its own starts and
+// results committing.
+func (a *Agent) knownAssignments() string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.last == nil {
+		return ""
+	}
+	ids := make([]string, 0, len(a.last.Attempts))
+	for _, x := range a.last.Attempts {
+		if !a.finished[x.Attempt.ID] {
+			ids = append(ids, x.Attempt.ID)
+		}
+	}
+	return api.AssignmentsDigest(a.last.SessionGeneration, a.last.Liveness, ids)
+}
+
+// hibernate stops polling and advertises it, keeping only gossip (the
+// node stays alive) until the leader wakes it. It returns false when the
+// agent stops meanwhile.
+func (a *Agent) hibernate(ctx context.Context) bool {
+	a.hibernating.Store(true)
+	a.gossip.publish()
+	a.logger.Info("idle: hibernating until woken", "idle_for", a.cfg.HibernateAfter)
+	select {
+	case <-ctx.Done():
+		return false
+	case <-a.wakeCh:
+	}
+	a.hibernating.Store(false)
+	a.gossip.publish()
+	a.logger.Info("woken up: polling for assignments again")
+	return true
+}
+
+// wakeUp ends hibernation (a wake message from the leader).
+func (a *Agent) wakeUp() {
+	select {
+	case a.wakeCh <- struct{}{}:
+	default:
+	}
+}
+
+// Hibernating reports whether the agent sleeps.
+func (a *Agent) Hibernating() bool { return a.hibernating.Load() }
+
+// reconcile makes what runs here match the cluster's assignments: stop
+// what was taken back, start what is new, up to the slots.
+func (a *Agent) reconcile(ctx context.Context, as *api.Assignments) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if as != nil {
+		a.last = as
+	}
+	if a.last == nil {
+		return
+	}
+	live := make(map[string]struct{}, len(a.last.Attempts))
+	for _, x := range a.last.Attempts {
+		live[x.Attempt.ID] = struct{}{}
+	}
+	for id, ex := range a.running {
+		if _, ok := live[id]; !ok {
+			a.logger.Info("attempt taken back by the cluster (cancelled or reclaimed), stopping it", "attempt", id)
+			ex.cancel()
+		}
+	}
+	for id := range a.finished {
+		if _, ok := live[id]; !ok {
+			delete(a.finished, id) // the cluster has recorded its end
+		}
+	}
+	// By index: ranging by value would copy every element to the heap
+	// (the goroutines below capture it) on every call; the copy is made
+	// only for an attempt started.
+	for i := range a.last.Attempts {
+		id := a.last.Attempts[i].Attempt.ID
+		if a.running[id] != nil || a.finished[id] {
+			continue
+		}
+		x := a.last.Attempts[i]
+		if x.Attempt.State == api.AttemptRunning {
+			// Started by an earlier run of this agent, which is gone: the
+			// process is lost. Report it so the task is retried now rather
+			// than when a timeout notices.
+			a.finished[id] = true
+			a.wg.Add(1)
+			go func() {
+				defer a.wg.Done()
+				a.report(ctx, x, outcome{state: api.AttemptLost, exitCode: -1, err: "the agent restarted; the process is gone"})
+			}()
+			continue
+		}
+		if len(a.running) >= max(a.cfg.Slots, 1) {
+			continue
+		}
+		actx, cancel := context.WithCancel(ctx)
+		a.running[id] = &execution{assignment: x, cancel: cancel}
+		a.metaDirty.Store(true)
+		a.wg.Add(1)
+		go func() {
+			defer a.wg.Done()
+			defer cancel()
+			a.execute(ctx, actx, x)
+			a.mu.Lock()
+			delete(a.running, id)
+			a.finished[id] = true
+			a.mu.Unlock()
+			a.metaDirty.Store(true)
+			a.reconcile(ctx, nil) // a slot is free: start what waits
+		}()
+	}
+}

@@ -1,0 +1,93 @@
+package agent
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"herd/api"
+	"maps"
+	"net/http"
+	"time"
+)
+
+// register registers through any server, retrying with backoff.
+func (a *Agent) register(ctx context.Context) error {
+	labels := maps.Clone(a.cfg.Labels)
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	labels["herd.limits"] = a.limiter.Name()
+	// One token per registration: its retries (a lost answer, a failover)
+	// return the same session instead of starting new ones.
+	token := make([]byte, 12)
+	_, _ = rand.Read(token)
+	reg := api.NodeRegistration{
+		ID: a.cfg.ID, Address: a.cfg.Address, Labels: labels, Capabilities: a.cfg.Capabilities,
+		Resources: a.cfg.Resources, Slots: a.cfg.Slots, Weight: a.cfg.Weight, Token: hex.EncodeToString(token),
+	}
+	backoff := 200 * time.Millisecond
+	for {
+		res, err := a.client.RegisterNode(ctx, reg)
+		if err == nil {
+			a.session.Store(res.SessionGeneration)
+			a.logger.Info("registered", "session", res.SessionGeneration, "cpu_millis", reg.Resources.CPUMillis,
+				"memory_mb", reg.Resources.MemoryMB, "slots", reg.Slots, "limits", a.limiter.Name())
+			return nil
+		}
+		var se *api.StatusError
+		if errors.As(err, &se) && se.Code == http.StatusBadRequest {
+			return fmt.Errorf("registration refused: %w", err)
+		}
+		a.logger.Warn("registration failed, retrying", "in", backoff, "error", err)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 10*time.Second)
+	}
+}
+
+func (a *Agent) requestReregister() {
+	select {
+	case a.reregister <- struct{}{}:
+	default:
+	}
+}
+
+// heartbeatLoop keeps the session alive and registers again when the
+// cluster declared the node down or its session is no longer current.
+func (a *Agent) heartbeatLoop(ctx context.Context) {
+	every := a.cfg.HeartbeatInterval
+	if a.gossip != nil {
+		// Gossip carries liveness; HTTP heartbeats only check the session.
+		every *= 6
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-a.reregister:
+			a.logger.Warn("registering again: the cluster no longer knows this session")
+			if err := a.register(ctx); err != nil {
+				return
+			}
+			continue
+		case <-t.C:
+		}
+		hb, err := a.client.Heartbeat(ctx, a.cfg.ID, a.session.Load())
+		var se *api.StatusError
+		switch {
+		case err == nil && hb.Liveness == api.LivenessDown:
+			a.requestReregister()
+		case errors.As(err, &se) && (se.Reason == "session_changed" || se.Code == http.StatusNotFound):
+			a.requestReregister()
+		case err != nil && ctx.Err() == nil:
+			a.logger.Warn("heartbeat failed", "error", err)
+		}
+	}
+}

@@ -2,8 +2,9 @@ package agent
 
 import (
 	"context"
-	"herd/api"
 	"time"
+
+	"herd/api"
 )
 
 // assignmentLoop watches this node's assignments and reconciles.

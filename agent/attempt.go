@@ -4,10 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"herd/api"
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"herd/api"
 
 	"github.com/hashicorp/go-hclog"
 )

@@ -3,7 +3,6 @@ package agent
 import (
 	"errors"
 	"fmt"
-	"herd/api"
 	"io"
 	"os"
 	"os/exec"
@@ -14,6 +13,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+
+	"herd/api"
 
 	"golang.org/x/sys/unix"
 )

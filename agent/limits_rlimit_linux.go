@@ -2,10 +2,11 @@ package agent
 
 import (
 	"fmt"
-	"herd/api"
 	"os/exec"
 	"runtime"
 	"syscall"
+
+	"herd/api"
 
 	"golang.org/x/sys/unix"
 )

@@ -6,10 +6,11 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"herd/api"
 	"maps"
 	"net/http"
 	"time"
+
+	"herd/api"
 )
 
 // register registers through any server, retrying with backoff.

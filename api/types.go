@@ -4,11 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
-	"herd/internal/check"
 	"io"
 	"net/http"
 	"strconv"
 	"time"
+
+	"herd/internal/check"
 )
 
 // Resources is an amount of CPU (millicores), memory, GPU units and disk.

@@ -4,9 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
+
 	"herd/api"
 	"herd/fsm"
-	"time"
 
 	"github.com/hashicorp/raft"
 )

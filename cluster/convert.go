@@ -1,11 +1,12 @@
 package cluster
 
 import (
+	"maps"
+	"slices"
+
 	"herd/api"
 	"herd/fsm"
 	"herd/scheduler"
-	"maps"
-	"slices"
 )
 
 func toFSMSpec(in api.TaskSpec) fsm.TaskSpec {

@@ -3,11 +3,12 @@ package cluster
 import (
 	"errors"
 	"fmt"
+	"time"
+
 	"herd/api"
 	"herd/config"
 	"herd/fsm"
 	"herd/scheduler"
-	"time"
 )
 
 // ExplainTask evaluates a task against every node now, from the local

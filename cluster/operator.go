@@ -3,9 +3,10 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"time"
+
 	"herd/api"
 	"herd/fsm"
-	"time"
 
 	"github.com/hashicorp/raft"
 )

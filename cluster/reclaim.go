@@ -3,8 +3,9 @@ package cluster
 import (
 	"context"
 	"fmt"
-	"herd/fsm"
 	"time"
+
+	"herd/fsm"
 )
 
 // reclaimLoop (leader-only) reclaims attempts that were reserved but not

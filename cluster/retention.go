@@ -2,8 +2,9 @@ package cluster
 
 import (
 	"context"
-	"herd/fsm"
 	"time"
+
+	"herd/fsm"
 )
 
 // retentionLoop (leader-only) forgets finished tasks older than the

@@ -3,9 +3,10 @@ package cluster
 import (
 	"context"
 	"fmt"
-	"herd/api"
 	"runtime"
 	"time"
+
+	"herd/api"
 
 	"github.com/hashicorp/raft"
 )

@@ -4,9 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
+
 	"herd/api"
 	"herd/fsm"
-	"strings"
 )
 
 // SubmitTask validates a spec, applies defaults and commits it (leader-only).

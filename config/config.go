@@ -7,10 +7,11 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"herd/internal/check"
 	"net"
 	"strings"
 	"time"
+
+	"herd/internal/check"
 )
 
 // Raft holds the consensus timings and log-compaction settings.

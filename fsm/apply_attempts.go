@@ -2,9 +2,10 @@ package fsm
 
 import (
 	"fmt"
-	"herd/scheduler"
 	"strconv"
 	"time"
+
+	"herd/scheduler"
 )
 
 // ReserveResult is the response to an accepted reservation.

@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"fmt"
+
 	"herd/scheduler"
 )
 

@@ -3,8 +3,9 @@ package fsm
 import (
 	"errors"
 	"fmt"
-	"herd/internal/check"
 	"strings"
+
+	"herd/internal/check"
 )
 
 // Limits on a task spec, so one submit cannot bloat every replica's state.

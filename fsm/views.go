@@ -1,8 +1,9 @@
 package fsm
 
 import (
-	"herd/scheduler"
 	"time"
+
+	"herd/scheduler"
 )
 
 // View is the node as the scheduler sees it.

@@ -4,14 +4,15 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"herd/api"
-	"herd/fsm"
 	"os"
 	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
 	"time"
+
+	"herd/api"
+	"herd/fsm"
 
 	"github.com/anishathalye/porcupine"
 )

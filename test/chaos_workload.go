@@ -4,13 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"herd/api"
-	"herd/fsm"
 	"math"
 	"math/rand/v2"
 	"net"
 	"net/http"
 	"time"
+
+	"herd/api"
+	"herd/fsm"
 
 	"github.com/anishathalye/porcupine"
 )

@@ -3,7 +3,6 @@ package test
 import (
 	"context"
 	"errors"
-	"herd/agent"
 	"io"
 	"net/http"
 	"os"
@@ -13,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"herd/agent"
 )
 
 // AgentHandle is an agent running in this test process.

@@ -1,11 +1,9 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"path/filepath"
-	"time"
 
 	"github.com/hashicorp/go-hclog"
 
@@ -17,18 +15,8 @@ import (
 // startDev starts the dev cluster's three replicas on free loopback
 // ports, with their data under dir, and waits for a leader.
 func startDev(dir string, logger hclog.Logger) (*localcluster.Cluster, error) {
-	cfgs, err := localcluster.Configs(dir, "dev", 3, true)
+	c, err := localcluster.StartLoopback(dir, "dev", 3, localcluster.Options{Logger: logger})
 	if err != nil {
-		return nil, err
-	}
-	c, err := localcluster.Start(cfgs, localcluster.Options{Logger: logger})
-	if err != nil {
-		return nil, err
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := c.WaitForLeader(ctx); err != nil {
-		_ = c.Shutdown()
 		return nil, fmt.Errorf("dev cluster: %w", err)
 	}
 	return c, nil

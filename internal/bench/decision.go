@@ -2,10 +2,11 @@ package bench
 
 import (
 	"fmt"
-	"herd/scheduler"
 	"math/rand/v2"
 	"runtime"
 	"time"
+
+	"herd/scheduler"
 )
 
 // benchDecisions times the pure scheduler: Select over synthetic nodes

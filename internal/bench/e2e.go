@@ -3,11 +3,6 @@ package bench
 import (
 	"context"
 	"fmt"
-	"herd/agent"
-	"herd/api"
-	"herd/cluster"
-	"herd/fsm"
-	"herd/internal/localcluster"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +10,12 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"herd/agent"
+	"herd/api"
+	"herd/cluster"
+	"herd/fsm"
+	"herd/internal/localcluster"
 )
 
 // benchE2E submits trivial tasks through the HTTP API and waits for them

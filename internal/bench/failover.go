@@ -3,11 +3,12 @@ package bench
 import (
 	"context"
 	"fmt"
-	"herd/api"
 	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"herd/api"
 )
 
 // benchFailover stops the leader under a steady write load and measures

@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"herd/api"
-	"herd/internal/localcluster"
 	"io"
 	"net/http"
 	"os"
@@ -13,6 +11,9 @@ import (
 	"strconv"
 	"syscall"
 	"time"
+
+	"herd/api"
+	"herd/internal/localcluster"
 )
 
 // benchFootprint runs one replica as its own process, loads it through

@@ -3,9 +3,6 @@ package bench
 import (
 	"context"
 	"fmt"
-	"herd/cluster"
-	"herd/fsm"
-	"herd/scheduler"
 	"math/rand/v2"
 	"os"
 	"runtime/pprof"
@@ -13,6 +10,10 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"herd/cluster"
+	"herd/fsm"
+	"herd/scheduler"
 )
 
 // benchPlacement measures the raft ceiling, then placements per second on

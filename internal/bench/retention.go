@@ -2,11 +2,12 @@ package bench
 
 import (
 	"fmt"
-	"herd/fsm"
-	"herd/scheduler"
 	"os"
 	"runtime"
 	"time"
+
+	"herd/fsm"
+	"herd/scheduler"
 )
 
 // benchRetention measures what finished tasks cost a replica's state and

@@ -3,10 +3,6 @@ package bench
 import (
 	"context"
 	"fmt"
-	"herd/api"
-	"herd/cluster"
-	"herd/fsm"
-	"herd/internal/localcluster"
 	"os"
 	"slices"
 	"strconv"
@@ -14,6 +10,11 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"herd/api"
+	"herd/cluster"
+	"herd/fsm"
+	"herd/internal/localcluster"
 )
 
 // leader waits up to a minute for the cluster's leader.
@@ -106,20 +107,12 @@ func heapFromStats(ctx context.Context, cl *api.Client) float64 {
 // records that it reads them within a second or so of starting; JSON is
 // written before).
 func startCluster(dir string) (*localcluster.Cluster, error) {
-	cfgs, err := localcluster.Configs(dir, "bench", 3, true)
-	if err != nil {
-		return nil, err
-	}
-	c, err := localcluster.Start(cfgs, localcluster.Options{})
+	c, err := localcluster.StartLoopback(dir, "bench", 3, localcluster.Options{})
 	if err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := c.WaitForLeader(ctx); err != nil {
-		_ = c.Shutdown()
-		return nil, err
-	}
 	for ; ; time.Sleep(20 * time.Millisecond) {
 		l, err := c.Leader(ctx)
 		if err != nil {

@@ -123,6 +123,27 @@ func Start(cfgs []config.Server, opts Options) (*Cluster, error) {
 	return c, nil
 }
 
+// StartLoopback starts n replicas named prefix1…prefixN with their data
+// under dir, formed as Configs forms them (with gossip), and waits up to
+// 30 s for a leader; on an error nothing is left running.
+func StartLoopback(dir, prefix string, n int, opts Options) (*Cluster, error) {
+	cfgs, err := Configs(dir, prefix, n, true)
+	if err != nil {
+		return nil, err
+	}
+	c, err := Start(cfgs, opts)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := c.WaitForLeader(ctx); err != nil {
+		_ = c.Shutdown()
+		return nil, err
+	}
+	return c, nil
+}
+
 // Len is the number of replicas, running or not.
 func (c *Cluster) Len() int {
 	c.mu.Lock()

@@ -6,7 +6,6 @@ import (
 	"net"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -192,9 +191,23 @@ func (g *serverGossip) GetBroadcasts(int, int) [][]byte { return nil }
 func (g *serverGossip) LocalState(bool) []byte          { return nil }
 func (g *serverGossip) MergeRemoteState([]byte, bool)   {}
 
+// NotifyJoin, NotifyUpdate and NotifyLeave implement
+// memberlist.EventDelegate. A member memberlist reports as left is dead
+// or gone, whatever the Node it passes says: memberlist records the new
+// state beside the Node it hands to NotifyLeave, never in it, so the
+// Node's State there still reads alive.
 func (g *serverGossip) NotifyJoin(n *memberlist.Node)   { g.observe(n, "alive") }
-func (g *serverGossip) NotifyLeave(n *memberlist.Node)  { g.observe(n, stateName(n.State)) }
 func (g *serverGossip) NotifyUpdate(n *memberlist.Node) { g.observe(n, "alive") }
+func (g *serverGossip) NotifyLeave(n *memberlist.Node)  { g.observe(n, leftState(n.State)) }
+
+// leftState names the state of a member that left the pool: "left" when
+// memberlist says it left gracefully, "dead" otherwise.
+func leftState(s memberlist.NodeStateType) string {
+	if s == memberlist.StateLeft {
+		return "left"
+	}
+	return "dead"
+}
 
 func (g *serverGossip) observe(n *memberlist.Node, state string) {
 	meta, err := api.DecodeGossipMeta(n.Meta)
@@ -212,18 +225,4 @@ func (g *serverGossip) observe(n *memberlist.Node, state string) {
 		return
 	}
 	g.s.monitor.gossipUpdate(n.Name, state, &meta)
-}
-
-func stateName(s memberlist.NodeStateType) string {
-	switch s {
-	case memberlist.StateAlive:
-		return "alive"
-	case memberlist.StateSuspect:
-		return "suspect"
-	case memberlist.StateDead:
-		return "dead"
-	case memberlist.StateLeft:
-		return "left"
-	}
-	return strings.ToLower(fmt.Sprint(s))
 }

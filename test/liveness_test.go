@@ -106,6 +106,62 @@ func TestDeadAgentIsDeclaredDownAndWorkMoves(t *testing.T) {
 	}
 }
 
+// downBound is when the leader declares a node DOWN at the latest, from
+// the moment the node went silent: its last heartbeat came at most one
+// interval before; DownAfter missed intervals, plus the half interval of
+// lateness that is not a miss, plus the liveness check's period (a fifth
+// of an interval), plus slack for committing the verdict on a loaded
+// machine. memberlist must have seen the node fail by then too: its
+// suspicion timeout is shorter than that bound at every timing used here.
+func downBound(lv config.Liveness, slack time.Duration) time.Duration {
+	iv := lv.HeartbeatInterval
+	return time.Duration(lv.DownAfter+1)*iv + iv/2 + iv/5 + slack
+}
+
+// A node cut off from everyone (gossip and HTTP both ways, as SIGSTOP
+// looks from outside) is DOWN within the bound, with memberlist agreeing
+// that it is dead: not after the three times longer wait the leader
+// allows a node whose gossip still reads alive.
+func TestCutOffAgentIsDownWithinTheBound(t *testing.T) {
+	slower := func(c *config.Server) {
+		// Heartbeats slower than memberlist's failure detection, so the
+		// bound tested is herd's own.
+		c.Liveness.HeartbeatInterval, c.Liveness.MaxHeartbeatInterval = 400*time.Millisecond, 1200*time.Millisecond
+	}
+	c := NewClusterWith(t, 3, gossipSetup(slower))
+	victim, ft := faultyAgent(c, agent.Config{ID: "victim", Slots: 1, HeartbeatInterval: 400 * time.Millisecond}, 7)
+	WaitRegistered(t, victim)
+	cl := c.AllClient()
+	if !Eventually(30*time.Second, func() bool { return gossiping(cl, "victim") }) {
+		t.Fatal("victim never seen alive in gossip")
+	}
+	lv := c.Replicas[0].Cfg.Liveness
+	// Past the leader's grace, so that the verdict is not held back.
+	time.Sleep(lv.LeaderGrace)
+	cut := time.Now()
+	ft.Cut(true)
+	victim.Transport.Cut()
+	var n api.Node
+	if !Eventually(3*downBound(lv, 0), func() bool { n = node(t, cl, "victim"); return n.Liveness == api.LivenessDown }) {
+		t.Fatalf("victim never declared DOWN: %+v", n)
+	}
+	took := time.Since(cut)
+	bound := downBound(lv, time.Second)
+	t.Logf("DOWN %v after the cut (bound %v)", took.Round(time.Millisecond), bound)
+	if took > bound {
+		t.Errorf("DOWN took %v, more than down_after intervals plus jitter (%v)", took, bound)
+	}
+	var reason string
+	for _, e := range n.Events {
+		if e.Kind == "down" {
+			reason = e.Message
+		}
+	}
+	if !strings.Contains(reason, "gossip dead") {
+		t.Errorf("the DOWN verdict's reason %q does not say memberlist saw the node dead", reason)
+	}
+}
+
 // Test 2: heavy packet loss between an agent and everyone else stretches
 // its heartbeat interval instead of getting it declared down; the interval
 // comes back when the loss ends. Three agents suffer 10, 30 and 50% loss

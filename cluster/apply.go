@@ -30,7 +30,10 @@ func (s *Server) applyRaw(ctx context.Context, buf []byte) (any, uint64, error) 
 	if dl, ok := ctx.Deadline(); ok {
 		timeout = min(timeout, time.Until(dl))
 	}
-	f := s.raft.Apply(buf, timeout)
+	f := s.gate.apply(s.raft, buf, timeout)
+	if _, refused := f.(refusedFuture); refused {
+		return s.applied(ctx, commandResult{err: errShuttingDown})
+	}
 	if err := s.await(ctx, f); err != nil {
 		return s.applied(ctx, commandResult{err: err})
 	}
@@ -61,7 +64,7 @@ func (s *Server) ApplyCommand(ctx context.Context, buf []byte) (any, uint64, err
 
 func (s *Server) raftErr(op string, err error) error {
 	switch {
-	case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipTransferInProgress):
+	case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipTransferInProgress), errors.Is(err, errShuttingDown):
 		// Refused before the entry was appended.
 		return &api.CodedError{Code: api.CodeNotApplied, Err: fmt.Errorf("%s on %s: %v: %w", op, s.cfg.ID, err, api.ErrNotLeader)}
 	case errors.Is(err, raft.ErrLeadershipLost), errors.Is(err, raft.ErrRaftShutdown):

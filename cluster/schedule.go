@@ -202,7 +202,7 @@ func (s *Server) commitBatches(ctx context.Context, cmds [][]byte, batchSize int
 	var sizes []int
 	for start := 0; start < len(cmds); start += batchSize {
 		end := min(start+batchSize, len(cmds))
-		futures = append(futures, s.raft.Apply(fsm.EncodeBatch(cmds[start:end]), s.cfg.Raft.ApplyTimeout))
+		futures = append(futures, s.gate.apply(s.raft, fsm.EncodeBatch(cmds[start:end]), s.cfg.Raft.ApplyTimeout))
 		sizes = append(sizes, end-start)
 	}
 	out := make([]any, 0, len(cmds))

@@ -70,8 +70,12 @@ type Server struct {
 	transport *raft.NetworkTransport
 	store     *raftboltdb.BoltStore
 	snaps     *raft.FileSnapshotStore
-	// proposals commits concurrent single commands together.
-	proposals *coalescer
+	// proposals commits concurrent single commands together;
+	// entryWaiters are its goroutines waiting for entries in flight.
+	proposals    *coalescer
+	entryWaiters sync.WaitGroup
+	// gate admits proposals to raft until Shutdown closes it.
+	gate proposalGate
 
 	httpServer *http.Server
 	httpLn     net.Listener
@@ -141,9 +145,9 @@ func Start(cfg config.Server, opts Options) (_ *Server, err error) {
 		return nil, err
 	}
 	cleanups = append(cleanups, func() { _ = s.raft.Shutdown().Error(); s.store.Close() })
-	s.proposals = newCoalescer(s.raft, cfg.Raft.ApplyTimeout)
+	s.proposals = newCoalescer(gatedRaft{s}, cfg.Raft.ApplyTimeout)
 	s.wg.Add(1)
-	go func() { defer s.wg.Done(); s.proposals.run(ctx, &s.wg) }()
+	go func() { defer s.wg.Done(); s.proposals.run(ctx, &s.entryWaiters) }()
 	if err := s.startGossip(opts.Gossip); err != nil {
 		return nil, err
 	}
@@ -270,10 +274,14 @@ func (s *Server) Shutdown() error {
 		if e := s.httpServer.Shutdown(ctx); e != nil {
 			_ = s.httpServer.Close()
 		}
+		s.drainRaft()
 		if e := s.raft.Shutdown().Error(); e != nil {
 			err = fmt.Errorf("raft shutdown: %w", e)
 		}
 		s.wg.Wait()
+		if !waitWithin(&s.entryWaiters, 5*time.Second) {
+			s.logger.Warn("raft never answered some entries proposed before the shutdown; their waiters are left")
+		}
 		s.stopGossip()
 		if e := s.transport.Close(); e != nil && err == nil {
 			err = fmt.Errorf("close transport: %w", e)
@@ -429,6 +437,36 @@ func (s *Server) FirstLogIndex() (uint64, error) {
 
 func (s *Server) selfJoinRequest() api.JoinRequest {
 	return api.JoinRequest{ID: s.cfg.ID, RaftAddress: s.cfg.RaftAdvertise, HTTPAddress: s.cfg.HTTPAdvertise, GossipAddress: s.cfg.GossipAdvertise, CommandForms: s.commandForms}
+}
+
+// drainRaft closes the proposal gate and, on a leader, waits for a
+// barrier: once it is applied, every entry proposed before the gate
+// closed has been applied and answered, and raft can stop without
+// leaving an entry unanswered. A leader that cannot commit (no quorum)
+// steps down within its lease, which answers what was in flight; the
+// wait is bounded in any case.
+func (s *Server) drainRaft() {
+	s.gate.close()
+	if !s.IsLeader() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := awaitFuture(ctx, nil, s.raft.Barrier(5*time.Second)); err != nil {
+		s.logger.Warn("entries in flight may be left unanswered at shutdown", "error", err)
+	}
+}
+
+// waitWithin waits for wg, at most d; it reports whether wg finished.
+func waitWithin(wg *sync.WaitGroup, d time.Duration) bool {
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return true
+	case <-time.After(d):
+		return false
+	}
 }
 
 // awaitFuture waits for a raft future, or for ctx to end, or for stop to

@@ -127,6 +127,7 @@ var handlerCases = []handlerCase{
 	{name: "submit too large", method: "POST", target: "/v1/tasks", body: `{"name":"` + strings.Repeat("x", MaxRequestBytes) + `"}`, status: 413},
 	{name: "submit refused", method: "POST", target: "/v1/tasks", body: validSpec, setup: failWith("SubmitTask", errBadSpec), status: 400, call: "SubmitTask n"},
 	{name: "submit outcome unknown", method: "POST", target: "/v1/tasks", body: validSpec, setup: failWith("SubmitTask", errLostLead), status: 503, code: CodeOutcomeUnknown, call: "SubmitTask n"},
+	{name: "submit on a full disk", method: "POST", target: "/v1/tasks", body: validSpec, setup: failWith("SubmitTask", &CodedError{Code: CodeNotApplied, Err: fmt.Errorf("no space left: %w", ErrUnavailable)}), status: 503, code: CodeNotApplied, call: "SubmitTask n"},
 	{name: "submit not applied", method: "POST", target: "/v1/tasks", body: validSpec, setup: failWith("SubmitTask", errNotLeader), status: 503, code: CodeNotApplied, call: "SubmitTask n"},
 	{name: "batch", method: "POST", target: "/v1/tasks/batch", body: `{"tasks":[` + validSpec + `]}`, status: 200, call: "SubmitTasks 1"},
 	{name: "batch empty", method: "POST", target: "/v1/tasks/batch", body: `{"tasks":[]}`, status: 400},

@@ -152,7 +152,7 @@ func errorAnswer(err error) (int, ErrorResponse) {
 		status = http.StatusNotFound
 	case errors.Is(err, ErrConflict):
 		status = http.StatusConflict
-	case errors.Is(err, ErrNoLeader), errors.Is(err, ErrNotLeader):
+	case errors.Is(err, ErrNoLeader), errors.Is(err, ErrNotLeader), errors.Is(err, ErrUnavailable):
 		status = http.StatusServiceUnavailable
 	case errors.Is(err, ErrTimeout), errors.Is(err, context.DeadlineExceeded):
 		status = http.StatusGatewayTimeout

@@ -256,6 +256,9 @@ var (
 	ErrNoLeader   = errors.New("no cluster leader")
 	ErrNotLeader  = errors.New("not the leader")
 	ErrTimeout    = errors.New("timed out")
+	// ErrUnavailable: the replica cannot serve the request now (its disk
+	// is full, say); another replica, or the same one later, may.
+	ErrUnavailable = errors.New("unavailable")
 )
 
 // StatusError is an error answer from the API, as the client sees it.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
+	"syscall"
 	"time"
 
 	"herd/api"
@@ -73,6 +75,10 @@ func (s *Server) raftErr(op string, err error) error {
 		return &api.CodedError{Code: api.CodeOutcomeUnknown, Err: fmt.Errorf("%s on %s: %v (outcome unknown): %w", op, s.cfg.ID, err, api.ErrNotLeader)}
 	case errors.Is(err, raft.ErrEnqueueTimeout):
 		return fmt.Errorf("%s on %s: %v: %w", op, s.cfg.ID, err, api.ErrTimeout)
+	case noSpace(err):
+		// The leader could not store the entry, so it sent it nowhere
+		// (raft writes its own log before replicating) and stepped down.
+		return &api.CodedError{Code: api.CodeNotApplied, Err: fmt.Errorf("%s on %s: no space left on the data directory's disk, nothing written (%v): %w", op, s.cfg.ID, err, api.ErrUnavailable)}
 	}
 	return fmt.Errorf("%s on %s: %w", op, s.cfg.ID, err)
 }
@@ -93,4 +99,11 @@ func fsmErr(err error) error {
 		return &api.CodedError{Code: rej.Code, Err: fmt.Errorf("%s: %w", rej.Message, sentinel)}
 	}
 	return fmt.Errorf("state machine refused the command: %w", err)
+}
+
+// noSpace reports whether err is the disk being full. raft reports a log
+// store's failure as text, not as a wrapped error, so the text is read
+// too.
+func noSpace(err error) bool {
+	return errors.Is(err, syscall.ENOSPC) || strings.Contains(err.Error(), "no space left on device")
 }

@@ -81,22 +81,42 @@ func (s *Server) joinGossip() {
 		return
 	}
 	for s.pause(2 * time.Second) {
-		if s.gossip.ml.NumMembers() > 1 {
-			continue
-		}
-		var peers []string
-		for _, addr := range s.gossipPeers() {
-			if addr != s.cfg.GossipAdvertise {
-				peers = append(peers, addr)
-			}
-		}
+		peers := s.unjoinedGossipServers()
 		if len(peers) == 0 {
 			continue
 		}
 		if _, err := s.gossip.ml.Join(peers); err != nil {
-			s.logger.Warn("gossip join failed", "peers", peers, "error", err)
+			s.logger.Debug("gossip join failed", "peers", peers, "error", err)
 		}
 	}
+}
+
+// unjoinedGossipServers are the gossip addresses of the servers in the
+// replicated server table that this replica's pool does not hold: a pool
+// holding other members (an agent that joined this server first) is not
+// therefore joined to the other servers, and two pools left apart would
+// each see only the agents that joined them.
+func (s *Server) unjoinedGossipServers() []string {
+	have := map[string]bool{}
+	s.gossip.mu.Lock()
+	for name, m := range s.gossip.members {
+		if m.role == api.RoleServer {
+			have[name] = true
+		}
+	}
+	s.gossip.mu.Unlock()
+	servers, err := s.fsm.State().Servers()
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, srv := range servers {
+		if srv.ID != s.cfg.ID && srv.GossipAddress != "" && !have[srv.ID] {
+			out = append(out, srv.GossipAddress)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // gossipPeers are the servers' gossip addresses known to this replica:

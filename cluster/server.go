@@ -39,8 +39,15 @@ type Options struct {
 	RaftListener net.Listener
 	// LeaderLoops start on every leadership gain and stop on its loss.
 	LeaderLoops []LeaderLoop
-	// Now is the clock used for timestamps the leader writes into commands.
+	// Now is the wall clock the replica's clock follows (time.Now when
+	// nil): the timestamps the leader writes into commands, and the
+	// deadlines it judges, come from it (see steadyClock).
 	Now func() time.Time
+	// Elapsed is the replica's monotonic time passed since some fixed
+	// start (the process's monotonic clock when nil). The replica's clock
+	// advances at its rate and absorbs a jump of Now slowly; a test that
+	// moves time by hand moves both.
+	Elapsed func() time.Duration
 	// AfterApply observes the state after every applied entry (tests use
 	// it to check invariants at every index).
 	AfterApply func(index uint64, st *fsm.State)
@@ -167,10 +174,7 @@ func Start(cfg config.Server, opts Options) (_ *Server, err error) {
 // newServer builds the server's value: its FSM, leader loops, liveness
 // monitor and peer HTTP client; nothing is started.
 func newServer(cfg config.Server, opts Options, logger hclog.Logger) *Server {
-	now := opts.Now
-	if now == nil {
-		now = time.Now
-	}
+	now := newSteadyClock(opts.Now, opts.Elapsed).Now
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{
 		cfg: cfg, logger: logger, now: now,

@@ -73,9 +73,13 @@ func TestLogger() hclog.Logger {
 type Setup struct {
 	// Config adjusts each replica's configuration.
 	Config []ClusterOption
-	// Clock replaces the clock whose readings the leader writes into
-	// commands (raft keeps its own timers).
-	Clock func() time.Time
+	// Clock replaces the wall clock whose readings the leader writes into
+	// commands and judges deadlines by (raft keeps its own timers). By
+	// default its moves are time passing (the replicas' monotonic time
+	// moves with it); with ClockSteps they are steps of the wall clock,
+	// and the replicas measure elapsed time themselves.
+	Clock      func() time.Time
+	ClockSteps bool
 	// CheckInvariants checks fsm invariants after every applied entry on
 	// every replica; violations fail the test.
 	CheckInvariants bool
@@ -171,6 +175,10 @@ func (c *Cluster) Start(i int) {
 // apply hooks and network.
 func (c *Cluster) serverOptions(cfg config.Server, opts *cluster.Options) error {
 	opts.Now = c.setup.Clock
+	if clock := c.setup.Clock; clock != nil && !c.setup.ClockSteps {
+		start := clock()
+		opts.Elapsed = func() time.Duration { return clock().Sub(start) }
+	}
 	if c.setup.Gossip {
 		opts.Gossip.Tune = FastGossip
 	}

@@ -446,20 +446,62 @@ func (s *Server) selfJoinRequest() api.JoinRequest {
 // drainRaft closes the proposal gate and, on a leader, waits for a
 // barrier: once it is applied, every entry proposed before the gate
 // closed has been applied and answered, and raft can stop without
-// leaving an entry unanswered. A leader that cannot commit (no quorum)
-// steps down within its lease, which answers what was in flight; the
-// wait is bounded in any case.
+// leaving an entry unanswered. The wait lasts as long as the FSM works
+// through what is committed (no new proposal is admitted, so that is
+// finite) and gives up after drainStall without progress: a leader that
+// cannot commit steps down within its lease, which answers what it had
+// in flight.
 func (s *Server) drainRaft() {
 	s.gate.close()
 	if !s.IsLeader() {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := awaitFuture(ctx, nil, s.raft.Barrier(5*time.Second)); err != nil {
-		s.logger.Warn("entries in flight may be left unanswered at shutdown", "error", err)
+	barrier := s.raft.Barrier(drainStall)
+	done := make(chan error, 1)
+	go func() { done <- barrier.Error() }()
+	applied, progressed := s.fsm.Index(), time.Now()
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case err := <-done:
+			if err == nil {
+				return
+			}
+			// Leadership was lost meanwhile: what was in flight is answered,
+			// and what was committed is still applied, and answered, as
+			// long as raft runs.
+			s.awaitApplied(s.raft.CommitIndex())
+			return
+		case <-tick.C:
+		}
+		if now := s.fsm.Index(); now != applied {
+			applied, progressed = now, time.Now()
+		} else if time.Since(progressed) > drainStall {
+			s.logger.Warn("entries in flight may be left unanswered at shutdown: the state machine made no progress", "for", drainStall)
+			return
+		}
 	}
 }
+
+// awaitApplied waits until raft has applied index, or has applied
+// nothing more for drainStall.
+func (s *Server) awaitApplied(index uint64) {
+	applied, progressed := s.raft.AppliedIndex(), time.Now()
+	for applied < index {
+		time.Sleep(10 * time.Millisecond)
+		if now := s.raft.AppliedIndex(); now != applied {
+			applied, progressed = now, time.Now()
+		} else if time.Since(progressed) > drainStall {
+			s.logger.Warn("committed entries left unapplied at shutdown", "applied", applied, "committed", index)
+			return
+		}
+	}
+}
+
+// drainStall is how long drainRaft waits for the state machine to apply
+// anything more before it gives up.
+const drainStall = 5 * time.Second
 
 // waitWithin waits for wg, at most d; it reports whether wg finished.
 func waitWithin(wg *sync.WaitGroup, d time.Duration) bool {

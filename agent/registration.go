@@ -73,7 +73,7 @@ func (a *Agent) heartbeatLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-a.reregister:
-			a.logger.Warn("registering again: the cluster no longer knows this session")
+			a.logger.Warn("registering again: the cluster no longer knows the agent's session")
 			if err := a.register(ctx); err != nil {
 				return
 			}

@@ -65,9 +65,6 @@ type Handler struct {
 	// forwardTransport carries requests forwarded to the leader; nil means
 	// http.DefaultTransport.
 	forwardTransport http.RoundTripper
-	// patternsMap holds, while routes are registered, each pattern's
-	// handlers by method.
-	patternsMap map[string]map[string]http.HandlerFunc
 }
 
 // NewHandler builds the HTTP handler for a replica.
@@ -80,8 +77,9 @@ func NewHandler(b Backend, logger hclog.Logger) *Handler {
 		logger:  logger.Named("http"),
 		mux:     http.NewServeMux(),
 	}
+	byPattern := map[string]map[string]http.HandlerFunc{}
 	for _, rt := range h.routes() {
-		h.handle(rt)
+		h.handle(byPattern, rt)
 	}
 	h.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("no such endpoint: %s %s", r.Method, r.URL.Path))
@@ -158,13 +156,14 @@ func (h *Handler) routes() []Route {
 	return rs
 }
 
-// handle registers a route; routes sharing a pattern share one mux entry,
-// which answers any other method with a JSON 405.
-func (h *Handler) handle(rt Route) {
-	byMethod, ok := h.patterns()[rt.Pattern]
+// handle registers a route; routes sharing a pattern share one mux entry
+// (byPattern holds each pattern's handlers by method), which answers any
+// other method with a JSON 405.
+func (h *Handler) handle(byPattern map[string]map[string]http.HandlerFunc, rt Route) {
+	byMethod, ok := byPattern[rt.Pattern]
 	if !ok {
 		byMethod = map[string]http.HandlerFunc{}
-		h.patternsMap[rt.Pattern] = byMethod
+		byPattern[rt.Pattern] = byMethod
 		h.mux.HandleFunc(rt.Pattern, func(w http.ResponseWriter, req *http.Request) {
 			fn, ok := byMethod[req.Method]
 			if !ok {
@@ -180,13 +179,6 @@ func (h *Handler) handle(rt Route) {
 		})
 	}
 	byMethod[rt.Method] = h.wrap(rt.where, h.serve(rt.fn))
-}
-
-func (h *Handler) patterns() map[string]map[string]http.HandlerFunc {
-	if h.patternsMap == nil {
-		h.patternsMap = map[string]map[string]http.HandlerFunc{}
-	}
-	return h.patternsMap
 }
 
 // serve runs an endpoint and writes what it returns.

@@ -137,16 +137,6 @@ type Table[C any] struct {
 	File bool
 }
 
-// Lookup returns the setting with this HCL name.
-func (t Table[C]) Lookup(name string) (Setting[C], bool) {
-	for _, s := range t.Settings {
-		if s.Name == name {
-			return s, true
-		}
-	}
-	return Setting[C]{}, false
-}
-
 // ApplyEnv applies, on top of c, the settings whose variables lookup
 // finds. All problems are reported together, by variable.
 func (t Table[C]) ApplyEnv(c *C, lookup func(string) (string, bool)) error {

@@ -46,8 +46,7 @@ type v1Group struct {
 	mem, cpu string
 	// tasks holds the groups' tasks files open, by controller, from the
 	// first launch on: a launch writes four of them (into both groups and
-	// back out), and opening and closing each was more than half of what
-	// writing it cost.
+	// back out), and opening and closing each costs more than writing it.
 	tasks  map[string]*os.File
 	limits v1Limits // as last written; zero: unknown
 	// oomKills is the group's OOM-kill count read after the last attempt,

@@ -160,9 +160,9 @@ func (s *Server) Assignments(ctx context.Context, nodeID string, q api.Assignmen
 			out.Index = max(out.Index, a.ModifyIndex)
 			x := api.Assignment{Attempt: toAPIAttempt(a)}
 			// Only an attempt still to start needs its spec: the agent
-			// running one has it. With every slot busy, the running
-			// attempts' specs were most of each answer's encoding here
-			// and decoding at the agent.
+			// running one has it, and with every slot busy the running
+			// attempts' specs would be most of each answer's encoding
+			// here and decoding at the agent.
 			if a.State == fsm.AttemptReserved {
 				t, err := st.Task(a.TaskID)
 				if err != nil {

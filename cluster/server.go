@@ -364,9 +364,9 @@ func (s *Server) leadership(ctx context.Context) {
 	// What the servers read is learned again each term, before the
 	// leader's own loops write anything.
 	defer s.binaryForms.Store(false)
-	// Each Barrier gets ApplyTimeout: one was seen never answered after a
-	// leadership change, which left a leader that never became ready and
-	// a cluster refusing every write. After three failures in a row the
+	// Each Barrier gets ApplyTimeout: raft may never answer one across a
+	// leadership change, and a leader that never became ready would leave
+	// the cluster refusing every write. After three failures in a row the
 	// replica hands leadership to another server instead of waiting on.
 	for failures := 0; ; failures++ {
 		bctx, cancel := context.WithTimeout(ctx, s.cfg.Raft.ApplyTimeout)

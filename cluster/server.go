@@ -444,7 +444,7 @@ func (s *Server) selfJoinRequest() api.JoinRequest {
 }
 
 // drainRaft closes the proposal gate and, on a leader, waits for a
-// barrier: once it is applied, every entry proposed before the gate
+// barrier (elsewhere, for what is committed to be applied): once it is applied, every entry proposed before the gate
 // closed has been applied and answered, and raft can stop without
 // leaving an entry unanswered. The wait lasts as long as the FSM works
 // through what is committed (no new proposal is admitted, so that is
@@ -453,7 +453,10 @@ func (s *Server) selfJoinRequest() api.JoinRequest {
 // in flight.
 func (s *Server) drainRaft() {
 	s.gate.close()
-	if !s.IsLeader() {
+	// Raft's own view: IsLeader also asks for the leader's loops, which
+	// the shutdown has already stopped.
+	if s.raft.State() != raft.Leader {
+		s.awaitApplied(s.raft.CommitIndex())
 		return
 	}
 	barrier := s.raft.Barrier(drainStall)

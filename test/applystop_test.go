@@ -13,9 +13,10 @@ import (
 )
 
 // A leader stopped under load from in-process callers stops, its callers
-// return promptly (raft never answers an entry committed but not yet
-// applied when it shuts down, so nobody waits on one unconditionally),
-// and later calls are refused as not applied.
+// return promptly, later calls are refused as not applied, and no
+// goroutine is left waiting on an entry: raft never answers an entry
+// committed but not yet applied when it shuts down, so the replica
+// drains raft before stopping it and admits nothing new meanwhile.
 func TestApplyCommandReturnsWhenTheLeaderStops(t *testing.T) {
 	// Each replica's FSM is made slow, so that commits run ahead of it
 	// and entries wait, committed, for the FSM when the leader stops.

@@ -136,21 +136,18 @@ type writtenAnswer struct{}
 
 var written = writtenAnswer{}
 
-// Route is one method on one path, with where it runs. The table of routes
-// (Routes) is the API's surface: tests walk it so that no endpoint goes
+// route is one method on one path, with where it runs. The table of
+// routes is the API's surface: tests walk it so that no endpoint goes
 // untested.
-type Route struct {
-	Method, Pattern string
+type route struct {
+	method, pattern string
 	where           placement
 	fn              endpoint
 }
 
-// Routes lists every route this handler serves, in registration order.
-func (h *Handler) Routes() []Route { return h.routes() }
-
-func (h *Handler) routes() []Route {
-	var rs []Route
-	for _, family := range [][]Route{h.statusRoutes(), h.operatorRoutes(), h.taskRoutes(), h.nodeRoutes(), h.attemptRoutes()} {
+func (h *Handler) routes() []route {
+	var rs []route
+	for _, family := range [][]route{h.statusRoutes(), h.operatorRoutes(), h.taskRoutes(), h.nodeRoutes(), h.attemptRoutes()} {
 		rs = append(rs, family...)
 	}
 	return rs
@@ -159,12 +156,12 @@ func (h *Handler) routes() []Route {
 // handle registers a route; routes sharing a pattern share one mux entry
 // (byPattern holds each pattern's handlers by method), which answers any
 // other method with a JSON 405.
-func (h *Handler) handle(byPattern map[string]map[string]http.HandlerFunc, rt Route) {
-	byMethod, ok := byPattern[rt.Pattern]
+func (h *Handler) handle(byPattern map[string]map[string]http.HandlerFunc, rt route) {
+	byMethod, ok := byPattern[rt.pattern]
 	if !ok {
 		byMethod = map[string]http.HandlerFunc{}
-		byPattern[rt.Pattern] = byMethod
-		h.mux.HandleFunc(rt.Pattern, func(w http.ResponseWriter, req *http.Request) {
+		byPattern[rt.pattern] = byMethod
+		h.mux.HandleFunc(rt.pattern, func(w http.ResponseWriter, req *http.Request) {
 			fn, ok := byMethod[req.Method]
 			if !ok {
 				allowed := make([]string, 0, len(byMethod))
@@ -178,7 +175,7 @@ func (h *Handler) handle(byPattern map[string]map[string]http.HandlerFunc, rt Ro
 			fn(w, req)
 		})
 	}
-	byMethod[rt.Method] = h.wrap(rt.where, h.serve(rt.fn))
+	byMethod[rt.method] = h.wrap(rt.where, h.serve(rt.fn))
 }
 
 // serve runs an endpoint and writes what it returns.

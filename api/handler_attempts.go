@@ -17,8 +17,8 @@ type AttemptBackend interface {
 	ReportAttempts(ctx context.Context, reports []AttemptReportItem) ([]ReportOutcome, error)
 }
 
-func (h *Handler) attemptRoutes() []Route {
-	return []Route{
+func (h *Handler) attemptRoutes() []route {
+	return []route{
 		{http.MethodPost, "/v1/attempts/{id}/start", leaderOnly, h.postAttemptStart},
 		{http.MethodPost, "/v1/attempts/{id}/complete", leaderOnly, h.postAttemptComplete},
 		{http.MethodPost, "/v1/attempts/reports", leaderOnly, h.postAttemptReports},

@@ -27,8 +27,8 @@ type NodeBackend interface {
 // MaxWait bounds a blocking query.
 const MaxWait = 5 * time.Minute
 
-func (h *Handler) nodeRoutes() []Route {
-	return []Route{
+func (h *Handler) nodeRoutes() []route {
+	return []route{
 		{http.MethodGet, "/v1/nodes", readable, h.listNodes},
 		{http.MethodPost, "/v1/nodes/register", leaderOnly, h.postRegisterNode},
 		{http.MethodGet, "/v1/nodes/{id}", readable, h.getNode},

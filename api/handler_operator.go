@@ -23,8 +23,8 @@ type OperatorBackend interface {
 	SnapshotRestore(ctx context.Context, r io.Reader) error
 }
 
-func (h *Handler) operatorRoutes() []Route {
-	return []Route{
+func (h *Handler) operatorRoutes() []route {
+	return []route{
 		{http.MethodDelete, "/v1/operator/raft/peer", leaderOnly, h.deletePeer},
 		{http.MethodPost, "/v1/operator/raft/join", leaderOnly, h.postJoin},
 		{http.MethodPut, "/v1/operator/raft/transfer-leadership", leaderOnly, h.putTransferLeadership},

@@ -13,8 +13,8 @@ type StatusBackend interface {
 	SchedulerStatus() SchedulerStatus
 }
 
-func (h *Handler) statusRoutes() []Route {
-	return []Route{
+func (h *Handler) statusRoutes() []route {
+	return []route{
 		{http.MethodGet, "/v1/status/leader", local, h.getLeader},
 		{http.MethodGet, "/v1/status/self", local, h.getSelf},
 		{http.MethodGet, "/v1/status/gossip", local, h.getGossip},

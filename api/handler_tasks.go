@@ -29,8 +29,8 @@ const (
 	MaxListLimit     = 10000
 )
 
-func (h *Handler) taskRoutes() []Route {
-	return []Route{
+func (h *Handler) taskRoutes() []route {
+	return []route{
 		{http.MethodGet, "/v1/tasks", readable, h.listTasks},
 		{http.MethodPost, "/v1/tasks", leaderOnly, h.postTask},
 		{http.MethodPost, "/v1/tasks/batch", leaderOnly, h.postTaskBatch},

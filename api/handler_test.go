@@ -206,8 +206,8 @@ func TestHandlers(t *testing.T) {
 func TestEveryRouteHasHandlerCases(t *testing.T) {
 	mux := http.NewServeMux()
 	h := NewHandler(newFake(), nil)
-	for _, rt := range h.Routes() {
-		mux.HandleFunc(rt.Method+" "+rt.Pattern, func(http.ResponseWriter, *http.Request) {})
+	for _, rt := range h.routes() {
+		mux.HandleFunc(rt.method+" "+rt.pattern, func(http.ResponseWriter, *http.Request) {})
 	}
 	ok, failed := map[string]bool{}, map[string]bool{}
 	for _, c := range handlerCases {
@@ -222,8 +222,8 @@ func TestEveryRouteHasHandlerCases(t *testing.T) {
 			failed[pattern] = true
 		}
 	}
-	for _, rt := range h.Routes() {
-		key := rt.Method + " " + rt.Pattern
+	for _, rt := range h.routes() {
+		key := rt.method + " " + rt.pattern
 		if !ok[key] {
 			t.Errorf("route %s has no case that succeeds", key)
 		}
@@ -309,11 +309,11 @@ func TestFollowerForwardsWhatOnlyTheLeaderAnswers(t *testing.T) {
 	f := newFake()
 	f.leader, f.leaderAddr = false, strings.TrimPrefix(srv.URL, "http://")
 	h := NewHandler(f, nil)
-	for _, rt := range h.Routes() {
-		target := strings.ReplaceAll(rt.Pattern, "{id}", "x1")
+	for _, rt := range h.routes() {
+		target := strings.ReplaceAll(rt.pattern, "{id}", "x1")
 		body := ""
 		for k, b := range bodies {
-			if strings.HasPrefix(k, rt.Method+" "+target) {
+			if strings.HasPrefix(k, rt.method+" "+target) {
 				body = b
 			}
 		}
@@ -323,24 +323,24 @@ func TestFollowerForwardsWhatOnlyTheLeaderAnswers(t *testing.T) {
 				path += "?consistent"
 			}
 			rec := httptest.NewRecorder()
-			h.ServeHTTP(rec, httptest.NewRequest(rt.Method, path, strings.NewReader(body)))
+			h.ServeHTTP(rec, httptest.NewRequest(rt.method, path, strings.NewReader(body)))
 			forwarded := rt.where == leaderOnly || (rt.where == readable && consistent)
 			select {
 			case r := <-got:
 				if !forwarded {
-					t.Errorf("%s %s was forwarded", rt.Method, path)
+					t.Errorf("%s %s was forwarded", rt.method, path)
 					continue
 				}
 				b, _ := io.ReadAll(r.Body)
-				if r.Method != rt.Method || r.URL.RequestURI() != path || string(b) != body || r.Header.Get(HeaderForwarded) != "fake1" {
-					t.Errorf("%s %s reached the leader as %s %s %q (forwarded by %q)", rt.Method, path, r.Method, r.URL.RequestURI(), b, r.Header.Get(HeaderForwarded))
+				if r.Method != rt.method || r.URL.RequestURI() != path || string(b) != body || r.Header.Get(HeaderForwarded) != "fake1" {
+					t.Errorf("%s %s reached the leader as %s %s %q (forwarded by %q)", rt.method, path, r.Method, r.URL.RequestURI(), b, r.Header.Get(HeaderForwarded))
 				}
 				if rec.Code != 200 || !strings.Contains(rec.Body.String(), "answered_by") {
-					t.Errorf("%s %s: the leader's answer did not come back: %d %s", rt.Method, path, rec.Code, rec.Body)
+					t.Errorf("%s %s: the leader's answer did not come back: %d %s", rt.method, path, rec.Code, rec.Body)
 				}
 			default:
 				if forwarded {
-					t.Errorf("%s %s was answered by the follower (%d), not forwarded", rt.Method, path, rec.Code)
+					t.Errorf("%s %s was answered by the follower (%d), not forwarded", rt.method, path, rec.Code)
 				}
 			}
 		}

@@ -1,6 +1,7 @@
 package test
 
 import (
+	"encoding/json"
 	"flag"
 	"os"
 	"strings"
@@ -13,6 +14,8 @@ var (
 	chaosDuration  = flag.Duration("chaos.duration", 6*time.Second, "fault phase of each chaos schedule")
 	chaosSeed      = flag.Uint64("chaos.seed", 0, "seed of the first schedule (0: from the clock); schedule i uses seed+i")
 	chaosOut       = flag.String("chaos.out", "", "directory for failing histories and porcupine's HTML (default: the test's artifact directory)")
+	chaosReport    = flag.String("chaos.report", "", "file the campaign's running total is written to as JSON after every schedule")
+	chaosMerge     = flag.String("chaos.merge", "", "comma-separated -chaos.report files: print their merged table instead of running")
 )
 
 // TestChaos runs seeded fault schedules against a 3-replica cluster with
@@ -20,7 +23,28 @@ var (
 // default runs in every `go test ./...`; a campaign is
 //
 //	go test ./test -run Chaos -chaos.schedules=200 -chaos.duration=60s -timeout 0 -v
+//
+// A campaign may be split across processes (each with its own -chaos.seed
+// and -chaos.report); -chaos.merge then prints the table of all of them.
 func TestChaos(t *testing.T) {
+	if *chaosMerge != "" {
+		total := newReport()
+		for _, f := range strings.Split(*chaosMerge, ",") {
+			b, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := newReport()
+			if err := json.Unmarshal(b, r); err != nil {
+				t.Fatalf("%s: %v", f, err)
+			}
+			total.Merge(r)
+		}
+		var b strings.Builder
+		total.Table(&b)
+		os.Stdout.WriteString(b.String())
+		return
+	}
 	seed := *chaosSeed
 	if seed == 0 {
 		seed = uint64(time.Now().UnixNano() % 1_000_000)
@@ -42,6 +66,15 @@ func TestChaos(t *testing.T) {
 		})
 		if rep != nil {
 			total.Merge(rep)
+		}
+		if *chaosReport != "" {
+			b, err := json.Marshal(total)
+			if err == nil {
+				err = os.WriteFile(*chaosReport, b, 0o644)
+			}
+			if err != nil {
+				t.Fatalf("writing the campaign report: %v", err)
+			}
 		}
 		if !ok && testing.Short() {
 			break

@@ -5,6 +5,7 @@ package test
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -26,6 +27,11 @@ import (
 
 	"herd/api"
 	"herd/fsm"
+)
+
+var (
+	netnsDuration = flag.Duration("netns.duration", 0, "run randomly drawn faults for this long (0: each fault once)")
+	netnsSeed     = flag.Uint64("netns.seed", 1, "seed of the fault sequence with -netns.duration")
 )
 
 // netnsLab is a set of Linux network namespaces joined by veth pairs to a
@@ -206,6 +212,22 @@ func (l *netnsLab) firewall(n *nsNode, peers []string) error {
 	return nil
 }
 
+// lossy drops a share (in percent) of every packet n sends or receives,
+// with nftables' random number generator: message loss where the kernel
+// has no sch_netem.
+func (l *netnsLab) lossy(n *nsNode, percent int) error {
+	rules := fmt.Sprintf(`table inet herdfault {
+  chain in { type filter hook input priority 0; policy accept; iifname "eth0" numgen random mod 100 < %d drop; }
+  chain out { type filter hook output priority 0; policy accept; oifname "eth0" numgen random mod 100 < %d drop; }
+}`, percent, percent)
+	cmd := exec.Command("ip", "netns", "exec", n.ns, "nft", "-f", "-")
+	cmd.Stdin = strings.NewReader(rules)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("nft: %v: %s", err, out)
+	}
+	return nil
+}
+
 func (l *netnsLab) unfirewall(n *nsNode) {
 	_ = run("ip", "netns", "exec", n.ns, "nft", "delete", "table", "inet", "herdfault")
 }
@@ -213,8 +235,10 @@ func (l *netnsLab) unfirewall(n *nsNode) {
 // The chaos workload against real `herd server` and `herd agent` processes,
 // each in its own network namespace: SIGKILL of the leader, SIGSTOP of a
 // follower past its election timeout, an nftables partition of the leader
-// (TCP and UDP), an agent's link taken down, and netem loss and delay
-// where the kernel has sch_netem. Clients submit, read with ?consistent
+// (TCP and UDP), an agent's link taken down, and message loss (netem's
+// loss and delay where the kernel has sch_netem, nftables' random drop
+// otherwise). With -netns.duration it is a campaign: faults drawn from
+// -netns.seed until the time is up, and a table of what was seen. Clients submit, read with ?consistent
 // and cancel. Every acknowledged submit must be on every replica, end in
 // the same state on each, and the history must be linearizable.
 func TestNetnsProcessesUnderFaults(t *testing.T) {
@@ -405,10 +429,11 @@ func TestNetnsProcessesUnderFaults(t *testing.T) {
 	}()
 
 	faults := []struct {
-		name string
-		do   func() (heal func(), err error)
+		name   string
+		leader bool // the fault takes the leader away
+		do     func() (heal func(), err error)
 	}{
-		{"SIGKILL leader", func() (func(), error) {
+		{"SIGKILL leader", true, func() (func(), error) {
 			i := leaderIndex()
 			if i < 0 {
 				return nil, errors.New("no leader")
@@ -416,12 +441,12 @@ func TestNetnsProcessesUnderFaults(t *testing.T) {
 			servers[i].kill()
 			return func() { startServer(servers[i]) }, nil
 		}},
-		{"SIGSTOP follower", func() (func(), error) {
+		{"SIGSTOP follower", false, func() (func(), error) {
 			i := (max(leaderIndex(), 0) + 1) % 3
 			servers[i].signal(syscall.SIGSTOP)
 			return func() { servers[i].signal(syscall.SIGCONT) }, nil
 		}},
-		{"nftables partition of the leader", func() (func(), error) {
+		{"nftables partition of the leader", true, func() (func(), error) {
 			if nftErr != nil {
 				return nil, errSkipFault
 			}
@@ -440,41 +465,72 @@ func TestNetnsProcessesUnderFaults(t *testing.T) {
 			}
 			return func() { lab.unfirewall(servers[i]) }, nil
 		}},
-		{"agent link down", func() (func(), error) {
+		{"agent link down", false, func() (func(), error) {
 			a := agents[0]
 			if err := run("ip", "-n", lab.bridge, "link", "set", a.hostVeth, "down"); err != nil {
 				return nil, err
 			}
 			return func() { _ = run("ip", "-n", lab.bridge, "link", "set", a.hostVeth, "up") }, nil
 		}},
-		{"netem loss and delay", func() (func(), error) {
+		{"message loss", false, func() (func(), error) {
 			i := (max(leaderIndex(), 0) + 2) % 3
 			if err := run("ip", "netns", "exec", servers[i].ns, "tc", "qdisc", "add", "dev", "eth0", "root", "netem", "loss", "20%", "delay", "50ms"); err != nil {
-				t.Logf("netem unavailable, fault skipped: %v", err)
-				return nil, errSkipFault
+				if nftErr != nil {
+					t.Logf("netem and nftables unavailable, fault skipped: %v", err)
+					return nil, errSkipFault
+				}
+				// No sch_netem here: the loss without the delay.
+				if err := lab.lossy(servers[i], 20); err != nil {
+					return nil, err
+				}
+				return func() { lab.unfirewall(servers[i]) }, nil
 			}
 			return func() { _ = run("ip", "netns", "exec", servers[i].ns, "tc", "qdisc", "del", "dev", "eth0", "root") }, nil
 		}},
 	}
-	for _, f := range faults {
-		time.Sleep(2 * time.Second)
+	// The faults: each once in order by default; with -netns.duration, drawn
+	// from -netns.seed one at a time, held 2–5 s and healed, until the
+	// duration has passed.
+	counts := map[string]int{}
+	var injections []time.Duration // faults that take the leader away
+	inject := func(i int, hold time.Duration) {
+		f := faults[i]
 		heal, err := f.do()
 		if errors.Is(err, errSkipFault) {
-			continue
+			return
 		}
 		if err != nil {
 			t.Errorf("%s: %v", f.name, err)
-			continue
+			return
 		}
-		t.Logf("%v: %s", time.Since(start).Round(time.Millisecond), f.name)
-		time.Sleep(4 * time.Second)
+		at := time.Since(start)
+		counts[f.name]++
+		if f.leader {
+			injections = append(injections, at)
+		}
+		t.Logf("%v: %s", at.Round(time.Millisecond), f.name)
+		time.Sleep(hold)
 		heal()
+	}
+	if *netnsDuration <= 0 {
+		for i := range faults {
+			time.Sleep(2 * time.Second)
+			inject(i, 4*time.Second)
+		}
+	} else {
+		rng := rand.New(rand.NewPCG(*netnsSeed, 13))
+		for time.Since(start) < *netnsDuration {
+			time.Sleep(time.Duration(1500+rng.IntN(1500)) * time.Millisecond)
+			inject(rng.IntN(len(faults)), time.Duration(2000+rng.IntN(3000))*time.Millisecond)
+		}
 	}
 	time.Sleep(2 * time.Second)
 	stop()
 	wg.Wait()
 
-	// Quiesce: every acknowledged task ends, on every replica.
+	// Quiesce: every acknowledged task ends, on every replica, in the same
+	// state. Each replica's own view is read page by page (no forwarding),
+	// so what is checked is what that replica applied.
 	mu.Lock()
 	ackedCopy := make(map[string]string, len(acked))
 	for k, v := range acked {
@@ -485,31 +541,59 @@ func TestNetnsProcessesUnderFaults(t *testing.T) {
 	if len(ackedCopy) == 0 {
 		t.Fatal("no submit was acknowledged")
 	}
+	anomalies := map[string]int{}
 	final := map[string]string{} // task id → terminal state on the first replica
 	for i, addr := range httpAddrs {
 		cl := newClient(addr)
 		cl.Retries, cl.RetryWait = 10, 500*time.Millisecond
-		for key, id := range ackedCopy {
-			var last string
-			ok := Eventually(120*time.Second, func() bool {
-				c, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				defer cancel()
-				task, _, err := cl.GetTask(c, id, api.ReadOptions{})
+		var states map[string]string
+		var missing []string
+		ended := Eventually(quiesceWithin(len(ackedCopy)), func() bool {
+			states = map[string]string{}
+			for after := ""; ; {
+				c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				page, _, err := cl.ListTasks(c, api.TaskQuery{After: after, Limit: 1000}, api.ReadOptions{})
+				cancel()
 				if err != nil {
-					last = err.Error()
 					return false
 				}
-				last = task.State
-				st, _ := fsm.ParseTaskState(task.State)
-				return st.Terminal()
-			})
+				for _, task := range page.Tasks {
+					states[task.ID] = task.State
+				}
+				if page.Next == "" {
+					break
+				}
+				after = page.Next
+			}
+			missing = missing[:0]
+			for _, id := range ackedCopy {
+				st, ok := fsm.ParseTaskState(states[id])
+				if !ok || !st.Terminal() {
+					missing = append(missing, id)
+				}
+			}
+			return len(missing) == 0
+		})
+		if !ended {
+			for _, id := range missing {
+				if states[id] == "" {
+					anomalies["acked-present"]++
+					t.Errorf("s%d: acknowledged task %s is missing", i+1, id)
+				} else {
+					anomalies["terminal"]++
+					t.Errorf("s%d: acknowledged task %s not ended: %s", i+1, id, states[id])
+				}
+			}
+		}
+		for _, id := range ackedCopy {
+			last, ok := states[id]
 			if !ok {
-				t.Errorf("s%d: acknowledged task %s (key %s) not ended: %s", i+1, id, key, last)
 				continue
 			}
 			if want, seen := final[id]; !seen {
 				final[id] = last
 			} else if last != want {
+				anomalies["ended-alike"]++
 				t.Errorf("task %s ended %s on s1 but %s on s%d", id, want, last, i+1)
 			}
 		}
@@ -517,6 +601,7 @@ func TestNetnsProcessesUnderFaults(t *testing.T) {
 	refused := 0
 	for _, r := range replays {
 		if r.accepted {
+			anomalies["stale-result"]++
 			t.Errorf("a zombie's replayed result for attempt %s, which had ended %s, was accepted", r.attempt, r.before)
 		} else {
 			refused++
@@ -524,9 +609,52 @@ func TestNetnsProcessesUnderFaults(t *testing.T) {
 	}
 	t.Logf("%d zombie replays, %d refused", len(replays), refused)
 	if res := porcupine.CheckOperations(TaskModel, ops); !res {
+		anomalies["linearizable"]++
 		t.Errorf("history of %d operations is not linearizable", len(ops))
 	}
 	t.Logf("%d operations, %d acknowledged tasks, all present and ended alike on every replica", len(ops), len(ackedCopy))
+
+	var failovers []time.Duration
+	for _, at := range injections {
+		first := int64(-1)
+		for _, op := range ops {
+			in, out := op.Input.(taskInput), op.Output.(taskOutput)
+			if in.Kind == "submit" && !out.Unknown && op.Call >= int64(at) && (first < 0 || op.Return < first) {
+				first = op.Return
+			}
+		}
+		if first >= 0 {
+			failovers = append(failovers, time.Duration(first)-at)
+		}
+	}
+	unknown := 0
+	for _, op := range ops {
+		if op.Output.(taskOutput).Unknown {
+			unknown++
+		}
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%-38s %v\n", "duration", time.Since(start).Round(time.Second))
+	for _, f := range faults {
+		fmt.Fprintf(&b, "%-38s %d\n", "faults "+f.name, counts[f.name])
+	}
+	fmt.Fprintf(&b, "%-38s %d\n", "operations", len(ops))
+	fmt.Fprintf(&b, "%-38s %d\n", "acknowledged tasks", len(ackedCopy))
+	fmt.Fprintf(&b, "%-38s %d\n", "unknown outcomes", unknown)
+	fmt.Fprintf(&b, "%-38s %d of %d refused\n", "zombie replays", refused, len(replays))
+	for _, k := range []string{"acked-present", "terminal", "ended-alike", "stale-result", "linearizable"} {
+		fmt.Fprintf(&b, "%-38s %d\n", "anomalies "+k, anomalies[k])
+	}
+	fmt.Fprintf(&b, "%-38s %d (p50 %v, p99 %v)\n", "failovers measured", len(failovers),
+		percentile(failovers, 0.50).Round(time.Millisecond), percentile(failovers, 0.99).Round(time.Millisecond))
+	t.Logf("netns campaign, seed %d:\n%s", *netnsSeed, b.String())
+}
+
+// quiesceWithin is how long the replicas get to end n acknowledged tasks
+// once the faults have healed: the short form's two minutes, plus the time
+// two agents with four slots need for a long campaign's backlog.
+func quiesceWithin(n int) time.Duration {
+	return 2*time.Minute + time.Duration(n)*50*time.Millisecond
 }
 
 var errSkipFault = errors.New("fault not available here")

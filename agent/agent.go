@@ -28,6 +28,8 @@ type Agent struct {
 	limiter  limiter
 	paths    pathCache
 	workDirs *workDirs
+	// conditions finds and reports what is wrong with the node.
+	conditions *conditionWatch
 
 	session    atomic.Uint64
 	reregister chan struct{}
@@ -85,13 +87,15 @@ func New(cfg Config) (*Agent, error) {
 		logger.Info("limit method unavailable", "reason", s)
 	}
 	logger.Info("resource limits", "method", lim.Name())
-	return &Agent{
+	a := &Agent{
 		cfg: cfg, logger: logger, client: client, reports: newReporter(client), limiter: lim, paths: pathCache{now: time.Now},
 		workDirs:   newWorkDirs(filepath.Join(cfg.DataDir, "work")),
 		reregister: make(chan struct{}, 1),
 		wakeCh:     make(chan struct{}, 1),
 		running:    map[string]*execution{}, finished: map[string]bool{},
-	}, nil
+	}
+	a.conditions = newConditionWatch(a)
+	return a, nil
 }
 
 // LimitMethod is how this agent enforces resource limits.
@@ -130,8 +134,9 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 		return err
 	}
-	a.wg.Add(3)
+	a.wg.Add(4)
 	go func() { defer a.wg.Done(); a.reports.run(ctx) }()
+	go func() { defer a.wg.Done(); a.conditions.run(ctx) }()
 	go func() { defer a.wg.Done(); a.heartbeatLoop(ctx) }()
 	go func() { defer a.wg.Done(); a.janitor(ctx) }()
 	if a.gossip != nil {

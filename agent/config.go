@@ -42,6 +42,10 @@ type Config struct {
 	LogMaxBytes       int64         // per log file before rotation, default 10 MiB
 	LogMaxFiles       int           // rotated files kept per attempt, default 3
 	LogRetention      time.Duration // default 7 days
+	// MinFreeDiskMB is the free space the data directory must keep for
+	// attempts' working directories and logs; below it the node reports
+	// the disk_full condition and takes no new attempt. Default 32.
+	MinFreeDiskMB int64
 	// Limits picks how resource limits are enforced: "auto" (cgroup v2,
 	// then cgroup v1, then rlimits), "cgroup-v2", "cgroup-v1", "rlimit"
 	// or "none".
@@ -73,6 +77,7 @@ const (
 	DefaultHeartbeatInterval = 5 * time.Second
 	DefaultAssignmentWait    = 30 * time.Second
 	DefaultLogRetention      = 7 * 24 * time.Hour
+	DefaultMinFreeDiskMB     = 32
 )
 
 // WithDefaults fills unset fields, reading the machine for resources.
@@ -97,6 +102,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.LogRetention <= 0 {
 		c.LogRetention = DefaultLogRetention
+	}
+	if c.MinFreeDiskMB <= 0 {
+		c.MinFreeDiskMB = DefaultMinFreeDiskMB
 	}
 	if c.Limits == "" {
 		c.Limits = "auto"

@@ -9,7 +9,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"herd/api"
@@ -41,8 +43,18 @@ var devNull = sync.OnceValues(func() (*os.File, error) { return os.Open(os.DevNu
 // behind afterwards. ctx ends when the attempt is taken back.
 func (a *Agent) runProcess(ctx context.Context, as api.Assignment) outcome {
 	att, spec := as.Attempt, as.Spec
+	// An attempt that could not keep its output or files fails before it
+	// starts, with the reason, rather than half-running.
+	if why := a.conditions.diskProblem(); why != "" {
+		a.conditions.noteWrite(syscall.ENOSPC)
+		return outcome{state: api.AttemptFailed, exitCode: -1, err: why}
+	}
 	workDir, err := a.workDirs.take(att.ID)
 	if err != nil {
+		a.conditions.noteWrite(err)
+		if isNoSpace(err) {
+			return outcome{state: api.AttemptFailed, exitCode: -1, err: fmt.Sprintf("no space left for the working directory: %v", err)}
+		}
 		return outcome{state: api.AttemptFailed, exitCode: -1, err: fmt.Sprintf("create working directory: %v", err)}
 	}
 	contained := true // until a process starts: then as the limits tell
@@ -56,6 +68,7 @@ func (a *Agent) runProcess(ctx context.Context, as api.Assignment) outcome {
 			att.TaskID, att.Number, att.ID, a.cfg.ID, a.limiter.Name(), time.Now().UTC().Format(time.RFC3339)))
 	defer func() {
 		if err := logFile.Err(); err != nil {
+			a.conditions.noteWrite(err)
 			a.logger.Warn("attempt output not logged to disk (its tail still goes with the result)", "attempt", att.ID, "error", err)
 		}
 		logFile.Close()
@@ -121,6 +134,9 @@ func (a *Agent) runProcess(ctx context.Context, as api.Assignment) outcome {
 	out := outcome{tail: tail.String(), abandoned: abandoned}
 	out.exitCode, out.err = exitStatus(cmd.ProcessState, waitErr)
 	a.judge(&out, timedOut, timeout, limits, spec)
+	if err := logFile.Err(); err != nil && isNoSpace(err) {
+		out.err = strings.TrimPrefix(out.err+"; output not logged: no space left for the log", "; ")
+	}
 	logFile.Note(fmt.Sprintf("--- herd: %s, exit code %d %s\n", out.state, out.exitCode, out.err), out.state != api.AttemptSucceeded)
 	return out
 }

@@ -32,5 +32,7 @@ func agentForTest(tb testing.TB, name string, mk func() (limiter, error)) *Agent
 		tb.Cleanup(pool.drain) // cgroup v1 keeps idle groups to reuse
 	}
 	cfg := Config{ID: "test", DataDir: tb.TempDir()}.WithDefaults()
-	return &Agent{cfg: cfg, logger: hclog.NewNullLogger(), limiter: lim, paths: pathCache{now: time.Now}, workDirs: newWorkDirs(filepath.Join(cfg.DataDir, "work"))}
+	a := &Agent{cfg: cfg, logger: hclog.NewNullLogger(), limiter: lim, paths: pathCache{now: time.Now}, workDirs: newWorkDirs(filepath.Join(cfg.DataDir, "work"))}
+	a.conditions = newConditionWatch(a)
+	return a
 }

@@ -38,3 +38,17 @@ func freeDiskMB(dir string) int64 {
 	}
 	return int64(st.Bavail) * int64(st.Bsize) >> 20
 }
+
+// diskSpace is the space and inodes available to unprivileged users
+// under dir; ok is false when the file system cannot tell.
+func diskSpace(dir string) (freeBytes, freeInodes uint64, ok bool) {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(dir, &st); err != nil {
+		return 0, 0, false
+	}
+	inodes := uint64(st.Ffree)
+	if st.Files == 0 {
+		inodes = ^uint64(0) // a file system without an inode count
+	}
+	return uint64(st.Bavail) * uint64(st.Bsize), inodes, true
+}

@@ -24,3 +24,5 @@ func killGroup(pid int) {
 func signalled(*os.ProcessState) (syscall.Signal, bool) { return 0, false }
 
 func freeDiskMB(string) int64 { return 0 }
+
+func diskSpace(string) (uint64, uint64, bool) { return 0, 0, false }

@@ -408,6 +408,17 @@ func (c *Client) Heartbeat(ctx context.Context, nodeID string, session uint64) (
 	return out, err
 }
 
+// SetNodeConditions replaces the conditions nodeID's agent reports for
+// its session; none says nothing is wrong.
+func (c *Client) SetNodeConditions(ctx context.Context, nodeID string, session uint64, conds []NodeCondition) (Node, error) {
+	if conds == nil {
+		conds = []NodeCondition{}
+	}
+	var out Node
+	_, err := c.do(ctx, http.MethodPut, "/v1/nodes/"+url.PathEscape(nodeID)+"/conditions", NodeConditionsRequest{SessionGeneration: session, Conditions: conds}, &out)
+	return out, err
+}
+
 // StartAttempt reports that an attempt starts.
 func (c *Client) StartAttempt(ctx context.Context, id string, lease uint64) (AttemptReport, error) {
 	var out AttemptReport

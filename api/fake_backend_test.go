@@ -119,6 +119,13 @@ func (f *fakeBackend) RegisterNode(_ context.Context, reg NodeRegistration) (Reg
 func (f *fakeBackend) Heartbeat(_ context.Context, id string, _ HeartbeatRequest) (HeartbeatResponse, error) {
 	return HeartbeatResponse{}, f.call("Heartbeat", id)
 }
+func (f *fakeBackend) SetNodeConditions(_ context.Context, id string, req NodeConditionsRequest) (Node, error) {
+	types := make([]string, len(req.Conditions))
+	for i, c := range req.Conditions {
+		types[i] = c.Type
+	}
+	return Node{ID: id}, f.call("SetNodeConditions", id, req.SessionGeneration, types)
+}
 func (f *fakeBackend) DrainNode(_ context.Context, id string, enable bool) (Node, error) {
 	return Node{ID: id}, f.call("DrainNode", id, enable)
 }

@@ -10,10 +10,11 @@ import (
 // NodeBackend registers nodes, keeps their sessions alive, hands them
 // their work and lets operators steer them.
 type NodeBackend interface {
-	// RegisterNode, Heartbeat, DrainNode and SetNodeEligibility are
-	// leader-only.
+	// RegisterNode, Heartbeat, SetNodeConditions, DrainNode and
+	// SetNodeEligibility are leader-only.
 	RegisterNode(ctx context.Context, reg NodeRegistration) (RegisterResponse, error)
 	Heartbeat(ctx context.Context, nodeID string, req HeartbeatRequest) (HeartbeatResponse, error)
+	SetNodeConditions(ctx context.Context, nodeID string, req NodeConditionsRequest) (Node, error)
 	DrainNode(ctx context.Context, nodeID string, enable bool) (Node, error)
 	SetNodeEligibility(ctx context.Context, nodeID string, eligible bool) (Node, error)
 	GetNode(id string) (Node, error)
@@ -34,6 +35,7 @@ func (h *Handler) nodeRoutes() []route {
 		{http.MethodGet, "/v1/nodes/{id}", readable, h.getNode},
 		{http.MethodGet, "/v1/nodes/{id}/assignments", readable, h.getAssignments},
 		{http.MethodPost, "/v1/nodes/{id}/heartbeat", leaderOnly, h.postHeartbeat},
+		{http.MethodPut, "/v1/nodes/{id}/conditions", leaderOnly, h.putConditions},
 		{http.MethodPost, "/v1/nodes/{id}/drain", leaderOnly, h.postDrain},
 		{http.MethodPost, "/v1/nodes/{id}/eligibility", leaderOnly, h.postEligibility},
 	}
@@ -57,6 +59,18 @@ func (h *Handler) postHeartbeat(w http.ResponseWriter, r *http.Request) (any, er
 		return nil, err
 	}
 	return h.backend.Heartbeat(r.Context(), id, req)
+}
+
+func (h *Handler) putConditions(w http.ResponseWriter, r *http.Request) (any, error) {
+	id, err := pathID(r, "node")
+	if err != nil {
+		return nil, err
+	}
+	var req NodeConditionsRequest
+	if err := decodeBody(w, r, &req); err != nil {
+		return nil, err
+	}
+	return h.backend.SetNodeConditions(r.Context(), id, req)
 }
 
 func (h *Handler) getAssignments(w http.ResponseWriter, r *http.Request) (any, error) {

@@ -335,12 +335,33 @@ type Node struct {
 	LastHeartbeat     time.Time           `json:"last_heartbeat"`
 	CreateIndex       uint64              `json:"create_index"`
 	ModifyIndex       uint64              `json:"modify_index"`
+	// Conditions are the problems the node's agent reports (a full
+	// disk); while any stands, nothing new is placed on the node.
+	Conditions []NodeCondition `json:"conditions,omitempty"`
 	// Observation is the answering replica's live view of the node.
 	Observation NodeObservation `json:"observation"`
 	// Events is the node's recent history (registrations, verdicts with
 	// the observation behind each, drains).
 	Events   []TimelineEvent `json:"events,omitempty"`
 	Attempts []Attempt       `json:"attempts,omitempty"`
+}
+
+// NodeCondition is one problem a node's agent reports.
+type NodeCondition struct {
+	Type    string    `json:"type"` // e.g. ConditionDiskFull
+	Message string    `json:"message"`
+	Since   time.Time `json:"since,omitzero"` // when the cluster first heard of it (set by the cluster)
+}
+
+// ConditionDiskFull: the agent's data directory has too little space (or
+// too few inodes) left for attempts' working directories and logs.
+const ConditionDiskFull = "disk_full"
+
+// NodeConditionsRequest replaces the conditions a node's agent reports,
+// for its current session; an empty list says nothing is wrong.
+type NodeConditionsRequest struct {
+	SessionGeneration uint64          `json:"session_generation"`
+	Conditions        []NodeCondition `json:"conditions"`
 }
 
 // DrainRequest turns draining on or off.

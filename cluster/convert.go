@@ -91,8 +91,19 @@ func toAPINode(n *fsm.Node) api.Node {
 		Free:  toAPIResources(n.Resources.Sub(n.Reserved)),
 		Slots: n.Slots, RunningAttempts: n.RunningAttempts, Weight: weight,
 		SessionGeneration: n.SessionGeneration, RegisteredAt: n.RegisteredAt.Time(), LastHeartbeat: n.LastHeartbeat.Time(),
-		CreateIndex: n.CreateIndex, ModifyIndex: n.ModifyIndex,
+		CreateIndex: n.CreateIndex, ModifyIndex: n.ModifyIndex, Conditions: toAPIConditions(n.Conditions),
 	}
+}
+
+func toAPIConditions(cs []fsm.NodeCondition) []api.NodeCondition {
+	if len(cs) == 0 {
+		return nil
+	}
+	out := make([]api.NodeCondition, len(cs))
+	for i, c := range cs {
+		out[i] = api.NodeCondition{Type: c.Type, Message: c.Message, Since: c.Since.Time()}
+	}
+	return out
 }
 
 func toAPIAttempt(a *fsm.Attempt) api.Attempt {

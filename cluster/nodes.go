@@ -154,6 +154,26 @@ func (s *Server) Heartbeat(ctx context.Context, nodeID string, req api.Heartbeat
 	return api.HeartbeatResponse{Liveness: string(n.Liveness), SessionGeneration: n.SessionGeneration}, nil
 }
 
+// SetNodeConditions commits the conditions a node's agent reports
+// (leader-only).
+func (s *Server) SetNodeConditions(ctx context.Context, nodeID string, req api.NodeConditionsRequest) (api.Node, error) {
+	if !s.IsLeader() {
+		return api.Node{}, fmt.Errorf("%s: %w", s.cfg.ID, api.ErrNotLeader)
+	}
+	conds := make([]fsm.NodeCondition, len(req.Conditions))
+	for i, c := range req.Conditions {
+		conds[i] = fsm.NodeCondition{Type: c.Type, Message: c.Message}
+	}
+	resp, _, err := s.apply(ctx, fsm.MsgNodeConditions, fsm.NodeConditionsRequest{NodeID: nodeID, SessionGeneration: req.SessionGeneration, Conditions: conds, Now: s.now().UTC()})
+	if err != nil {
+		return api.Node{}, err
+	}
+	n := resp.(*fsm.Node)
+	out := toAPINode(n)
+	out.Observation = s.Observation(n)
+	return out, nil
+}
+
 // DeclareNodeDown commits a node-down verdict (leader-only): its live
 // attempts become LOST and their tasks are requeued.
 func (s *Server) DeclareNodeDown(ctx context.Context, nodeID, reason string) ([]string, error) {

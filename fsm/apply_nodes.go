@@ -2,6 +2,8 @@ package fsm
 
 import (
 	"fmt"
+	"slices"
+	"strings"
 
 	"herd/scheduler"
 )
@@ -178,4 +180,81 @@ func applyRegisterNode(db *store, index uint64, r *RegisterNodeRequest) (any, er
 	n.ModifyIndex = index
 	db.putNode(&n)
 	return &n, nil
+}
+
+// applyNodeConditions replaces a node's reported conditions. A condition
+// that stands keeps the time it was first reported; each one that
+// appears or clears is a node event. A report from an older session is
+// refused, as its heartbeats are.
+func applyNodeConditions(db *store, index uint64, r *NodeConditionsRequest) (any, error) {
+	node, err := getNode(db, r.NodeID)
+	if err != nil {
+		return nil, err
+	}
+	if node.SessionGeneration != r.SessionGeneration {
+		return nil, reject(RejectSessionChanged, "node %s session is %d, conditions are for %d: register again", node.ID, node.SessionGeneration, r.SessionGeneration)
+	}
+	want, err := normalConditions(r.Conditions)
+	if err != nil {
+		return nil, err
+	}
+	n := node.clone()
+	changed := false
+	next := make([]NodeCondition, 0, len(want))
+	for _, c := range want {
+		c.Since = StampOf(r.Now)
+		if i := slices.IndexFunc(node.Conditions, func(o NodeCondition) bool { return o.Type == c.Type }); i >= 0 {
+			c.Since = node.Conditions[i].Since
+			if node.Conditions[i].Message == c.Message {
+				next = append(next, c)
+				continue
+			}
+		}
+		n.addEvent(index, r.Now, EventCondition, c.Type+": "+c.Message)
+		next = append(next, c)
+		changed = true
+	}
+	for _, o := range node.Conditions {
+		if !slices.ContainsFunc(want, func(c NodeCondition) bool { return c.Type == o.Type }) {
+			n.addEvent(index, r.Now, EventCondition, o.Type+" cleared")
+			changed = true
+		}
+	}
+	if !changed {
+		return node, nil
+	}
+	if len(next) == 0 {
+		next = nil
+	}
+	n.Conditions = next
+	n.ModifyIndex = index
+	db.putNode(n)
+	return n, nil
+}
+
+// normalConditions checks reported conditions and sorts them by type.
+func normalConditions(in []NodeCondition) ([]NodeCondition, error) {
+	if len(in) > MaxNodeConditions {
+		return nil, reject(RejectInvalid, "%d conditions reported, at most %d", len(in), MaxNodeConditions)
+	}
+	out := slices.Clone(in)
+	for i := range out {
+		out[i].Since = 0
+		c := out[i]
+		if c.Type == "" || len(c.Type) > MaxConditionTypeBytes || strings.ContainsFunc(c.Type, func(r rune) bool {
+			return !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '_')
+		}) {
+			return nil, reject(RejectInvalid, "condition type %q: want 1 to %d of a-z, 0-9 and _", c.Type, MaxConditionTypeBytes)
+		}
+		if len(c.Message) > MaxConditionMessageSize {
+			return nil, reject(RejectInvalid, "condition %s: message of %d bytes, at most %d", c.Type, len(c.Message), MaxConditionMessageSize)
+		}
+	}
+	slices.SortFunc(out, func(a, b NodeCondition) int { return strings.Compare(a.Type, b.Type) })
+	for i := 1; i < len(out); i++ {
+		if out[i].Type == out[i-1].Type {
+			return nil, reject(RejectInvalid, "condition %s reported twice", out[i].Type)
+		}
+	}
+	return out, nil
 }

@@ -44,6 +44,9 @@ const (
 	MsgNodeDown     MessageType = 15
 	MsgNodeLiveness MessageType = 16
 	MsgForgetTasks  MessageType = 17
+	// MsgNodeConditions is not ignorable: the conditions decide, at
+	// apply time, whether a reservation on the node holds.
+	MsgNodeConditions MessageType = 18
 )
 
 // payloadVersion is the version byte written after the type. A replica
@@ -226,6 +229,8 @@ func (t MessageType) String() string {
 		return "node-liveness"
 	case MsgForgetTasks:
 		return "forget-tasks"
+	case MsgNodeConditions:
+		return "node-conditions"
 	}
 	return fmt.Sprintf("type-%d", uint8(t))
 }
@@ -313,6 +318,17 @@ type NodeEligibilityRequest struct {
 	NodeID   string    `json:"node_id"`
 	Eligible bool      `json:"eligible"`
 	Now      time.Time `json:"now"`
+}
+
+// NodeConditionsRequest replaces the conditions a node's agent reports
+// (what is wrong with it: a full disk) with Conditions, for the session
+// that reported them. Since is ignored: the FSM stamps a new condition
+// with Now and keeps the stamp of one that stands.
+type NodeConditionsRequest struct {
+	NodeID            string          `json:"node_id"`
+	SessionGeneration uint64          `json:"session_generation"`
+	Conditions        []NodeCondition `json:"conditions"`
+	Now               time.Time       `json:"now"`
 }
 
 // HeartbeatRequest records that a node's current session is alive.

@@ -32,6 +32,9 @@ const (
 	EventManagement
 	EventReady
 	EventSuspect
+	// EventCondition: the node's agent reported a problem, or that it
+	// cleared.
+	EventCondition
 )
 
 var eventKindNames = [...]string{
@@ -39,6 +42,7 @@ var eventKindNames = [...]string{
 	EventFinished: "finished", EventFailed: "failed", EventCancelled: "cancelled",
 	EventStaleResultRejected: "stale_result_rejected", EventRegistered: "registered", EventDown: "down",
 	EventManagement: "management", EventReady: "ready", EventSuspect: "suspect",
+	EventCondition: "condition",
 }
 
 // otherEventKinds numbers, in this process only, kinds read that this

@@ -169,6 +169,8 @@ func (f *FSM) applyOne(db *store, index uint64, h header, payload []byte) any {
 		resp, err = applyJSON(payload, func(r *NodeLivenessRequest) (any, error) { return applyNodeLiveness(db, index, r) })
 	case MsgForgetTasks:
 		resp, err = applyJSON(payload, func(r *ForgetTasksRequest) (any, error) { return applyForgetTasks(db, r) })
+	case MsgNodeConditions:
+		resp, err = applyJSON(payload, func(r *NodeConditionsRequest) (any, error) { return applyNodeConditions(db, index, r) })
 	default:
 		if h.ignorable {
 			f.logger.Warn("skipping unknown ignorable command", "index", index, "type", t)

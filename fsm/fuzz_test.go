@@ -22,6 +22,7 @@ func seedCommands(f *testing.F) {
 		{MsgNodeDown, NodeDownRequest{NodeID: "n1", Now: now}},
 		{MsgCancelTask, CancelTaskRequest{TaskID: "t1", Now: now}},
 		{MsgUpsertServer, UpsertServerRequest{Server: Server{ID: "s1", HTTPAddress: "h"}}},
+		{MsgNodeConditions, NodeConditionsRequest{NodeID: "n1", SessionGeneration: 1, Conditions: []NodeCondition{{Type: "disk_full", Message: "m"}}, Now: now}},
 	} {
 		b, err := Encode(c.t, c.v)
 		if err != nil {

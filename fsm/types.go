@@ -244,12 +244,31 @@ type Node struct {
 	// HealthyIndex is the index of the node's last successful attempt: a
 	// node blacklisted for a task before that has since proven itself.
 	HealthyIndex uint64 `json:"healthy_index"`
+	// Conditions are the problems the node's agent reports (a full
+	// disk), sorted by type: while any stands, nothing new is placed on
+	// the node. They outlive a re-registration; the agent reports anew
+	// after each.
+	Conditions []NodeCondition `json:"conditions,omitempty"`
 	// Events is the node's recent history: registrations, liveness
-	// verdicts with the observation behind each, drains.
+	// verdicts with the observation behind each, drains, conditions.
 	Events      []TimelineEvent `json:"events,omitempty"`
 	CreateIndex uint64          `json:"create_index"`
 	ModifyIndex uint64          `json:"modify_index"`
 }
+
+// NodeCondition is one problem a node's agent reports.
+type NodeCondition struct {
+	Type    string `json:"type"`    // what is wrong, e.g. "disk_full"
+	Message string `json:"message"` // why, for people
+	Since   Stamp  `json:"since"`   // when the cluster first heard of it
+}
+
+// Limits on reported conditions, enforced at the API and again at apply.
+const (
+	MaxNodeConditions       = 8
+	MaxConditionTypeBytes   = 64
+	MaxConditionMessageSize = 512
+)
 
 // maxNodeEvents bounds a node's event history.
 const maxNodeEvents = 50

@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"strings"
 	"time"
 
 	"herd/scheduler"
@@ -12,8 +13,21 @@ func (n *Node) View() scheduler.Node {
 		ID: n.ID, Management: n.Management, Liveness: n.Liveness, Scheduling: n.Scheduling,
 		LastHeartbeat: n.LastHeartbeat.Time(), Capabilities: n.Capabilities, Labels: n.Labels,
 		Resources: n.Resources, Reserved: n.Reserved, Slots: n.Slots,
-		RunningAttempts: n.RunningAttempts, Weight: n.Weight,
+		RunningAttempts: n.RunningAttempts, Weight: n.Weight, Condition: n.condition(),
 	}
+}
+
+// condition is the node's conditions as one line for the scheduler's
+// reasons; empty when there are none.
+func (n *Node) condition() string {
+	if len(n.Conditions) == 0 {
+		return ""
+	}
+	parts := make([]string, len(n.Conditions))
+	for i, c := range n.Conditions {
+		parts[i] = c.Type + ": " + c.Message
+	}
+	return strings.Join(parts, "; ")
 }
 
 // Request is the task's placement question at now. The blacklist is

@@ -89,6 +89,9 @@ func evaluate(n *Node, c *compiled, out *[]Reason) bool {
 	if n.Scheduling != SchedulingEligible {
 		fail(ReasonIneligible, "ineligible", "")
 	}
+	if n.Condition != "" {
+		fail(ReasonAgentCondition, "agent reports a problem", n.Condition)
+	}
 	if req.HeartbeatTTL > 0 && n.LastHeartbeat.Before(c.cutoff) {
 		detail := ""
 		if !c.summaryOnly {
@@ -166,7 +169,7 @@ func evaluate(n *Node, c *compiled, out *[]Reason) bool {
 // nodes that memory traffic is most of a decision's time).
 func eligible(n *Node, c *compiled) bool {
 	req := c.req
-	if n.Management != ManagementActive || n.Liveness != LivenessReady || n.Scheduling != SchedulingEligible ||
+	if n.Management != ManagementActive || n.Liveness != LivenessReady || n.Scheduling != SchedulingEligible || n.Condition != "" ||
 		(req.HeartbeatTTL > 0 && n.LastHeartbeat.Before(c.cutoff)) ||
 		n.RunningAttempts >= n.Slots || !n.Resources.Covers(req.Resources) ||
 		!n.Resources.Sub(n.Reserved).Covers(req.Resources) {

@@ -625,6 +625,7 @@ func drawNode(rt *rapid.T, id string) *Node {
 		Reserved:        drawResources(rt, "reserved", 0, 1),
 		Slots:           rapid.IntRange(1, 4).Draw(rt, "slots"),
 		RunningAttempts: rapid.IntRange(0, 2).Draw(rt, "running"),
+		Condition:       rapid.SampledFrom([]string{"", "", "", "disk_full: 3 MiB free"}).Draw(rt, "condition"),
 	}
 }
 
@@ -652,6 +653,23 @@ func drawRequest(rt *rapid.T) *Request {
 		req.PassedOver = map[string]string{"n1": "asleep"}
 	}
 	return req
+}
+
+// A node whose agent reports a problem takes no new attempt, and the
+// explanation says what the agent reported.
+func TestAgentConditionKeepsNewWorkAway(t *testing.T) {
+	full := &Node{ID: "full", Management: ManagementActive, Liveness: LivenessReady, Scheduling: SchedulingEligible,
+		Resources: Resources{CPUMillis: 1000, MemoryMB: 1024}, Slots: 2, Condition: "disk_full: 3 MiB free on the data directory"}
+	fine := *full
+	fine.ID, fine.Condition = "fine", ""
+	req := &Request{TaskID: "t", Now: now}
+	if Eligible(full, req) || !Eligible(&fine, req) {
+		t.Fatalf("Eligible: full %v, fine %v", Eligible(full, req), Eligible(&fine, req))
+	}
+	reasons := Check(full, req)
+	if len(reasons) != 1 || reasons[0].Code != ReasonAgentCondition || reasons[0].Detail != full.Condition {
+		t.Fatalf("reasons for the full node: %+v", reasons)
+	}
 }
 
 // Eligible and Check code the same rules two ways (see Check): on random

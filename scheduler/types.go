@@ -27,6 +27,9 @@ type Node struct {
 	Weight int
 	// Profile feeds the optional profile score.
 	Profile Profile
+	// Condition is what the node's agent reports is wrong with it (a
+	// full disk), empty when nothing is: such a node takes no new attempt.
+	Condition string
 	// Hibernating nodes sleep until woken; they score lower (see
 	// HibernatingPenalty) so awake nodes are preferred.
 	Hibernating bool
@@ -82,6 +85,7 @@ const (
 	ReasonInsufficientFree  ReasonCode = "insufficient_capacity"
 	ReasonBlacklisted       ReasonCode = "blacklisted"
 	ReasonPassedOver        ReasonCode = "passed_over"
+	ReasonAgentCondition    ReasonCode = "agent_condition"
 )
 
 // Reason is one failed rule: a code for machines, a summary phrase shared

@@ -1,15 +1,18 @@
 package test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"herd/agent"
 	"herd/api"
 	"herd/config"
 )
@@ -143,4 +146,77 @@ func TestFullDiskOfOneReplicaAndCatchUp(t *testing.T) {
 			t.Fatalf("s3 never caught up to acknowledged task %s after its disk had room again", id)
 		}
 	}
+}
+
+// An agent whose data directory fills up keeps the result of the attempt
+// that ran into it, says why in its node status, keeps heartbeating (it
+// stays READY, so nothing it runs is lost), takes no new attempt while
+// the disk is full (the explanation names the condition), and takes work
+// again on its own once space returns.
+func TestAgentFullDiskSaysWhyAndRecovers(t *testing.T) {
+	disk := smallDisk(t, 16)
+	c := NewCluster(t, 1)
+	ag := c.StartAgent(agent.Config{ID: "edge", DataDir: disk, MinFreeDiskMB: 4, Slots: 2, Labels: map[string]string{"role": "edge"}})
+	WaitRegistered(t, ag)
+	cl := c.Client(0)
+	gate := filepath.Join(t.TempDir(), "go")
+
+	writer := shSpec("writer", fmt.Sprintf("while [ ! -e %s ]; do sleep 0.05; done; echo written-once-the-disk-was-full", gate))
+	writerID := submit(t, cl, writer)
+	waitTaskState(t, cl, writerID, api.TaskRunning)
+	filler := fill(t, disk)
+	if err := os.WriteFile(gate, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// Its output could not be logged; the result still goes, with the tail.
+	task := waitTaskState(t, cl, writerID, api.TaskSucceeded)
+	if !strings.Contains(task.Attempts[0].OutputTail, "written-once") || !timelineSays(task, "no space left for the log") {
+		t.Fatalf("the attempt that ran into the full disk: %+v", task)
+	}
+
+	var cond api.NodeCondition
+	if !Eventually(30*time.Second, func() bool {
+		n := node(t, cl, "edge")
+		if len(n.Conditions) == 1 {
+			cond = n.Conditions[0]
+		}
+		return cond.Type == api.ConditionDiskFull
+	}) {
+		t.Fatalf("the node never reported its full disk: %+v", node(t, cl, "edge"))
+	}
+	if !strings.Contains(cond.Message, "no space left for working directories and logs") || cond.Since.IsZero() {
+		t.Fatalf("condition: %+v", cond)
+	}
+
+	waiting := shSpec("waiting", "true")
+	waiting.RequiredLabels = map[string]string{"role": "edge"}
+	waitingID := submit(t, cl, waiting)
+	// Several heartbeat intervals: the node stays READY and the task waits,
+	// explained by the condition.
+	hb := ag.Agent.Config().HeartbeatInterval
+	for deadline := time.Now().Add(10 * hb); time.Now().Before(deadline); time.Sleep(hb / 2) {
+		if n := node(t, cl, "edge"); n.Liveness != api.LivenessReady {
+			t.Fatalf("with a full disk the node is %s: %+v", n.Liveness, n.Events)
+		}
+		if tk, _, err := cl.GetTask(context.Background(), waitingID, api.ReadOptions{Consistent: true}); err != nil || tk.State != api.TaskPending {
+			t.Fatalf("with a full disk the waiting task is %s (%v)", tk.State, err)
+		}
+	}
+	ex, err := cl.ExplainTask(context.Background(), waitingID, api.ReadOptions{})
+	if err != nil || len(ex.Nodes) != 1 || !strings.Contains(strings.Join(ex.Nodes[0].Reasons, " "), "disk_full") {
+		t.Fatalf("explanation of the waiting task: %+v (%v)", ex, err)
+	}
+
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	waitTaskState(t, cl, waitingID, api.TaskSucceeded)
+	n := node(t, cl, "edge")
+	if len(n.Conditions) != 0 || !slices.ContainsFunc(n.Events, func(e api.TimelineEvent) bool { return e.Message == "disk_full cleared" }) {
+		t.Fatalf("after space returned: conditions %+v, events %+v", n.Conditions, n.Events)
+	}
+}
+
+func timelineSays(task api.Task, s string) bool {
+	return slices.ContainsFunc(task.Timeline, func(e api.TimelineEvent) bool { return strings.Contains(e.Message, s) })
 }

@@ -17,7 +17,7 @@ type agentSettings struct {
 	ID, DataDir, Capabilities, Limits, LogLevel, GossipAddr, GossipKey string
 	Servers                                                            []string
 	Labels                                                             map[string]string
-	CPUMillis, MemoryMB, GPU, DiskMB                                   int64
+	CPUMillis, MemoryMB, GPU, DiskMB, MinFreeDiskMB                    int64
 	Slots, Weight                                                      int
 	LogRetention, HeartbeatInterval, HibernateAfter                    time.Duration
 }
@@ -29,7 +29,7 @@ type agentSetting = config.Setting[agentSettings]
 var agentTable = config.Table[agentSettings]{
 	Defaults: func() agentSettings {
 		return agentSettings{Capabilities: "exec@1", Limits: "auto", LogLevel: "info",
-			LogRetention: agent.DefaultLogRetention, HeartbeatInterval: agent.DefaultHeartbeatInterval}
+			LogRetention: agent.DefaultLogRetention, HeartbeatInterval: agent.DefaultHeartbeatInterval, MinFreeDiskMB: agent.DefaultMinFreeDiskMB}
 	},
 	Settings: []agentSetting{
 		config.Field("id", "HERD_NODE_ID", "id", "node id, unique in the cluster", func(c *agentSettings) *string { return &c.ID }),
@@ -45,6 +45,7 @@ var agentTable = config.Table[agentSettings]{
 		config.Field("weight", "", "weight", "scheduling weight, 0 for 100", func(c *agentSettings) *int { return &c.Weight }),
 		config.Field("limits", "", "limits", "how to enforce limits: auto, cgroup-v2, cgroup-v1, rlimit or none", func(c *agentSettings) *string { return &c.Limits }),
 		config.Field("log_retention", "", "log-retention", "how long attempt logs and working directories are kept", func(c *agentSettings) *time.Duration { return &c.LogRetention }),
+		config.Field("min_free_disk_mb", "", "min-free-disk-mb", "free space the data directory keeps; below it the node reports disk_full and takes no new attempt", func(c *agentSettings) *int64 { return &c.MinFreeDiskMB }),
 		config.Field("heartbeat_interval", "", "heartbeat-interval", "how often the agent heartbeats", func(c *agentSettings) *time.Duration { return &c.HeartbeatInterval }),
 		config.Field("log_level", "", "log-level", "trace, debug, info, warn or error", func(c *agentSettings) *string { return &c.LogLevel }),
 		config.Field("gossip_addr", "", "gossip-addr", "gossip address; empty for the local address towards the servers, on a free port kept across restarts", func(c *agentSettings) *string { return &c.GossipAddr }),
@@ -83,7 +84,7 @@ func runAgent(e *env, args []string) error {
 	ag, err := agent.New(agent.Config{
 		ID: set.ID, Servers: set.Servers, DataDir: set.DataDir, Labels: set.Labels, Capabilities: capMap,
 		Resources: api.Resources{CPUMillis: set.CPUMillis, MemoryMB: set.MemoryMB, GPU: set.GPU, DiskMB: set.DiskMB},
-		Slots:     set.Slots, Weight: set.Weight, Limits: set.Limits, LogRetention: set.LogRetention,
+		Slots:     set.Slots, Weight: set.Weight, Limits: set.Limits, LogRetention: set.LogRetention, MinFreeDiskMB: set.MinFreeDiskMB,
 		HeartbeatInterval: set.HeartbeatInterval, Logger: logger,
 		GossipAddr: set.GossipAddr, GossipKey: key, HibernateAfter: set.HibernateAfter,
 	})

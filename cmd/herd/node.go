@@ -94,6 +94,15 @@ func runNodeStatus(e *env, args []string) error {
 	tb.add("Management", n.Management)
 	tb.add("Liveness", n.Liveness)
 	tb.add("Scheduling", n.Scheduling)
+	conds := "none"
+	if len(n.Conditions) > 0 {
+		parts := make([]string, len(n.Conditions))
+		for i, c := range n.Conditions {
+			parts[i] = fmt.Sprintf("%s (since %s): %s", c.Type, ago(c.Since), c.Message)
+		}
+		conds = strings.Join(parts, "; ")
+	}
+	tb.add("Conditions", conds)
 	tb.add("Session", strconv.FormatUint(n.SessionGeneration, 10))
 	tb.add("Last heartbeat", ago(n.LastHeartbeat))
 	o := n.Observation

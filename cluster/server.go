@@ -23,6 +23,7 @@ import (
 	"herd/api"
 	"herd/config"
 	"herd/fsm"
+	"herd/internal/steady"
 )
 
 // LeaderLoop is work only the leader does (scheduling, liveness). It runs
@@ -41,7 +42,7 @@ type Options struct {
 	LeaderLoops []LeaderLoop
 	// Now is the wall clock the replica's clock follows (time.Now when
 	// nil): the timestamps the leader writes into commands, and the
-	// deadlines it judges, come from it (see steadyClock).
+	// deadlines it judges, come from it (see internal/steady).
 	Now func() time.Time
 	// Elapsed is the replica's monotonic time passed since some fixed
 	// start (the process's monotonic clock when nil). The replica's clock
@@ -174,7 +175,7 @@ func Start(cfg config.Server, opts Options) (_ *Server, err error) {
 // newServer builds the server's value: its FSM, leader loops, liveness
 // monitor and peer HTTP client; nothing is started.
 func newServer(cfg config.Server, opts Options, logger hclog.Logger) *Server {
-	now := newSteadyClock(opts.Now, opts.Elapsed).Now
+	now := steady.New(opts.Now, opts.Elapsed).Now
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{
 		cfg: cfg, logger: logger, now: now,

@@ -1,4 +1,7 @@
-package cluster
+// Package steady is a wall clock that does not follow steps: what a
+// replica writes into commands as "now", and what an agent ages its files
+// by.
+package steady
 
 import (
 	"sync"
@@ -6,8 +9,8 @@ import (
 )
 
 // A replica's clock is what it writes into commands as "now" and what it
-// judges deadlines by (liveness silence, schedule-to-start, retention).
-// It follows the wall clock, but not its steps: when the wall clock jumps
+// judges deadlines by (liveness silence, schedule-to-start, retention); an
+// agent's is what it ages its logs and working directories by. It follows the wall clock, but not its steps: when the wall clock jumps
 // (an operator or NTP setting it), deadlines measured across the jump
 // would fire minutes early or late, a whole fleet would look silent at
 // once, finished tasks would be forgotten early. So the clock advances at
@@ -20,8 +23,8 @@ const (
 	slewRate      = 0.05
 )
 
-// steadyClock is that clock. Safe for concurrent use.
-type steadyClock struct {
+// Clock is that clock. Safe for concurrent use.
+type Clock struct {
 	wall    func() time.Time     // the wall clock
 	elapsed func() time.Duration // monotonic time passed since some fixed start
 
@@ -30,9 +33,9 @@ type steadyClock struct {
 	lastMono time.Duration // elapsed() at that reading
 }
 
-// newSteadyClock is the clock over wall and elapsed; nil means the
-// process's wall and monotonic clocks.
-func newSteadyClock(wall func() time.Time, elapsed func() time.Duration) *steadyClock {
+// New is the clock over wall and elapsed; nil means the process's wall
+// and monotonic clocks.
+func New(wall func() time.Time, elapsed func() time.Duration) *Clock {
 	if wall == nil {
 		wall = time.Now
 	}
@@ -40,12 +43,12 @@ func newSteadyClock(wall func() time.Time, elapsed func() time.Duration) *steady
 		start := time.Now()
 		elapsed = func() time.Duration { return time.Since(start) }
 	}
-	return &steadyClock{wall: wall, elapsed: elapsed}
+	return &Clock{wall: wall, elapsed: elapsed}
 }
 
 // Now reads the clock: a wall-clock time (no monotonic reading), never
 // before an earlier reading.
-func (c *steadyClock) Now() time.Time {
+func (c *Clock) Now() time.Time {
 	w := c.wall().Round(0)
 	m := c.elapsed()
 	c.mu.Lock()

@@ -1,4 +1,4 @@
-package cluster
+package steady
 
 import (
 	"testing"
@@ -12,7 +12,7 @@ func TestSteadyClockAbsorbsSteps(t *testing.T) {
 	base := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 	var mono time.Duration
 	step := time.Duration(0)
-	c := newSteadyClock(func() time.Time { return base.Add(mono + step) }, func() time.Duration { return mono })
+	c := New(func() time.Time { return base.Add(mono + step) }, func() time.Duration { return mono })
 	read := func() time.Time { return c.Now() }
 	if got := read(); !got.Equal(base) {
 		t.Fatalf("first reading %v, want the wall clock %v", got, base)

@@ -17,6 +17,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"herd/api"
+	"herd/internal/steady"
 )
 
 // Agent is one running edge agent.
@@ -28,6 +29,7 @@ type Agent struct {
 	limiter  limiter
 	paths    pathCache
 	workDirs *workDirs
+	clock    *steady.Clock // ages files; see Config.Clock
 	// conditions finds and reports what is wrong with the node.
 	conditions *conditionWatch
 
@@ -93,6 +95,7 @@ func New(cfg Config) (*Agent, error) {
 		reregister: make(chan struct{}, 1),
 		wakeCh:     make(chan struct{}, 1),
 		running:    map[string]*execution{}, finished: map[string]bool{},
+		clock:      steady.New(cfg.Clock, nil),
 	}
 	a.conditions = newConditionWatch(a)
 	return a, nil
@@ -216,7 +219,7 @@ func loadAverage() int {
 func (a *Agent) janitor(ctx context.Context) {
 	every := min(a.cfg.LogRetention/4, time.Hour)
 	for {
-		if n := a.pruneAttemptFiles(time.Now().Add(-a.cfg.LogRetention)); n > 0 {
+		if n := a.pruneAttemptFiles(a.pruneCutoff()); n > 0 {
 			a.logger.Info("removed old logs and working directories", "count", n, "retention", a.cfg.LogRetention)
 		}
 		select {
@@ -226,6 +229,11 @@ func (a *Agent) janitor(ctx context.Context) {
 		}
 	}
 }
+
+// pruneCutoff is the time before which attempt files are old enough to
+// remove: by the steady clock, so that a step of the wall clock after the
+// files were written does not age them at once.
+func (a *Agent) pruneCutoff() time.Time { return a.clock.Now().Add(-a.cfg.LogRetention) }
 
 // pruneAttemptFiles removes the logs and working directories last
 // written before cutoff, except those of running attempts, and returns

@@ -66,6 +66,15 @@ type Config struct {
 	GossipTune      func(*memberlist.Config)
 	GossipTransport func(memberlist.Transport) memberlist.Transport
 
+	// Clock is the agent's wall clock (nil: the machine's); tests set one
+	// that is off. Nothing the agent sends the cluster carries its time:
+	// the leader stamps every event with its own. Durations the agent
+	// measures (run timeouts, heartbeat intervals) use monotonic time, and
+	// it ages its logs and working directories by a clock that follows
+	// this one but not its steps (internal/steady), so a clock set forward
+	// on a board without a real-time clock does not delete them early.
+	Clock func() time.Time
+
 	Logger hclog.Logger
 	// Transport, when set, carries every request to the servers (tests
 	// cut it to simulate a partition).

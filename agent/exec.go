@@ -65,7 +65,7 @@ func (a *Agent) runProcess(ctx context.Context, as api.Assignment) outcome {
 	// output (see attemptLog).
 	logFile := newAttemptLog(filepath.Join(a.cfg.DataDir, "logs", att.ID+".log"), a.cfg.LogMaxBytes, a.cfg.LogMaxFiles,
 		fmt.Sprintf("--- herd: task %s attempt %d (%s) on %s, limits %s, started %s\n",
-			att.TaskID, att.Number, att.ID, a.cfg.ID, a.limiter.Name(), time.Now().UTC().Format(time.RFC3339)))
+			att.TaskID, att.Number, att.ID, a.cfg.ID, a.limiter.Name(), a.clock.Now().UTC().Format(time.RFC3339)))
 	defer func() {
 		if err := logFile.Err(); err != nil {
 			a.conditions.noteWrite(err)

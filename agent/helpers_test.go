@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+
+	"herd/internal/steady"
 )
 
 // limitMethodsForTest are the limit methods runProcess is measured and
@@ -32,7 +34,7 @@ func agentForTest(tb testing.TB, name string, mk func() (limiter, error)) *Agent
 		tb.Cleanup(pool.drain) // cgroup v1 keeps idle groups to reuse
 	}
 	cfg := Config{ID: "test", DataDir: tb.TempDir()}.WithDefaults()
-	a := &Agent{cfg: cfg, logger: hclog.NewNullLogger(), limiter: lim, paths: pathCache{now: time.Now}, workDirs: newWorkDirs(filepath.Join(cfg.DataDir, "work"))}
+	a := &Agent{cfg: cfg, logger: hclog.NewNullLogger(), limiter: lim, paths: pathCache{now: time.Now}, workDirs: newWorkDirs(filepath.Join(cfg.DataDir, "work")), clock: steady.New(nil, nil)}
 	a.conditions = newConditionWatch(a)
 	return a
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"herd/api"
+	"herd/internal/steady"
 )
 
 // The janitor removes what attempts left behind once it is older than the
@@ -158,5 +159,32 @@ func TestAttemptRunsWhenItsLogCannotBeMade(t *testing.T) {
 	})
 	if out.state != "SUCCEEDED" || !strings.HasSuffix(out.tail, "x\ndone\n") {
 		t.Fatalf("attempt with no log: state %s, tail ends %q", out.state, out.tail[max(0, len(out.tail)-20):])
+	}
+}
+
+// A wall clock set two hours forward after an attempt's log was written
+// (a board without a real-time clock, corrected by NTP) does not make the
+// log old: it is removed once the retention has passed in monotonic time.
+func TestLogRetentionDoesNotFollowClockSteps(t *testing.T) {
+	dir := t.TempDir()
+	start := time.Now()
+	var step, mono time.Duration
+	a := &Agent{cfg: Config{DataDir: dir, LogRetention: time.Hour}, workDirs: newWorkDirs(filepath.Join(dir, "work")),
+		clock: steady.New(func() time.Time { return start.Add(mono + step) }, func() time.Duration { return mono })}
+	_ = a.clock.Now() // the agent's first reading, at start
+	log := filepath.Join(dir, "logs", "att-1.log")
+	if err := os.MkdirAll(filepath.Dir(log), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(log, []byte("x"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	step, mono = 2*time.Hour, time.Minute
+	if n := a.pruneAttemptFiles(a.pruneCutoff()); n != 0 {
+		t.Fatalf("a step of the wall clock removed %d entries", n)
+	}
+	mono = 70 * time.Minute
+	if n := a.pruneAttemptFiles(a.pruneCutoff()); n != 1 {
+		t.Fatalf("after the retention, %d entries removed, want the log", n)
 	}
 }

@@ -95,3 +95,95 @@ func TestClockStepsChangeNothing(t *testing.T) {
 		t.Fatalf("after the step back the never-started attempt was not reclaimed in time: %+v", task.Attempts)
 	}
 }
+
+// Two agents whose clocks are off by an hour, one ahead and one behind,
+// are treated as any other: the cluster takes no time from an agent (the
+// leader stamps every event), so neither is suspected over many heartbeat
+// intervals, a task's run timeout is not cut short, the stamps on their
+// attempts are the leader's, retention keeps a finished task, and once one
+// is cut off it is declared DOWN on time.
+func TestAgentClocksOffByAnHour(t *testing.T) {
+	setup := gossipSetup(func(c *config.Server) { c.Scheduler.TaskRetention = time.Minute })
+	c := NewClusterWith(t, 3, setup)
+	lv := c.Replicas[0].Cfg.Liveness
+	offBy := map[string]time.Duration{"ahead": time.Hour, "behind": -time.Hour}
+	handles := map[string]*AgentHandle{}
+	var ahead *FaultTransport
+	for _, id := range []string{"ahead", "behind"} {
+		skew := offBy[id]
+		h, ft := faultyAgent(c, agent.Config{ID: id, Slots: 2, Labels: map[string]string{"clock": id},
+			Clock: func() time.Time { return time.Now().Add(skew) }}, 5)
+		handles[id] = h
+		if id == "ahead" {
+			ahead = ft
+		}
+	}
+	WaitRegistered(t, handles["ahead"], handles["behind"])
+	cl := c.AllClient()
+	ctx := Ctx(t, 3*time.Minute)
+	if !Eventually(30*time.Second, func() bool {
+		return node(t, cl, "ahead").Liveness == api.LivenessReady && node(t, cl, "behind").Liveness == api.LivenessReady
+	}) {
+		t.Fatal("the agents never became READY")
+	}
+	events := func(id string) int { return len(node(t, cl, id).Events) }
+	before := map[string]int{"ahead": events("ahead"), "behind": events("behind")}
+
+	began := time.Now()
+	var finished, slow []string
+	for _, id := range []string{"ahead", "behind"} {
+		ok := shSpec("ok-"+id, "true")
+		ok.RequiredLabels = map[string]string{"clock": id}
+		finished = append(finished, submit(t, cl, ok))
+		s := shSpec("slow-"+id, "sleep 30")
+		s.RequiredLabels = map[string]string{"clock": id}
+		s.TimeoutSeconds, s.MaxAttempts = ptrTo(int64(3)), ptrTo(1)
+		slow = append(slow, submit(t, cl, s))
+	}
+	for _, id := range finished {
+		task := waitTaskState(t, cl, id, api.TaskSucceeded)
+		a := task.Attempts[0]
+		// The leader's stamps: within the test's own span, not an hour off.
+		for _, at := range []time.Time{a.ReservedAt, a.StartedAt, a.FinishedAt} {
+			if at.Before(began.Add(-5*time.Second)) || at.After(time.Now().Add(5*time.Second)) {
+				t.Fatalf("attempt %s on %s is stamped %v, outside the test's span from %v", a.ID, a.NodeID, at, began)
+			}
+		}
+	}
+	for _, id := range slow {
+		task := waitTaskState(t, cl, id, api.TaskTimedOut)
+		a := task.Attempts[0]
+		if ran := a.FinishedAt.Sub(a.StartedAt); ran < 3*time.Second {
+			t.Fatalf("attempt %s on %s timed out after %v, before its 3 s run timeout", a.ID, a.NodeID, ran)
+		}
+	}
+	// Many heartbeat intervals: both stay READY with no new node events,
+	// and the finished tasks are kept (retention is a minute).
+	for deadline := time.Now().Add(20 * lv.HeartbeatInterval); time.Now().Before(deadline); time.Sleep(lv.HeartbeatInterval / 2) {
+		for _, id := range []string{"ahead", "behind"} {
+			if n := node(t, cl, id); n.Liveness != api.LivenessReady {
+				t.Fatalf("%s, whose clock is an hour off, is %s: %+v", id, n.Liveness, n.Events)
+			}
+		}
+		for _, id := range finished {
+			if _, _, err := cl.GetTask(ctx, id, api.ReadOptions{Consistent: true}); err != nil {
+				t.Fatalf("finished task %s forgotten early: %v", id, err)
+			}
+		}
+	}
+	for id, n := range before {
+		if got := events(id); got != n {
+			t.Fatalf("%s gained %d node events while it ran true", id, got-n)
+		}
+	}
+
+	cut := time.Now()
+	ahead.Cut(true)
+	handles["ahead"].Transport.Cut()
+	if !Eventually(3*downBound(lv, 0), func() bool { return node(t, cl, "ahead").Liveness == api.LivenessDown }) {
+		t.Fatal("the cut-off agent whose clock is ahead is never declared DOWN")
+	}
+	if took, bound := time.Since(cut), downBound(lv, time.Second); took > bound {
+		t.Errorf("DOWN took %v, more than the bound %v", took, bound)
+	}
+}

@@ -95,7 +95,7 @@ func New(cfg Config) (*Agent, error) {
 		reregister: make(chan struct{}, 1),
 		wakeCh:     make(chan struct{}, 1),
 		running:    map[string]*execution{}, finished: map[string]bool{},
-		clock:      steady.New(cfg.Clock, nil),
+		clock: steady.New(cfg.Clock, nil),
 	}
 	a.conditions = newConditionWatch(a)
 	return a, nil

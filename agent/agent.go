@@ -35,6 +35,8 @@ type Agent struct {
 
 	session    atomic.Uint64
 	reregister chan struct{}
+	// startDeadline bounds how long a start report is retried (30 s).
+	startDeadline time.Duration
 
 	gossip      *agentGossip
 	hibernating atomic.Bool

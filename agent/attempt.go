@@ -19,7 +19,14 @@ import (
 func (a *Agent) execute(agentCtx, attemptCtx context.Context, x api.Assignment) {
 	att := x.Attempt
 	log := a.logger.With("task", att.TaskID, "attempt", att.ID, "number", att.Number)
-	if !a.reportStart(attemptCtx, x, log) {
+	switch a.reportStart(attemptCtx, x, log) {
+	case startRefused:
+		return
+	case startUnconfirmed:
+		// The start may have been committed: the cluster would then wait
+		// on an attempt nothing runs. Say it did not run.
+		a.report(agentCtx, x, outcome{state: api.AttemptLost, exitCode: -1,
+			err: fmt.Sprintf("the start could not be confirmed with the cluster within %s; not run", a.startDeadline)})
 		return
 	}
 	a.started.Add(1)
@@ -57,28 +64,39 @@ func (a *Agent) execute(agentCtx, attemptCtx context.Context, x api.Assignment) 
 	a.report(agentCtx, x, out)
 }
 
-// reportStart reports the start, retrying through failovers; false means
-// the attempt must not run (taken back, or no server acknowledged it in
-// time — the cluster will reclaim it).
-func (a *Agent) reportStart(ctx context.Context, x api.Assignment, log hclog.Logger) bool {
-	deadline := time.Now().Add(30 * time.Second)
+// startAnswer is how a start report ended.
+type startAnswer int
+
+const (
+	startConfirmed   startAnswer = iota // committed: run the attempt
+	startRefused                        // refused, or the attempt was taken back: nothing to do
+	startUnconfirmed                    // no answer in time: it may or may not have been committed
+)
+
+// reportStart reports the start, retrying through failovers for up to
+// startDeadline.
+func (a *Agent) reportStart(ctx context.Context, x api.Assignment, log hclog.Logger) startAnswer {
+	deadline := time.Now().Add(a.startDeadline)
 	backoff := 100 * time.Millisecond
 	for {
 		_, err := a.reports.report(ctx, api.AttemptReportItem{AttemptID: x.Attempt.ID, Start: &api.AttemptStartRequest{LeaseVersion: x.Attempt.LeaseVersion}})
 		if err == nil {
-			return true
+			return startConfirmed
 		}
 		if refused(err) {
 			log.Warn("start refused; not running the attempt", "error", err)
-			return false
+			return startRefused
 		}
-		if ctx.Err() != nil || time.Now().After(deadline) {
-			log.Warn("could not report the start; not running the attempt", "error", err)
-			return false
+		if ctx.Err() != nil {
+			return startRefused
+		}
+		if time.Now().After(deadline) {
+			log.Warn("could not report the start; not running the attempt, reporting it lost", "error", err)
+			return startUnconfirmed
 		}
 		select {
 		case <-ctx.Done():
-			return false
+			return startRefused
 		case <-time.After(backoff):
 		}
 		backoff = min(backoff*2, 2*time.Second)

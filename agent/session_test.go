@@ -19,6 +19,9 @@ import (
 // every report and records it.
 type cannedCluster struct {
 	answers []api.Assignments
+	// startsUnknown: every batch with a start report gets 503
+	// outcome_unknown (the leader went away before answering).
+	startsUnknown bool
 
 	mu      sync.Mutex
 	served  int
@@ -50,6 +53,11 @@ func (c *cannedCluster) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		var resp api.AttemptReportBatchResponse
+		if c.startsUnknown && slices.ContainsFunc(req.Reports, func(r api.AttemptReportItem) bool { return r.Start != nil }) {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_ = json.NewEncoder(w).Encode(api.ErrorResponse{Error: "leadership lost before the entry was committed", Code: api.CodeOutcomeUnknown})
+			return
+		}
 		c.mu.Lock()
 		for _, rep := range req.Reports {
 			c.reports = append(c.reports, rep)
@@ -73,6 +81,12 @@ func (c *cannedCluster) state() (int, []api.AttemptReportItem) {
 // runAgent runs an agent (edge-1, no limits) against c until the test ends.
 func runAgent(t *testing.T, c *cannedCluster) *Agent {
 	t.Helper()
+	return runAgentWith(t, c, nil)
+}
+
+// runAgentWith is runAgent with a change to the agent before it runs.
+func runAgentWith(t *testing.T, c *cannedCluster, tweak func(*Agent)) *Agent {
+	t.Helper()
 	hs := httptest.NewServer(c)
 	t.Cleanup(hs.Close)
 	ag, err := New(Config{
@@ -81,6 +95,9 @@ func runAgent(t *testing.T, c *cannedCluster) *Agent {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if tweak != nil {
+		tweak(ag)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -171,4 +188,31 @@ func TestAgentKeepsRunningWhatALaggingReplicaDoesNotList(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// An agent that cannot learn whether its start report was committed does
+// not run the attempt, and reports it LOST: the cluster may have recorded
+// it RUNNING, and nothing else would ever end it.
+func TestAgentReportsAnUnconfirmedStartLost(t *testing.T) {
+	c := &cannedCluster{startsUnknown: true, answers: []api.Assignments{
+		{NodeID: "edge-1", SessionGeneration: 2, Liveness: "READY", Index: 11, AppliedIndex: 11, Attempts: []api.Assignment{assignment("RESERVED", "true")}},
+	}}
+	ag := runAgentWith(t, c, func(a *Agent) { a.startDeadline = 300 * time.Millisecond })
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		_, reports := c.state()
+		for _, r := range reports {
+			if r.Complete != nil {
+				if r.AttemptID != "att-1" || r.Complete.State != api.AttemptLost || r.Complete.LeaseVersion != 7 {
+					t.Fatalf("report: %+v %+v", r, r.Complete)
+				}
+				if started, _, _ := ag.Stats(); started != 0 {
+					t.Fatalf("the attempt ran (%d started)", started)
+				}
+				return
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatal("the unconfirmed start was never reported")
 }

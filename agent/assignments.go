@@ -136,7 +136,7 @@ func (a *Agent) reconcile(ctx context.Context, as *api.Assignments) {
 	for id, ex := range a.running {
 		if _, ok := live[id]; !ok {
 			a.logger.Info("attempt taken back by the cluster (cancelled or reclaimed), stopping it", "attempt", id)
-			ex.cancel()
+			ex.cancel(nil)
 		}
 	}
 	for id := range a.finished {
@@ -168,13 +168,13 @@ func (a *Agent) reconcile(ctx context.Context, as *api.Assignments) {
 		if len(a.running) >= max(a.cfg.Slots, 1) {
 			continue
 		}
-		actx, cancel := context.WithCancel(ctx)
+		actx, cancel := context.WithCancelCause(ctx)
 		a.running[id] = &execution{assignment: x, cancel: cancel}
 		a.metaDirty.Store(true)
 		a.wg.Add(1)
 		go func() {
 			defer a.wg.Done()
-			defer cancel()
+			defer cancel(nil)
 			a.execute(ctx, actx, x)
 			a.mu.Lock()
 			delete(a.running, id)

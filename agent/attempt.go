@@ -19,14 +19,23 @@ import (
 func (a *Agent) execute(agentCtx, attemptCtx context.Context, x api.Assignment) {
 	att := x.Attempt
 	log := a.logger.With("task", att.TaskID, "attempt", att.ID, "number", att.Number)
+	if ttl, left, _ := a.lease.state(time.Now()); ttl > 0 && left <= a.fenceGrace(ttl)+a.cfg.HeartbeatInterval/10 {
+		// It would be stopped at once: give it back.
+		log.Warn("not starting the attempt: no lease from the cluster")
+		a.report(agentCtx, x, outcome{state: api.AttemptLost, exitCode: -1, err: "not started: the agent had no lease from the cluster"})
+		return
+	}
 	switch a.reportStart(attemptCtx, x, log) {
 	case startRefused:
 		return
 	case startUnconfirmed:
 		// The start may have been committed: the cluster would then wait
 		// on an attempt nothing runs. Say it did not run.
-		a.report(agentCtx, x, outcome{state: api.AttemptLost, exitCode: -1,
-			err: fmt.Sprintf("the start could not be confirmed with the cluster within %s; not run", a.startDeadline)})
+		why := fmt.Sprintf("the start could not be confirmed with the cluster within %s; not run", a.startDeadline)
+		if fence := (*fenceError)(nil); errors.As(context.Cause(attemptCtx), &fence) {
+			why = fence.msg + "; not run"
+		}
+		a.report(agentCtx, x, outcome{state: api.AttemptLost, exitCode: -1, err: why})
 		return
 	}
 	a.started.Add(1)
@@ -88,7 +97,7 @@ func (a *Agent) reportStart(ctx context.Context, x api.Assignment, log hclog.Log
 			return startRefused
 		}
 		if ctx.Err() != nil {
-			return startRefused
+			return whyStopped(ctx)
 		}
 		if time.Now().After(deadline) {
 			log.Warn("could not report the start; not running the attempt, reporting it lost", "error", err)
@@ -96,11 +105,21 @@ func (a *Agent) reportStart(ctx context.Context, x api.Assignment, log hclog.Log
 		}
 		select {
 		case <-ctx.Done():
-			return startRefused
+			return whyStopped(ctx)
 		case <-time.After(backoff):
 		}
 		backoff = min(backoff*2, 2*time.Second)
 	}
+}
+
+// whyStopped is how a start report that ctx cut short ended: the
+// attempt was taken back (nothing to report), or the lease on it ran out
+// while the report was in flight, and the start may have been committed.
+func whyStopped(ctx context.Context) startAnswer {
+	if fence := (*fenceError)(nil); errors.As(context.Cause(ctx), &fence) {
+		return startUnconfirmed
+	}
+	return startRefused
 }
 
 // report sends an attempt's result until a server acknowledges or

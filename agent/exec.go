@@ -134,6 +134,11 @@ func (a *Agent) runProcess(ctx context.Context, as api.Assignment) outcome {
 	out := outcome{tail: tail.String(), abandoned: abandoned}
 	out.exitCode, out.err = exitStatus(cmd.ProcessState, waitErr)
 	a.judge(&out, timedOut, timeout, limits, spec)
+	if fence := (*fenceError)(nil); abandoned && errors.As(context.Cause(ctx), &fence) {
+		// Stopped for want of a lease: reported LOST, with why, once the
+		// cluster can be reached.
+		out.abandoned, out.state, out.exitCode, out.err = false, api.AttemptLost, -1, fence.msg
+	}
 	if err := logFile.Err(); err != nil && isNoSpace(err) {
 		out.err = strings.TrimPrefix(out.err+"; output not logged: no space left for the log", "; ")
 	}
@@ -153,7 +158,11 @@ func (a *Agent) taskCommand(att api.Attempt, spec api.TaskSpec, workDir string) 
 		"HERD_ATTEMPT_ID="+att.ID,
 		"HERD_ATTEMPT_NUMBER="+strconv.Itoa(att.Number),
 		"HERD_NODE_ID="+a.cfg.ID,
+		"HERD_LEASE="+strconv.FormatUint(att.LeaseVersion, 10),
 	)
+	if addr := a.LeaseAddr(); addr != "" {
+		cmd.Env = append(cmd.Env, "HERD_AGENT_ADDR="+addr)
+	}
 	cmd.SysProcAttr = groupLeader()
 	if f, err := devNull(); err == nil {
 		cmd.Stdin = f
@@ -174,7 +183,11 @@ func (a *Agent) awaitEnd(ctx context.Context, pid int, limits limitHandle, timeo
 		waitErr = a.stopGroup(pid, limits, waited)
 	case <-ctx.Done():
 		abandoned = true
-		waitErr = a.stopGroup(pid, limits, waited)
+		grace := a.cfg.KillGrace
+		if fence := (*fenceError)(nil); errors.As(context.Cause(ctx), &fence) {
+			grace = fence.grace
+		}
+		waitErr = a.stopGroupWithin(pid, limits, waited, grace)
 	}
 	return waitErr, timedOut, abandoned
 }
@@ -202,11 +215,16 @@ func (a *Agent) judge(out *outcome, timedOut bool, timeout time.Duration, limits
 // stopGroup asks the process group to stop (SIGTERM), kills it after the
 // grace period, and returns the main process's wait result.
 func (a *Agent) stopGroup(pid int, limits limitHandle, waited <-chan error) error {
+	return a.stopGroupWithin(pid, limits, waited, a.cfg.KillGrace)
+}
+
+// stopGroupWithin is stopGroup with the given grace.
+func (a *Agent) stopGroupWithin(pid int, limits limitHandle, waited <-chan error, grace time.Duration) error {
 	terminateGroup(pid)
 	select {
 	case err := <-waited:
 		return err
-	case <-time.After(a.cfg.KillGrace):
+	case <-time.After(grace):
 	}
 	killGroup(pid)
 	limits.KillAll()

@@ -25,7 +25,9 @@ import (
 type agentGossip struct {
 	a   *Agent
 	ml  *memberlist.Memberlist
-	seq uint64
+	seq uint64 // the latest heartbeat sent (the gossip loop's own)
+	// acked is the latest heartbeat the leader answered.
+	acked atomic.Uint64
 	// dup records a name conflict seen during a join (memberlist counts a
 	// join as done when any one server accepted it).
 	dup atomic.Pointer[duplicateNameError]
@@ -178,10 +180,25 @@ func portFree(host string, port int) bool {
 	return true
 }
 
-// heartbeatGossip sends one heartbeat to every server member.
+// heartbeatGossip sends a new heartbeat to every server member.
 func (g *agentGossip) heartbeatGossip() {
 	g.seq++
-	msg, err := api.EncodeGossipMsg(api.GossipHeartbeat, api.GossipHeartbeatMsg{Node: g.a.cfg.ID, Session: g.a.session.Load(), Seq: g.seq})
+	g.a.lease.sentHeartbeat(g.seq, time.Now())
+	g.sendHeartbeat(g.seq)
+}
+
+// resendHeartbeat sends the latest heartbeat again if the leader has not
+// answered it: the same sequence number, so servers count it as a
+// duplicate, not as a heartbeat that the ones lost in between were missed
+// for, and the lease it renews still runs from its first sending.
+func (g *agentGossip) resendHeartbeat() {
+	if g.seq > 0 && g.acked.Load() < g.seq {
+		g.sendHeartbeat(g.seq)
+	}
+}
+
+func (g *agentGossip) sendHeartbeat(seq uint64) {
+	msg, err := api.EncodeGossipMsg(api.GossipHeartbeat, api.GossipHeartbeatMsg{Node: g.a.cfg.ID, Session: g.a.session.Load(), Seq: seq})
 	if err != nil {
 		return
 	}
@@ -217,10 +234,24 @@ func (g *agentGossip) NodeMeta(limit int) []byte {
 	return b
 }
 
-// NotifyMsg receives wake messages from the leader.
+// NotifyMsg receives the leader's wake messages and its answers to
+// heartbeats, which renew the lease.
 func (g *agentGossip) NotifyMsg(b []byte) {
-	if len(b) > 0 && b[0] == api.GossipWake {
+	if len(b) == 0 {
+		return
+	}
+	switch b[0] {
+	case api.GossipWake:
 		g.a.wakeUp()
+	case api.GossipLeaseAck:
+		var ack api.GossipLeaseAckMsg
+		if err := api.DecodeGossipMsg(b, &ack); err != nil || ack.Node != g.a.cfg.ID || ack.Session != g.a.session.Load() {
+			return
+		}
+		if g.a.lease.acked(ack.Seq, time.Duration(ack.LeaseMs)*time.Millisecond) {
+			for prev := g.acked.Load(); ack.Seq > prev && !g.acked.CompareAndSwap(prev, ack.Seq); prev = g.acked.Load() {
+			}
+		}
 	}
 }
 

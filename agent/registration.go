@@ -30,9 +30,11 @@ func (a *Agent) register(ctx context.Context) error {
 	}
 	backoff := 200 * time.Millisecond
 	for {
+		sentAt := time.Now()
 		res, err := a.client.RegisterNode(ctx, reg)
 		if err == nil {
 			a.session.Store(res.SessionGeneration)
+			a.lease.renew(sentAt, time.Duration(res.LeaseMs)*time.Millisecond)
 			a.logger.Info("registered", "session", res.SessionGeneration, "cpu_millis", reg.Resources.CPUMillis,
 				"memory_mb", reg.Resources.MemoryMB, "slots", reg.Slots, "limits", a.limiter.Name())
 			return nil
@@ -79,10 +81,14 @@ func (a *Agent) heartbeatLoop(ctx context.Context) {
 			}
 			continue
 		case <-t.C:
+		case <-a.renewNow:
 		}
-		hb, err := a.client.Heartbeat(ctx, a.cfg.ID, a.session.Load())
+		sentAt, session := time.Now(), a.session.Load()
+		hb, err := a.client.Heartbeat(ctx, a.cfg.ID, session)
 		var se *api.StatusError
 		switch {
+		case err == nil && hb.SessionGeneration == session && hb.LeaseMs > 0:
+			a.lease.renew(sentAt, time.Duration(hb.LeaseMs)*time.Millisecond)
 		case err == nil && hb.Liveness == api.LivenessDown:
 			a.requestReregister()
 		case errors.As(err, &se) && (se.Reason == "session_changed" || se.Code == http.StatusNotFound):

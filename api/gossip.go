@@ -64,7 +64,18 @@ func DecodeGossipMeta(b []byte) (GossipMeta, error) {
 const (
 	GossipHeartbeat byte = 'h'
 	GossipWake      byte = 'w'
+	GossipLeaseAck  byte = 'l'
 )
+
+// GossipLeaseAckMsg is the leader's answer to a heartbeat of a node's
+// current session: the node's running attempts are its for LeaseMs from
+// the moment the agent sent heartbeat Seq (see the agent's lease).
+type GossipLeaseAckMsg struct {
+	Node    string `codec:"n"`
+	Session uint64 `codec:"s"`
+	Seq     uint64 `codec:"q"`
+	LeaseMs int64  `codec:"l"`
+}
 
 // GossipHeartbeatMsg is an agent's proof of life: Seq counts up by one per
 // heartbeat, so a server can tell lost heartbeats from late ones.

@@ -313,6 +313,9 @@ type RegisterResponse struct {
 	NodeID            string `json:"node_id"`
 	SessionGeneration uint64 `json:"session_generation"`
 	Index             uint64 `json:"index"`
+	// LeaseMs is how long the node's attempts are its from the moment the
+	// agent sent the request (see GossipLeaseAckMsg).
+	LeaseMs int64 `json:"lease_ms,omitempty"`
 }
 
 // Node is a worker node as the API shows it.
@@ -344,6 +347,16 @@ type Node struct {
 	// the observation behind each, drains).
 	Events   []TimelineEvent `json:"events,omitempty"`
 	Attempts []Attempt       `json:"attempts,omitempty"`
+}
+
+// LeaseCheck is an agent's answer to a task asking whether its attempt
+// is still current (GET /v1/lease on the agent's socket): 200 and
+// Current, 409 and why not, or 503 when the agent cannot tell.
+type LeaseCheck struct {
+	Current bool   `json:"current"`
+	Attempt string `json:"attempt,omitempty"`
+	Lease   uint64 `json:"lease,omitempty"`
+	Reason  string `json:"reason,omitempty"`
 }
 
 // NodeCondition is one problem a node's agent reports.
@@ -490,6 +503,10 @@ type CancelRequest struct {
 type HeartbeatResponse struct {
 	Liveness          string `json:"liveness"`
 	SessionGeneration uint64 `json:"session_generation"`
+	// LeaseMs renews the node's lease on its attempts, as a gossip lease
+	// acknowledgement does; 0 when the node is not READY or SUSPECT in
+	// this session.
+	LeaseMs int64 `json:"lease_ms,omitempty"`
 }
 
 // Assignment is one live attempt for a node, with what it needs to run:

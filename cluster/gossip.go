@@ -14,6 +14,7 @@ import (
 	"herd/api"
 	"herd/config"
 	"herd/internal/gossip"
+	"herd/scheduler"
 )
 
 // GossipOptions let tests shape the memberlist pool of a replica.
@@ -204,7 +205,35 @@ func (g *serverGossip) NotifyMsg(b []byte) {
 	if err := api.DecodeGossipMsg(b, &hb); err != nil || hb.Node == "" {
 		return
 	}
-	g.s.monitor.heartbeat(hb, g.s.now())
+	lease := g.s.monitor.heartbeat(hb, g.s.now())
+	if g.s.IsLeader() {
+		g.ackLease(hb, lease)
+	}
+}
+
+// ackLease answers a heartbeat of a node's current session that is not
+// DOWN: its running attempts stay its own for lease from when the agent
+// sent it. Only a ready leader answers (its state holds every verdict of
+// earlier terms), and never for a session whose attempts were reclaimed.
+// The answer goes over UDP, best effort: the agent sends a heartbeat
+// again when no answer comes.
+func (g *serverGossip) ackLease(hb api.GossipHeartbeatMsg, lease time.Duration) {
+	n, err := g.s.fsm.State().Node(hb.Node)
+	if err != nil || n.SessionGeneration != hb.Session || n.Liveness == scheduler.LivenessDown {
+		return
+	}
+	g.mu.Lock()
+	m, ok := g.members[hb.Node]
+	g.mu.Unlock()
+	if !ok {
+		return
+	}
+	msg, err := api.EncodeGossipMsg(api.GossipLeaseAck, api.GossipLeaseAckMsg{Node: hb.Node, Session: hb.Session, Seq: hb.Seq, LeaseMs: lease.Milliseconds()})
+	if err != nil {
+		return
+	}
+	addr := net.JoinHostPort(m.addr.String(), strconv.Itoa(int(m.port)))
+	_ = g.s.gossip.ml.SendToAddress(memberlist.Address{Addr: addr, Name: hb.Node}, msg)
 }
 
 func (g *serverGossip) GetBroadcasts(int, int) [][]byte { return nil }

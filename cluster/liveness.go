@@ -32,6 +32,9 @@ type observation struct {
 	loss        float64 // moving average of the heartbeat loss rate
 	gossipState string  // memberlist's view: alive, suspect, dead, left
 	hibernating bool
+	// maxLease is the longest lease this replica gave the node's current
+	// session (see config.Liveness.Lease).
+	maxLease time.Duration
 }
 
 // lossWeight is the weight of each expected heartbeat in the loss average:
@@ -52,27 +55,57 @@ func (m *monitor) get(id string) *observation {
 	return o
 }
 
-// heartbeat records an agent's heartbeat. Sequence gaps are heartbeats
-// lost on the way: they raise the loss estimate, arrivals lower it.
-func (m *monitor) heartbeat(msg api.GossipHeartbeatMsg, now time.Time) {
+// heartbeat records an agent's heartbeat and returns the lease an
+// acknowledgement of it gives. Sequence gaps are heartbeats lost on the
+// way: they raise the loss estimate, arrivals lower it.
+func (m *monitor) heartbeat(msg api.GossipHeartbeatMsg, now time.Time) time.Duration {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	o := m.get(msg.Node)
 	if now.After(o.lastHeard) {
 		o.lastHeard = now
 	}
-	if msg.Session != o.session {
-		o.session, o.seq = msg.Session, msg.Seq // a new session starts a new count
-		return
+	switch {
+	case msg.Session != o.session:
+		o.session, o.seq, o.maxLease = msg.Session, msg.Seq, 0 // a new session starts a new count
+	case msg.Seq <= o.seq:
+		// Late, duplicated or sent again: alive, but says nothing about loss.
+	default:
+		for lost := msg.Seq - o.seq - 1; lost > 0 && lost < 1000; lost-- {
+			o.loss = o.loss*(1-lossWeight) + lossWeight
+		}
+		o.loss *= 1 - lossWeight
+		o.seq = msg.Seq
 	}
-	if msg.Seq <= o.seq {
-		return // late or duplicated: alive, but says nothing about loss
+	return m.leaseLocked(o)
+}
+
+// lease is the lease an acknowledgement gives the node now.
+func (m *monitor) lease(id string) time.Duration {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.leaseLocked(m.get(id))
+}
+
+func (m *monitor) leaseLocked(o *observation) time.Duration {
+	l := m.cfg.Lease(m.interval(o.loss))
+	o.maxLease = max(o.maxLease, l)
+	return l
+}
+
+// leaseGiven is the longest lease this replica may have given the node:
+// what it gave the current session, or, when it has not watched the node
+// for the longest lease (a new leader: its predecessor's grants are not
+// its own), the longest there is.
+func (m *monitor) leaseGiven(id string, watchedFor time.Duration) time.Duration {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	longest := m.cfg.MaxLease()
+	o := m.nodes[id]
+	if o == nil || watchedFor < longest {
+		return longest
 	}
-	for lost := msg.Seq - o.seq - 1; lost > 0 && lost < 1000; lost-- {
-		o.loss = o.loss*(1-lossWeight) + lossWeight
-	}
-	o.loss *= 1 - lossWeight
-	o.seq = msg.Seq
+	return max(o.maxLease, m.cfg.Lease(m.cfg.HeartbeatInterval))
 }
 
 // gossipUpdate records memberlist's view of a node and its metadata.
@@ -113,10 +146,14 @@ func (m *monitor) view(id string, lastCommitted, sessionStart, now time.Time) (a
 	if o == nil {
 		o = &observation{gossipState: "unknown"}
 	}
+	// Any proof of life counts: a gossip heartbeat, a committed HTTP
+	// heartbeat (the agent's lease is renewed by either), the session's
+	// start.
 	last := o.lastHeard
-	if last.IsZero() {
+	if lastCommitted.After(last) {
 		last = lastCommitted
-	} else if sessionStart.After(last) {
+	}
+	if sessionStart.After(last) {
 		last = sessionStart
 	}
 	iv := m.interval(o.loss)

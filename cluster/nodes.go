@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"herd/api"
 	"herd/fsm"
@@ -40,7 +41,7 @@ func (s *Server) RegisterNode(ctx context.Context, reg api.NodeRegistration) (ap
 		return api.RegisterResponse{}, fmt.Errorf("unexpected register response %T", resp)
 	}
 	s.logger.Info("node registered", "node", n.ID, "session", n.SessionGeneration)
-	return api.RegisterResponse{NodeID: n.ID, SessionGeneration: n.SessionGeneration, Index: index}, nil
+	return api.RegisterResponse{NodeID: n.ID, SessionGeneration: n.SessionGeneration, Index: index, LeaseMs: s.monitor.lease(n.ID).Milliseconds()}, nil
 }
 
 func validateRegistration(reg api.NodeRegistration) error {
@@ -151,7 +152,11 @@ func (s *Server) Heartbeat(ctx context.Context, nodeID string, req api.Heartbeat
 		return api.HeartbeatResponse{}, err
 	}
 	n := resp.(*fsm.Node)
-	return api.HeartbeatResponse{Liveness: string(n.Liveness), SessionGeneration: n.SessionGeneration}, nil
+	out := api.HeartbeatResponse{Liveness: string(n.Liveness), SessionGeneration: n.SessionGeneration}
+	if n.Liveness != scheduler.LivenessDown {
+		out.LeaseMs = s.monitor.lease(n.ID).Milliseconds()
+	}
+	return out, nil
 }
 
 // SetNodeConditions commits the conditions a node's agent reports
@@ -174,13 +179,45 @@ func (s *Server) SetNodeConditions(ctx context.Context, nodeID string, req api.N
 	return out, nil
 }
 
+// replaceAfter is when the attempts of a node declared DOWN at now may
+// run elsewhere: once the lease its agent may hold has run out, with a
+// tenth more for clocks that run at different rates. The lease runs from
+// the node's last proof of life, or from when this replica began to lead
+// if later (an agent cut off from the new leader may hold a lease its
+// predecessor gave).
+func (s *Server) replaceAfter(nodeID string, now time.Time) time.Time {
+	since := time.Unix(0, s.leaderSince.Load())
+	from := since
+	if n, err := s.fsm.State().Node(nodeID); err == nil {
+		_, heard, _ := s.monitor.view(nodeID, n.LastHeartbeat.Time(), n.SessionStartedAt.Time(), now)
+		from = latest(from, heard, n.LastHeartbeat.Time(), n.SessionStartedAt.Time())
+	}
+	lease := s.monitor.leaseGiven(nodeID, now.Sub(since))
+	return from.Add(lease + lease/10)
+}
+
+func latest(ts ...time.Time) time.Time {
+	var out time.Time
+	for _, t := range ts {
+		if t.After(out) {
+			out = t
+		}
+	}
+	return out
+}
+
 // DeclareNodeDown commits a node-down verdict (leader-only): its live
 // attempts become LOST and their tasks are requeued.
 func (s *Server) DeclareNodeDown(ctx context.Context, nodeID, reason string) ([]string, error) {
 	if !s.IsLeader() {
 		return nil, fmt.Errorf("%s: %w", s.cfg.ID, api.ErrNotLeader)
 	}
-	resp, _, err := s.apply(ctx, fsm.MsgNodeDown, fsm.NodeDownRequest{NodeID: nodeID, Reason: reason, Now: s.now().UTC()})
+	now := s.now()
+	retryAt := s.replaceAfter(nodeID, now)
+	if wait := retryAt.Sub(now); wait > 0 {
+		reason += fmt.Sprintf("; re-placed in %s, once its agent has stopped them", wait.Round(time.Millisecond))
+	}
+	resp, _, err := s.apply(ctx, fsm.MsgNodeDown, fsm.NodeDownRequest{NodeID: nodeID, Reason: reason, Now: now.UTC(), RetryAt: retryAt.UTC()})
 	if err != nil {
 		return nil, err
 	}

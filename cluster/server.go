@@ -94,6 +94,9 @@ type Server struct {
 	gossip      *serverGossip
 	notifyCh    chan bool
 	leaderReady atomic.Bool // true once this leader's Barrier completed
+	// leaderSince is when this replica last became a ready leader (its
+	// clock, Unix nanoseconds): it judges only the leases it gave since.
+	leaderSince atomic.Int64
 	// binaryForms: every server reads the binary command forms, so the
 	// leader writes them (see forms.go).
 	binaryForms atomic.Bool
@@ -399,6 +402,7 @@ func (s *Server) leadership(ctx context.Context) {
 	// from an earlier term may be stale), and again once its own record
 	// is written.
 	s.refreshCommandForms()
+	s.leaderSince.Store(s.now().UnixNano())
 	s.leaderReady.Store(true)
 	if err := s.upsertServerMeta(ctx, s.selfJoinRequest()); err != nil {
 		s.logger.Warn("could not record own address", "error", err)

@@ -127,6 +127,22 @@ type Liveness struct {
 	WakeTimeout time.Duration
 }
 
+// Lease is how long an agent may keep running its attempts without a
+// heartbeat acknowledged by the leader, when the interval in force for
+// it is interval: DownAfter intervals. The leader declares a node DOWN
+// only after DownAfter intervals and half an interval of silence, and
+// re-places its attempts only once the lease and a tenth more have passed
+// since it was last heard (the tenth covers clocks running at different
+// rates); the agent starts stopping its attempts a kill grace before the
+// lease ends, so they are dead before they can run elsewhere.
+func (l Liveness) Lease(interval time.Duration) time.Duration {
+	return time.Duration(l.DownAfter) * interval
+}
+
+// MaxLease is the longest lease the leader gives: at the longest
+// interval.
+func (l Liveness) MaxLease() time.Duration { return l.Lease(l.MaxHeartbeatInterval) }
+
 // DefaultLiveness: 5 s heartbeats stretched up to 15 s, SUSPECT after 2
 // misses, DOWN after 5.
 func DefaultLiveness() Liveness {

@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -137,6 +138,26 @@ func applyAttemptStart(db *store, index uint64, r *AttemptStartRequest) (any, er
 	return &AttemptResult{Attempt: &na, Task: t}, nil
 }
 
+// agentSays records in the task's timeline what the agent reports of an
+// attempt the cluster had already given up as LOST (it was reclaimed from
+// a node declared DOWN): what became of the process, such as that the
+// agent stopped it when its lease ran out. Once: a repeat of the report
+// adds nothing.
+func agentSays(db *store, index uint64, a *Attempt, r *AttemptEndRequest) {
+	task, err := getTask(db, a.TaskID)
+	if err != nil {
+		return
+	}
+	msg := fmt.Sprintf("attempt %d on %s, as its agent reports: %s", a.Number, a.NodeID, r.Error)
+	if slices.ContainsFunc(task.Timeline, func(e TimelineEvent) bool { return e.Message == msg }) {
+		return
+	}
+	t := task.clone()
+	t.addEvent(index, r.Now, EventFinished, msg)
+	t.ModifyIndex = index
+	db.putTask(t)
+}
+
 func applyAttemptEnd(db *store, index uint64, r *AttemptEndRequest) (any, error) {
 	if !r.State.Terminal() {
 		return nil, reject(RejectInvalid, "an attempt cannot end as %q", r.State)
@@ -150,6 +171,9 @@ func applyAttemptEnd(db *store, index uint64, r *AttemptEndRequest) (any, error)
 	}
 	if a.State.Terminal() {
 		if a.State == r.State && a.ExitCode == r.ExitCode {
+			if r.State == AttemptLost && r.Error != "" {
+				agentSays(db, index, a, r)
+			}
 			return &AttemptResult{Attempt: a, Duplicate: true}, nil
 		}
 		return staleReport(db, index, a, r.LeaseVersion, r.Now, "attempt already ended "+string(a.State))

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"herd/scheduler"
 )
@@ -91,7 +92,7 @@ func applyNodeDown(db *store, index uint64, r *NodeDownRequest) (any, error) {
 		}
 		if _, err := endAttempt(db, index, a, task, &AttemptEndRequest{
 			AttemptID: a.ID, LeaseVersion: a.LeaseVersion, State: AttemptLost, ExitCode: -1,
-			Error: "reclaimed: node down: " + r.Reason, Now: r.Now, RetryAt: r.Now,
+			Error: "reclaimed: node down: " + r.Reason, Now: r.Now, RetryAt: latestTime(r.Now, r.RetryAt),
 		}); err != nil {
 			return nil, err
 		}
@@ -257,4 +258,11 @@ func normalConditions(in []NodeCondition) ([]NodeCondition, error) {
 		}
 	}
 	return out, nil
+}
+
+func latestTime(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }

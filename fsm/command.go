@@ -359,6 +359,10 @@ type NodeDownRequest struct {
 	NodeID string    `json:"node_id"`
 	Reason string    `json:"reason"`
 	Now    time.Time `json:"now"`
+	// RetryAt is the earliest the reclaimed attempts' tasks may run
+	// again: once the node's agent has stopped them (its lease is out).
+	// Zero or earlier than Now: at once.
+	RetryAt time.Time `json:"retry_at,omitzero"`
 }
 
 // NodeLivenessRequest moves a node between READY and SUSPECT, with the

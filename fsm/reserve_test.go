@@ -3,6 +3,7 @@ package fsm
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -500,5 +501,40 @@ func TestRegistrationRetryKeepsTheSession(t *testing.T) {
 	reg.Node.RegistrationToken = ""
 	if next := h.apply(MsgRegisterNode, reg).(*Node); next.SessionGeneration != 3 {
 		t.Fatalf("without a token every registration is new, got %d", next.SessionGeneration)
+	}
+}
+
+// A node declared DOWN has its attempts re-placed no sooner than the
+// leader says (its agent's lease), and what the agent later reports of a
+// reclaimed attempt's end is recorded in the timeline, once.
+func TestNodeDownWaitsForTheLeaseAndRecordsTheAgentsWord(t *testing.T) {
+	h := newHarness(t)
+	res := scheduler.Resources{CPUMillis: 500}
+	n1 := h.register("n1", scheduler.Resources{CPUMillis: 2000}, 4)
+	h.submit("run", res, 3)
+	h.applyBatch(reserveCmd(t, "run", "a1", "n1", 1, n1.SessionGeneration))
+	lease := leaseOf(t, h, "a1")
+	h.apply(MsgAttemptStart, AttemptStartRequest{AttemptID: "a1", LeaseVersion: lease, Now: epoch})
+	downAt, retryAt := epoch.Add(time.Minute), epoch.Add(time.Minute+20*time.Second)
+	h.apply(MsgNodeDown, NodeDownRequest{NodeID: "n1", Reason: "missed", Now: downAt, RetryAt: retryAt})
+	if task, _ := h.f.State().Task("run"); task.NotBefore != StampOf(retryAt) {
+		t.Fatalf("the reclaimed task may run again at %v, want %v", task.NotBefore.Time(), retryAt)
+	}
+	report := AttemptEndRequest{AttemptID: "a1", LeaseVersion: lease, State: AttemptLost, ExitCode: -1,
+		Error: "stopped on n1: no contact with the cluster for 20s, lease 20s", Now: epoch.Add(2 * time.Minute)}
+	for range 2 {
+		if res, ok := h.apply(MsgAttemptEnd, report).(*AttemptResult); !ok || !res.Duplicate {
+			t.Fatalf("the agent's LOST report: %#v", res)
+		}
+	}
+	task, _ := h.f.State().Task("run")
+	n := 0
+	for _, e := range task.Timeline {
+		if strings.Contains(e.Message, "as its agent reports: stopped on n1") {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Fatalf("the agent's word is in the timeline %d times: %+v", n, task.Timeline)
 	}
 }

@@ -155,8 +155,18 @@ func TestTimeoutKillsProcessGroup(t *testing.T) {
 // Test 4: the zombie. An attempt's node is declared down while the attempt
 // still runs (its agent cut off); the task succeeds elsewhere; the
 // zombie's later completion gets 409 and changes nothing.
+//
+// The leader re-places a DOWN node's attempts only once the lease it gave
+// the agent has run out: leases of 2 s here (1 s intervals, DOWN after 2),
+// with the leader's own verdicts held back so that the test declares the
+// node down itself.
 func TestZombieResultIsRejected(t *testing.T) {
-	c := NewClusterWith(t, 3, agentSetup())
+	setup := agentSetup()
+	setup.Config = append(setup.Config, func(c *config.Server) {
+		c.Liveness.HeartbeatInterval, c.Liveness.MaxHeartbeatInterval = time.Second, time.Second
+		c.Liveness.SuspectAfter, c.Liveness.DownAfter, c.Liveness.LeaderGrace = 1, 2, time.Hour
+	})
+	c := NewClusterWith(t, 3, setup)
 	zombie := c.StartAgent(agent.Config{ID: "edge-z", Labels: map[string]string{"first": "yes"}, Slots: 2})
 	// Both registered first, or the task may go to edge-ok alone.
 	WaitRegistered(t, zombie, c.StartAgent(agent.Config{ID: "edge-ok", Slots: 2}))

@@ -216,7 +216,3 @@ func TestAgentFullDiskSaysWhyAndRecovers(t *testing.T) {
 		t.Fatalf("after space returned: conditions %+v, events %+v", n.Conditions, n.Events)
 	}
 }
-
-func timelineSays(task api.Task, s string) bool {
-	return slices.ContainsFunc(task.Timeline, func(e api.TimelineEvent) bool { return strings.Contains(e.Message, s) })
-}

@@ -47,7 +47,11 @@ func (c *Cluster) StartAgent(cfg agent.Config, replicas ...int) *AgentHandle {
 		cfg.DataDir = c.t.TempDir()
 	}
 	if cfg.HeartbeatInterval == 0 {
+		// With gossip, the servers' interval: they judge misses by it.
 		cfg.HeartbeatInterval = 300 * time.Millisecond
+		if c.setup.Gossip {
+			cfg.HeartbeatInterval = c.Replicas[0].Cfg.Liveness.HeartbeatInterval
+		}
 	}
 	if cfg.AssignmentWait == 0 {
 		cfg.AssignmentWait = 5 * time.Second
@@ -71,9 +75,6 @@ func (c *Cluster) StartAgent(cfg agent.Config, replicas ...int) *AgentHandle {
 	cfg.Transport = cut
 	if c.setup.Gossip {
 		cfg.GossipTune = FastGossip
-		if cfg.HeartbeatInterval == 0 {
-			cfg.HeartbeatInterval = c.Replicas[0].Cfg.Liveness.HeartbeatInterval
-		}
 	}
 	cfg.Logger = c.logger
 	ag, err := agent.New(cfg)

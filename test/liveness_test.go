@@ -162,17 +162,19 @@ func TestCutOffAgentIsDownWithinTheBound(t *testing.T) {
 	}
 }
 
-// Test 2: heavy packet loss between an agent and everyone else stretches
-// its heartbeat interval instead of getting it declared down; the interval
-// comes back when the loss ends. Three agents suffer 10, 30 and 50% loss
-// at once; their false-DOWN counts are logged.
+// Test 2: heavy packet loss between an agent and everyone else gets it
+// neither declared down nor makes its lease run out (the interval
+// stretches with the loss the servers see); the interval comes back when
+// the loss ends. Three agents suffer 10, 30 and 50% loss at once for the
+// equivalent of five minutes; their false-DOWN and lease-lapse counts
+// are logged.
 func TestPacketLossStretchesInsteadOfKilling(t *testing.T) {
 	c := NewClusterWith(t, 3, gossipSetup())
 	levels := []float64{0.1, 0.3, 0.5}
-	faults := map[float64]*FaultTransport{}
+	faults, agents := map[float64]*FaultTransport{}, map[float64]*AgentHandle{}
 	name := func(loss float64) string { return fmt.Sprintf("lossy-%02.0f", loss*100) }
 	for i, loss := range levels {
-		_, faults[loss] = faultyAgent(c, agent.Config{ID: name(loss), Slots: 1}, uint64(7+i))
+		agents[loss], faults[loss] = faultyAgent(c, agent.Config{ID: name(loss), Slots: 1}, uint64(7+i))
 	}
 	cl := c.AllClient()
 	lv := c.Replicas[0].Cfg.Liveness
@@ -182,9 +184,11 @@ func TestPacketLossStretchesInsteadOfKilling(t *testing.T) {
 		}
 	}
 	downBefore, suspectBefore, widest := map[float64]int{}, map[float64]int{}, map[float64]int64{}
+	lapsesBefore := map[float64]uint64{}
 	for _, loss := range levels {
 		n := node(t, cl, name(loss))
 		downBefore[loss], suspectBefore[loss] = countEvents(n, "down"), countEvents(n, "suspect")
+		lapsesBefore[loss] = agents[loss].Agent.LeaseLapses()
 		faults[loss].SetLoss(loss)
 	}
 	// 60 base intervals under loss: five minutes of 5 s heartbeats,
@@ -198,16 +202,19 @@ func TestPacketLossStretchesInsteadOfKilling(t *testing.T) {
 		faults[loss].SetLoss(0)
 		n := node(t, cl, name(loss))
 		down, suspect := countEvents(n, "down")-downBefore[loss], countEvents(n, "suspect")-suspectBefore[loss]
-		t.Logf("loss %2.0f%%: %d false DOWN, %d SUSPECT (each refuted or ended by DOWN), widest interval %d ms (base %v, max %v)",
-			loss*100, down, suspect, widest[loss], lv.HeartbeatInterval, lv.MaxHeartbeatInterval)
-		if loss == 0.3 {
-			if down != 0 {
-				t.Errorf("30%% loss caused %d DOWN verdicts", down)
-			}
-			if widest[loss] < 2*lv.HeartbeatInterval.Milliseconds() {
-				t.Errorf("30%% loss should stretch the interval, widest was %d ms", widest[loss])
-			}
+		lapses := agents[loss].Agent.LeaseLapses() - lapsesBefore[loss]
+		t.Logf("loss %2.0f%%: %d false DOWN, %d SUSPECT (each refuted or ended by DOWN), %d lease lapses (false self-fencing), widest interval %d ms (base %v, max %v)",
+			loss*100, down, suspect, lapses, widest[loss], lv.HeartbeatInterval, lv.MaxHeartbeatInterval)
+		if loss == 0.3 && down != 0 {
+			t.Errorf("30%% loss caused %d DOWN verdicts", down)
 		}
+		if loss <= 0.3 && lapses != 0 {
+			t.Errorf("%.0f%% loss made a healthy agent's lease run out %d times", loss*100, lapses)
+		}
+		// An unanswered heartbeat goes again within its interval (same
+		// sequence number), so the loss the servers count, and stretch the
+		// interval by, is what eats every copy: a few percent at 50% loss.
+		// How far it stretches is logged, not asserted.
 	}
 	// Back to the base interval once the loss ends (a node declared DOWN
 	// registers again by itself first).
@@ -221,9 +228,10 @@ func TestPacketLossStretchesInsteadOfKilling(t *testing.T) {
 	}
 }
 
-// Test 3: an agent paused past the DOWN bound comes back with a new
-// session; its old attempt's late result is rejected; no attempt ever
-// ran as "current" twice (invariants are checked at every index).
+// Test 3: an agent cut off past the DOWN bound comes back with a new
+// session; it stopped its old attempt when its lease ran out, and its
+// late report changes nothing; no attempt ever ran as "current" twice
+// (invariants are checked at every index).
 func TestPausedAgentRejoinsWithNewSession(t *testing.T) {
 	c := NewClusterWith(t, 3, gossipSetup())
 	paused, ft := faultyAgent(c, agent.Config{ID: "paused", Labels: map[string]string{"first": "yes"}, Slots: 1}, 3)
@@ -258,11 +266,19 @@ func TestPausedAgentRejoinsWithNewSession(t *testing.T) {
 	}) {
 		t.Fatalf("paused agent did not rejoin with a new session: %+v", node(t, cl, "paused"))
 	}
-	if !Eventually(30*time.Second, func() bool { _, _, rejected := paused.Agent.Stats(); return rejected >= 1 }) {
-		t.Fatal("the paused agent's late result was not refused")
+	// Cut off past its lease, the agent stopped the attempt itself; what
+	// it reports once back changes nothing but the timeline.
+	if paused.Agent.Fences() == 0 {
+		t.Fatal("the cut-off agent did not stop its attempt when its lease ran out")
+	}
+	if !Eventually(30*time.Second, func() bool {
+		after, _, err := cl.GetTask(context.Background(), id, api.ReadOptions{Consistent: true})
+		return err == nil && timelineSays(after, "as its agent reports: stopped on paused")
+	}) {
+		t.Fatal("the agent's report of the stopped attempt is not in the timeline")
 	}
 	if after, _, _ := cl.GetTask(context.Background(), id, api.ReadOptions{Consistent: true}); after.State != "SUCCEEDED" || after.Attempts[0].State != "LOST" {
-		t.Fatalf("the late result changed the task: %+v", after)
+		t.Fatalf("the late report changed the task: %+v", after)
 	}
 }
 
@@ -273,14 +289,17 @@ func TestNewLeaderGraceBeforeVerdicts(t *testing.T) {
 		cfg.Liveness.DownAfter = 20 // 2 s of silence at 100 ms
 		cfg.Liveness.LeaderGrace = 3 * time.Second
 	}))
-	_, ft := faultyAgent(c, agent.Config{ID: "shaky", Slots: 1}, 5)
+	shaky, ft := faultyAgent(c, agent.Config{ID: "shaky", Slots: 1}, 5)
 	cl := c.AllClient()
 	if !Eventually(10*time.Second, func() bool { return gossiping(cl, "shaky") }) {
 		t.Fatal("shaky never gossiped")
 	}
 	// The first leader's own grace must be over before SUSPECT can happen.
 	time.Sleep(c.Replicas[0].Cfg.Liveness.LeaderGrace)
+	// Cut off entirely: it falls back to HTTP heartbeats when gossip ones
+	// go unanswered.
 	ft.Cut(true)
+	shaky.Transport.Cut()
 	if !Eventually(10*time.Second, func() bool { return node(t, cl, "shaky").Liveness == "SUSPECT" }) {
 		t.Fatal("shaky never became SUSPECT")
 	}
@@ -391,8 +410,12 @@ func TestGossipRefusesDuplicatesAndWrongKeys(t *testing.T) {
 
 // A suspicion that the agent's heartbeats refute returns the node to
 // READY with nothing reclaimed: its running attempt and session survive.
+//
+// The agent is cut off entirely (gossip and HTTP: it falls back to HTTP
+// heartbeats when gossip ones go unanswered), and DOWN is far enough off
+// that its lease on the attempt outlasts the suspicion.
 func TestRefutedSuspicionReclaimsNothing(t *testing.T) {
-	c := NewClusterWith(t, 3, gossipSetup())
+	c := NewClusterWith(t, 3, gossipSetup(func(c *config.Server) { c.Liveness.DownAfter = 10 }))
 	h, ft := faultyAgent(c, agent.Config{ID: "blip", Slots: 1}, 13)
 	cl := c.AllClient()
 	id := submit(t, cl, shSpec("survives", "sleep 4; echo still here"))
@@ -401,10 +424,12 @@ func TestRefutedSuspicionReclaimsNothing(t *testing.T) {
 	// Lose every heartbeat for a moment: long enough for SUSPECT, far too
 	// short for memberlist to call the agent dead.
 	ft.SetLoss(1)
+	h.Transport.Cut()
 	if !Eventually(10*time.Second, func() bool { return node(t, cl, "blip").Liveness == "SUSPECT" }) {
 		t.Fatal("blip never became SUSPECT")
 	}
 	ft.SetLoss(0)
+	h.Transport.Heal()
 	if !Eventually(10*time.Second, func() bool { return node(t, cl, "blip").Liveness == "READY" }) {
 		t.Fatal("blip did not return to READY")
 	}

@@ -46,6 +46,7 @@ func commands() []command {
 		{"node", "list, inspect, drain and register worker nodes", runNode},
 		{"explain", "say why a task waits, node by node (or what-if for a spec)", runExplain},
 		{"operator", "inspect and manage raft and snapshots", runOperator},
+		{"lease", "check, from inside a task, that its attempt is still current", runLease},
 		{"bench", "measure throughput, latency, footprint and failover on this machine", runBench},
 		{"version", "print the version", func(e *env, _ []string) error { fmt.Fprintln(e.stdout, "herd", version); return nil }},
 	}
@@ -88,6 +89,11 @@ func run(e *env, args []string) int {
 func exitCode(e *env, err error) int {
 	if err == nil || errors.Is(err, flag.ErrHelp) {
 		return 0
+	}
+	var x *exitWith
+	if errors.As(err, &x) {
+		fmt.Fprintln(e.stderr, "herd:", x.msg)
+		return x.code
 	}
 	var ue *usageError
 	if errors.As(err, &ue) {

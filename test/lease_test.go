@@ -1,0 +1,204 @@
+package test
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"herd/agent"
+	"herd/api"
+	"herd/config"
+)
+
+// runIntervals reads the log the split-brain task writes (one line per
+// tick: attempt id and the time in nanoseconds) into each attempt's first
+// and last tick.
+func runIntervals(t *testing.T, path string) map[string][2]int64 {
+	t.Helper()
+	f, err := os.Open(path)
+	if os.IsNotExist(err) {
+		return nil // no tick yet
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	out := map[string][2]int64{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		id, ts, ok := strings.Cut(sc.Text(), " ")
+		if !ok {
+			continue
+		}
+		n, err := strconv.ParseInt(ts, 10, 64)
+		if err != nil {
+			continue // a line cut short when its writer was killed
+		}
+		iv, seen := out[id]
+		if !seen {
+			iv = [2]int64{n, n}
+		}
+		iv[0], iv[1] = min(iv[0], n), max(iv[1], n)
+		out[id] = iv
+	}
+	return out
+}
+
+// tickerSpec is a task that appends its attempt id and the time to a
+// file shared by every node, every 20 ms, until it is stopped.
+func tickerSpec(name, file string) api.TaskSpec {
+	s := shSpec(name, fmt.Sprintf(`while :; do echo "$HERD_ATTEMPT_ID $(date +%%s%%N)" >> %s; sleep 0.02; done`, file))
+	s.TimeoutSeconds = ptrTo(int64(300))
+	return s
+}
+
+// An agent cut off from every server (gossip and HTTP, both ways) while
+// it runs a long task stops the task itself before the leader re-places
+// it: the two runs of the task, one per node, never overlap, although the
+// cut-off agent stays alive all along.
+func TestCutOffAgentStopsItsAttemptBeforeItRunsElsewhere(t *testing.T) {
+	c := NewClusterWith(t, 3, gossipSetup())
+	cutOff, ft := faultyAgent(c, agent.Config{ID: "cut-off", Slots: 1, Labels: map[string]string{"first": "yes"}}, 3)
+	WaitRegistered(t, cutOff)
+	cl := c.AllClient()
+	time.Sleep(c.Replicas[0].Cfg.Liveness.LeaderGrace) // verdicts are not held back
+	file := filepath.Join(t.TempDir(), "ticks")
+	spec := tickerSpec("twice", file)
+	spec.PreferredLabels = map[string]string{"first": "yes"}
+	id := submit(t, cl, spec)
+	first := waitTaskState(t, cl, id, api.TaskRunning).Attempts[0]
+	if first.NodeID != "cut-off" {
+		t.Fatalf("the task started on %s", first.NodeID)
+	}
+	other := c.StartAgent(agent.Config{ID: "other", Slots: 1})
+	WaitRegistered(t, other)
+	if !Eventually(10*time.Second, func() bool { _, ticked := runIntervals(t, file)[first.ID]; return ticked }) {
+		t.Fatal("the first run never ticked")
+	}
+
+	ft.Cut(true)
+	cutOff.Transport.Cut()
+	var second api.Attempt
+	if !Eventually(60*time.Second, func() bool {
+		task, _, err := cl.GetTask(Ctx(t, 10*time.Second), id, api.ReadOptions{Consistent: true})
+		if err != nil || len(task.Attempts) < 2 || task.Attempts[1].State != api.AttemptRunning {
+			return false
+		}
+		second = task.Attempts[1]
+		_, ran := runIntervals(t, file)[second.ID]
+		return ran
+	}) {
+		t.Fatal("the task never ran again on the other node")
+	}
+	if second.NodeID != "other" {
+		t.Fatalf("the second attempt is on %s", second.NodeID)
+	}
+	time.Sleep(200 * time.Millisecond) // a few more ticks of the second run
+	runs := runIntervals(t, file)
+	a, b := runs[first.ID], runs[second.ID]
+	if a[1] >= b[0] {
+		t.Fatalf("the runs overlap: the first ran on for %v after the second started", time.Duration(a[1]-b[0]))
+	}
+	t.Logf("the first run stopped %v before the second started", time.Duration(b[0]-a[1]).Round(time.Millisecond))
+	if cutOff.Agent.Fences() == 0 {
+		t.Fatal("the cut-off agent did not stop the attempt itself")
+	}
+	// Back in touch, the agent says why the first run ended.
+	ft.Cut(false)
+	cutOff.Transport.Heal()
+	if !Eventually(30*time.Second, func() bool {
+		task, _, err := cl.GetTask(Ctx(t, 10*time.Second), id, api.ReadOptions{Consistent: true})
+		return err == nil && timelineSays(task, "as its agent reports: stopped on cut-off: no contact with the cluster")
+	}) {
+		task, _, _ := cl.GetTask(Ctx(t, 10*time.Second), id, api.ReadOptions{Consistent: true})
+		t.Fatalf("the timeline does not say the agent stopped the first run: %+v", task.Timeline)
+	}
+}
+
+// A cut healed well within the lease stops nothing and re-places
+// nothing.
+func TestShortCutStopsNothing(t *testing.T) {
+	c := NewClusterWith(t, 3, gossipSetup(func(c *config.Server) { c.Liveness.DownAfter = 10 }))
+	blip, ft := faultyAgent(c, agent.Config{ID: "blip", Slots: 1}, 4)
+	WaitRegistered(t, blip)
+	cl := c.AllClient()
+	file := filepath.Join(t.TempDir(), "ticks")
+	id := submit(t, cl, tickerSpec("once", file))
+	running := waitTaskState(t, cl, id, api.TaskRunning).Attempts[0]
+	lv := c.Replicas[0].Cfg.Liveness
+	ft.Cut(true)
+	blip.Transport.Cut()
+	time.Sleep(lv.Lease(lv.HeartbeatInterval) / 3)
+	ft.Cut(false)
+	blip.Transport.Heal()
+	// Well past the cut: the attempt runs on, nothing else started.
+	time.Sleep(2 * lv.Lease(lv.HeartbeatInterval))
+	task, _, err := cl.GetTask(Ctx(t, 10*time.Second), id, api.ReadOptions{Consistent: true})
+	if err != nil || len(task.Attempts) != 1 || task.Attempts[0].State != api.AttemptRunning {
+		t.Fatalf("after a short cut: %+v (%v)", task.Attempts, err)
+	}
+	if blip.Agent.Fences() != 0 {
+		t.Fatalf("the agent stopped %d attempts over a short cut", blip.Agent.Fences())
+	}
+	before := runIntervals(t, file)[running.ID][1]
+	if !Eventually(5*time.Second, func() bool { return runIntervals(t, file)[running.ID][1] > before }) {
+		t.Fatal("the attempt does not tick any more")
+	}
+}
+
+func timelineSays(task api.Task, s string) bool {
+	return slices.ContainsFunc(task.Timeline, func(e api.TimelineEvent) bool { return strings.Contains(e.Message, s) })
+}
+
+// A task checks its lease through its agent with `herd lease check`: it
+// is current while it runs; once its node is declared DOWN (the agent
+// still alive and in touch) it is told it is not.
+func TestLeaseCheckSaysWhenTheAttemptIsNoLongerCurrent(t *testing.T) {
+	bin := buildHerd(t)
+	setup := gossipSetup(func(c *config.Server) { c.Liveness.LeaderGrace = time.Hour })
+	c := NewClusterWith(t, 3, setup)
+	ag := c.StartAgent(agent.Config{ID: "checker", Slots: 1})
+	WaitRegistered(t, ag)
+	cl := c.AllClient()
+	envFile := filepath.Join(t.TempDir(), "env")
+	s := shSpec("checks", fmt.Sprintf(`env | grep -E '^HERD_(ATTEMPT_ID|LEASE|AGENT_ADDR)=' > %s.tmp && mv %s.tmp %s; sleep 300`, envFile, envFile, envFile))
+	id := submit(t, cl, s)
+	waitTaskState(t, cl, id, api.TaskRunning)
+	var taskEnv []string
+	if !Eventually(10*time.Second, func() bool {
+		b, err := os.ReadFile(envFile)
+		taskEnv = strings.Fields(string(b))
+		return err == nil && len(taskEnv) == 3
+	}) {
+		t.Fatalf("the task's environment: %q", taskEnv)
+	}
+	check := func() (int, string) {
+		cmd := exec.Command(bin, "lease", "check")
+		cmd.Env = append(os.Environ(), taskEnv...)
+		out, err := cmd.CombinedOutput()
+		if ee, ok := err.(*exec.ExitError); ok {
+			return ee.ExitCode(), string(out)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return 0, string(out)
+	}
+	if code, out := check(); code != 0 || !strings.Contains(out, "current") {
+		t.Fatalf("while the attempt runs: exit %d, %s", code, out)
+	}
+	leader := c.Replicas[c.WaitForLeader()].Server
+	if _, err := leader.DeclareNodeDown(Ctx(t, 10*time.Second), "checker", "test: declared down"); err != nil {
+		t.Fatal(err)
+	}
+	if code, out := check(); code != 1 || !strings.Contains(out, "not current") {
+		t.Fatalf("after the node was declared DOWN: exit %d, %s", code, out)
+	}
+}

@@ -66,6 +66,11 @@ type Config struct {
 	GossipTune      func(*memberlist.Config)
 	GossipTransport func(memberlist.Transport) memberlist.Transport
 
+	// OnRun, when set, is told of every attempt's process once it and its
+	// group are gone: when it was launched and when it was reaped (tests
+	// check from these that no task ever ran on two nodes at once).
+	OnRun func(RunRecord)
+
 	// Clock is the agent's wall clock (nil: the machine's); tests set one
 	// that is off. Nothing the agent sends the cluster carries its time:
 	// the leader stamps every event with its own. Durations the agent
@@ -79,6 +84,12 @@ type Config struct {
 	// Transport, when set, carries every request to the servers (tests
 	// cut it to simulate a partition).
 	Transport http.RoundTripper
+}
+
+// RunRecord is one attempt's process as the agent ran it.
+type RunRecord struct {
+	Node, Task, Attempt string
+	Started, Ended      time.Time // launched, and reaped with its group killed
 }
 
 // Defaults applied by WithDefaults.

@@ -90,6 +90,7 @@ func (a *Agent) runProcess(ctx context.Context, as api.Assignment) outcome {
 		return outcome{state: api.AttemptFailed, exitCode: -1, err: fmt.Sprintf("output pipe: %v", err)}
 	}
 	cmd.Stdout, cmd.Stderr = w, w
+	launched := time.Now()
 	err = limits.Launch(cmd)
 	w.Close()
 	if err != nil {
@@ -121,6 +122,9 @@ func (a *Agent) runProcess(ctx context.Context, as api.Assignment) outcome {
 	// Whatever the main process left behind in its group dies with it.
 	killGroup(pid)
 	limits.KillAll()
+	if a.cfg.OnRun != nil {
+		a.cfg.OnRun(RunRecord{Node: a.cfg.ID, Task: att.TaskID, Attempt: att.ID, Started: launched, Ended: time.Now()})
+	}
 	contained = limits.Contained()
 	select {
 	case <-copied:

@@ -62,6 +62,7 @@ const (
 	CheckHashes       = "state-hashes"   // equal FSM hashes at equal indexes
 	CheckLinearizable = "linearizable"   // porcupine over submit/get/cancel
 	CheckIdempotency  = "idempotent-key" // one task per idempotency key
+	CheckOverlap      = "no-overlap"     // no task ran on two nodes at once (the agents' own records)
 )
 
 // ChaosReport is what one schedule (or a campaign, merged) found.
@@ -109,7 +110,7 @@ func (r *ChaosReport) Table(w io.Writer) {
 	}
 	fmt.Fprintf(w, "%-28s %d\n", "operations", r.Ops)
 	fmt.Fprintf(w, "%-28s %d\n", "unknown outcomes", r.Unknown)
-	for _, k := range []string{CheckInvariants, CheckAcked, CheckTerminal, CheckStale, CheckHashes, CheckLinearizable, CheckIdempotency} {
+	for _, k := range []string{CheckInvariants, CheckAcked, CheckTerminal, CheckStale, CheckHashes, CheckLinearizable, CheckIdempotency, CheckOverlap} {
 		fmt.Fprintf(w, "%-28s %d\n", "anomalies "+k, len(r.Anomalies[k]))
 	}
 	p50, p99 := percentile(r.Failovers, 0.50), percentile(r.Failovers, 0.99)
@@ -150,6 +151,9 @@ type chaos struct {
 	hashing atomic.Bool
 	hashMu  sync.Mutex
 	hashes  map[string]map[uint64]string // replica → index → hash
+
+	runMu sync.Mutex
+	runs  []agent.RunRecord // every attempt's process, as its agent ran it
 }
 
 // replay is a zombie's completion for an attempt that had already ended.
@@ -204,6 +208,7 @@ func RunChaos(t *testing.T, cfg ChaosConfig) *ChaosReport {
 			ID: fmt.Sprintf("a%d", i+1), DataDir: t.TempDir(), Slots: 4,
 			Resources: api.Resources{CPUMillis: 4000, MemoryMB: 2048},
 			KillGrace: 200 * time.Millisecond,
+			OnRun:     ch.recordRun,
 		}
 		ch.agentCfgs = append(ch.agentCfgs, ac)
 		ch.agents = append(ch.agents, ch.c.StartAgent(ac))

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"herd/agent"
 	"herd/api"
 	"herd/fsm"
 
@@ -148,6 +149,7 @@ func (ch *chaos) check() {
 	ch.hashMu.Unlock()
 
 	ch.checkLinearizable()
+	ch.checkNoOverlap()
 }
 
 func (ch *chaos) commonHashIndexes() []uint64 {
@@ -304,4 +306,37 @@ var TaskModel = porcupine.Model{
 		}
 		return strings.TrimSpace(fmt.Sprintf("%s@%d %s", s.State, s.Index, map[bool]string{true: "(ended, not cancelled)"}[s.DoneNotCancelled]))
 	},
+}
+
+func (ch *chaos) recordRun(r agent.RunRecord) {
+	ch.runMu.Lock()
+	ch.runs = append(ch.runs, r)
+	ch.runMu.Unlock()
+}
+
+// checkNoOverlap: no two attempts of one task ran at the same time, by the
+// agents' own records of when each process was launched and reaped. (All
+// agents run in this process, so their times are on one clock.)
+func (ch *chaos) checkNoOverlap() {
+	ch.runMu.Lock()
+	runs := slices.Clone(ch.runs)
+	ch.runMu.Unlock()
+	byTask := map[string][]agent.RunRecord{}
+	for _, r := range runs {
+		byTask[r.Task] = append(byTask[r.Task], r)
+	}
+	for task, rs := range byTask {
+		sort.Slice(rs, func(i, j int) bool { return rs[i].Started.Before(rs[j].Started) })
+		last := 0 // of the runs so far, the one that ended last
+		for i := 1; i < len(rs); i++ {
+			prev, next := rs[last], rs[i]
+			if next.Started.Before(prev.Ended) {
+				ch.anomaly(CheckOverlap, "task %s: attempt %s on %s started %v before attempt %s on %s ended",
+					task, next.Attempt, next.Node, prev.Ended.Sub(next.Started).Round(time.Millisecond), prev.Attempt, prev.Node)
+			}
+			if next.Ended.After(prev.Ended) {
+				last = i
+			}
+		}
+	}
 }

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/anishathalye/porcupine"
+
+	"herd/agent"
 )
 
 // The linearizability model must accept what the system may do and catch
@@ -143,5 +145,40 @@ func TestNetworkFaults(t *testing.T) {
 	}
 	if err := echo(c3); err != nil {
 		t.Fatalf("healed link: %v", err)
+	}
+}
+
+// The no-overlap checker flags two runs of one task that overlap, even
+// when a short run lies between them, and passes runs one after another.
+func TestNoOverlapChecker(t *testing.T) {
+	at := func(ms int) time.Time { return time.Unix(0, 0).Add(time.Duration(ms) * time.Millisecond) }
+	for _, tc := range []struct {
+		name string
+		runs []agent.RunRecord
+		want int
+	}{
+		{"one after another", []agent.RunRecord{
+			{Node: "a1", Task: "t", Attempt: "x", Started: at(0), Ended: at(100)},
+			{Node: "a2", Task: "t", Attempt: "y", Started: at(150), Ended: at(300)},
+		}, 0},
+		{"overlapping", []agent.RunRecord{
+			{Node: "a1", Task: "t", Attempt: "x", Started: at(0), Ended: at(200)},
+			{Node: "a2", Task: "t", Attempt: "y", Started: at(150), Ended: at(300)},
+		}, 1},
+		{"overlapping a long run across a short one", []agent.RunRecord{
+			{Node: "a1", Task: "t", Attempt: "x", Started: at(0), Ended: at(1000)},
+			{Node: "a2", Task: "t", Attempt: "y", Started: at(10), Ended: at(20)},
+			{Node: "a3", Task: "t", Attempt: "z", Started: at(500), Ended: at(600)},
+		}, 2},
+		{"other tasks", []agent.RunRecord{
+			{Node: "a1", Task: "t", Attempt: "x", Started: at(0), Ended: at(200)},
+			{Node: "a2", Task: "u", Attempt: "y", Started: at(150), Ended: at(300)},
+		}, 0},
+	} {
+		ch := &chaos{anomalies: map[string][]string{}, runs: tc.runs}
+		ch.checkNoOverlap()
+		if got := len(ch.anomalies[CheckOverlap]); got != tc.want {
+			t.Errorf("%s: %d anomalies, want %d: %v", tc.name, got, tc.want, ch.anomalies[CheckOverlap])
+		}
 	}
 }

@@ -3,6 +3,7 @@
 package test
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -16,6 +17,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -299,6 +301,12 @@ func TestNetnsProcessesUnderFaults(t *testing.T) {
 		t.Fatal("the namespaced cluster elected no leader")
 	}
 
+	// Every attempt ticks into one file (the namespaces share the file
+	// system) for about 0.3 s: from the ticks, no two attempts of a task
+	// may have run at once.
+	ticks := filepath.Join(lab.dir, "ticks")
+	ticker := `for i in 1 2 3 4 5 6; do echo "$HERD_TASK_ID $HERD_ATTEMPT_ID $(date +%s%N)" >> ` + ticks + `; sleep 0.05; done`
+
 	// Workload: submits and consistent reads through random replicas.
 	var mu sync.Mutex
 	var history []porcupine.Operation
@@ -318,7 +326,7 @@ func TestNetnsProcessesUnderFaults(t *testing.T) {
 				call := int64(time.Since(start))
 				if len(keys) == 0 || rng.IntN(2) == 0 {
 					key := fmt.Sprintf("ns-%d-%d", w, n)
-					resp, _, err := cl.SubmitTask(opCtx, api.TaskSpec{IdempotencyKey: key, Command: []string{"sleep", "0.3"}, MaxAttempts: ptr(3)})
+					resp, _, err := cl.SubmitTask(opCtx, api.TaskSpec{IdempotencyKey: key, Command: []string{"sh", "-c", ticker}, MaxAttempts: ptr(3)})
 					out := taskOutput{}
 					switch {
 					case err == nil:
@@ -604,6 +612,10 @@ func TestNetnsProcessesUnderFaults(t *testing.T) {
 			}
 		}
 	}
+	for _, o := range tickOverlaps(t, ticks) {
+		anomalies["no-overlap"]++
+		t.Errorf("two attempts ran at once: %s", o)
+	}
 	refused := 0
 	for _, r := range replays {
 		if r.accepted {
@@ -649,12 +661,67 @@ func TestNetnsProcessesUnderFaults(t *testing.T) {
 	fmt.Fprintf(&b, "%-38s %d\n", "acknowledged tasks", len(ackedCopy))
 	fmt.Fprintf(&b, "%-38s %d\n", "unknown outcomes", unknown)
 	fmt.Fprintf(&b, "%-38s %d of %d refused\n", "zombie replays", refused, len(replays))
-	for _, k := range []string{"acked-present", "terminal", "ended-alike", "stale-result", "linearizable"} {
+	for _, k := range []string{"acked-present", "terminal", "ended-alike", "stale-result", "linearizable", "no-overlap"} {
 		fmt.Fprintf(&b, "%-38s %d\n", "anomalies "+k, anomalies[k])
 	}
 	fmt.Fprintf(&b, "%-38s %d (p50 %v, p99 %v)\n", "failovers measured", len(failovers),
 		percentile(failovers, 0.50).Round(time.Millisecond), percentile(failovers, 0.99).Round(time.Millisecond))
 	t.Logf("netns campaign, seed %d:\n%s", *netnsSeed, b.String())
+}
+
+// tickOverlaps reads the attempts' ticks (task, attempt, Unix
+// nanoseconds per line) and returns every pair of attempts of one task
+// whose ticks interleave: the processes ran at the same time (to within a
+// tick, 50 ms: a killed process may have lived up to one tick past its
+// last).
+func tickOverlaps(t *testing.T, path string) []string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("attempts' ticks: %v", err)
+	}
+	type span struct {
+		attempt     string
+		first, last int64
+	}
+	spans := map[string]map[string]*span{} // task → attempt → span
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) != 3 {
+			continue
+		}
+		ns, err := strconv.ParseInt(f[2], 10, 64)
+		if err != nil {
+			continue
+		}
+		if spans[f[0]] == nil {
+			spans[f[0]] = map[string]*span{}
+		}
+		sp := spans[f[0]][f[1]]
+		if sp == nil {
+			sp = &span{attempt: f[1], first: ns, last: ns}
+			spans[f[0]][f[1]] = sp
+		}
+		sp.first, sp.last = min(sp.first, ns), max(sp.last, ns)
+	}
+	var out []string
+	for task, byAttempt := range spans {
+		var ss []*span
+		for _, sp := range byAttempt {
+			ss = append(ss, sp)
+		}
+		slices.SortFunc(ss, func(a, b *span) int { return cmp.Compare(a.first, b.first) })
+		last := 0
+		for i := 1; i < len(ss); i++ {
+			if ss[i].first < ss[last].last {
+				out = append(out, fmt.Sprintf("task %s: attempt %s ticked from %d, before attempt %s's last tick at %d", task, ss[i].attempt, ss[i].first, ss[last].attempt, ss[last].last))
+			}
+			if ss[i].last > ss[last].last {
+				last = i
+			}
+		}
+	}
+	return out
 }
 
 // quiesceWithin is how long the replicas get to end n acknowledged tasks

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"herd/api"
 )
 
 // An agent holds its running attempts on a lease from the leader. Every
@@ -147,7 +149,7 @@ func (a *Agent) fenceRunning(why *fenceError) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for id, ex := range a.running {
-		if ex.fenced {
+		if ex.fenced || ex.assignment.Spec.OnDisconnect == api.OnDisconnectKeepRunning {
 			continue
 		}
 		ex.fenced = true

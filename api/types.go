@@ -36,7 +36,18 @@ type TaskSpec struct {
 	TimeoutSeconds    *int64            `json:"timeout_seconds,omitempty"`
 	MaxAttempts       *int              `json:"max_attempts,omitempty"`
 	Submitter         string            `json:"submitter,omitempty"`
+	// OnDisconnect: "stop" (the default) stops the attempt when its agent
+	// loses contact with the cluster past its lease, before it can run
+	// elsewhere; "keep_running" lets it run on, for work that is safe to
+	// run twice, and re-places it as soon as its node is DOWN.
+	OnDisconnect string `json:"on_disconnect,omitempty"`
 }
+
+// The values of TaskSpec.OnDisconnect.
+const (
+	OnDisconnectStop        = "stop"
+	OnDisconnectKeepRunning = "keep_running"
+)
 
 // Defaults applied to a submitted spec for fields it leaves out.
 const (

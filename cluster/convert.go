@@ -18,7 +18,16 @@ func toFSMSpec(in api.TaskSpec) fsm.TaskSpec {
 			GPU: in.Resources.GPU, DiskMB: in.Resources.DiskMB,
 		},
 		TimeoutSeconds: *in.TimeoutSeconds, MaxAttempts: *in.MaxAttempts, Submitter: in.Submitter,
+		OnDisconnect: onDisconnect(in.OnDisconnect),
 	}}
+}
+
+// onDisconnect is the replicated form: "stop", the default, is empty.
+func onDisconnect(v string) string {
+	if v == api.OnDisconnectStop {
+		return ""
+	}
+	return v
 }
 
 func toAPISpec(in fsm.TaskSpec) api.TaskSpec {
@@ -31,7 +40,7 @@ func toAPISpec(in fsm.TaskSpec) api.TaskSpec {
 			CPUMillis: in.Resources.CPUMillis, MemoryMB: in.Resources.MemoryMB,
 			GPU: in.Resources.GPU, DiskMB: in.Resources.DiskMB,
 		},
-		TimeoutSeconds: &timeout, MaxAttempts: &maxAttempts, Submitter: in.Submitter,
+		TimeoutSeconds: &timeout, MaxAttempts: &maxAttempts, Submitter: in.Submitter, OnDisconnect: in.OnDisconnect,
 	}
 }
 

@@ -214,9 +214,6 @@ func (s *Server) DeclareNodeDown(ctx context.Context, nodeID, reason string) ([]
 	}
 	now := s.now()
 	retryAt := s.replaceAfter(nodeID, now)
-	if wait := retryAt.Sub(now); wait > 0 {
-		reason += fmt.Sprintf("; re-placed in %s, once its agent has stopped them", wait.Round(time.Millisecond))
-	}
 	resp, _, err := s.apply(ctx, fsm.MsgNodeDown, fsm.NodeDownRequest{NodeID: nodeID, Reason: reason, Now: now.UTC(), RetryAt: retryAt.UTC()})
 	if err != nil {
 		return nil, err

@@ -90,9 +90,20 @@ func applyNodeDown(db *store, index uint64, r *NodeDownRequest) (any, error) {
 		if err != nil {
 			return nil, err
 		}
+		why, retryAt := "reclaimed: node down: "+r.Reason, latestTime(r.Now, r.RetryAt)
+		if wait := retryAt.Sub(r.Now); wait > 0 {
+			why += fmt.Sprintf("; re-placed in %s, once its agent has stopped it (its lease has run out)", wait.Round(time.Millisecond))
+		}
+		if task.Spec.OnDisconnect == OnDisconnectKeepRunning {
+			// Its agent does not stop it when cut off: waiting for the
+			// lease would prevent no overlap.
+			why = fmt.Sprintf("reclaimed: node down: %s; re-placed at once: the task keeps running when its node is cut off (on_disconnect %s), so this attempt may still be running there",
+				r.Reason, OnDisconnectKeepRunning)
+			retryAt = r.Now
+		}
 		if _, err := endAttempt(db, index, a, task, &AttemptEndRequest{
 			AttemptID: a.ID, LeaseVersion: a.LeaseVersion, State: AttemptLost, ExitCode: -1,
-			Error: "reclaimed: node down: " + r.Reason, Now: r.Now, RetryAt: latestTime(r.Now, r.RetryAt),
+			Error: why, Now: r.Now, RetryAt: retryAt,
 		}); err != nil {
 			return nil, err
 		}

@@ -19,7 +19,13 @@ import (
 // replica that predates a binary form refuses such entries (the version
 // byte), so a leader writes them only while every server reads them (see
 // CommandForms).
-const binaryVersion = 2
+//
+// Version 3 added a task shape's on_disconnect, after its other fields; a
+// submission of version 2 is read as before, without it.
+const binaryVersion = 3
+
+// oldBinaryVersion is the earlier binary form, still read.
+const oldBinaryVersion = 2
 
 // EncodeReserve encodes a reservation in the binary payload form: the
 // fields in declaration order, strings and integers as (u)varints, and
@@ -82,21 +88,24 @@ func appendShape(buf []byte, s *TaskShape) []byte {
 	buf = appendResources(buf, s.Resources)
 	buf = binary.AppendVarint(buf, s.TimeoutSeconds)
 	buf = binary.AppendVarint(buf, int64(s.MaxAttempts))
-	return appendString(buf, s.Submitter)
+	buf = appendString(buf, s.Submitter)
+	return appendString(buf, s.OnDisconnect)
 }
 
 func decodeSubmitTask(payload []byte) (*SubmitTaskRequest, error) {
-	return decodeSubmitTaskWith(payload, nil)
+	return decodeSubmitTaskWith(payload, nil, binaryVersion)
 }
 
 // decodeSubmitTaskWith decodes a submission. A shape the interner already
 // holds is not decoded again: its encoding is its key, and equal
 // encodings decode to equal shapes.
-func decodeSubmitTaskWith(payload []byte, in *interner) (*SubmitTaskRequest, error) {
+func decodeSubmitTaskWith(payload []byte, in *interner, version byte) (*SubmitTaskRequest, error) {
 	d := decoder{buf: payload}
 	r := &SubmitTaskRequest{ID: d.string(), SubmittedAt: d.time()}
 	r.Spec.Name, r.Spec.IdempotencyKey = d.string(), d.string()
-	if d.err == nil {
+	// A version 2 shape is not its encoding in today's form: the interner
+	// computes that key itself.
+	if d.err == nil && version >= binaryVersion {
 		r.shapeKey = d.buf
 		if sh := in.known(d.buf); sh != nil {
 			r.Spec.TaskShape, r.shapeShared = sh, true
@@ -107,6 +116,9 @@ func decodeSubmitTaskWith(payload []byte, in *interner) (*SubmitTaskRequest, err
 		Priority: int(d.varint()), Command: d.strings(), Env: d.stringMap(),
 		Capability: d.string(), CapabilityVersion: d.string(), RequiredLabels: d.stringMap(), PreferredLabels: d.stringMap(),
 		Resources: d.resources(), TimeoutSeconds: d.varint(), MaxAttempts: int(d.varint()), Submitter: d.string(),
+	}
+	if version >= binaryVersion {
+		r.Spec.OnDisconnect = d.string()
 	}
 	if err := d.finish(); err != nil {
 		return nil, fmt.Errorf("%w: submit: %v", ErrMalformedCommand, err)

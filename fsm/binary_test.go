@@ -83,7 +83,7 @@ func TestBinaryFormsCoverEveryField(t *testing.T) {
 	for _, c := range []struct {
 		typ    any
 		fields int
-	}{{SubmitTaskRequest{}, 3}, {TaskSpec{}, 3}, {TaskShape{}, 11}, {scheduler.Resources{}, 4}, {ReserveRequest{}, 8}, {AttemptStartRequest{}, 3}, {AttemptEndRequest{}, 8}, {ExplainRequest{}, 3}} {
+	}{{SubmitTaskRequest{}, 3}, {TaskSpec{}, 3}, {TaskShape{}, 12}, {scheduler.Resources{}, 4}, {ReserveRequest{}, 8}, {AttemptStartRequest{}, 3}, {AttemptEndRequest{}, 8}, {ExplainRequest{}, 3}} {
 		if n := exported(reflect.TypeOf(c.typ)); n != c.fields {
 			t.Errorf("%T has %d fields, its binary form %d: update binary.go, then this test", c.typ, n, c.fields)
 		}
@@ -105,7 +105,7 @@ func TestSubmitBinaryRoundTrip(t *testing.T) {
 			Resources: scheduler.Resources{CPUMillis: rapid.Int64().Draw(rt, "cpu"), MemoryMB: rapid.Int64().Draw(rt, "mem"),
 				GPU: rapid.Int64().Draw(rt, "gpu"), DiskMB: rapid.Int64().Draw(rt, "disk")},
 			TimeoutSeconds: rapid.Int64().Draw(rt, "timeout"), MaxAttempts: rapid.Int().Draw(rt, "max"),
-			Submitter: rapid.String().Draw(rt, "submitter"),
+			Submitter: rapid.String().Draw(rt, "submitter"), OnDisconnect: rapid.SampledFrom([]string{"", OnDisconnectKeepRunning, "x"}).Draw(rt, "ondisconnect"),
 		}}}
 		// The decoded request also carries its shape's encoding, the key
 		// replicas share shapes by: it must be exactly the shape's.
@@ -223,5 +223,25 @@ func TestBinaryAndJSONCommandsApplyAlike(t *testing.T) {
 	}
 	if hashes["json"] != hashes["binary"] {
 		t.Fatalf("states differ: %v", hashes)
+	}
+}
+
+// A submission in the binary form of version 2 (before on_disconnect)
+// is still read, and applied as one of today's without the field.
+func TestSubmitBinaryVersion2IsRead(t *testing.T) {
+	r := SubmitTaskRequest{ID: "t1", SubmittedAt: epoch, Spec: testSpec("k")}
+	v3 := EncodeSubmitTask(r)
+	if v3[len(v3)-1] != 0 {
+		t.Fatalf("today's form does not end with an empty on_disconnect: %x", v3[len(v3)-8:])
+	}
+	v2 := append([]byte{v3[0], oldBinaryVersion}, v3[2:len(v3)-1]...)
+	f := New(nil)
+	res, ok := f.ApplyBytes(1, v2).(*SubmitResult)
+	if !ok {
+		t.Fatalf("a version 2 submission: %#v", f.ApplyBytes(1, v2))
+	}
+	task, err := f.State().Task(res.Task.ID)
+	if err != nil || task.Spec.OnDisconnect != "" || task.Spec.Submitter != r.Spec.Submitter || !reflect.DeepEqual(task.Spec.Command, r.Spec.Command) {
+		t.Fatalf("decoded as %+v (%v)", task, err)
 	}
 }

@@ -151,6 +151,7 @@ type header struct {
 	typ       MessageType
 	ignorable bool
 	binary    bool // payload in the binary form (binaryVersion), not JSON
+	version   byte // the payload version byte
 }
 
 // decodeHeader splits an entry into its header and payload.
@@ -159,10 +160,10 @@ func decodeHeader(buf []byte) (header, []byte, error) {
 		return header{}, nil, fmt.Errorf("%w: entry of %d bytes is shorter than its header", ErrMalformedCommand, len(buf))
 	}
 	t := MessageType(buf[0])
-	h := header{typ: t &^ IgnoreUnknownFlag, ignorable: t&IgnoreUnknownFlag != 0}
+	h := header{typ: t &^ IgnoreUnknownFlag, ignorable: t&IgnoreUnknownFlag != 0, version: buf[1]}
 	switch {
 	case buf[1] == payloadVersion:
-	case buf[1] == binaryVersion && hasBinaryForm(h.typ):
+	case (buf[1] == binaryVersion || buf[1] == oldBinaryVersion) && hasBinaryForm(h.typ):
 		h.binary = true
 	default:
 		return h, nil, fmt.Errorf("%w: %s payload version %d not supported", ErrMalformedCommand, h.typ, buf[1])

@@ -143,7 +143,7 @@ func (f *FSM) applyOne(db *store, index uint64, h header, payload []byte) any {
 	case MsgRemoveServer:
 		resp, err = applyJSON(payload, func(r *RemoveServerRequest) (any, error) { return applyRemoveServer(db, r) })
 	case MsgSubmitTask:
-		decode := func(p []byte) (*SubmitTaskRequest, error) { return decodeSubmitTaskWith(p, db.w.interner) }
+		decode := func(p []byte) (*SubmitTaskRequest, error) { return decodeSubmitTaskWith(p, db.w.interner, h.version) }
 		resp, err = applyEncoded(h, payload, decode, func(r *SubmitTaskRequest) (any, error) { return applySubmitTask(db, index, r) })
 	case MsgRegisterNode:
 		resp, err = applyJSON(payload, func(r *RegisterNodeRequest) (any, error) { return applyRegisterNode(db, index, r) })

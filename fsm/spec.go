@@ -58,6 +58,9 @@ func (s *TaskSpec) Validate() error {
 			errs = append(errs, fmt.Errorf("%s is longer than %d bytes", field, MaxNameLen))
 		}
 	}
+	if s.OnDisconnect != "" && s.OnDisconnect != OnDisconnectKeepRunning {
+		errs = append(errs, fmt.Errorf("on_disconnect %q must be stop or %s", s.OnDisconnect, OnDisconnectKeepRunning))
+	}
 	if s.Capability == "" || s.CapabilityVersion == "" {
 		errs = append(errs, errors.New("capability and capability_version must not be empty"))
 	}

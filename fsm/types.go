@@ -122,7 +122,15 @@ type TaskShape struct {
 	TimeoutSeconds    int64               `json:"timeout_seconds"`
 	MaxAttempts       int                 `json:"max_attempts"`
 	Submitter         string              `json:"submitter"`
+	// OnDisconnect is what the task's attempt does when its agent loses
+	// contact with the cluster past its lease: stop (empty, the default)
+	// or OnDisconnectKeepRunning, for work that is safe to run twice.
+	OnDisconnect string `json:"on_disconnect,omitempty"`
 }
+
+// OnDisconnectKeepRunning: the attempt runs on when its agent is cut off,
+// and is re-placed as soon as its node is DOWN, so two may overlap.
+const OnDisconnectKeepRunning = "keep_running"
 
 // TimelineEvent is one milestone in a task's life, with the reason for it.
 type TimelineEvent struct {

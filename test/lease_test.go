@@ -202,3 +202,52 @@ func TestLeaseCheckSaysWhenTheAttemptIsNoLongerCurrent(t *testing.T) {
 		t.Fatalf("after the node was declared DOWN: exit %d, %s", code, out)
 	}
 }
+
+// A task that opts out (on_disconnect keep_running) runs on when its
+// agent is cut off, is re-placed as soon as its node is DOWN, and the
+// timeline says the two may overlap. An unknown value is refused.
+func TestKeepRunningTaskIsNotStopped(t *testing.T) {
+	c := NewClusterWith(t, 3, gossipSetup())
+	cutOff, ft := faultyAgent(c, agent.Config{ID: "cut-off", Slots: 1, Labels: map[string]string{"first": "yes"}}, 3)
+	WaitRegistered(t, cutOff)
+	cl := c.AllClient()
+	bad := tickerSpec("bad", filepath.Join(t.TempDir(), "x"))
+	bad.OnDisconnect = "sometimes"
+	if _, _, err := cl.SubmitTask(Ctx(t, 10*time.Second), bad); !isClientError(err) || !strings.Contains(err.Error(), "on_disconnect") {
+		t.Fatalf("an unknown on_disconnect: %v", err)
+	}
+	time.Sleep(c.Replicas[0].Cfg.Liveness.LeaderGrace)
+	file := filepath.Join(t.TempDir(), "ticks")
+	spec := tickerSpec("twice", file)
+	spec.PreferredLabels = map[string]string{"first": "yes"}
+	spec.OnDisconnect = api.OnDisconnectKeepRunning
+	id := submit(t, cl, spec)
+	first := waitTaskState(t, cl, id, api.TaskRunning).Attempts[0]
+	other := c.StartAgent(agent.Config{ID: "other", Slots: 1})
+	WaitRegistered(t, other)
+	ft.Cut(true)
+	cutOff.Transport.Cut()
+	var task api.Task
+	if !Eventually(60*time.Second, func() bool {
+		var err error
+		task, _, err = cl.GetTask(Ctx(t, 10*time.Second), id, api.ReadOptions{Consistent: true})
+		if err != nil || len(task.Attempts) < 2 || task.Attempts[1].State != api.AttemptRunning {
+			return false
+		}
+		_, ran := runIntervals(t, file)[task.Attempts[1].ID]
+		return ran
+	}) {
+		t.Fatal("the task never ran again on the other node")
+	}
+	if !timelineSays(task, "may still be running there") {
+		t.Fatalf("the timeline does not explain the overlap: %+v", task.Timeline)
+	}
+	// The first run ticks on beside the second.
+	before := runIntervals(t, file)[first.ID][1]
+	if !Eventually(5*time.Second, func() bool { return runIntervals(t, file)[first.ID][1] > before }) {
+		t.Fatal("the cut-off agent stopped the keep_running attempt")
+	}
+	if cutOff.Agent.Fences() != 0 {
+		t.Fatalf("the cut-off agent stopped %d attempts", cutOff.Agent.Fences())
+	}
+}

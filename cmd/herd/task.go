@@ -38,6 +38,7 @@ func specFlags(fs *flag.FlagSet) func(command []string) (api.TaskSpec, error) {
 	timeout := fs.Duration("timeout", time.Duration(api.DefaultTimeoutSeconds)*time.Second, "run timeout")
 	maxAttempts := fs.Int("max-attempts", api.DefaultMaxAttempts, "attempts before the task fails")
 	submitter := fs.String("submitter", api.DefaultSubmitter, "submitter, for fair sharing")
+	onDisconnect := fs.String("on-disconnect", api.OnDisconnectStop, "when the node is cut off past its lease: stop the attempt, or keep_running (work safe to run twice)")
 	labels, prefer, envs := kvFlag{}, kvFlag{}, kvFlag{}
 	fs.Var(labels, "label", "required node label key=value (repeatable)")
 	fs.Var(prefer, "prefer", "preferred node label key=value (repeatable)")
@@ -55,7 +56,7 @@ func specFlags(fs *flag.FlagSet) func(command []string) (api.TaskSpec, error) {
 			Name: *name, IdempotencyKey: *key, Priority: priority, Command: command,
 			Capability: capName, CapabilityVersion: capVersion,
 			Resources:      api.Resources{CPUMillis: *cpu, MemoryMB: *mem, GPU: *gpu, DiskMB: *disk},
-			TimeoutSeconds: &secs, MaxAttempts: maxAttempts, Submitter: *submitter,
+			TimeoutSeconds: &secs, MaxAttempts: maxAttempts, Submitter: *submitter, OnDisconnect: *onDisconnect,
 		}
 		if len(labels) > 0 {
 			spec.RequiredLabels = labels

@@ -40,6 +40,20 @@ type conditionWatch struct {
 	current   []api.NodeCondition // as last found
 	reported  []api.NodeCondition // as the cluster last accepted them
 	reportGen uint64              // the session they were accepted for
+	notes     []string            // for the node's events, until accepted
+}
+
+// note queues a line for the node's events and reports it soon.
+func (w *conditionWatch) note(s string) {
+	w.mu.Lock()
+	if len(w.notes) < 8 {
+		w.notes = append(w.notes, truncate(s, 512))
+	}
+	w.mu.Unlock()
+	select {
+	case w.poke <- struct{}{}:
+	default:
+	}
 }
 
 func newConditionWatch(a *Agent) *conditionWatch {
@@ -143,15 +157,17 @@ func (w *conditionWatch) run(ctx context.Context) {
 		found := w.check()
 		session := w.a.session.Load()
 		w.mu.Lock()
-		due := session != w.reportGen || !sameConditions(found, w.reported)
+		notes := slices.Clone(w.notes)
+		due := session != w.reportGen || !sameConditions(found, w.reported) || len(notes) > 0
 		w.mu.Unlock()
 		if due && session != 0 {
-			_, err := w.a.client.SetNodeConditions(ctx, w.a.cfg.ID, session, found)
+			_, err := w.a.client.SetNodeConditions(ctx, w.a.cfg.ID, session, found, notes...)
 			var se *api.StatusError
 			switch {
 			case err == nil:
 				w.mu.Lock()
 				w.reported, w.reportGen = found, session
+				w.notes = w.notes[len(notes):]
 				w.mu.Unlock()
 			case errors.As(err, &se) && (se.Reason == "session_changed" || se.Code == http.StatusNotFound):
 				w.a.requestReregister()

@@ -156,5 +156,6 @@ func (a *Agent) fenceRunning(why *fenceError) {
 		a.fences.Add(1)
 		a.logger.Warn("stopping an attempt: the lease on it is running out", "attempt", id, "task", ex.assignment.Attempt.TaskID, "reason", why.msg)
 		ex.cancel(why)
+		a.conditions.note(fmt.Sprintf("attempt %s of task %s %s", id, ex.assignment.Attempt.TaskID, why.msg))
 	}
 }

@@ -409,13 +409,14 @@ func (c *Client) Heartbeat(ctx context.Context, nodeID string, session uint64) (
 }
 
 // SetNodeConditions replaces the conditions nodeID's agent reports for
-// its session; none says nothing is wrong.
-func (c *Client) SetNodeConditions(ctx context.Context, nodeID string, session uint64, conds []NodeCondition) (Node, error) {
+// its session (none says nothing is wrong) and adds its notes to the
+// node's events.
+func (c *Client) SetNodeConditions(ctx context.Context, nodeID string, session uint64, conds []NodeCondition, notes ...string) (Node, error) {
 	if conds == nil {
 		conds = []NodeCondition{}
 	}
 	var out Node
-	_, err := c.do(ctx, http.MethodPut, "/v1/nodes/"+url.PathEscape(nodeID)+"/conditions", NodeConditionsRequest{SessionGeneration: session, Conditions: conds}, &out)
+	_, err := c.do(ctx, http.MethodPut, "/v1/nodes/"+url.PathEscape(nodeID)+"/conditions", NodeConditionsRequest{SessionGeneration: session, Conditions: conds, Notes: notes}, &out)
 	return out, err
 }
 

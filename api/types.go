@@ -386,6 +386,9 @@ const ConditionDiskFull = "disk_full"
 type NodeConditionsRequest struct {
 	SessionGeneration uint64          `json:"session_generation"`
 	Conditions        []NodeCondition `json:"conditions"`
+	// Notes are what the agent did on its own that operators should see
+	// in the node's events (it stopped attempts when its lease ran out).
+	Notes []string `json:"notes,omitempty"`
 }
 
 // DrainRequest turns draining on or off.

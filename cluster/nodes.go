@@ -169,7 +169,7 @@ func (s *Server) SetNodeConditions(ctx context.Context, nodeID string, req api.N
 	for i, c := range req.Conditions {
 		conds[i] = fsm.NodeCondition{Type: c.Type, Message: c.Message}
 	}
-	resp, _, err := s.apply(ctx, fsm.MsgNodeConditions, fsm.NodeConditionsRequest{NodeID: nodeID, SessionGeneration: req.SessionGeneration, Conditions: conds, Now: s.now().UTC()})
+	resp, _, err := s.apply(ctx, fsm.MsgNodeConditions, fsm.NodeConditionsRequest{NodeID: nodeID, SessionGeneration: req.SessionGeneration, Conditions: conds, Notes: req.Notes, Now: s.now().UTC()})
 	if err != nil {
 		return api.Node{}, err
 	}

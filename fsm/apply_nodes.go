@@ -210,6 +210,14 @@ func applyNodeConditions(db *store, index uint64, r *NodeConditionsRequest) (any
 	if err != nil {
 		return nil, err
 	}
+	if len(r.Notes) > MaxNodeConditions {
+		return nil, reject(RejectInvalid, "%d notes reported, at most %d", len(r.Notes), MaxNodeConditions)
+	}
+	for _, note := range r.Notes {
+		if note == "" || len(note) > MaxConditionMessageSize {
+			return nil, reject(RejectInvalid, "a note of %d bytes: want 1 to %d", len(note), MaxConditionMessageSize)
+		}
+	}
 	n := node.clone()
 	changed := false
 	next := make([]NodeCondition, 0, len(want))
@@ -231,6 +239,13 @@ func applyNodeConditions(db *store, index uint64, r *NodeConditionsRequest) (any
 			n.addEvent(index, r.Now, EventCondition, o.Type+" cleared")
 			changed = true
 		}
+	}
+	for _, note := range r.Notes {
+		if slices.ContainsFunc(n.Events, func(e TimelineEvent) bool { return e.Kind == EventAgent && e.Message == note }) {
+			continue
+		}
+		n.addEvent(index, r.Now, EventAgent, note)
+		changed = true
 	}
 	if !changed {
 		return node, nil

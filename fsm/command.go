@@ -329,7 +329,10 @@ type NodeConditionsRequest struct {
 	NodeID            string          `json:"node_id"`
 	SessionGeneration uint64          `json:"session_generation"`
 	Conditions        []NodeCondition `json:"conditions"`
-	Now               time.Time       `json:"now"`
+	// Notes become node events (what the agent did on its own); one the
+	// node's events already hold is not added again (a retried report).
+	Notes []string  `json:"notes,omitempty"`
+	Now   time.Time `json:"now"`
 }
 
 // HeartbeatRequest records that a node's current session is alive.

@@ -35,6 +35,9 @@ const (
 	// EventCondition: the node's agent reported a problem, or that it
 	// cleared.
 	EventCondition
+	// EventAgent: what the node's agent did on its own (it stopped
+	// attempts when its lease ran out).
+	EventAgent
 )
 
 var eventKindNames = [...]string{
@@ -42,7 +45,7 @@ var eventKindNames = [...]string{
 	EventFinished: "finished", EventFailed: "failed", EventCancelled: "cancelled",
 	EventStaleResultRejected: "stale_result_rejected", EventRegistered: "registered", EventDown: "down",
 	EventManagement: "management", EventReady: "ready", EventSuspect: "suspect",
-	EventCondition: "condition",
+	EventCondition: "condition", EventAgent: "agent",
 }
 
 // otherEventKinds numbers, in this process only, kinds read that this

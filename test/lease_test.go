@@ -120,6 +120,14 @@ func TestCutOffAgentStopsItsAttemptBeforeItRunsElsewhere(t *testing.T) {
 		task, _, _ := cl.GetTask(Ctx(t, 10*time.Second), id, api.ReadOptions{Consistent: true})
 		t.Fatalf("the timeline does not say the agent stopped the first run: %+v", task.Timeline)
 	}
+	// And the node's events.
+	if !Eventually(30*time.Second, func() bool {
+		return slices.ContainsFunc(node(t, cl, "cut-off").Events, func(e api.TimelineEvent) bool {
+			return e.Kind == "agent" && strings.Contains(e.Message, first.ID) && strings.Contains(e.Message, "no contact with the cluster")
+		})
+	}) {
+		t.Fatalf("the node's events do not say the agent stopped the attempt: %+v", node(t, cl, "cut-off").Events)
+	}
 }
 
 // A cut healed well within the lease stops nothing and re-places

@@ -735,3 +735,103 @@ var (
 	errSkipFault   = errors.New("fault not available here")
 	errNoLeaderNow = errors.New("no leader at the moment")
 )
+
+// Real `herd server` and `herd agent` processes, each in a namespace of
+// its own: an agent whose link is taken down while it runs a long task is
+// alive all along, yet the task's run there ends before its replacement
+// starts on the other agent (the ticks both runs append to a shared file
+// never interleave); once the link is back, the task's timeline says the
+// agent stopped it. Liveness is quickened by a configuration file (1 s
+// heartbeats, DOWN after 3), so the lease is 3 s.
+func TestNetnsCutOffAgentStopsBeforeItsTaskRunsElsewhere(t *testing.T) {
+	lab := newNetnsLab(t)
+	bin := buildHerd(t)
+	conf := filepath.Join(lab.dir, "server.hcl")
+	if err := os.WriteFile(conf, []byte("liveness {\n  heartbeat_interval = \"1s\"\n  max_heartbeat_interval = \"2s\"\n  suspect_after = 2\n  down_after = 3\n  leader_grace = \"2s\"\n}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var httpAddrs []string
+	var servers []*nsNode
+	for i := 1; i <= 3; i++ {
+		n := lab.add(fmt.Sprintf("s%d", i))
+		servers = append(servers, n)
+		httpAddrs = append(httpAddrs, n.ip+":4646")
+	}
+	for _, n := range servers {
+		lab.start(n, bin, "server", "-config", conf, "-id", n.name, "-data-dir", filepath.Join(lab.dir, n.name),
+			"-http-addr", n.ip+":4646", "-raft-addr", n.ip+":4647", "-gossip-addr", n.ip+":4648",
+			"-bootstrap-expect", "3", "-join", strings.Join(httpAddrs, ","), "-log-level", "info")
+	}
+	startAgent := func(name, labels string) *nsNode {
+		n := lab.add(name)
+		lab.start(n, bin, "agent", "-id", name, "-servers", strings.Join(httpAddrs, ","), "-data-dir", filepath.Join(lab.dir, name),
+			"-gossip-addr", n.ip+":4648", "-slots", "2", "-limits", "none", "-heartbeat-interval", "1s", "-labels", labels)
+		return n
+	}
+	cutOff := startAgent("a1", "first=yes")
+	cli := lab.add("cli")
+	hc := &http.Client{Transport: &http.Transport{DialContext: cli.dialer(), DisableKeepAlives: true}, Timeout: 5 * time.Second}
+	cl, err := api.NewClient(httpAddrs...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl.SetHTTPClient(hc)
+	cl.Retries, cl.RetryWait = 60, 500*time.Millisecond
+	if !Eventually(60*time.Second, func() bool {
+		n, _, err := cl.GetNode(Ctx(t, 5*time.Second), "a1", api.ReadOptions{Consistent: true})
+		return err == nil && n.Liveness == api.LivenessReady
+	}) {
+		t.Fatal("a1 never became READY")
+	}
+	ticks := filepath.Join(lab.dir, "ticks")
+	spec := api.TaskSpec{Name: "twice", IdempotencyKey: "twice", PreferredLabels: map[string]string{"first": "yes"},
+		Command: []string{"sh", "-c", `while :; do echo "$HERD_TASK_ID $HERD_ATTEMPT_ID $(date +%s%N)" >> ` + ticks + `; sleep 0.05; done`}}
+	res, _, err := cl.SubmitTask(Ctx(t, 30*time.Second), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := waitTaskState(t, cl, res.ID, api.TaskRunning).Attempts[0]
+	if first.NodeID != "a1" {
+		t.Fatalf("the task started on %s", first.NodeID)
+	}
+	startAgent("a2", "first=no")
+	if !Eventually(60*time.Second, func() bool {
+		n, _, err := cl.GetNode(Ctx(t, 5*time.Second), "a2", api.ReadOptions{Consistent: true})
+		return err == nil && n.Liveness == api.LivenessReady
+	}) {
+		t.Fatal("a2 never became READY")
+	}
+
+	if err := run("ip", "-n", lab.bridge, "link", "set", cutOff.hostVeth, "down"); err != nil {
+		t.Fatal(err)
+	}
+	var task api.Task
+	if !Eventually(90*time.Second, func() bool {
+		task, _, err = cl.GetTask(Ctx(t, 5*time.Second), res.ID, api.ReadOptions{Consistent: true})
+		return err == nil && len(task.Attempts) >= 2 && task.Attempts[1].State == api.AttemptRunning
+	}) {
+		t.Fatalf("the task never ran again: %+v", task.Attempts)
+	}
+	second := task.Attempts[1]
+	if !Eventually(10*time.Second, func() bool {
+		b, _ := os.ReadFile(ticks)
+		return strings.Contains(string(b), " "+first.ID+" ") && strings.Contains(string(b), " "+second.ID+" ")
+	}) {
+		t.Fatal("both runs should have ticked")
+	}
+	if overlaps := tickOverlaps(t, ticks); len(overlaps) > 0 {
+		t.Fatalf("the two runs overlap: %v", overlaps)
+	}
+	if err := cutOff.cmd.Process.Signal(syscall.Signal(0)); err != nil {
+		t.Fatalf("the cut-off agent is gone (%v); it should have stayed up", err)
+	}
+	if err := run("ip", "-n", lab.bridge, "link", "set", cutOff.hostVeth, "up"); err != nil {
+		t.Fatal(err)
+	}
+	if !Eventually(60*time.Second, func() bool {
+		task, _, err = cl.GetTask(Ctx(t, 5*time.Second), res.ID, api.ReadOptions{Consistent: true})
+		return err == nil && timelineSays(task, "as its agent reports: stopped on a1: no contact with the cluster")
+	}) {
+		t.Fatalf("the timeline does not say a1 stopped the first run: %+v", task.Timeline)
+	}
+}

@@ -518,8 +518,8 @@ type HeartbeatResponse struct {
 	Liveness          string `json:"liveness"`
 	SessionGeneration uint64 `json:"session_generation"`
 	// LeaseMs renews the node's lease on its attempts, as a gossip lease
-	// acknowledgement does; 0 when the node is not READY or SUSPECT in
-	// this session.
+	// acknowledgement does; 0 when the node is DOWN (its attempts were
+	// reclaimed).
 	LeaseMs int64 `json:"lease_ms,omitempty"`
 }
 

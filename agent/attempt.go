@@ -32,7 +32,7 @@ func (a *Agent) execute(agentCtx, attemptCtx context.Context, x api.Assignment) 
 		// The start may have been committed: the cluster would then wait
 		// on an attempt nothing runs. Say it did not run.
 		why := fmt.Sprintf("the start could not be confirmed with the cluster within %s; not run", a.startDeadline)
-		if fence := (*fenceError)(nil); errors.As(context.Cause(attemptCtx), &fence) {
+		if fence := fenced(attemptCtx); fence != nil {
 			why = fence.msg + "; not run"
 		}
 		a.report(agentCtx, x, outcome{state: api.AttemptLost, exitCode: -1, err: why})
@@ -116,7 +116,7 @@ func (a *Agent) reportStart(ctx context.Context, x api.Assignment, log hclog.Log
 // attempt was taken back (nothing to report), or the lease on it ran out
 // while the report was in flight, and the start may have been committed.
 func whyStopped(ctx context.Context) startAnswer {
-	if fence := (*fenceError)(nil); errors.As(context.Cause(ctx), &fence) {
+	if fenced(ctx) != nil {
 		return startUnconfirmed
 	}
 	return startRefused

@@ -138,7 +138,7 @@ func (a *Agent) runProcess(ctx context.Context, as api.Assignment) outcome {
 	out := outcome{tail: tail.String(), abandoned: abandoned}
 	out.exitCode, out.err = exitStatus(cmd.ProcessState, waitErr)
 	a.judge(&out, timedOut, timeout, limits, spec)
-	if fence := (*fenceError)(nil); abandoned && errors.As(context.Cause(ctx), &fence) {
+	if fence := fenced(ctx); abandoned && fence != nil {
 		// Stopped for want of a lease: reported LOST, with why, once the
 		// cluster can be reached.
 		out.abandoned, out.state, out.exitCode, out.err = false, api.AttemptLost, -1, fence.msg
@@ -188,7 +188,7 @@ func (a *Agent) awaitEnd(ctx context.Context, pid int, limits limitHandle, timeo
 	case <-ctx.Done():
 		abandoned = true
 		grace := a.cfg.KillGrace
-		if fence := (*fenceError)(nil); errors.As(context.Cause(ctx), &fence) {
+		if fence := fenced(ctx); fence != nil {
 			grace = fence.grace
 		}
 		waitErr = a.stopGroupWithin(pid, limits, waited, grace)

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -95,6 +96,16 @@ func (l *lease) state(now time.Time) (ttl, left time.Duration, renewedAt time.Ti
 type fenceError struct {
 	msg   string
 	grace time.Duration
+}
+
+// fenced is why ctx was ended for want of a lease; nil when it was not
+// (or has not ended).
+func fenced(ctx context.Context) *fenceError {
+	var fence *fenceError
+	if errors.As(context.Cause(ctx), &fence) {
+		return fence
+	}
+	return nil
 }
 
 // fenceGrace is the kill grace of an attempt stopped for want of a lease

@@ -234,6 +234,28 @@ func (l *netnsLab) unfirewall(n *nsNode) {
 	_ = run("ip", "netns", "exec", n.ns, "nft", "delete", "table", "inet", "herdfault")
 }
 
+// servers starts three `herd server` processes (s1–s3), each in its own
+// namespace, forming one cluster, with extra flags added; start (re)starts
+// one of them from its data directory.
+func (l *netnsLab) servers(bin string, extra ...string) (servers []*nsNode, httpAddrs []string, start func(*nsNode)) {
+	for i := 1; i <= 3; i++ {
+		n := l.add(fmt.Sprintf("s%d", i))
+		servers = append(servers, n)
+		httpAddrs = append(httpAddrs, n.ip+":4646")
+	}
+	start = func(n *nsNode) {
+		args := append([]string{"server"}, extra...)
+		args = append(args, "-id", n.name, "-data-dir", filepath.Join(l.dir, n.name),
+			"-http-addr", n.ip+":4646", "-raft-addr", n.ip+":4647", "-gossip-addr", n.ip+":4648",
+			"-bootstrap-expect", "3", "-join", strings.Join(httpAddrs, ","), "-log-level", "info")
+		l.start(n, bin, args...)
+	}
+	for _, n := range servers {
+		start(n)
+	}
+	return servers, httpAddrs, start
+}
+
 // The chaos workload against real `herd server` and `herd agent` processes,
 // each in its own network namespace: SIGKILL of the leader, SIGSTOP of a
 // follower past its election timeout, an nftables partition of the leader
@@ -248,21 +270,7 @@ func TestNetnsProcessesUnderFaults(t *testing.T) {
 	bin := buildHerd(t)
 	_, nftErr := exec.LookPath("nft")
 
-	var servers []*nsNode
-	var httpAddrs []string
-	for i := 1; i <= 3; i++ {
-		n := lab.add(fmt.Sprintf("s%d", i))
-		servers = append(servers, n)
-		httpAddrs = append(httpAddrs, n.ip+":4646")
-	}
-	startServer := func(n *nsNode) {
-		lab.start(n, bin, "server", "-id", n.name, "-data-dir", filepath.Join(lab.dir, n.name),
-			"-http-addr", n.ip+":4646", "-raft-addr", n.ip+":4647", "-gossip-addr", n.ip+":4648",
-			"-bootstrap-expect", "3", "-join", strings.Join(httpAddrs, ","), "-log-level", "info")
-	}
-	for _, n := range servers {
-		startServer(n)
-	}
+	servers, httpAddrs, startServer := lab.servers(bin)
 	var agents []*nsNode
 	for i := 1; i <= 2; i++ {
 		n := lab.add(fmt.Sprintf("a%d", i))
@@ -750,18 +758,7 @@ func TestNetnsCutOffAgentStopsBeforeItsTaskRunsElsewhere(t *testing.T) {
 	if err := os.WriteFile(conf, []byte("liveness {\n  heartbeat_interval = \"1s\"\n  max_heartbeat_interval = \"2s\"\n  suspect_after = 2\n  down_after = 3\n  leader_grace = \"2s\"\n}\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	var httpAddrs []string
-	var servers []*nsNode
-	for i := 1; i <= 3; i++ {
-		n := lab.add(fmt.Sprintf("s%d", i))
-		servers = append(servers, n)
-		httpAddrs = append(httpAddrs, n.ip+":4646")
-	}
-	for _, n := range servers {
-		lab.start(n, bin, "server", "-config", conf, "-id", n.name, "-data-dir", filepath.Join(lab.dir, n.name),
-			"-http-addr", n.ip+":4646", "-raft-addr", n.ip+":4647", "-gossip-addr", n.ip+":4648",
-			"-bootstrap-expect", "3", "-join", strings.Join(httpAddrs, ","), "-log-level", "info")
-	}
+	_, httpAddrs, _ := lab.servers(bin, "-config", conf)
 	startAgent := func(name, labels string) *nsNode {
 		n := lab.add(name)
 		lab.start(n, bin, "agent", "-id", name, "-servers", strings.Join(httpAddrs, ","), "-data-dir", filepath.Join(lab.dir, name),

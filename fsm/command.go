@@ -47,6 +47,11 @@ const (
 	// MsgNodeConditions is not ignorable: the conditions decide, at
 	// apply time, whether a reservation on the node holds.
 	MsgNodeConditions MessageType = 18
+	// The ACL commands and the audit trail are not ignorable: a replica
+	// that skipped them would judge credentials differently.
+	MsgACLToken       MessageType = 19
+	MsgACLTokenDelete MessageType = 20
+	MsgAudit          MessageType = 21
 )
 
 // payloadVersion is the version byte written after the type. A replica
@@ -232,6 +237,12 @@ func (t MessageType) String() string {
 		return "forget-tasks"
 	case MsgNodeConditions:
 		return "node-conditions"
+	case MsgACLToken:
+		return "acl-token"
+	case MsgACLTokenDelete:
+		return "acl-token-delete"
+	case MsgAudit:
+		return "audit"
 	}
 	return fmt.Sprintf("type-%d", uint8(t))
 }

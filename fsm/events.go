@@ -38,6 +38,9 @@ const (
 	// EventAgent: what the node's agent did on its own (it stopped
 	// attempts when its lease ran out).
 	EventAgent
+	// EventRefused: a request made with the node's credentials was
+	// refused for acting beyond the node.
+	EventRefused
 )
 
 var eventKindNames = [...]string{
@@ -45,7 +48,7 @@ var eventKindNames = [...]string{
 	EventFinished: "finished", EventFailed: "failed", EventCancelled: "cancelled",
 	EventStaleResultRejected: "stale_result_rejected", EventRegistered: "registered", EventDown: "down",
 	EventManagement: "management", EventReady: "ready", EventSuspect: "suspect",
-	EventCondition: "condition", EventAgent: "agent",
+	EventCondition: "condition", EventAgent: "agent", EventRefused: "refused",
 }
 
 // otherEventKinds numbers, in this process only, kinds read that this

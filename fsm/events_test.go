@@ -20,7 +20,7 @@ type stringEvent struct {
 // field it replaced had in snapshots, archives and the API.
 func TestEventKindsReadAndWriteAsTheirNames(t *testing.T) {
 	written := []string{"queued", "waiting", "node_selected", "started", "finished", "failed", "cancelled",
-		"stale_result_rejected", "registered", "down", "management", "ready", "suspect", "condition", "agent"}
+		"stale_result_rejected", "registered", "down", "management", "ready", "suspect", "condition", "agent", "refused"}
 	seen := map[EventKind]string{}
 	for _, name := range written {
 		k, ok := EventKindOf(name)

@@ -171,6 +171,12 @@ func (f *FSM) applyOne(db *store, index uint64, h header, payload []byte) any {
 		resp, err = applyJSON(payload, func(r *ForgetTasksRequest) (any, error) { return applyForgetTasks(db, r) })
 	case MsgNodeConditions:
 		resp, err = applyJSON(payload, func(r *NodeConditionsRequest) (any, error) { return applyNodeConditions(db, index, r) })
+	case MsgACLToken:
+		resp, err = applyJSON(payload, func(r *ACLTokenRequest) (any, error) { return applyACLToken(db, index, r) })
+	case MsgACLTokenDelete:
+		resp, err = applyJSON(payload, func(r *ACLTokenDeleteRequest) (any, error) { return applyACLTokenDelete(db, r) })
+	case MsgAudit:
+		resp, err = applyJSON(payload, func(r *AuditRequest) (any, error) { return applyAudit(db, index, r) })
 	default:
 		if h.ignorable {
 			f.logger.Warn("skipping unknown ignorable command", "index", index, "type", t)

@@ -36,6 +36,9 @@ const (
 	tableNodes    = "nodes"
 	tableTasks    = "tasks"
 	tableAttempts = "attempts"
+	tableACL      = "acl"
+	tableTokens   = "acl_tokens"
+	tableAudit    = "audit"
 )
 
 func writeSnapshot(w io.Writer, s *State) error {
@@ -73,6 +76,17 @@ func writeSnapshot(w io.Writer, s *State) error {
 	}
 	if werr == nil {
 		s.st.attempts.Ascend(func(v *Attempt) bool { return write(tableAttempts, v) })
+	}
+	// The ACL tables are written only once ACLs are in use, so that the
+	// snapshots of a cluster without them keep their form.
+	if werr == nil && s.st.acl.meta.BootstrapIndex != 0 {
+		write(tableACL, s.st.acl.meta)
+	}
+	if werr == nil {
+		s.st.acl.tokens.Ascend(func(v *ACLToken) bool { return write(tableTokens, v) })
+	}
+	if werr == nil {
+		s.st.acl.audit.Ascend(func(v *AuditRecord) bool { return write(tableAudit, v) })
 	}
 	if werr != nil {
 		return werr
@@ -182,6 +196,17 @@ func decodeRecord(db *store, rec snapshotRecord) error {
 		return decodeInto(rec, func(v *Task) string { return v.ID }, func(t *Task) { db.w.interner.task(t, nil, false); db.putTask(t) })
 	case tableAttempts:
 		return decodeInto(rec, func(v *Attempt) string { return v.ID }, db.putAttempt)
+	case tableACL:
+		return decodeInto(rec, func(v *aclMeta) string { return v.ID }, func(v *aclMeta) { db.acl.meta = *v })
+	case tableTokens:
+		return decodeInto(rec, func(v *ACLToken) string { return v.AccessorID }, db.putToken)
+	case tableAudit:
+		return decodeInto(rec, func(v *AuditRecord) string {
+			if v.Index == 0 {
+				return ""
+			}
+			return "audit"
+		}, db.putAudit)
 	default:
 		return fmt.Errorf("unknown table %q", rec.Table)
 	}

@@ -33,6 +33,9 @@ type store struct {
 	liveByNode     *btree.BTreeG[*Attempt] // by (node, id); reserved and running only
 	endedByNode    *btree.BTreeG[*Attempt] // by (node, id); the others
 
+	// acl holds tokens and the audit trail.
+	acl aclStore
+
 	// The pending feed: tasks that entered, left or changed in the pending
 	// set, in apply order, so that the leader can keep its queue current
 	// without re-reading the backlog. Not replicated state: each
@@ -75,6 +78,7 @@ func newStore() *store {
 		attemptsByTask: btree.NewG(btreeDegree, lessAttemptTask),
 		liveByNode:     btree.NewG(btreeDegree, lessAttemptNode),
 		endedByNode:    btree.NewG(btreeDegree, lessAttemptNode),
+		acl:            newACLStore(),
 		feed:           &feedToken{},
 		w: &writerMaps{
 			tasks:    idtable.New(func(t *Task) string { return t.ID }),
@@ -117,7 +121,7 @@ func (s *store) clone() *store {
 		servers: s.servers.Clone(), nodes: s.nodes.Clone(),
 		tasks: s.tasks.Clone(), tasksByKey: s.tasksByKey.Clone(), tasksByStat: s.tasksByStat.Clone(), taskCounts: counts,
 		attempts: s.attempts.Clone(), attemptsByTask: s.attemptsByTask.Clone(), liveByNode: s.liveByNode.Clone(),
-		endedByNode: s.endedByNode.Clone(),
+		endedByNode: s.endedByNode.Clone(), acl: s.acl.clone(),
 		feed:        s.feed, feedBase: s.feedBase, changes: s.changes,
 	}
 }

@@ -20,10 +20,16 @@ type fakeBackend struct {
 	calls      []string
 	created    bool // SubmitTask creates the task
 	outcomes   []ReportOutcome
+	// ACLs: enforced or not, tokens by secret hash, attempts' nodes, and
+	// what was audited.
+	acl          bool
+	tokens       map[string]ACLToken
+	attemptNodes map[string]string
+	audited      []AuditEntry
 }
 
 func newFake() *fakeBackend {
-	return &fakeBackend{leader: true, errs: map[string]error{}, created: true}
+	return &fakeBackend{leader: true, errs: map[string]error{}, created: true, tokens: map[string]ACLToken{}, attemptNodes: map[string]string{}}
 }
 
 // call records a call and returns the error set for the method.
@@ -155,3 +161,44 @@ func (f *fakeBackend) ReportAttempts(_ context.Context, reports []AttemptReportI
 }
 
 func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
+
+func (f *fakeBackend) ACLEnforced() bool { return f.acl }
+
+func (f *fakeBackend) TokenBySecretHash(hash string) (ACLToken, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	t, ok := f.tokens[hash]
+	return t, ok
+}
+
+func (f *fakeBackend) BootstrapACL(context.Context) (ACLToken, error) {
+	return ACLToken{AccessorID: "boot", SecretID: "s"}, f.call("BootstrapACL")
+}
+
+func (f *fakeBackend) CreateToken(_ context.Context, req ACLTokenRequest) (ACLToken, error) {
+	return ACLToken{AccessorID: "new", Policies: req.Policies}, f.call("CreateToken")
+}
+
+func (f *fakeBackend) DeleteToken(_ context.Context, id string) error { return f.call("DeleteToken", id) }
+
+func (f *fakeBackend) ListTokens() ([]ACLToken, error) { return nil, f.call("ListTokens") }
+
+func (f *fakeBackend) GetToken(id string) (ACLToken, error) {
+	return ACLToken{AccessorID: id}, f.call("GetToken", id)
+}
+
+func (f *fakeBackend) Audit(_ context.Context, e AuditEntry) error {
+	f.mu.Lock()
+	f.audited = append(f.audited, e)
+	f.mu.Unlock()
+	return nil
+}
+
+func (f *fakeBackend) AuditLog(uint64, int) ([]AuditEntry, error) { return nil, f.call("AuditLog") }
+
+func (f *fakeBackend) AttemptNode(id string) (string, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n, ok := f.attemptNodes[id]
+	return n, ok
+}

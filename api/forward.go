@@ -23,12 +23,19 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, notApplied("no cluster leader is known; retry shortly"))
 		return
 	}
-	target := &url.URL{Scheme: "http", Host: addr}
+	target := &url.URL{Scheme: h.scheme(), Host: addr}
 	proxy := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(target)
 			pr.Out.Host = addr
 			pr.Out.Header.Set(HeaderForwarded, h.backend.ID())
+			// The leader sees this replica's certificate, not the
+			// caller's: say whose it was (the leader trusts this header
+			// from a server's certificate only).
+			pr.Out.Header.Del(HeaderIdentity)
+			if id, ok, err := callerIdentity(r); err == nil && ok {
+				pr.Out.Header.Set(HeaderIdentity, id.String())
+			}
 		},
 		FlushInterval: -1,
 		Transport:     h.forwardTransport,

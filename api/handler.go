@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/pprof"
@@ -55,6 +56,7 @@ type Backend interface {
 	TaskBackend
 	NodeBackend
 	AttemptBackend
+	ACLBackend
 }
 
 // Handler serves the API of one replica.
@@ -65,6 +67,9 @@ type Handler struct {
 	// forwardTransport carries requests forwarded to the leader; nil means
 	// http.DefaultTransport.
 	forwardTransport http.RoundTripper
+	// https: the replicas serve the API over TLS, so forwarding dials
+	// the leader with TLS.
+	https bool
 }
 
 // NewHandler builds the HTTP handler for a replica.
@@ -92,6 +97,21 @@ func NewHandler(b Backend, logger hclog.Logger) *Handler {
 func (h *Handler) WithForwardTransport(rt http.RoundTripper) *Handler {
 	h.forwardTransport = rt
 	return h
+}
+
+// WithHTTPS says that the replicas serve HTTPS: requests are forwarded to
+// the leader over TLS (forwardTransport supplies this replica's
+// certificate).
+func (h *Handler) WithHTTPS() *Handler {
+	h.https = true
+	return h
+}
+
+func (h *Handler) scheme() string {
+	if h.https {
+		return "https"
+	}
+	return "http"
 }
 
 // WithDebug serves Go's runtime profiles under /debug/pprof/ (for
@@ -142,12 +162,20 @@ var written = writtenAnswer{}
 type route struct {
 	method, pattern string
 	where           placement
-	fn              endpoint
+	// need is what the caller must hold (see Capability); a route on
+	// /v1/nodes/{id} that an agent may use is also scoped to its node.
+	need Capability
+	fn   endpoint
+}
+
+// nodeScoped reports whether the route's {id} names the node it concerns.
+func (rt route) nodeScoped() bool {
+	return strings.HasPrefix(rt.pattern, "/v1/nodes/{id}") && (rt.need == capAgent || rt.need == capAgentOrRead)
 }
 
 func (h *Handler) routes() []route {
 	var rs []route
-	for _, family := range [][]route{h.statusRoutes(), h.operatorRoutes(), h.taskRoutes(), h.nodeRoutes(), h.attemptRoutes()} {
+	for _, family := range [][]route{h.statusRoutes(), h.operatorRoutes(), h.taskRoutes(), h.nodeRoutes(), h.attemptRoutes(), h.aclRoutes()} {
 		rs = append(rs, family...)
 	}
 	return rs
@@ -175,7 +203,7 @@ func (h *Handler) handle(byPattern map[string]map[string]http.HandlerFunc, rt ro
 			fn(w, req)
 		})
 	}
-	byMethod[rt.method] = h.wrap(rt.where, h.serve(rt.fn))
+	byMethod[rt.method] = h.wrap(rt, h.serve(rt.fn))
 }
 
 // serve runs an endpoint and writes what it returns.
@@ -199,13 +227,48 @@ func (h *Handler) serve(fn endpoint) http.HandlerFunc {
 	}
 }
 
-// wrap places a handler: forwarded to the leader, or served as a read.
-func (h *Handler) wrap(where placement, fn http.HandlerFunc) http.HandlerFunc {
-	switch where {
+// wrap places a handler (forwarded to the leader, or served as a read)
+// and guards it: the caller is authenticated and authorized where the
+// request is answered, so a forwarded request is judged by the leader,
+// by what its original caller may do.
+func (h *Handler) wrap(rt route, fn http.HandlerFunc) http.HandlerFunc {
+	guarded := func(w http.ResponseWriter, r *http.Request) {
+		p, err := h.authenticate(r)
+		if rt.need == capPublic && err != nil {
+			p, err = Principal{Actor: "anonymous"}, nil
+		}
+		if err == nil {
+			err = authorize(p, rt.need)
+		}
+		if err == nil && rt.nodeScoped() && p.Node != "" && r.PathValue("id") != p.Node {
+			if h.mayForward(r) {
+				// The leader answers, and records the refusal.
+				h.forward(w, r)
+				return
+			}
+			r = r.WithContext(context.WithValue(r.Context(), principalKey{}, p))
+			err = h.checkNode(r, r.PathValue("id"), rt.method+" "+rt.pattern, "node")
+		}
+		if errors.Is(err, errUnknownToken) {
+			if h.mayForward(r) {
+				// A token made a moment ago may not have reached this
+				// replica yet; the leader holds every committed one.
+				h.forward(w, r)
+				return
+			}
+			err = unauthenticated("token not found (unknown or deleted)")
+		}
+		if err != nil {
+			writeErr(w, err)
+			return
+		}
+		fn(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, p)))
+	}
+	switch rt.where {
 	case leaderOnly:
 		return func(w http.ResponseWriter, r *http.Request) {
 			if h.backend.IsLeader() {
-				fn(w, r)
+				guarded(w, r)
 				return
 			}
 			h.forward(w, r)
@@ -226,10 +289,16 @@ func (h *Handler) wrap(where placement, fn http.HandlerFunc) http.HandlerFunc {
 			w.Header().Set(HeaderIndex, strconv.FormatUint(meta.Index, 10))
 			w.Header().Set(HeaderLastContact, strconv.FormatInt(meta.LastContact.Milliseconds(), 10))
 			w.Header().Set(HeaderKnownLeader, strconv.FormatBool(meta.KnownLeader))
-			fn(w, r)
+			guarded(w, r)
 		}
 	}
-	return fn
+	return guarded
+}
+
+// mayForward reports whether a request answered locally could be sent to
+// the leader instead: this replica does not lead and nobody forwarded it.
+func (h *Handler) mayForward(r *http.Request) bool {
+	return !h.backend.IsLeader() && r.Header.Get(HeaderForwarded) == ""
 }
 
 // ServeHTTP recovers from handler panics so that one bad request cannot

@@ -19,9 +19,9 @@ type AttemptBackend interface {
 
 func (h *Handler) attemptRoutes() []route {
 	return []route{
-		{http.MethodPost, "/v1/attempts/{id}/start", leaderOnly, h.postAttemptStart},
-		{http.MethodPost, "/v1/attempts/{id}/complete", leaderOnly, h.postAttemptComplete},
-		{http.MethodPost, "/v1/attempts/reports", leaderOnly, h.postAttemptReports},
+		{http.MethodPost, "/v1/attempts/{id}/start", leaderOnly, capAgent, h.postAttemptStart},
+		{http.MethodPost, "/v1/attempts/{id}/complete", leaderOnly, capAgent, h.postAttemptComplete},
+		{http.MethodPost, "/v1/attempts/reports", leaderOnly, capAgent, h.postAttemptReports},
 	}
 }
 
@@ -32,6 +32,9 @@ func (h *Handler) postAttemptStart(w http.ResponseWriter, r *http.Request) (any,
 	}
 	var req AttemptStartRequest
 	if err := decodeBody(w, r, &req); err != nil {
+		return nil, err
+	}
+	if err := h.checkAttemptNode(r, "start attempt", id); err != nil {
 		return nil, err
 	}
 	return h.backend.StartAttempt(r.Context(), id, req)
@@ -48,6 +51,9 @@ func (h *Handler) postAttemptComplete(w http.ResponseWriter, r *http.Request) (a
 	}
 	if err := validateComplete(&req); err != nil {
 		return nil, badRequest("%v", err)
+	}
+	if err := h.checkAttemptNode(r, "complete attempt", id); err != nil {
+		return nil, err
 	}
 	return h.backend.CompleteAttempt(r.Context(), id, req)
 }
@@ -92,6 +98,17 @@ func (h *Handler) postAttemptReports(w http.ResponseWriter, r *http.Request) (an
 			return nil, badRequest("report %d: %v", i, err)
 		}
 	}
+	// One report for another node's attempt refuses the batch whole:
+	// nothing of it is applied.
+	for _, rep := range req.Reports {
+		action := "start attempt"
+		if rep.Complete != nil {
+			action = "complete attempt"
+		}
+		if err := h.checkAttemptNode(r, action, rep.AttemptID); err != nil {
+			return nil, err
+		}
+	}
 	outcomes, err := h.backend.ReportAttempts(r.Context(), req.Reports)
 	if err != nil {
 		return nil, err
@@ -106,4 +123,18 @@ func (h *Handler) postAttemptReports(w http.ResponseWriter, r *http.Request) (an
 		resp.Results[i] = AttemptReportResult{Report: &o.Report}
 	}
 	return resp, nil
+}
+
+// checkAttemptNode refuses a node-scoped caller reporting on an attempt
+// placed on another node. An attempt the replica does not know is left to
+// the backend, which answers it as unknown.
+func (h *Handler) checkAttemptNode(r *http.Request, action, id string) error {
+	if PrincipalOf(r.Context()).Node == "" {
+		return nil
+	}
+	node, ok := h.backend.AttemptNode(id)
+	if !ok {
+		return nil
+	}
+	return h.checkNode(r, node, action, id)
 }

@@ -30,20 +30,23 @@ const MaxWait = 5 * time.Minute
 
 func (h *Handler) nodeRoutes() []route {
 	return []route{
-		{http.MethodGet, "/v1/nodes", readable, h.listNodes},
-		{http.MethodPost, "/v1/nodes/register", leaderOnly, h.postRegisterNode},
-		{http.MethodGet, "/v1/nodes/{id}", readable, h.getNode},
-		{http.MethodGet, "/v1/nodes/{id}/assignments", readable, h.getAssignments},
-		{http.MethodPost, "/v1/nodes/{id}/heartbeat", leaderOnly, h.postHeartbeat},
-		{http.MethodPut, "/v1/nodes/{id}/conditions", leaderOnly, h.putConditions},
-		{http.MethodPost, "/v1/nodes/{id}/drain", leaderOnly, h.postDrain},
-		{http.MethodPost, "/v1/nodes/{id}/eligibility", leaderOnly, h.postEligibility},
+		{http.MethodGet, "/v1/nodes", readable, capRead, h.listNodes},
+		{http.MethodPost, "/v1/nodes/register", leaderOnly, capAgent, h.postRegisterNode},
+		{http.MethodGet, "/v1/nodes/{id}", readable, capAgentOrRead, h.getNode},
+		{http.MethodGet, "/v1/nodes/{id}/assignments", readable, capAgentOrRead, h.getAssignments},
+		{http.MethodPost, "/v1/nodes/{id}/heartbeat", leaderOnly, capAgent, h.postHeartbeat},
+		{http.MethodPut, "/v1/nodes/{id}/conditions", leaderOnly, capAgent, h.putConditions},
+		{http.MethodPost, "/v1/nodes/{id}/drain", leaderOnly, capOperator, h.postDrain},
+		{http.MethodPost, "/v1/nodes/{id}/eligibility", leaderOnly, capOperator, h.postEligibility},
 	}
 }
 
 func (h *Handler) postRegisterNode(w http.ResponseWriter, r *http.Request) (any, error) {
 	var reg NodeRegistration
 	if err := decodeBody(w, r, &reg); err != nil {
+		return nil, err
+	}
+	if err := h.checkNode(r, reg.ID, "register", "node"); err != nil {
 		return nil, err
 	}
 	return h.backend.RegisterNode(r.Context(), reg)
@@ -112,7 +115,9 @@ func (h *Handler) postDrain(w http.ResponseWriter, r *http.Request) (any, error)
 	if err := decodeBody(w, r, &req); err != nil {
 		return nil, err
 	}
-	return h.backend.DrainNode(r.Context(), id, req.Enable)
+	n, err := h.backend.DrainNode(r.Context(), id, req.Enable)
+	h.audit(r, map[bool]string{true: "node drain", false: "node drain off"}[req.Enable], id, err)
+	return n, err
 }
 
 func (h *Handler) postEligibility(w http.ResponseWriter, r *http.Request) (any, error) {
@@ -124,7 +129,9 @@ func (h *Handler) postEligibility(w http.ResponseWriter, r *http.Request) (any, 
 	if err := decodeBody(w, r, &req); err != nil {
 		return nil, err
 	}
-	return h.backend.SetNodeEligibility(r.Context(), id, req.Eligible)
+	n, err := h.backend.SetNodeEligibility(r.Context(), id, req.Eligible)
+	h.audit(r, map[bool]string{true: "node eligible", false: "node ineligible"}[req.Eligible], id, err)
+	return n, err
 }
 
 func (h *Handler) getNode(_ http.ResponseWriter, r *http.Request) (any, error) {

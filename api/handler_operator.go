@@ -25,11 +25,11 @@ type OperatorBackend interface {
 
 func (h *Handler) operatorRoutes() []route {
 	return []route{
-		{http.MethodDelete, "/v1/operator/raft/peer", leaderOnly, h.deletePeer},
-		{http.MethodPost, "/v1/operator/raft/join", leaderOnly, h.postJoin},
-		{http.MethodPut, "/v1/operator/raft/transfer-leadership", leaderOnly, h.putTransferLeadership},
-		{http.MethodGet, "/v1/operator/snapshot", leaderOnly, h.getSnapshot},
-		{http.MethodPut, "/v1/operator/snapshot", leaderOnly, h.putSnapshot},
+		{http.MethodDelete, "/v1/operator/raft/peer", leaderOnly, capOperator, h.deletePeer},
+		{http.MethodPost, "/v1/operator/raft/join", leaderOnly, capServerOrOperator, h.postJoin},
+		{http.MethodPut, "/v1/operator/raft/transfer-leadership", leaderOnly, capOperator, h.putTransferLeadership},
+		{http.MethodGet, "/v1/operator/snapshot", leaderOnly, capOperator, h.getSnapshot},
+		{http.MethodPut, "/v1/operator/snapshot", leaderOnly, capOperator, h.putSnapshot},
 	}
 }
 
@@ -38,7 +38,9 @@ func (h *Handler) deletePeer(_ http.ResponseWriter, r *http.Request) (any, error
 	if !ValidID(id) {
 		return nil, badRequest("query parameter id %q is not a valid server id", id)
 	}
-	if err := h.backend.RemovePeer(r.Context(), id); err != nil {
+	err := h.backend.RemovePeer(r.Context(), id)
+	h.audit(r, "raft peer remove", id, err)
+	if err != nil {
 		return nil, err
 	}
 	return map[string]string{"removed": id}, nil
@@ -63,6 +65,8 @@ func (h *Handler) putTransferLeadership(_ http.ResponseWriter, r *http.Request) 
 	if target != "" && !ValidID(target) {
 		return nil, badRequest("query parameter id %q is not a valid server id", target)
 	}
+	// Recorded first: once leadership moves, this replica cannot write.
+	h.audit(r, "raft transfer leadership", target, nil)
 	if err := h.backend.TransferLeadership(r.Context(), target); err != nil {
 		return nil, err
 	}
@@ -92,7 +96,9 @@ func (h *Handler) getSnapshot(w http.ResponseWriter, r *http.Request) (any, erro
 
 func (h *Handler) putSnapshot(w http.ResponseWriter, r *http.Request) (any, error) {
 	r.Body = http.MaxBytesReader(w, r.Body, MaxSnapshotBytes)
-	if err := h.backend.SnapshotRestore(r.Context(), r.Body); err != nil {
+	err := h.backend.SnapshotRestore(r.Context(), r.Body)
+	h.audit(r, "snapshot restore", "", err)
+	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
 			return nil, &requestError{status: http.StatusRequestEntityTooLarge, msg: fmt.Sprintf("snapshot larger than %d bytes", mbe.Limit)}

@@ -15,12 +15,12 @@ type StatusBackend interface {
 
 func (h *Handler) statusRoutes() []route {
 	return []route{
-		{http.MethodGet, "/v1/status/leader", local, h.getLeader},
-		{http.MethodGet, "/v1/status/self", local, h.getSelf},
-		{http.MethodGet, "/v1/status/gossip", local, h.getGossip},
-		{http.MethodGet, "/v1/operator/raft/configuration", local, h.getRaftConfiguration},
-		{http.MethodGet, "/v1/operator/raft/stats", local, h.getRaftStats},
-		{http.MethodGet, "/v1/operator/scheduler", leaderOnly, h.getScheduler},
+		{http.MethodGet, "/v1/status/leader", local, capAnyone, h.getLeader},
+		{http.MethodGet, "/v1/status/self", local, capAnyone, h.getSelf},
+		{http.MethodGet, "/v1/status/gossip", local, capRead, h.getGossip},
+		{http.MethodGet, "/v1/operator/raft/configuration", local, capRead, h.getRaftConfiguration},
+		{http.MethodGet, "/v1/operator/raft/stats", local, capRead, h.getRaftStats},
+		{http.MethodGet, "/v1/operator/scheduler", leaderOnly, capRead, h.getScheduler},
 	}
 }
 

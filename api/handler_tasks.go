@@ -31,19 +31,22 @@ const (
 
 func (h *Handler) taskRoutes() []route {
 	return []route{
-		{http.MethodGet, "/v1/tasks", readable, h.listTasks},
-		{http.MethodPost, "/v1/tasks", leaderOnly, h.postTask},
-		{http.MethodPost, "/v1/tasks/batch", leaderOnly, h.postTaskBatch},
-		{http.MethodGet, "/v1/tasks/{id}", readable, h.getTask},
-		{http.MethodGet, "/v1/tasks/{id}/explain", readable, h.getTaskExplain},
-		{http.MethodPost, "/v1/tasks/{id}/cancel", leaderOnly, h.postCancel},
-		{http.MethodPost, "/v1/explain", readable, h.postExplain},
+		{http.MethodGet, "/v1/tasks", readable, capRead, h.listTasks},
+		{http.MethodPost, "/v1/tasks", leaderOnly, capSubmit, h.postTask},
+		{http.MethodPost, "/v1/tasks/batch", leaderOnly, capSubmit, h.postTaskBatch},
+		{http.MethodGet, "/v1/tasks/{id}", readable, capRead, h.getTask},
+		{http.MethodGet, "/v1/tasks/{id}/explain", readable, capRead, h.getTaskExplain},
+		{http.MethodPost, "/v1/tasks/{id}/cancel", leaderOnly, capSubmit, h.postCancel},
+		{http.MethodPost, "/v1/explain", readable, capRead, h.postExplain},
 	}
 }
 
 func (h *Handler) postTask(w http.ResponseWriter, r *http.Request) (any, error) {
 	var spec TaskSpec
 	if err := decodeBody(w, r, &spec); err != nil {
+		return nil, err
+	}
+	if err := checkSubmitter(r, spec.Submitter); err != nil {
 		return nil, err
 	}
 	task, created, index, err := h.backend.SubmitTask(r.Context(), spec)
@@ -68,6 +71,11 @@ func (h *Handler) postTaskBatch(w http.ResponseWriter, r *http.Request) (any, er
 		return nil, badRequest("a batch needs at least one task")
 	case n > MaxBatchTasks:
 		return nil, badRequest("a batch holds at most %d tasks, got %d: send several", MaxBatchTasks, n)
+	}
+	for _, spec := range req.Tasks {
+		if err := checkSubmitter(r, spec.Submitter); err != nil {
+			return nil, err
+		}
 	}
 	return h.backend.SubmitTasks(r.Context(), req.Tasks)
 }
@@ -110,7 +118,28 @@ func (h *Handler) postCancel(w http.ResponseWriter, r *http.Request) (any, error
 	if len(req.Reason) > MaxErrorText {
 		return nil, badRequest("reason is longer than %d bytes", MaxErrorText)
 	}
+	if p := PrincipalOf(r.Context()); len(p.Submitters) > 0 {
+		task, err := h.backend.GetTask(id)
+		if err != nil {
+			return nil, err
+		}
+		if err := checkSubmitter(r, task.Spec.Submitter); err != nil {
+			return nil, err
+		}
+	}
 	return h.backend.CancelTask(r.Context(), id, req.Reason)
+}
+
+// checkSubmitter refuses a token limited to named submitters acting for
+// another.
+func checkSubmitter(r *http.Request, submitter string) error {
+	if submitter == "" {
+		submitter = DefaultSubmitter
+	}
+	if p := PrincipalOf(r.Context()); !p.MaySubmitAs(submitter) {
+		return forbidden("%s may submit only for %v, not for submitter %q", p.Actor, p.Submitters, submitter)
+	}
+	return nil
 }
 
 func (h *Handler) listTasks(_ http.ResponseWriter, r *http.Request) (any, error) {

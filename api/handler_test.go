@@ -18,6 +18,7 @@ type handlerCase struct {
 	name           string
 	method, target string
 	body           string
+	header         map[string]string
 	setup          func(*fakeBackend)
 	status         int
 	code           string // the error body's code, if any
@@ -36,7 +37,11 @@ func (c handlerCase) run(t *testing.T) *httptest.ResponseRecorder {
 		body = strings.NewReader(c.body)
 	}
 	rec := httptest.NewRecorder()
-	NewHandler(f, nil).ServeHTTP(rec, httptest.NewRequest(c.method, c.target, body))
+	req := httptest.NewRequest(c.method, c.target, body)
+	for k, v := range c.header {
+		req.Header.Set(k, v)
+	}
+	NewHandler(f, nil).ServeHTTP(rec, req)
 	if rec.Code != c.status {
 		t.Fatalf("%s %s: status %d, want %d: %s", c.method, c.target, rec.Code, c.status, rec.Body)
 	}
@@ -115,6 +120,23 @@ var handlerCases = []handlerCase{
 	{name: "snapshot save fails", method: "GET", target: "/v1/operator/snapshot", setup: failWith("SnapshotSave", errors.New("no snapshot")), status: 500, call: "SnapshotSave"},
 	{name: "snapshot restore", method: "PUT", target: "/v1/operator/snapshot", body: "archive", status: 200, contains: "restored", call: "SnapshotRestore"},
 	{name: "snapshot restore refused", method: "PUT", target: "/v1/operator/snapshot", body: "junk", setup: failWith("SnapshotRestore", fmt.Errorf("checksum: %w", ErrBadRequest)), status: 400, call: "SnapshotRestore"},
+
+	// acl
+	{name: "acl bootstrap", method: "POST", target: "/v1/acl/bootstrap", status: 200, contains: `"secret_id":"s"`, call: "BootstrapACL"},
+	{name: "acl bootstrap again", method: "POST", target: "/v1/acl/bootstrap", setup: failWith("BootstrapACL", fmt.Errorf("done: %w", ErrConflict)), status: 409, call: "BootstrapACL"},
+	{name: "acl policies", method: "GET", target: "/v1/acl/policies", status: 200, contains: `"management"`},
+	{name: "acl tokens", method: "GET", target: "/v1/acl/tokens", status: 200, call: "ListTokens"},
+	{name: "acl tokens fail", method: "GET", target: "/v1/acl/tokens", setup: failWith("ListTokens", errors.New("disk")), status: 500, call: "ListTokens"},
+	{name: "acl token create", method: "POST", target: "/v1/acl/tokens", body: `{"policies":["read"]}`, status: 200, call: "CreateToken"},
+	{name: "acl token create bad body", method: "POST", target: "/v1/acl/tokens", body: `{"policy":"read"}`, status: 400},
+	{name: "acl token", method: "GET", target: "/v1/acl/tokens/tok1", status: 200, call: "GetToken tok1"},
+	{name: "acl token unknown", method: "GET", target: "/v1/acl/tokens/tok9", setup: failWith("GetToken", errNotFound), status: 404, call: "GetToken tok9"},
+	{name: "acl token delete", method: "DELETE", target: "/v1/acl/tokens/tok1", status: 200, call: "DeleteToken tok1"},
+	{name: "acl token delete bad id", method: "DELETE", target: "/v1/acl/tokens/a%20b", status: 400},
+	{name: "acl token self", method: "GET", target: "/v1/acl/token/self", setup: func(f *fakeBackend) { f.acl = true; f.tokens[HashSecret("sec")] = ACLToken{AccessorID: "me", Policies: []string{"read"}} }, header: map[string]string{HeaderToken: "sec"}, status: 200, contains: `"me"`, call: "GetToken me"},
+	{name: "acl token self without acls", method: "GET", target: "/v1/acl/token/self", status: 400},
+	{name: "audit", method: "GET", target: "/v1/operator/audit?after=3&limit=10", status: 200, call: "AuditLog"},
+	{name: "audit bad after", method: "GET", target: "/v1/operator/audit?after=x", status: 400},
 
 	// tasks
 	{name: "submit", method: "POST", target: "/v1/tasks", body: validSpec, status: 201, contains: `"id":"t1"`, call: "SubmitTask n"},
@@ -237,7 +259,7 @@ func TestEveryRouteHasHandlerCases(t *testing.T) {
 	}
 }
 
-var cannotFail = map[string]bool{"GET /v1/status/self": true, "GET /v1/status/gossip": true, "GET /v1/operator/raft/stats": true}
+var cannotFail = map[string]bool{"GET /v1/acl/policies": true, "GET /v1/status/self": true, "GET /v1/status/gossip": true, "GET /v1/operator/raft/stats": true}
 
 // A method a path does not serve is a JSON 405 naming the allowed ones;
 // a path nobody serves is a JSON 404.

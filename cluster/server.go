@@ -90,6 +90,7 @@ type Server struct {
 
 	leaderLoops []LeaderLoop
 	schedStats  SchedulerStats
+	refusals    refusalLimiter
 	monitor     *monitor
 	gossip      *serverGossip
 	notifyCh    chan bool

@@ -182,6 +182,56 @@ type Server struct {
 	// trading CPU for a smaller footprint. 0 leaves Go's default (the
 	// heap may grow to about twice what is live).
 	MemoryLimitMiB int
+	// TLS names the replica's CA, certificate and key: with them the API
+	// is HTTPS and every link between replicas mutual TLS.
+	TLSCAFile, TLSCertFile, TLSKeyFile string
+	// ACL enforces tokens on every endpoint (it needs TLS: replicas prove
+	// they are servers by their certificates).
+	ACL bool
+	// Insecure lets a replica listen off loopback without TLS and ACLs.
+	Insecure bool
+}
+
+// TLSEnabled reports whether TLS files are given.
+func (c *Server) TLSEnabled() bool { return c.TLSCAFile != "" || c.TLSCertFile != "" || c.TLSKeyFile != "" }
+
+// Open reports whether the replica runs without TLS or without ACLs.
+func (c *Server) Open() bool { return !c.TLSEnabled() || !c.ACL }
+
+// Loopback reports whether addr listens on loopback only.
+func Loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// securityErrors checks the TLS files and ACL settings, and refuses an
+// open replica reachable from other machines unless Insecure says so.
+func (c *Server) securityErrors() []error {
+	var errs []error
+	if c.TLSEnabled() && (c.TLSCAFile == "" || c.TLSCertFile == "" || c.TLSKeyFile == "") {
+		errs = append(errs, errors.New("TLS needs tls_ca_file, tls_cert_file and tls_key_file together"))
+	}
+	if c.ACL && !c.TLSEnabled() {
+		errs = append(errs, errors.New("acl needs TLS: replicas prove they are servers by their certificates (give tls_ca_file, tls_cert_file and tls_key_file)"))
+	}
+	if c.Open() && !c.Insecure {
+		for name, addr := range map[string]string{"http_addr": c.HTTPAddr, "raft_addr": c.RaftAddr, "gossip_addr": c.GossipAddr} {
+			if addr != "" && !Loopback(addr) {
+				errs = append(errs, fmt.Errorf("%s %s is reachable from other machines, but TLS and ACLs are not both on: give -tls-ca-file, -tls-cert-file, -tls-key-file and -acl, or -insecure to run open anyway", name, addr))
+			}
+		}
+	}
+	if !c.Open() && c.GossipAddr != "" && !Loopback(c.GossipAddr) && c.GossipKey == "" {
+		errs = append(errs, errors.New("gossip off loopback needs gossip_key when the replica is secured: unencrypted gossip would let anyone fake liveness"))
+	}
+	return errs
 }
 
 // DefaultRaft returns the timings tuned for low-spec servers on weak links.
@@ -257,6 +307,7 @@ func (c *Server) Validate() error {
 			errs = append(errs, fmt.Errorf("%s %q is not an address others can reach: set it explicitly", name, addr))
 		}
 	}
+	errs = append(errs, c.securityErrors()...)
 	if c.Bootstrap && c.BootstrapExpect > 0 {
 		errs = append(errs, errors.New("bootstrap and bootstrap_expect are mutually exclusive"))
 	}

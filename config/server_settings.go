@@ -25,6 +25,11 @@ var ServerSettings = Table[Server]{Defaults: DefaultServer, File: true, Settings
 	Field("gossip_advertise", "HERD_GOSSIP_ADVERTISE", "", "gossip address others use, if not gossip_addr", func(c *Server) *string { return &c.GossipAdvertise }),
 	Field("gossip_key", "HERD_GOSSIP_KEY", "gossip-key", "base64 AES key (16, 24 or 32 bytes) encrypting gossip", func(c *Server) *string { return &c.GossipKey }),
 	Field("enable_debug", "", "enable-debug", "serve Go's profiles under /debug/pprof/ on the HTTP API", func(c *Server) *bool { return &c.EnableDebug }),
+	Field("tls_ca_file", "HERD_TLS_CA_FILE", "tls-ca-file", "the cluster CA's certificate (PEM): with the next two, HTTPS and mutual TLS on every link", func(c *Server) *string { return &c.TLSCAFile }),
+	Field("tls_cert_file", "HERD_TLS_CERT_FILE", "tls-cert-file", "this replica's server certificate (herd tls cert create -server); reloaded on SIGHUP", func(c *Server) *string { return &c.TLSCertFile }),
+	Field("tls_key_file", "HERD_TLS_KEY_FILE", "tls-key-file", "the certificate's private key; reloaded on SIGHUP", func(c *Server) *string { return &c.TLSKeyFile }),
+	Field("acl", "HERD_ACL", "acl", "enforce ACL tokens on every endpoint (needs TLS); bootstrap with herd acl bootstrap", func(c *Server) *bool { return &c.ACL }),
+	Field("insecure", "HERD_INSECURE", "insecure", "allow listening off loopback without TLS and ACLs (logged at start and shown in /v1/status/self)", func(c *Server) *bool { return &c.Insecure }),
 	Field("memory_limit_mib", "HERD_MEMORY_LIMIT_MIB", "memory-limit-mib", "soft memory limit in MiB, 0 for none: the collector works harder near it", func(c *Server) *int { return &c.MemoryLimitMiB }),
 
 	Field("raft.heartbeat_timeout", "", "", "how long a follower goes without the leader before it stands for election", func(c *Server) *time.Duration { return &c.Raft.HeartbeatTimeout }),

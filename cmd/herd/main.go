@@ -46,6 +46,7 @@ func commands() []command {
 		{"node", "list, inspect, drain and register worker nodes", runNode},
 		{"explain", "say why a task waits, node by node (or what-if for a spec)", runExplain},
 		{"operator", "inspect and manage raft and snapshots", runOperator},
+		{"tls", "create the cluster CA and certificates", runTLS},
 		{"lease", "check, from inside a task, that its attempt is still current", runLease},
 		{"bench", "measure throughput, latency, footprint and failover on this machine", runBench},
 		{"version", "print the version", func(e *env, _ []string) error { fmt.Fprintln(e.stdout, "herd", version); return nil }},

@@ -1,0 +1,175 @@
+package cluster
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"herd/api"
+	"herd/fsm"
+	"herd/internal/check"
+)
+
+// ACLEnforced says whether the replica demands credentials.
+func (s *Server) ACLEnforced() bool { return s.cfg.ACL }
+
+// TokenBySecretHash finds a token in the local state.
+func (s *Server) TokenBySecretHash(hash string) (api.ACLToken, bool) {
+	t, ok := s.fsm.State().TokenBySecretHash(hash)
+	if !ok {
+		return api.ACLToken{}, false
+	}
+	return toAPIToken(t), true
+}
+
+func toAPIToken(t *fsm.ACLToken) api.ACLToken {
+	return api.ACLToken{
+		AccessorID: t.AccessorID, Name: t.Name, Policies: slices.Clone(t.Policies), NodeID: t.NodeID,
+		Submitters: slices.Clone(t.Submitters), CreateTime: t.CreateTime.Time(),
+	}
+}
+
+// randomID is 128 random bits in the form of a UUID.
+func randomID() string {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(fmt.Sprintf("crypto/rand failed: %v", err))
+	}
+	h := hex.EncodeToString(b[:])
+	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32]
+}
+
+// BootstrapACL creates the first management token (leader-only); it
+// succeeds once per cluster.
+func (s *Server) BootstrapACL(ctx context.Context) (api.ACLToken, error) {
+	return s.createToken(ctx, api.ACLTokenRequest{Name: "bootstrap", Policies: []string{"management"}}, true)
+}
+
+// CreateToken creates a token (leader-only) and returns it with its
+// secret, which is not stored anywhere.
+func (s *Server) CreateToken(ctx context.Context, req api.ACLTokenRequest) (api.ACLToken, error) {
+	if req.NodeID != "" && len(req.Policies) == 0 {
+		req.Policies = []string{"agent"}
+	}
+	if len(req.Name) > 256 {
+		return api.ACLToken{}, fmt.Errorf("name is longer than 256 bytes: %w", api.ErrBadRequest)
+	}
+	for _, sub := range req.Submitters {
+		if !check.ID(sub) {
+			return api.ACLToken{}, fmt.Errorf("submitter %q is not valid: %w", sub, api.ErrBadRequest)
+		}
+	}
+	return s.createToken(ctx, req, false)
+}
+
+func (s *Server) createToken(ctx context.Context, req api.ACLTokenRequest, bootstrap bool) (api.ACLToken, error) {
+	if !s.IsLeader() {
+		return api.ACLToken{}, fmt.Errorf("%s: %w", s.cfg.ID, api.ErrNotLeader)
+	}
+	secret := randomID()
+	tok := fsm.ACLToken{
+		AccessorID: randomID(), SecretHash: api.HashSecret(secret), Name: req.Name,
+		Policies: req.Policies, NodeID: req.NodeID, Submitters: req.Submitters,
+	}
+	resp, _, err := s.apply(ctx, fsm.MsgACLToken, fsm.ACLTokenRequest{Token: tok, Bootstrap: bootstrap, Now: s.now().UTC()})
+	if err != nil {
+		return api.ACLToken{}, err
+	}
+	out := toAPIToken(resp.(*fsm.ACLToken))
+	out.SecretID = secret
+	return out, nil
+}
+
+// DeleteToken deletes a token (leader-only); requests carrying it are
+// refused from the moment the deletion applies on the replica answering.
+func (s *Server) DeleteToken(ctx context.Context, accessor string) error {
+	if !s.IsLeader() {
+		return fmt.Errorf("%s: %w", s.cfg.ID, api.ErrNotLeader)
+	}
+	_, _, err := s.apply(ctx, fsm.MsgACLTokenDelete, fsm.ACLTokenDeleteRequest{AccessorID: accessor})
+	return err
+}
+
+// ListTokens lists tokens, without secrets.
+func (s *Server) ListTokens() ([]api.ACLToken, error) {
+	toks := s.fsm.State().Tokens()
+	out := make([]api.ACLToken, len(toks))
+	for i, t := range toks {
+		out[i] = toAPIToken(t)
+	}
+	return out, nil
+}
+
+// GetToken reads one token, without its secret.
+func (s *Server) GetToken(accessor string) (api.ACLToken, error) {
+	t, ok := s.fsm.State().Token(accessor)
+	if !ok {
+		return api.ACLToken{}, fmt.Errorf("token %s: %w", accessor, api.ErrNotFound)
+	}
+	return toAPIToken(t), nil
+}
+
+// refusalEvery bounds how often a node's refused requests are written to
+// the log: an agent gone wrong may retry a refused request in a loop, and
+// each record is a Raft entry. The HTTP answers are refused all the same.
+const refusalEvery = time.Second
+
+type refusalLimiter struct {
+	mu   sync.Mutex
+	last map[string]time.Time
+}
+
+func (l *refusalLimiter) allow(node string, now time.Time) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.last == nil {
+		l.last = map[string]time.Time{}
+	}
+	if t, ok := l.last[node]; ok && now.Sub(t) < refusalEvery {
+		return false
+	}
+	if len(l.last) > 10000 {
+		clear(l.last)
+	}
+	l.last[node] = now
+	return true
+}
+
+// Audit records an operator action, or a refused agent request, in the
+// replicated audit trail (leader-only).
+func (s *Server) Audit(ctx context.Context, e api.AuditEntry) error {
+	if !s.IsLeader() {
+		return fmt.Errorf("%s: %w", s.cfg.ID, api.ErrNotLeader)
+	}
+	now := s.now().UTC()
+	if e.NodeID != "" && !s.refusals.allow(e.NodeID, now) {
+		return nil
+	}
+	_, _, err := s.apply(ctx, fsm.MsgAudit, fsm.AuditRequest{Record: fsm.AuditRecord{
+		Actor: e.Actor, Action: e.Action, Target: e.Target, Outcome: e.Outcome, NodeID: e.NodeID,
+	}, Now: now})
+	return err
+}
+
+// AuditLog lists audit records after index, oldest first.
+func (s *Server) AuditLog(after uint64, limit int) ([]api.AuditEntry, error) {
+	recs := s.fsm.State().Audit(after, limit)
+	out := make([]api.AuditEntry, len(recs))
+	for i, r := range recs {
+		out[i] = api.AuditEntry{Index: r.Index, Time: r.Time.Time(), Actor: r.Actor, Action: r.Action, Target: r.Target, Outcome: r.Outcome, NodeID: r.NodeID}
+	}
+	return out, nil
+}
+
+// AttemptNode is the node an attempt was placed on.
+func (s *Server) AttemptNode(id string) (string, bool) {
+	a, err := s.fsm.State().Attempt(id)
+	if err != nil {
+		return "", false
+	}
+	return a.NodeID, true
+}

@@ -179,7 +179,9 @@ func (f *fakeBackend) CreateToken(_ context.Context, req ACLTokenRequest) (ACLTo
 	return ACLToken{AccessorID: "new", Policies: req.Policies}, f.call("CreateToken")
 }
 
-func (f *fakeBackend) DeleteToken(_ context.Context, id string) error { return f.call("DeleteToken", id) }
+func (f *fakeBackend) DeleteToken(_ context.Context, id string) error {
+	return f.call("DeleteToken", id)
+}
 
 func (f *fakeBackend) ListTokens() ([]ACLToken, error) { return nil, f.call("ListTokens") }
 

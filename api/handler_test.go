@@ -133,7 +133,10 @@ var handlerCases = []handlerCase{
 	{name: "acl token unknown", method: "GET", target: "/v1/acl/tokens/tok9", setup: failWith("GetToken", errNotFound), status: 404, call: "GetToken tok9"},
 	{name: "acl token delete", method: "DELETE", target: "/v1/acl/tokens/tok1", status: 200, call: "DeleteToken tok1"},
 	{name: "acl token delete bad id", method: "DELETE", target: "/v1/acl/tokens/a%20b", status: 400},
-	{name: "acl token self", method: "GET", target: "/v1/acl/token/self", setup: func(f *fakeBackend) { f.acl = true; f.tokens[HashSecret("sec")] = ACLToken{AccessorID: "me", Policies: []string{"read"}} }, header: map[string]string{HeaderToken: "sec"}, status: 200, contains: `"me"`, call: "GetToken me"},
+	{name: "acl token self", method: "GET", target: "/v1/acl/token/self", setup: func(f *fakeBackend) {
+		f.acl = true
+		f.tokens[HashSecret("sec")] = ACLToken{AccessorID: "me", Policies: []string{"read"}}
+	}, header: map[string]string{HeaderToken: "sec"}, status: 200, contains: `"me"`, call: "GetToken me"},
 	{name: "acl token self without acls", method: "GET", target: "/v1/acl/token/self", status: 400},
 	{name: "audit", method: "GET", target: "/v1/operator/audit?after=3&limit=10", status: 200, call: "AuditLog"},
 	{name: "audit bad after", method: "GET", target: "/v1/operator/audit?after=x", status: 400},

@@ -193,7 +193,9 @@ type Server struct {
 }
 
 // TLSEnabled reports whether TLS files are given.
-func (c *Server) TLSEnabled() bool { return c.TLSCAFile != "" || c.TLSCertFile != "" || c.TLSKeyFile != "" }
+func (c *Server) TLSEnabled() bool {
+	return c.TLSCAFile != "" || c.TLSCertFile != "" || c.TLSKeyFile != ""
+}
 
 // Open reports whether the replica runs without TLS or without ACLs.
 func (c *Server) Open() bool { return !c.TLSEnabled() || !c.ACL }

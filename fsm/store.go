@@ -122,7 +122,7 @@ func (s *store) clone() *store {
 		tasks: s.tasks.Clone(), tasksByKey: s.tasksByKey.Clone(), tasksByStat: s.tasksByStat.Clone(), taskCounts: counts,
 		attempts: s.attempts.Clone(), attemptsByTask: s.attemptsByTask.Clone(), liveByNode: s.liveByNode.Clone(),
 		endedByNode: s.endedByNode.Clone(), acl: s.acl.clone(),
-		feed:        s.feed, feedBase: s.feedBase, changes: s.changes,
+		feed: s.feed, feedBase: s.feedBase, changes: s.changes,
 	}
 }
 

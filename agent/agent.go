@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -17,11 +18,14 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"herd/api"
+	"herd/internal/pki"
 	"herd/internal/steady"
 )
 
 // Agent is one running edge agent.
 type Agent struct {
+	// tls is the agent's certificate and CA, nil without TLS.
+	tls      *pki.Material
 	cfg      Config
 	logger   hclog.Logger
 	client   *api.Client
@@ -81,11 +85,32 @@ func New(cfg Config) (*Agent, error) {
 	if err != nil {
 		return nil, fmt.Errorf("servers: %w", err)
 	}
-	hc := &http.Client{Timeout: cfg.AssignmentWait + 30*time.Second, Transport: api.NewTransport()}
+	transport := api.NewTransport()
+	var material *pki.Material
+	if cfg.TLS.Enabled() {
+		if material, err = pki.Load(cfg.TLS); err != nil {
+			return nil, fmt.Errorf("TLS: %w", err)
+		}
+		if id := material.Identity(); id != (pki.Identity{Role: pki.RoleAgent, ID: cfg.ID}) {
+			return nil, fmt.Errorf("TLS: %s holds the identity %s, not agent/%s (issue one with herd tls cert create -agent -id %s)", cfg.TLS.Cert, id, cfg.ID, cfg.ID)
+		}
+		// The servers are judged by their certificates' role, not by
+		// host names: an agent reaches them at whatever address it is
+		// given.
+		dialer := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
+		transport.DialTLSContext = func(ctx context.Context, _, addr string) (net.Conn, error) {
+			return pki.Dial(ctx, dialer.DialContext, addr, material.ClientConfig(pki.RoleServer))
+		}
+		client.WithHTTPS()
+	}
+	hc := &http.Client{Timeout: cfg.AssignmentWait + 30*time.Second, Transport: transport}
 	if cfg.Transport != nil {
 		hc.Transport = cfg.Transport
 	}
 	client.SetHTTPClient(hc)
+	if cfg.Token != "" {
+		client.SetToken(cfg.Token)
+	}
 	client.OnFailover = func(from, to string, err error) {
 		logger.Warn("server unreachable, continuing through another", "from", from, "to", to, "error", err)
 	}
@@ -100,6 +125,7 @@ func New(cfg Config) (*Agent, error) {
 	}
 	logger.Info("resource limits", "method", lim.Name())
 	a := &Agent{
+		tls: material,
 		cfg: cfg, logger: logger, client: client, reports: newReporter(client), limiter: lim, paths: pathCache{now: time.Now},
 		workDirs:   newWorkDirs(filepath.Join(cfg.DataDir, "work")),
 		reregister: make(chan struct{}, 1),
@@ -285,4 +311,19 @@ func (a *Agent) pruneAttemptFiles(cutoff time.Time) int {
 		return active[id] || a.workDirs.inPool(name)
 	}
 	return pruneOld(filepath.Join(a.cfg.DataDir, "logs"), cutoff, keep) + pruneOld(filepath.Join(a.cfg.DataDir, "work"), cutoff, keep)
+}
+
+// ReloadTLS reads the agent's certificate, key and CA again (SIGHUP): new
+// connections to the servers use them. On an error the material in use
+// stays.
+func (a *Agent) ReloadTLS() error {
+	if a.tls == nil {
+		return nil
+	}
+	if err := a.tls.Reload(); err != nil {
+		a.logger.Error("TLS reload failed; keeping the certificates in use", "error", err)
+		return err
+	}
+	a.logger.Info("TLS certificates reloaded", "expires", a.tls.NotAfter())
+	return nil
 }

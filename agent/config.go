@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"os"
 	"runtime"
 	"strconv"
@@ -21,6 +22,8 @@ import (
 	"github.com/hashicorp/memberlist"
 
 	"herd/api"
+	"herd/config"
+	"herd/internal/pki"
 )
 
 // Config configures an agent.
@@ -84,6 +87,16 @@ type Config struct {
 	// Transport, when set, carries every request to the servers (tests
 	// cut it to simulate a partition).
 	Transport http.RoundTripper
+	// TLS names the agent's CA, certificate and key: the servers are
+	// reached over HTTPS with the agent's certificate, whose identity
+	// (agent/ID) lets it act for this node alone. Reloaded by ReloadTLS.
+	TLS pki.Files
+	// Insecure lets the agent talk to servers, or gossip, off loopback
+	// without TLS.
+	Insecure bool
+	// Token is the node's ACL token secret, when the cluster enforces
+	// ACLs and the agent has no certificate (or both are required).
+	Token string
 }
 
 // RunRecord is one attempt's process as the agent ran it.
@@ -161,6 +174,23 @@ func (c Config) Validate() error {
 	}
 	if c.DataDir == "" {
 		errs = append(errs, errors.New("data dir is required"))
+	}
+	if err := c.TLS.Check(); err != nil {
+		errs = append(errs, err)
+	}
+	if !c.TLS.Enabled() && !c.Insecure {
+		for _, s := range c.Servers {
+			if u, err := url.Parse(s); err == nil && u.Host != "" {
+				s = u.Host
+			}
+			if !config.Loopback(s) {
+				errs = append(errs, fmt.Errorf("server %s is off loopback, but the agent has no TLS certificate: give -tls-ca-file, -tls-cert-file and -tls-key-file, or -insecure to talk in the clear anyway", s))
+				break
+			}
+		}
+		if c.GossipAddr != "" && !config.Loopback(c.GossipAddr) {
+			errs = append(errs, fmt.Errorf("gossip address %s is off loopback, but the agent has no TLS certificate: give the TLS files, or -insecure", c.GossipAddr))
+		}
 	}
 	r := c.Resources
 	if r.CPUMillis < 0 || r.MemoryMB < 0 || r.GPU < 0 || r.DiskMB < 0 || c.Slots < 0 || c.Weight < 0 {

@@ -21,7 +21,9 @@ import (
 // next address; followers forward to the leader themselves.
 type Client struct {
 	addrs []string
-	http  *http.Client
+	// explicit: the address was given with its scheme.
+	explicit []bool
+	http     *http.Client
 	// preferred is the index of the address that answered last; requests
 	// start there, so a dead replica costs one failure, not one per call.
 	preferred atomic.Int32
@@ -33,6 +35,21 @@ type Client struct {
 	Retries int
 	// RetryWait is the pause between rounds.
 	RetryWait time.Duration
+	// token goes with every request (X-Herd-Token).
+	token string
+}
+
+// SetToken makes every request carry the ACL token secret.
+func (c *Client) SetToken(secret string) { c.token = secret }
+
+// WithHTTPS turns the addresses given without a scheme to https (a
+// client that trusts the cluster's CA).
+func (c *Client) WithHTTPS() {
+	for i, a := range c.addrs {
+		if !c.explicit[i] {
+			c.addrs[i] = "https://" + strings.TrimPrefix(a, "http://")
+		}
+	}
 }
 
 // NewTransport returns the HTTP transport herd's clients, agents and
@@ -55,6 +72,7 @@ func NewClient(addrs ...string) (*Client, error) {
 			if p == "" {
 				continue
 			}
+			c.explicit = append(c.explicit, strings.Contains(p, "://"))
 			if !strings.Contains(p, "://") {
 				p = "http://" + p
 			}
@@ -142,6 +160,9 @@ func (c *Client) once(ctx context.Context, method, u string, body []byte, out an
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
+	if c.token != "" {
+		req.Header.Set(HeaderToken, c.token)
+	}
 	resp, err := c.http.Do(req)
 	if err != nil {
 		return Meta{}, fmt.Errorf("%s %s: %w", method, u, err)
@@ -200,6 +221,9 @@ func parseMeta(resp *http.Response) Meta {
 func decodeError(resp *http.Response) error {
 	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	var e ErrorResponse
+	if resp.StatusCode == http.StatusBadRequest && strings.Contains(string(raw), "Client sent an HTTP request to an HTTPS server") {
+		return &StatusError{Code: resp.StatusCode, Message: "the server speaks HTTPS: use an https:// address and trust the cluster CA (-ca-file or HERD_CACERT)"}
+	}
 	if err := json.Unmarshal(raw, &e); err != nil || e.Error == "" {
 		e.Error = strings.TrimSpace(string(raw))
 		if e.Error == "" {
@@ -301,6 +325,9 @@ func (c *Client) SnapshotRestore(ctx context.Context, r io.Reader) error {
 			return fmt.Errorf("build request: %w", err)
 		}
 		req.Header.Set("Content-Type", "application/octet-stream")
+		if c.token != "" {
+			req.Header.Set(HeaderToken, c.token)
+		}
 		resp, err := c.http.Do(req)
 		if err != nil {
 			lastErr = fmt.Errorf("PUT %s: %w", base, err)
@@ -519,4 +546,47 @@ func (c *Client) GossipInfo(ctx context.Context) (GossipInfo, error) {
 	var g GossipInfo
 	_, err := c.do(ctx, http.MethodGet, "/v1/status/gossip", nil, &g)
 	return g, err
+}
+
+// BootstrapACL creates the cluster's first management token (once).
+func (c *Client) BootstrapACL(ctx context.Context) (ACLToken, error) {
+	var t ACLToken
+	_, err := c.do(ctx, http.MethodPost, "/v1/acl/bootstrap", nil, &t)
+	return t, err
+}
+
+// CreateToken creates a token; the answer holds its secret.
+func (c *Client) CreateToken(ctx context.Context, req ACLTokenRequest) (ACLToken, error) {
+	var t ACLToken
+	_, err := c.do(ctx, http.MethodPost, "/v1/acl/tokens", req, &t)
+	return t, err
+}
+
+// ListTokens lists tokens without their secrets.
+func (c *Client) ListTokens(ctx context.Context) ([]ACLToken, error) {
+	var out struct {
+		Tokens []ACLToken `json:"tokens"`
+	}
+	_, err := c.do(ctx, http.MethodGet, "/v1/acl/tokens", nil, &out)
+	return out.Tokens, err
+}
+
+// DeleteToken deletes a token by accessor id.
+func (c *Client) DeleteToken(ctx context.Context, accessor string) error {
+	_, err := c.do(ctx, http.MethodDelete, "/v1/acl/tokens/"+url.PathEscape(accessor), nil, nil)
+	return err
+}
+
+// TokenSelf says which token the client holds.
+func (c *Client) TokenSelf(ctx context.Context) (ACLToken, error) {
+	var t ACLToken
+	_, err := c.do(ctx, http.MethodGet, "/v1/acl/token/self", nil, &t)
+	return t, err
+}
+
+// AuditLog lists the audit trail after index.
+func (c *Client) AuditLog(ctx context.Context, after uint64, limit int) (AuditList, error) {
+	var l AuditList
+	_, err := c.do(ctx, http.MethodGet, fmt.Sprintf("/v1/operator/audit?after=%d&limit=%d", after, limit), nil, &l)
+	return l, err
 }

@@ -230,6 +230,11 @@ type SelfInfo struct {
 	Bootstrapped bool   `json:"bootstrapped"`
 	Leader       string `json:"leader,omitempty"`
 	State        string `json:"state"`
+	// TLS and ACL say how the replica is secured; Insecure, that it runs
+	// open off loopback because it was told to.
+	TLS      bool `json:"tls"`
+	ACL      bool `json:"acl"`
+	Insecure bool `json:"insecure,omitempty"`
 }
 
 // ErrorResponse is the body of every error answer. Code, when present,

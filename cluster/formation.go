@@ -225,6 +225,9 @@ func (s *Server) reconcileServerMeta() {
 
 // peerClient talks to one other replica over the replica's own dialer.
 func (s *Server) peerClient(addr string) (*api.Client, error) {
+	if s.tls != nil && !strings.Contains(addr, "://") {
+		addr = "https://" + addr
+	}
 	c, err := api.NewClient(addr)
 	if err != nil {
 		return nil, err

@@ -23,6 +23,7 @@ import (
 	"herd/api"
 	"herd/config"
 	"herd/fsm"
+	"herd/internal/pki"
 	"herd/internal/steady"
 )
 
@@ -72,6 +73,9 @@ type Server struct {
 	dial   func(ctx context.Context, network, addr string) (net.Conn, error)
 	// peerHTTP carries requests to other replicas (join, peer info).
 	peerHTTP *http.Client
+	// tls is the replica's certificate and CA (nil without TLS): HTTPS on
+	// the API, mutual TLS on Raft, forwarding and joins.
+	tls *pki.Material
 
 	fsm       *fsm.FSM
 	raft      *raft.Raft
@@ -122,7 +126,15 @@ func Start(cfg config.Server, opts Options) (_ *Server, err error) {
 		logger = hclog.New(&hclog.LoggerOptions{Name: "herd", Level: hclog.LevelFromString(cfg.LogLevel)})
 	}
 	logger = logger.With("server", cfg.ID)
-	s := newServer(cfg, opts, logger)
+	var material *pki.Material
+	if cfg.TLSEnabled() {
+		m, err := loadServerTLS(cfg)
+		if err != nil {
+			return nil, err
+		}
+		material = m
+	}
+	s := newServer(cfg, opts, logger, material)
 	ctx, cancel := s.shutdownCtx, s.shutdownCancel
 	var cleanups []func()
 	defer func() {
@@ -172,17 +184,20 @@ func Start(cfg config.Server, opts Options) (_ *Server, err error) {
 	go func() { defer s.wg.Done(); s.monitorLeadership() }()
 	go func() { defer s.wg.Done(); s.formCluster() }()
 	go func() { defer s.wg.Done(); s.reconcileServerMeta() }()
-	s.logger.Info("server started", "http", cfg.HTTPAdvertise, "raft", cfg.RaftAdvertise, "data_dir", cfg.DataDir)
+	s.logger.Info("server started", "http", cfg.HTTPAdvertise, "raft", cfg.RaftAdvertise, "data_dir", cfg.DataDir, "tls", s.tls != nil, "acl", cfg.ACL)
+	if cfg.Insecure && cfg.Open() {
+		s.logger.Warn("running INSECURE: without TLS and ACLs anyone who reaches these ports can run commands on every node", "tls", s.tls != nil, "acl", cfg.ACL)
+	}
 	return s, nil
 }
 
 // newServer builds the server's value: its FSM, leader loops, liveness
 // monitor and peer HTTP client; nothing is started.
-func newServer(cfg config.Server, opts Options, logger hclog.Logger) *Server {
+func newServer(cfg config.Server, opts Options, logger hclog.Logger, material *pki.Material) *Server {
 	now := steady.New(opts.Now, opts.Elapsed).Now
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{
-		cfg: cfg, logger: logger, now: now,
+		cfg: cfg, logger: logger, now: now, tls: material,
 		fsm: fsm.New(logger),
 		leaderLoops: append([]LeaderLoop{
 			func(ctx context.Context, s *Server) { s.scheduleLoop(ctx) },
@@ -209,6 +224,11 @@ func newServer(cfg config.Server, opts Options, logger hclog.Logger) *Server {
 	}
 	peerTransport := api.NewTransport()
 	peerTransport.DialContext = s.dial
+	if s.tls != nil {
+		peerTransport.DialTLSContext = func(ctx context.Context, _, addr string) (net.Conn, error) {
+			return pki.Dial(ctx, s.dial, addr, s.tls.ClientConfig(pki.RoleServer))
+		}
+	}
 	s.peerHTTP = &http.Client{Transport: peerTransport, Timeout: 60 * time.Second}
 	return s
 }
@@ -243,7 +263,15 @@ func (s *Server) setupRaft(ln net.Listener) error {
 		return fmt.Errorf("open snapshot store: %w", err)
 	}
 	s.snaps = snaps
-	layer, err := newStreamLayer(ln, cfg.RaftAdvertise, s.dial)
+	dial := s.dial
+	if s.tls != nil {
+		// Raft accepts servers only, and dials servers only.
+		ln = pki.Listener(ln, s.tls.ServerConfig(pki.ClientCertRequired, pki.RequireRole(pki.RoleServer)))
+		dial = func(ctx context.Context, _, addr string) (net.Conn, error) {
+			return pki.Dial(ctx, s.dial, addr, s.tls.ClientConfig(pki.RoleServer))
+		}
+	}
+	layer, err := newStreamLayer(ln, cfg.RaftAdvertise, dial)
 	if err != nil {
 		store.Close()
 		return err
@@ -557,10 +585,15 @@ func (s *Server) serveHTTP(ln net.Listener) {
 		IdleTimeout:       120 * time.Second,
 		ErrorLog:          s.logger.Named("http").StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true}),
 	}
+	serve := s.httpServer.Serve
+	if s.tls != nil {
+		s.httpServer.TLSConfig = s.tls.ServerConfig(pki.ClientCertOptional, nil)
+		serve = func(ln net.Listener) error { return s.httpServer.ServeTLS(ln, "", "") }
+	}
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		if err := s.httpServer.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			s.logger.Error("HTTP server stopped", "error", err)
 		}
 	}()
@@ -568,8 +601,42 @@ func (s *Server) serveHTTP(ln net.Listener) {
 
 func (s *Server) httpHandler(logger hclog.Logger) http.Handler {
 	h := api.NewHandler(s, logger).WithForwardTransport(s.peerHTTP.Transport)
+	if s.tls != nil {
+		h = h.WithHTTPS()
+	}
 	if s.cfg.EnableDebug {
 		h = h.WithDebug()
 	}
 	return h
 }
+
+// loadServerTLS reads the replica's TLS material; the certificate must be
+// a server certificate issued for this replica's id.
+func loadServerTLS(cfg config.Server) (*pki.Material, error) {
+	m, err := pki.Load(pki.Files{CA: cfg.TLSCAFile, Cert: cfg.TLSCertFile, Key: cfg.TLSKeyFile})
+	if err != nil {
+		return nil, fmt.Errorf("TLS: %w", err)
+	}
+	if id := m.Identity(); id != (pki.Identity{Role: pki.RoleServer, ID: cfg.ID}) {
+		return nil, fmt.Errorf("TLS: %s holds the identity %s, not server/%s (issue one with herd tls cert create -server -id %s)", cfg.TLSCertFile, id, cfg.ID, cfg.ID)
+	}
+	return m, nil
+}
+
+// ReloadTLS reads the certificate, key and CA again (on SIGHUP): new
+// connections use them, established ones keep theirs. On an error the
+// material in use stays.
+func (s *Server) ReloadTLS() error {
+	if s.tls == nil {
+		return nil
+	}
+	if err := s.tls.Reload(); err != nil {
+		s.logger.Error("TLS reload failed; keeping the certificates in use", "error", err)
+		return err
+	}
+	s.logger.Info("TLS certificates reloaded", "expires", s.tls.NotAfter())
+	return nil
+}
+
+// TLSEnabled reports whether the replica serves TLS.
+func (s *Server) TLSEnabled() bool { return s.tls != nil }

@@ -75,6 +75,7 @@ func (s *Server) Self() api.SelfInfo {
 	return api.SelfInfo{
 		ID: s.cfg.ID, RaftAddress: s.cfg.RaftAdvertise, HTTPAddress: s.cfg.HTTPAdvertise,
 		Bootstrapped: s.hasConfiguration(), Leader: string(id), State: s.raft.State().String(),
+		TLS: s.tls != nil, ACL: s.cfg.ACL, Insecure: s.cfg.Insecure && s.cfg.Open(),
 	}
 }
 

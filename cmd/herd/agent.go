@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -10,11 +11,14 @@ import (
 	"herd/agent"
 	"herd/api"
 	"herd/config"
+	"herd/internal/pki"
 )
 
 // agentSettings are the settings of `herd agent`, as given.
 type agentSettings struct {
 	ID, DataDir, Capabilities, Limits, LogLevel, GossipAddr, GossipKey string
+	TLSCAFile, TLSCertFile, TLSKeyFile, Token                          string
+	Insecure                                                           bool
 	Servers                                                            []string
 	Labels                                                             map[string]string
 	CPUMillis, MemoryMB, GPU, DiskMB, MinFreeDiskMB                    int64
@@ -50,6 +54,11 @@ var agentTable = config.Table[agentSettings]{
 		config.Field("log_level", "", "log-level", "trace, debug, info, warn or error", func(c *agentSettings) *string { return &c.LogLevel }),
 		config.Field("gossip_addr", "", "gossip-addr", "gossip address; empty for the local address towards the servers, on a free port kept across restarts", func(c *agentSettings) *string { return &c.GossipAddr }),
 		config.Field("gossip_key", "HERD_GOSSIP_KEY", "gossip-key", "base64 gossip key, when the cluster encrypts gossip", func(c *agentSettings) *string { return &c.GossipKey }),
+		config.Field("tls_ca_file", "HERD_TLS_CA_FILE", "tls-ca-file", "the cluster CA's certificate (PEM); with the next two, the servers are reached over mutual TLS", func(c *agentSettings) *string { return &c.TLSCAFile }),
+		config.Field("tls_cert_file", "HERD_TLS_CERT_FILE", "tls-cert-file", "this node's agent certificate (herd tls cert create -agent -id NODE_ID); reloaded on SIGHUP", func(c *agentSettings) *string { return &c.TLSCertFile }),
+		config.Field("tls_key_file", "HERD_TLS_KEY_FILE", "tls-key-file", "the certificate's private key; reloaded on SIGHUP", func(c *agentSettings) *string { return &c.TLSKeyFile }),
+		config.Field("token", "HERD_TOKEN", "token", "the node's ACL token (herd acl token create -agent NODE_ID), when the cluster enforces ACLs", func(c *agentSettings) *string { return &c.Token }),
+		config.Field("insecure", "HERD_INSECURE", "insecure", "talk to servers, or gossip, off loopback without TLS", func(c *agentSettings) *bool { return &c.Insecure }),
 		config.Field("hibernate_after", "", "hibernate-after", "sleep after this long idle, keeping only gossip, until the leader wakes the agent; 0 never", func(c *agentSettings) *time.Duration { return &c.HibernateAfter }),
 	},
 }
@@ -87,6 +96,8 @@ func runAgent(e *env, args []string) error {
 		Slots:     set.Slots, Weight: set.Weight, Limits: set.Limits, LogRetention: set.LogRetention, MinFreeDiskMB: set.MinFreeDiskMB,
 		HeartbeatInterval: set.HeartbeatInterval, Logger: logger,
 		GossipAddr: set.GossipAddr, GossipKey: key, HibernateAfter: set.HibernateAfter,
+		TLS:   pki.Files{CA: set.TLSCAFile, Cert: set.TLSCertFile, Key: set.TLSKeyFile},
+		Token: set.Token, Insecure: set.Insecure,
 	})
 	if err != nil {
 		return err
@@ -96,10 +107,19 @@ func runAgent(e *env, args []string) error {
 	sigs, stop := e.signals()
 	defer stop()
 	go func() {
-		sig := <-sigs
-		logger.Info("signal received, stopping", "signal", sig.String())
-		cancel()
+		for sig := range sigs {
+			if sig == syscall.SIGHUP {
+				_ = ag.ReloadTLS()
+				continue
+			}
+			logger.Info("signal received, stopping", "signal", sig.String())
+			cancel()
+			return
+		}
 	}()
+	if set.Insecure {
+		logger.Warn("running INSECURE: the agent may talk to servers off loopback without TLS")
+	}
 	if err := ag.Run(ctx); err != nil && ctx.Err() == nil {
 		return fmt.Errorf("agent: %w", err)
 	}

@@ -47,6 +47,7 @@ func commands() []command {
 		{"explain", "say why a task waits, node by node (or what-if for a spec)", runExplain},
 		{"operator", "inspect and manage raft and snapshots", runOperator},
 		{"tls", "create the cluster CA and certificates", runTLS},
+		{"acl", "bootstrap ACLs and manage tokens", runACL},
 		{"lease", "check, from inside a task, that its attempt is still current", runLease},
 		{"bench", "measure throughput, latency, footprint and failover on this machine", runBench},
 		{"version", "print the version", func(e *env, _ []string) error { fmt.Fprintln(e.stdout, "herd", version); return nil }},
@@ -60,7 +61,7 @@ func main() {
 		stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, getenv: os.LookupEnv,
 		signals: func() (<-chan os.Signal, func()) {
 			ch := make(chan os.Signal, 2)
-			signal.Notify(ch, os.Interrupt, syscall.SIGTERM)
+			signal.Notify(ch, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 			return ch, func() { signal.Stop(ch) }
 		},
 	}

@@ -17,6 +17,7 @@ func runOperator(e *env, args []string) error {
 		{"raft", "list-peers, remove-peer, transfer-leadership", runOperatorRaft},
 		{"snapshot", "save or restore the cluster state", runOperatorSnapshot},
 		{"scheduler", "the leader's scheduling counters and pending queue", runOperatorScheduler},
+		{"audit", "who did what: operator actions and refused agent requests", runOperatorAudit},
 	})
 }
 

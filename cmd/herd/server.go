@@ -5,6 +5,7 @@ import (
 	"os"
 	"runtime/debug"
 	"strings"
+	"syscall"
 
 	"github.com/hashicorp/go-hclog"
 
@@ -37,8 +38,15 @@ func runServer(e *env, args []string) error {
 	}
 	sigs, stop := e.signals()
 	defer stop()
-	sig := <-sigs
-	logger.Info("signal received, shutting down", "signal", sig.String())
+	for sig := range sigs {
+		if sig == syscall.SIGHUP {
+			// Rotation: new certificates take effect for new connections.
+			_ = srv.ReloadTLS()
+			continue
+		}
+		logger.Info("signal received, shutting down", "signal", sig.String())
+		break
+	}
 	return srv.Shutdown()
 }
 

@@ -156,14 +156,19 @@ func callerIdentity(r *http.Request) (pki.Identity, bool, error) {
 	if err != nil || !ok {
 		return id, ok, err
 	}
-	if id.Role == pki.RoleServer {
-		if v := r.Header.Get(HeaderIdentity); v != "" {
-			fwd, err := pki.ParseIdentity(v)
-			if err != nil {
-				return pki.Identity{}, false, fmt.Errorf("forwarded identity: %w", err)
-			}
-			return fwd, true, nil
+	if id.Role == pki.RoleServer && r.Header.Get(HeaderForwarded) != "" {
+		// A forwarded request speaks for its original caller, never for
+		// the replica that forwarded it: a caller without a certificate
+		// stays without one.
+		v := r.Header.Get(HeaderIdentity)
+		if v == "" {
+			return pki.Identity{}, false, nil
 		}
+		fwd, err := pki.ParseIdentity(v)
+		if err != nil {
+			return pki.Identity{}, false, fmt.Errorf("forwarded identity: %w", err)
+		}
+		return fwd, true, nil
 	}
 	return id, true, nil
 }

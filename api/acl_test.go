@@ -12,7 +12,7 @@ import (
 var routeCapabilities = map[string]Capability{
 	"GET /v1/status/leader":                     capAnyone,
 	"GET /v1/status/self":                       capAnyone,
-	"GET /v1/status/gossip":                     capRead,
+	"GET /v1/status/gossip":                     capAnyone,
 	"GET /v1/operator/raft/configuration":       capRead,
 	"GET /v1/operator/raft/stats":               capRead,
 	"GET /v1/operator/scheduler":                capRead,
@@ -25,7 +25,7 @@ var routeCapabilities = map[string]Capability{
 	"GET /v1/tasks":                             capRead,
 	"POST /v1/tasks":                            capSubmit,
 	"POST /v1/tasks/batch":                      capSubmit,
-	"GET /v1/tasks/{id}":                        capRead,
+	"GET /v1/tasks/{id}":                        capAgentOrRead,
 	"GET /v1/tasks/{id}/explain":                capRead,
 	"POST /v1/tasks/{id}/cancel":                capSubmit,
 	"POST /v1/explain":                          capRead,
@@ -82,7 +82,7 @@ var testTokens = map[string]ACLToken{
 // one that does.
 var lacking = map[Capability][2]string{
 	capRead: {"sub", "rd"}, capSubmit: {"rd", "sub"}, capOperator: {"rd", "op"}, capManagement: {"op", "mgmt"},
-	capAgent: {"rd", "ag"}, capAgentOrRead: {"sub", "ag"}, capServerOrOperator: {"rd", "op"},
+	capAgent: {"rd", "ag"}, capAgentOrRead: {"sub", "rd"}, capServerOrOperator: {"rd", "op"},
 	capAnyone: {"", "sub"}, capPublic: {"", ""},
 }
 

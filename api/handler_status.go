@@ -17,7 +17,7 @@ func (h *Handler) statusRoutes() []route {
 	return []route{
 		{http.MethodGet, "/v1/status/leader", local, capAnyone, h.getLeader},
 		{http.MethodGet, "/v1/status/self", local, capAnyone, h.getSelf},
-		{http.MethodGet, "/v1/status/gossip", local, capRead, h.getGossip},
+		{http.MethodGet, "/v1/status/gossip", local, capAnyone, h.getGossip},
 		{http.MethodGet, "/v1/operator/raft/configuration", local, capRead, h.getRaftConfiguration},
 		{http.MethodGet, "/v1/operator/raft/stats", local, capRead, h.getRaftStats},
 		{http.MethodGet, "/v1/operator/scheduler", leaderOnly, capRead, h.getScheduler},

@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -34,7 +35,7 @@ func (h *Handler) taskRoutes() []route {
 		{http.MethodGet, "/v1/tasks", readable, capRead, h.listTasks},
 		{http.MethodPost, "/v1/tasks", leaderOnly, capSubmit, h.postTask},
 		{http.MethodPost, "/v1/tasks/batch", leaderOnly, capSubmit, h.postTaskBatch},
-		{http.MethodGet, "/v1/tasks/{id}", readable, capRead, h.getTask},
+		{http.MethodGet, "/v1/tasks/{id}", readable, capAgentOrRead, h.getTask},
 		{http.MethodGet, "/v1/tasks/{id}/explain", readable, capRead, h.getTaskExplain},
 		{http.MethodPost, "/v1/tasks/{id}/cancel", leaderOnly, capSubmit, h.postCancel},
 		{http.MethodPost, "/v1/explain", readable, capRead, h.postExplain},
@@ -80,12 +81,25 @@ func (h *Handler) postTaskBatch(w http.ResponseWriter, r *http.Request) (any, er
 	return h.backend.SubmitTasks(r.Context(), req.Tasks)
 }
 
-func (h *Handler) getTask(_ http.ResponseWriter, r *http.Request) (any, error) {
+func (h *Handler) getTask(w http.ResponseWriter, r *http.Request) (any, error) {
 	id, err := pathID(r, "task")
 	if err != nil {
 		return nil, err
 	}
-	return h.backend.GetTask(id)
+	task, err := h.backend.GetTask(id)
+	if err != nil {
+		return nil, err
+	}
+	// A node reads the tasks it runs (an attempt's lease check), no other.
+	if p := PrincipalOf(r.Context()); p.Node != "" && !slices.ContainsFunc(task.Attempts, func(a Attempt) bool { return a.NodeID == p.Node }) {
+		if h.mayForward(r) {
+			// The leader answers, and records the refusal.
+			h.forward(w, r)
+			return written, nil
+		}
+		return nil, h.checkNode(r, "", "read task", id)
+	}
+	return task, nil
 }
 
 func (h *Handler) getTaskExplain(_ http.ResponseWriter, r *http.Request) (any, error) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"herd/agent"
+	"herd/internal/pki"
 )
 
 // AgentHandle is an agent running in this test process.
@@ -70,6 +72,22 @@ func (c *Cluster) StartAgent(cfg agent.Config, replicas ...int) *AgentHandle {
 			}
 			n.Own(cfg.GossipAddr, cfg.ID)
 			cfg.GossipTransport = n.GossipTransport(cfg.ID, uint64(len(cfg.ID))*104729)
+		}
+	}
+	if cfg.TLS.Enabled() {
+		// The agent's own TLS dialer is bypassed by the cut transport:
+		// give the cut transport one that presents the agent's
+		// certificate and checks the servers' role.
+		m, err := pki.Load(cfg.TLS)
+		if err != nil {
+			c.t.Fatalf("agent %s TLS: %v", cfg.ID, err)
+		}
+		base := cut.base.(*http.Transport)
+		base.DialTLSContext = func(ctx context.Context, _, addr string) (net.Conn, error) {
+			return pki.Dial(ctx, (&net.Dialer{}).DialContext, addr, m.ClientConfig(pki.RoleServer))
+		}
+		for i := range cfg.Servers {
+			cfg.Servers[i] = "https://" + cfg.Servers[i]
 		}
 	}
 	cfg.Transport = cut

@@ -246,7 +246,7 @@ func (l *netnsLab) servers(bin string, extra ...string) (servers []*nsNode, http
 	start = func(n *nsNode) {
 		args := append([]string{"server"}, extra...)
 		args = append(args, "-id", n.name, "-data-dir", filepath.Join(l.dir, n.name),
-			"-http-addr", n.ip+":4646", "-raft-addr", n.ip+":4647", "-gossip-addr", n.ip+":4648",
+			"-http-addr", n.ip+":4646", "-raft-addr", n.ip+":4647", "-gossip-addr", n.ip+":4648", "-insecure",
 			"-bootstrap-expect", "3", "-join", strings.Join(httpAddrs, ","), "-log-level", "info")
 		l.start(n, bin, args...)
 	}
@@ -276,7 +276,7 @@ func TestNetnsProcessesUnderFaults(t *testing.T) {
 		n := lab.add(fmt.Sprintf("a%d", i))
 		agents = append(agents, n)
 		lab.start(n, bin, "agent", "-id", n.name, "-servers", strings.Join(httpAddrs, ","), "-data-dir", filepath.Join(lab.dir, n.name),
-			"-gossip-addr", n.ip+":4648", "-slots", "4", "-cpu-millis", "4000", "-memory-mb", "2048", "-limits", "none", "-heartbeat-interval", "1s")
+			"-gossip-addr", n.ip+":4648", "-insecure", "-slots", "4", "-cpu-millis", "4000", "-memory-mb", "2048", "-limits", "none", "-heartbeat-interval", "1s")
 	}
 	cli := lab.add("cli")
 	tr := &http.Transport{DialContext: cli.dialer(), DisableKeepAlives: true}
@@ -762,7 +762,7 @@ func TestNetnsCutOffAgentStopsBeforeItsTaskRunsElsewhere(t *testing.T) {
 	startAgent := func(name, labels string) *nsNode {
 		n := lab.add(name)
 		lab.start(n, bin, "agent", "-id", name, "-servers", strings.Join(httpAddrs, ","), "-data-dir", filepath.Join(lab.dir, name),
-			"-gossip-addr", n.ip+":4648", "-slots", "2", "-limits", "none", "-heartbeat-interval", "1s", "-labels", labels)
+			"-gossip-addr", n.ip+":4648", "-insecure", "-slots", "2", "-limits", "none", "-heartbeat-interval", "1s", "-labels", labels)
 		return n
 	}
 	cutOff := startAgent("a1", "first=yes")

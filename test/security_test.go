@@ -207,7 +207,6 @@ func TestSecureClusterEndToEnd(t *testing.T) {
 	}
 }
 
-
 // Raft takes servers only: a connection with an agent's certificate, a
 // server certificate of another CA, or none, is refused; and a joining
 // server from another CA cannot even reach the join endpoint.

@@ -244,3 +244,47 @@ func TestSubmitterScopedToken(t *testing.T) {
 		}
 	}
 }
+
+// FuzzAuthenticate: whatever a request carries as its token, bearer or
+// forwarded identity, the handler answers without panicking, and only the
+// secrets of real tokens give rights: anything else is a 401.
+func FuzzAuthenticate(f *testing.F) {
+	for _, s := range []string{"", "mgmt", "rd", "Bearer mgmt", "server/s1", "agent/x1", "\x00", "mgmt\n", strings.Repeat("a", 5000)} {
+		f.Add(s, s, s)
+	}
+	fake := aclFake()
+	h := NewHandler(fake, nil)
+	f.Fuzz(func(t *testing.T, token, bearer, identity string) {
+		req := httptest.NewRequest("GET", "/v1/nodes", nil)
+		// Header values a client could not send are dropped, as the
+		// server's parser would.
+		for k, v := range map[string]string{HeaderToken: token, "Authorization": "Bearer " + bearer, HeaderIdentity: identity} {
+			if strings.ContainsAny(v, "\r\n\x00") {
+				continue
+			}
+			req.Header.Set(k, v)
+		}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		secret := req.Header.Get(HeaderToken)
+		if secret == "" {
+			secret, _ = strings.CutPrefix(req.Header.Get("Authorization"), "Bearer ")
+			secret = strings.TrimSpace(secret)
+		}
+		tok, known := testTokens[secret]
+		switch {
+		case known && (tok.AccessorID == "mgmt" || tok.AccessorID == "rd" || tok.AccessorID == "op"):
+			if rec.Code != 200 {
+				t.Fatalf("token %q: %d %s", secret, rec.Code, rec.Body)
+			}
+		case known:
+			if rec.Code != 403 {
+				t.Fatalf("token %q without read: %d", secret, rec.Code)
+			}
+		default:
+			if rec.Code != 401 {
+				t.Fatalf("unknown token %q (identity %q): %d %s", secret, identity, rec.Code, rec.Body)
+			}
+		}
+	})
+}

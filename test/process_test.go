@@ -29,6 +29,7 @@ func buildHerd(t *testing.T) string {
 
 type serverProc struct {
 	id, http, raft, dir string
+	extra               []string // more flags
 	cmd                 *exec.Cmd
 	log                 *os.File
 }
@@ -37,6 +38,7 @@ func (p *serverProc) start(t *testing.T, bin string, join []string) {
 	t.Helper()
 	args := []string{"server", "-id", p.id, "-data-dir", p.dir, "-http-addr", p.http, "-raft-addr", p.raft,
 		"-bootstrap-expect", "3", "-join", fmt.Sprint(join[0] + "," + join[1] + "," + join[2]), "-log-level", "info"}
+	args = append(args, p.extra...)
 	p.cmd = exec.Command(bin, args...)
 	var err error
 	p.log, err = os.OpenFile(filepath.Join(p.dir+".log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)

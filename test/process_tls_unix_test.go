@@ -1,0 +1,134 @@
+//go:build unix
+
+package test
+
+import (
+	"crypto/tls"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"herd/api"
+	"herd/internal/pki"
+)
+
+// Real processes with TLS and ACLs: each `herd server` gets new
+// certificate files and SIGHUP in turn while a client submits; each then
+// serves the new certificate, keeps running, and no acknowledged task is
+// lost nor any error seen beyond retryable ones.
+func TestProcessesRotateCertificatesOnSIGHUP(t *testing.T) {
+	bin := buildHerd(t)
+	base := t.TempDir()
+	dir := filepath.Join(base, "pki")
+	if err := pki.CreateCA(dir, "", 0); err != nil {
+		t.Fatal(err)
+	}
+	procs := make([]*serverProc, 3)
+	var join []string
+	for i := range procs {
+		id := fmt.Sprintf("p%d", i+1)
+		if _, err := pki.CreateCert(dir, pki.CertRequest{Identity: pki.Identity{Role: pki.RoleServer, ID: id}}); err != nil {
+			t.Fatal(err)
+		}
+		procs[i] = &serverProc{id: id, http: FreeAddr(t), raft: FreeAddr(t), dir: filepath.Join(base, id), extra: []string{
+			"-tls-ca-file", filepath.Join(dir, pki.CAFile), "-tls-cert-file", pki.CertFile(dir, id), "-tls-key-file", pki.KeyFile(dir, id), "-acl"}}
+		join = append(join, procs[i].http)
+	}
+	for _, p := range procs {
+		p.start(t, bin, join)
+	}
+	t.Cleanup(func() {
+		for _, p := range procs {
+			p.kill()
+		}
+		if t.Failed() {
+			for _, p := range procs {
+				b, _ := os.ReadFile(p.dir + ".log")
+				t.Logf("--- %s log ---\n%s", p.id, tail(b, 3000))
+			}
+		}
+	})
+	ctx := Ctx(t, 3*time.Minute)
+	anon := secureClient(t, dir, join, "", nil)
+	anon.Retries = 120
+	boot, err := anon.BootstrapACL(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl := secureClient(t, dir, join, boot.SecretID, nil)
+
+	const total = 200
+	var (
+		mu    sync.Mutex
+		acked []string
+		fatal error
+	)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; i < total; i++ {
+			key := fmt.Sprintf("hup-%d", i)
+			for try := 0; ; try++ {
+				res, _, err := cl.SubmitTask(ctx, api.TaskSpec{Command: []string{"true"}, IdempotencyKey: key})
+				if err == nil {
+					mu.Lock()
+					acked = append(acked, res.ID)
+					mu.Unlock()
+					break
+				}
+				if code := statusOf(err); (code != 0 && code != 503) || try > 20 || ctx.Err() != nil {
+					mu.Lock()
+					fatal = fmt.Errorf("%s: %w", key, err)
+					mu.Unlock()
+					return
+				}
+			}
+		}
+	}()
+	for i, p := range procs {
+		Eventually(60*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(acked) >= (i+1)*total/4 || fatal != nil })
+		if _, err := pki.CreateCert(dir, pki.CertRequest{Identity: pki.Identity{Role: pki.RoleServer, ID: p.id}}); err != nil {
+			t.Fatal(err)
+		}
+		want := serialOf(t, pki.CertFile(dir, p.id))
+		if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+			t.Fatal(err)
+		}
+		if !Eventually(20*time.Second, func() bool {
+			conn, err := tls.Dial("tcp", p.http, &tls.Config{RootCAs: poolOf(t, dir), ServerName: "127.0.0.1"})
+			if err != nil {
+				return false
+			}
+			defer conn.Close()
+			return conn.ConnectionState().PeerCertificates[0].SerialNumber.Cmp(want) == 0
+		}) {
+			t.Fatalf("%s does not serve its new certificate after SIGHUP", p.id)
+		}
+	}
+	<-done
+	if fatal != nil {
+		t.Fatalf("non-retryable error during rotation: %v", fatal)
+	}
+	if len(acked) != total {
+		t.Fatalf("%d of %d acknowledged", len(acked), total)
+	}
+	for _, id := range acked {
+		if _, _, err := cl.GetTask(ctx, id, api.ReadOptions{Consistent: true}); err != nil {
+			t.Fatalf("acknowledged task %s lost: %v", id, err)
+		}
+	}
+	for _, p := range procs {
+		if p.cmd.ProcessState != nil {
+			t.Fatalf("%s exited: %v", p.id, p.cmd.ProcessState)
+		}
+		b, _ := os.ReadFile(p.dir + ".log")
+		if !strings.Contains(string(b), "TLS certificates reloaded") {
+			t.Errorf("%s's log does not say it reloaded", p.id)
+		}
+	}
+}

@@ -31,6 +31,9 @@ type ChaosConfig struct {
 	// OutDir receives the history and porcupine's visualisation when the
 	// linearizability check fails.
 	OutDir string
+	// Secure runs the schedule with TLS on every link and ACLs on every
+	// request: the agents present certificates, the clients a token.
+	Secure bool
 }
 
 // Fault kinds a schedule draws from.
@@ -68,7 +71,11 @@ const (
 // ChaosReport is what one schedule (or a campaign, merged) found.
 type ChaosReport struct {
 	Schedules int
-	Faults    map[string]int
+	// Secured counts the schedules run with TLS and ACLs.
+	Secured int
+	Faults  map[string]int
+	// Runs counts the attempts' processes the agents started.
+	Runs      int
 	Ops       int
 	Unknown   int
 	Anomalies map[string][]string
@@ -82,6 +89,8 @@ func newReport() *ChaosReport {
 // Merge adds o into r.
 func (r *ChaosReport) Merge(o *ChaosReport) {
 	r.Schedules += o.Schedules
+	r.Secured += o.Secured
+	r.Runs += o.Runs
 	for k, v := range o.Faults {
 		r.Faults[k] += v
 	}
@@ -105,10 +114,12 @@ func (r *ChaosReport) AnomalyCount() int {
 // Table renders the report for people.
 func (r *ChaosReport) Table(w io.Writer) {
 	fmt.Fprintf(w, "%-28s %d\n", "schedules", r.Schedules)
+	fmt.Fprintf(w, "%-28s %d\n", "  with TLS and ACLs", r.Secured)
 	for _, k := range allFaults {
 		fmt.Fprintf(w, "%-28s %d\n", "faults "+k, r.Faults[k])
 	}
 	fmt.Fprintf(w, "%-28s %d\n", "operations", r.Ops)
+	fmt.Fprintf(w, "%-28s %d\n", "attempts run", r.Runs)
 	fmt.Fprintf(w, "%-28s %d\n", "unknown outcomes", r.Unknown)
 	for _, k := range []string{CheckInvariants, CheckAcked, CheckTerminal, CheckStale, CheckHashes, CheckLinearizable, CheckIdempotency, CheckOverlap} {
 		fmt.Fprintf(w, "%-28s %d\n", "anomalies "+k, len(r.Anomalies[k]))
@@ -189,7 +200,11 @@ func RunChaos(t *testing.T, cfg ChaosConfig) *ChaosReport {
 		anomalies: map[string][]string{}, hashes: map[string]map[uint64]string{},
 	}
 	ch.report.Schedules = 1
+	if cfg.Secure {
+		ch.report.Secured = 1
+	}
 	ch.c = NewClusterWith(t, 3, Setup{
+		Secure:          cfg.Secure,
 		CheckInvariants: true,
 		Gossip:          true,
 		Network:         ch.net,
@@ -234,6 +249,9 @@ func RunChaos(t *testing.T, cfg ChaosConfig) *ChaosReport {
 	ch.mu.Lock()
 	defer ch.mu.Unlock()
 	ch.report.Ops = len(ch.history)
+	ch.runMu.Lock()
+	ch.report.Runs = len(ch.runs)
+	ch.runMu.Unlock()
 	for _, op := range ch.history {
 		if op.Output.(taskOutput).Unknown {
 			ch.report.Unknown++

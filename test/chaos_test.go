@@ -16,6 +16,7 @@ var (
 	chaosOut       = flag.String("chaos.out", "", "directory for failing histories and porcupine's HTML (default: the test's artifact directory)")
 	chaosReport    = flag.String("chaos.report", "", "file the campaign's running total is written to as JSON after every schedule")
 	chaosMerge     = flag.String("chaos.merge", "", "comma-separated -chaos.report files: print their merged table instead of running")
+	chaosSecure    = flag.String("chaos.secure", "alternate", "TLS and ACLs on every schedule (all), none, or every second one (alternate)")
 )
 
 // TestChaos runs seeded fault schedules against a 3-replica cluster with
@@ -54,7 +55,8 @@ func TestChaos(t *testing.T) {
 		s := seed + uint64(i)
 		var rep *ChaosReport
 		ok := t.Run("seed="+itoa(s), func(t *testing.T) {
-			rep = RunChaos(t, ChaosConfig{Seed: s, Duration: *chaosDuration, OutDir: *chaosOut})
+			secure := *chaosSecure == "all" || (*chaosSecure == "alternate" && i%2 == 1)
+			rep = RunChaos(t, ChaosConfig{Seed: s, Duration: *chaosDuration, OutDir: *chaosOut, Secure: secure})
 			for checker, found := range rep.Anomalies {
 				for _, a := range found {
 					t.Errorf("%s: %s", checker, a)

@@ -34,14 +34,13 @@ type taskOutput struct {
 func (ch *chaos) clientsFor(name string) []*api.Client {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.DialContext = ch.net.Dialer(name)
-	hc := &http.Client{Transport: tr, Timeout: 3 * time.Second}
 	var out []*api.Client
 	for _, r := range ch.c.Replicas {
 		cl, err := api.NewClient(r.Cfg.HTTPAddr)
 		if err != nil {
 			ch.t.Fatal(err)
 		}
-		cl.SetHTTPClient(hc)
+		ch.c.Secure(cl, tr, 3*time.Second)
 		out = append(out, cl)
 	}
 	return out

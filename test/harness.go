@@ -33,6 +33,9 @@ type Cluster struct {
 	Replicas []*Replica
 	logger   hclog.Logger
 	setup    Setup
+	// sec is the CA and management token of a secured cluster, nil
+	// otherwise.
+	sec *security
 }
 
 // ClusterOption adjusts each replica's configuration before start.
@@ -97,6 +100,10 @@ type Setup struct {
 	AfterApply func(replica string, index uint64, st *fsm.State)
 	// Options, when set, adjusts a replica's options each time it starts.
 	Options func(replica string, o *cluster.Options)
+	// Secure runs the replicas with TLS and ACLs: certificates from a CA
+	// of the test's, a management token bootstrapped once a leader is
+	// up. The harness's clients and agents then use them.
+	Secure bool
 }
 
 // FastLiveness scales liveness to tests: 150 ms heartbeats stretched up
@@ -120,6 +127,10 @@ func NewClusterWith(t testing.TB, n int, setup Setup) *Cluster {
 	t.Helper()
 	opts := setup.Config
 	c := &Cluster{t: t, logger: TestLogger(), setup: setup}
+	if setup.Secure {
+		c.sec = newSecurity(t, t.TempDir())
+		opts = append(opts, secureOption(t, c.sec.dir))
+	}
 	cfgs, err := localcluster.Configs(t.TempDir(), "s", n, setup.Gossip)
 	if err != nil {
 		t.Fatal(err)
@@ -143,6 +154,9 @@ func NewClusterWith(t testing.TB, n int, setup Setup) *Cluster {
 	}
 	t.Cleanup(c.StopAll)
 	c.WaitForLeader()
+	if c.sec != nil {
+		c.bootstrapACL()
+	}
 	return c
 }
 
@@ -268,6 +282,7 @@ func (c *Cluster) Client(i int) *api.Client {
 	if err != nil {
 		c.t.Fatal(err)
 	}
+	c.Secure(cl, nil, 60*time.Second)
 	return cl
 }
 
@@ -285,6 +300,7 @@ func (c *Cluster) AllClient() *api.Client {
 	}
 	cl.Retries = 40
 	cl.RetryWait = 250 * time.Millisecond
+	c.Secure(cl, nil, 60*time.Second)
 	return cl
 }
 

@@ -74,6 +74,9 @@ func (c *Cluster) StartAgent(cfg agent.Config, replicas ...int) *AgentHandle {
 			cfg.GossipTransport = n.GossipTransport(cfg.ID, uint64(len(cfg.ID))*104729)
 		}
 	}
+	if c.sec != nil && !cfg.TLS.Enabled() {
+		cfg.TLS = c.agentFiles(cfg.ID)
+	}
 	if cfg.TLS.Enabled() {
 		// The agent's own TLS dialer is bypassed by the cut transport:
 		// give the cut transport one that presents the agent's
@@ -83,8 +86,12 @@ func (c *Cluster) StartAgent(cfg agent.Config, replicas ...int) *AgentHandle {
 			c.t.Fatalf("agent %s TLS: %v", cfg.ID, err)
 		}
 		base := cut.base.(*http.Transport)
+		dial := base.DialContext // the fault network's, when the test has one
+		if dial == nil {
+			dial = (&net.Dialer{}).DialContext
+		}
 		base.DialTLSContext = func(ctx context.Context, _, addr string) (net.Conn, error) {
-			return pki.Dial(ctx, (&net.Dialer{}).DialContext, addr, m.ClientConfig(pki.RoleServer))
+			return pki.Dial(ctx, dial, addr, m.ClientConfig(pki.RoleServer))
 		}
 		for i := range cfg.Servers {
 			cfg.Servers[i] = "https://" + cfg.Servers[i]

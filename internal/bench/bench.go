@@ -72,8 +72,17 @@ type Result struct {
 	// CPU per task of the saturated run: the cluster's process (3
 	// replicas, 4 agents, the client) and the tasks' own processes. Less
 	// noisy than the rate on a shared machine.
-	E2ECPUPerTaskMs      float64 `json:"e2e_cpu_per_task_ms"`
-	E2EChildCPUPerTaskMs float64 `json:"e2e_task_process_cpu_per_task_ms"`
+	E2ECPUPerTaskMs float64 `json:"e2e_cpu_per_task_ms"`
+	// The same end-to-end workload on a cluster with TLS on every link
+	// and ACLs on every request (agents with certificates, the client
+	// with a token), measured in the same run, and its ratios to the open
+	// cluster's.
+	E2ESecureTasksPerSec      float64 `json:"e2e_secure_tasks_per_sec"`
+	E2ESecureCPUPerTaskMs     float64 `json:"e2e_secure_cpu_per_task_ms"`
+	E2ESecureSubmitToStartP50 float64 `json:"e2e_secure_submit_to_start_p50_ms"`
+	E2ESecureSubmitToStartP99 float64 `json:"e2e_secure_submit_to_start_p99_ms"`
+	E2ESecureThroughputRatio  float64 `json:"e2e_secure_to_open_throughput_ratio"`
+	E2EChildCPUPerTaskMs      float64 `json:"e2e_task_process_cpu_per_task_ms"`
 	// Raft entries the cluster committed per task (submissions, placements,
 	// reports, heartbeats and explanations together).
 	E2EEntriesPerTask float64 `json:"e2e_raft_entries_per_task"`
@@ -174,7 +183,7 @@ type Options struct {
 }
 
 // Steps are the steps of a run, in the order they run.
-var Steps = []string{"decision", "placement", "e2e", "footprint", "failover", "retention"}
+var Steps = []string{"decision", "placement", "e2e", "e2e-secure", "footprint", "failover", "retention"}
 
 // Validate checks options that would fail only later in a run.
 func (o Options) Validate() error {
@@ -246,7 +255,10 @@ func Run(o Options, out io.Writer) error {
 	steps := map[string]func() error{
 		"decision":  func() error { benchDecisions(&r); return nil },
 		"placement": func() error { return benchPlacement(filepath.Join(dir, "placement"), sz, o.PlacementProfile, &r) },
-		"e2e":       func() error { return benchE2E(filepath.Join(dir, "e2e"), o.AgentDir, sz, &r) },
+		"e2e":       func() error { return benchE2E(filepath.Join(dir, "e2e"), o.AgentDir, sz, &r, false) },
+		"e2e-secure": func() error {
+			return benchE2ESecure(filepath.Join(dir, "e2e-secure"), o.AgentDir, sz, &r)
+		},
 		"footprint": func() error {
 			return benchFootprint(o.Executable, filepath.Join(dir, "footprint"), sz, o.HeapProfile, &r)
 		},
@@ -290,6 +302,7 @@ func Print(w io.Writer, r *Result) {
 	row(tb, "process ceiling", fmt.Sprintf("%.0f tasks/s (one at a time %.0f, %d at once %.0f), %.2f ms of CPU in each; end to end reached %.2f× of it", r.ProcessCeiling, r.ProcessSequential, e2eAgents*e2eSlotsPerAgent, r.ProcessConcurrent, r.ProcessCPUPerTaskMs, r.E2EToProcessCeiling), "true started and reaped, no scheduler; the better rate is the ceiling")
 	row(tb, "end to end, CPU per task", fmt.Sprintf("%.2f ms in herd, %.2f ms in the task's process; %.2f Raft entries", r.E2ECPUPerTaskMs, r.E2EChildCPUPerTaskMs, r.E2EEntriesPerTask), "same run; herd is 3 replicas, 4 agents and the client in one process")
 	row(tb, "submit→start, light load", fmt.Sprintf("p50 %.1f ms, p99 %.1f ms", r.E2ESubmitToStartP50, r.E2ESubmitToStartP99), fmt.Sprintf("%.0f tasks/s steady, same cluster", r.E2ELightRate))
+	row(tb, "end to end, TLS and ACLs", fmt.Sprintf("%.0f tasks/s (%.2f× open), %.2f ms of herd CPU per task; light load p50 %.1f ms, p99 %.1f ms", r.E2ESecureTasksPerSec, r.E2ESecureThroughputRatio, r.E2ESecureCPUPerTaskMs, r.E2ESecureSubmitToStartP50, r.E2ESecureSubmitToStartP99), "the same two workloads on a cluster with mutual TLS on every link and ACLs on every request")
 	row(tb, "decision", fmt.Sprintf("%.3f / %.3f / %.3f ms", r.Decision100Nodes, r.Decision1kNodes, r.Decision10kNodes), "filter+score+select over 100 / 1k / 10k nodes")
 	row(tb, "queue selection", fmt.Sprintf("%.2f / %.2f ms (unindexed scan of 100k: %.2f ms; full order: %.0f ms)", r.QueueSelect10k, r.QueueSelect100k, r.QueueScan100k, r.QueueOrder100k), "head of one 512-task batch from the leader's indexed queue of 10k / 100k pending")
 	row(tb, "replica memory", fmt.Sprintf("RSS %.0f MiB (anon %.0f, mapped files %.0f), heap in use %.0f MiB; peak %.0f, settled %.0f", r.ReplicaRSSMiB, r.ReplicaAnonMiB, r.ReplicaFileMiB, r.ReplicaHeapMiB, r.ReplicaPeakRSSMiB, r.ReplicaSettledRSSMiB), fmt.Sprintf("one replica process, %d nodes, %d tasks; peak: the most resident at once, load included; settled: after the idle window", r.FootprintNodes, r.FootprintTasks))

@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,11 +17,12 @@ import (
 	"herd/cluster"
 	"herd/fsm"
 	"herd/internal/localcluster"
+	"herd/internal/pki"
 )
 
 // benchE2E submits trivial tasks through the HTTP API and waits for them
 // to succeed on four in-process agents running real subprocesses.
-func benchE2E(dir, agentDir string, sz benchSizes, r *Result) error {
+func benchE2E(dir, agentDir string, sz benchSizes, r *Result, secure bool) error {
 	if agentDir == "" {
 		agentDir = dir
 	} else {
@@ -31,17 +33,23 @@ func benchE2E(dir, agentDir string, sz benchSizes, r *Result) error {
 		defer os.RemoveAll(agentDir)
 		r.Machine.AgentDir = filepath.Dir(agentDir)
 	}
-	if err := benchProcessCeiling(sz.ceiling, e2eAgents*e2eSlotsPerAgent, r); err != nil {
-		return err
+	if !secure {
+		if err := benchProcessCeiling(sz.ceiling, e2eAgents*e2eSlotsPerAgent, r); err != nil {
+			return err
+		}
 	}
-	c, err := startCluster(dir)
+	pkiDir := ""
+	if secure {
+		pkiDir = filepath.Join(dir, "pki")
+	}
+	c, err := startCluster(dir, pkiDir)
 	if err != nil {
 		return err
 	}
 	defer c.Shutdown()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	if err := startE2EAgents(c, agentDir); err != nil {
+	if err := startE2EAgents(c, agentDir, pkiDir); err != nil {
 		return err
 	}
 	leader, err := leader(c)
@@ -60,6 +68,11 @@ func benchE2E(dir, agentDir string, sz benchSizes, r *Result) error {
 		return err
 	}
 	cl.Retries = 20
+	if secure {
+		if err := secureClient(cl, pkiDir); err != nil {
+			return err
+		}
+	}
 	if err := e2eSaturated(ctx, leader, cl, sz, r); err != nil {
 		return err
 	}
@@ -69,14 +82,22 @@ func benchE2E(dir, agentDir string, sz benchSizes, r *Result) error {
 
 // startE2EAgents starts the end-to-end agents, each talking to the
 // replicas in its own order.
-func startE2EAgents(c *localcluster.Cluster, agentDir string) error {
+func startE2EAgents(c *localcluster.Cluster, agentDir, pkiDir string) error {
 	addrs := c.HTTPAddrs()
 	for i := range e2eAgents {
-		if _, err := c.StartAgent(agent.Config{
+		cfg := agent.Config{
 			ID: fmt.Sprintf("bench-agent-%d", i), Servers: []string{addrs[i%3], addrs[(i+1)%3], addrs[(i+2)%3]},
 			DataDir: filepath.Join(agentDir, fmt.Sprintf("agent-%d", i)), Slots: e2eSlotsPerAgent,
 			Resources: api.Resources{CPUMillis: 32000, MemoryMB: 32768},
-		}); err != nil {
+		}
+		if pkiDir != "" {
+			files, err := localcluster.IssueTo(pkiDir, pki.Identity{Role: pki.RoleAgent, ID: cfg.ID})
+			if err != nil {
+				return err
+			}
+			cfg.TLS = files
+		}
+		if _, err := c.StartAgent(cfg); err != nil {
 			return err
 		}
 	}
@@ -276,3 +297,40 @@ func slotIdle(byNode map[string][]*fsm.Attempt) []float64 {
 
 // e2eSubmitBatch is how many tasks the end-to-end run submits per request.
 const e2eSubmitBatch = 500
+
+// benchE2ESecure runs the end-to-end workloads again on a cluster with
+// TLS and ACLs, and compares them with the open cluster's when that step
+// ran too.
+func benchE2ESecure(dir, agentDir string, sz benchSizes, r *Result) error {
+	var sr Result
+	if err := benchE2E(dir, agentDir, sz, &sr, true); err != nil {
+		return err
+	}
+	r.E2ESecureTasksPerSec, r.E2ESecureCPUPerTaskMs = sr.E2ETasksPerSec, sr.E2ECPUPerTaskMs
+	r.E2ESecureSubmitToStartP50, r.E2ESecureSubmitToStartP99 = sr.E2ESubmitToStartP50, sr.E2ESubmitToStartP99
+	if r.E2ETasksPerSec > 0 {
+		r.E2ESecureThroughputRatio = r.E2ESecureTasksPerSec / r.E2ETasksPerSec
+	}
+	return nil
+}
+
+// secureClient makes cl trust the bench cluster's CA and bootstraps the
+// management token it then carries.
+func secureClient(cl *api.Client, pkiDir string) error {
+	tc, err := localcluster.ClientTLS(pkiDir)
+	if err != nil {
+		return err
+	}
+	tr := api.NewTransport()
+	tr.TLSClientConfig = tc
+	cl.SetHTTPClient(&http.Client{Transport: tr, Timeout: 60 * time.Second})
+	cl.WithHTTPS()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	tok, err := cl.BootstrapACL(ctx)
+	if err != nil {
+		return fmt.Errorf("ACL bootstrap: %w", err)
+	}
+	cl.SetToken(tok.SecretID)
+	return nil
+}

@@ -14,7 +14,7 @@ import (
 // benchFailover stops the leader under a steady write load and measures
 // the time to the first write acknowledged after the stop.
 func benchFailover(dir string, sz benchSizes, r *Result) error {
-	c, err := startCluster(dir)
+	c, err := startCluster(dir, "")
 	if err != nil {
 		return err
 	}

@@ -19,7 +19,7 @@ import (
 // benchPlacement measures the raft ceiling, then placements per second on
 // the same cluster.
 func benchPlacement(dir string, sz benchSizes, profile string, r *Result) error {
-	c, err := startCluster(dir)
+	c, err := startCluster(dir, "")
 	if err != nil {
 		return err
 	}

@@ -106,8 +106,11 @@ func heapFromStats(ctx context.Context, cl *api.Client) float64 {
 // waits until its leader writes the binary command forms (each server
 // records that it reads them within a second or so of starting; JSON is
 // written before).
-func startCluster(dir string) (*localcluster.Cluster, error) {
-	c, err := localcluster.StartLoopback(dir, "bench", 3, localcluster.Options{})
+//
+// With pkiDir, the replicas run with TLS and ACLs, their certificates from
+// a CA made there.
+func startCluster(dir, pkiDir string) (*localcluster.Cluster, error) {
+	c, err := localcluster.StartLoopback(dir, "bench", 3, localcluster.Options{PKIDir: pkiDir})
 	if err != nil {
 		return nil, err
 	}

@@ -76,6 +76,9 @@ type Options struct {
 	// listener that cannot be bound yet) counts as a failed start and is
 	// retried like one; listeners it set are closed after a failed start.
 	Server func(cfg config.Server, o *cluster.Options) error
+	// PKIDir, for StartLoopback, secures the replicas: a CA made there,
+	// a server certificate each, TLS and ACLs on (see Secure).
+	PKIDir string
 	// StartTimeout bounds the retries of one replica's start (a restarted
 	// replica's old ports can be briefly unavailable); 10 s when zero.
 	StartTimeout time.Duration
@@ -130,6 +133,11 @@ func StartLoopback(dir, prefix string, n int, opts Options) (*Cluster, error) {
 	cfgs, err := Configs(dir, prefix, n, true)
 	if err != nil {
 		return nil, err
+	}
+	if opts.PKIDir != "" {
+		if err := Secure(opts.PKIDir, cfgs); err != nil {
+			return nil, err
+		}
 	}
 	c, err := Start(cfgs, opts)
 	if err != nil {

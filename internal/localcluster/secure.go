@@ -1,7 +1,10 @@
 package localcluster
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
+	"os"
 	"path/filepath"
 
 	"herd/config"
@@ -34,4 +37,18 @@ func IssueTo(dir string, id pki.Identity) (pki.Files, error) {
 		return pki.Files{}, err
 	}
 	return pki.Files{CA: filepath.Join(dir, pki.CAFile), Cert: pki.CertFile(dir, id.ID), Key: pki.KeyFile(dir, id.ID)}, nil
+}
+
+// ClientTLS trusts the CA under dir (host names checked as usual: the
+// replicas' certificates name loopback).
+func ClientTLS(dir string) (*tls.Config, error) {
+	raw, err := os.ReadFile(filepath.Join(dir, pki.CAFile))
+	if err != nil {
+		return nil, fmt.Errorf("read CA: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(raw) {
+		return nil, fmt.Errorf("%s holds no certificate", filepath.Join(dir, pki.CAFile))
+	}
+	return &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}, nil
 }

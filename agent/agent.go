@@ -24,6 +24,9 @@ import (
 
 // Agent is one running edge agent.
 type Agent struct {
+	// keyring is the gossip pool's keys in use (nil ring without
+	// encryption).
+	keyring agentKeyring
 	// tls is the agent's certificate and CA, nil without TLS.
 	tls      *pki.Material
 	cfg      Config

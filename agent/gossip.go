@@ -81,8 +81,16 @@ func (a *Agent) startGossip(ctx context.Context) error {
 	for _, addr := range info.Servers {
 		g.servers[addr] = ""
 	}
+	var ring *memberlist.Keyring
+	if a.cfg.GossipKey != nil {
+		if ring, err = a.loadKeyring(); err != nil {
+			return err
+		}
+		// The keys may have been rotated while the agent was away.
+		a.refreshKeyring(ctx, 0, true)
+	}
 	ml, err := gossip.Create(gossip.Options{
-		Name: a.cfg.ID, BindHost: host, BindPort: port, Key: a.cfg.GossipKey,
+		Name: a.cfg.ID, BindHost: host, BindPort: port, Keyring: ring,
 		// A restarted agent may come back on another address: once its old
 		// incarnation is dead it may take the name again.
 		DeadNodeReclaimTime: time.Second,

@@ -35,6 +35,7 @@ func (a *Agent) register(ctx context.Context) error {
 		if err == nil {
 			a.session.Store(res.SessionGeneration)
 			a.lease.renew(sentAt, time.Duration(res.LeaseMs)*time.Millisecond)
+			a.refreshKeyring(ctx, res.KeyringIndex, false)
 			a.logger.Info("registered", "session", res.SessionGeneration, "cpu_millis", reg.Resources.CPUMillis,
 				"memory_mb", reg.Resources.MemoryMB, "slots", reg.Slots, "limits", a.limiter.Name())
 			return nil
@@ -84,7 +85,10 @@ func (a *Agent) heartbeatLoop(ctx context.Context) {
 		case <-a.renewNow:
 		}
 		sentAt, session := time.Now(), a.session.Load()
-		hb, err := a.client.Heartbeat(ctx, a.cfg.ID, session)
+		hb, err := a.client.HeartbeatWith(ctx, a.cfg.ID, api.HeartbeatRequest{SessionGeneration: session, KeyringIndex: a.keyringIndex()})
+		if err == nil {
+			a.refreshKeyring(ctx, hb.KeyringIndex, false)
+		}
 		var se *api.StatusError
 		switch {
 		case err == nil && hb.SessionGeneration == session && hb.LeaseMs > 0:

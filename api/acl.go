@@ -36,6 +36,9 @@ const (
 	capAgentOrRead Capability = "agent-or-read"
 	// capServerOrOperator: a replica (joining) or an operator.
 	capServerOrOperator Capability = "server-or-operator"
+	// capAgentOrOperator: any node's agent, or an operator (the gossip
+	// keyring, which every member of the pool needs).
+	capAgentOrOperator Capability = "agent-or-operator"
 )
 
 // ACLBackend holds the replicated tokens and the audit trail.
@@ -103,6 +106,8 @@ func (p Principal) allows(c Capability) bool {
 		return p.Node != "" || p.has("read") || p.has("operator")
 	case capServerOrOperator:
 		return p.Server || p.has("operator")
+	case capAgentOrOperator:
+		return p.Node != "" || p.has("operator")
 	}
 	return false
 }
@@ -234,6 +239,7 @@ func authorize(p Principal, c Capability) error {
 		capOperator: "the operator capability", capManagement: "the management capability",
 		capAgent: "the credentials of the node's agent (or management)", capAgentOrRead: "the read capability or the node's own credentials",
 		capServerOrOperator: "a server certificate or the operator capability",
+		capAgentOrOperator:  "a node's credentials or the operator capability",
 	}[c]
 	if p.Node != "" {
 		return forbidden("%s acts for node %s only; this needs %s", p.Actor, p.Node, what)

@@ -17,6 +17,8 @@ var routeCapabilities = map[string]Capability{
 	"GET /v1/operator/raft/stats":               capRead,
 	"GET /v1/operator/scheduler":                capRead,
 	"DELETE /v1/operator/raft/peer":             capOperator,
+	"GET /v1/operator/gossip/keyring":           capAgentOrOperator,
+	"POST /v1/operator/gossip/keyring":          capOperator,
 	"POST /v1/operator/raft/join":               capServerOrOperator,
 	"PUT /v1/operator/raft/transfer-leadership": capOperator,
 	"GET /v1/operator/snapshot":                 capOperator,
@@ -82,7 +84,7 @@ var testTokens = map[string]ACLToken{
 // one that does.
 var lacking = map[Capability][2]string{
 	capRead: {"sub", "rd"}, capSubmit: {"rd", "sub"}, capOperator: {"rd", "op"}, capManagement: {"op", "mgmt"},
-	capAgent: {"rd", "ag"}, capAgentOrRead: {"sub", "rd"}, capServerOrOperator: {"rd", "op"},
+	capAgent: {"rd", "ag"}, capAgentOrRead: {"sub", "rd"}, capServerOrOperator: {"rd", "op"}, capAgentOrOperator: {"rd", "ag"},
 	capAnyone: {"", "sub"}, capPublic: {"", ""},
 }
 

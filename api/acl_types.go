@@ -68,3 +68,25 @@ type AuditEntry struct {
 type AuditList struct {
 	Entries []AuditEntry `json:"entries"`
 }
+
+// GossipKeyring is the gossip pool's keyring as the leader holds it: the
+// keys every member accepts (base64), the primary one members encrypt
+// with, and which nodes' agents have not reported running it yet.
+type GossipKeyring struct {
+	Keys    []string `json:"keys"`
+	Primary string   `json:"primary"`
+	// Index is the Raft index that last changed it (0: never changed;
+	// members run with their configured key).
+	Index uint64 `json:"index"`
+	// NodesCurrent counts the nodes whose agents reported this keyring;
+	// NodesBehind names the live ones that have not yet.
+	NodesCurrent int      `json:"nodes_current"`
+	NodesBehind  []string `json:"nodes_behind,omitempty"`
+}
+
+// GossipKeyringRequest changes the keyring: install a key (every member
+// then accepts it), use it (members encrypt with it), remove it.
+type GossipKeyringRequest struct {
+	Op  string `json:"op"`
+	Key string `json:"key"`
+}

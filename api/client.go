@@ -430,9 +430,28 @@ func (c *Client) RegisterNode(ctx context.Context, reg NodeRegistration) (Regist
 // Heartbeat keeps a node's session alive and says how the cluster sees
 // the node.
 func (c *Client) Heartbeat(ctx context.Context, nodeID string, session uint64) (HeartbeatResponse, error) {
+	return c.HeartbeatWith(ctx, nodeID, HeartbeatRequest{SessionGeneration: session})
+}
+
+// HeartbeatWith sends a heartbeat with everything the agent reports.
+func (c *Client) HeartbeatWith(ctx context.Context, nodeID string, req HeartbeatRequest) (HeartbeatResponse, error) {
 	var out HeartbeatResponse
-	_, err := c.do(ctx, http.MethodPost, "/v1/nodes/"+url.PathEscape(nodeID)+"/heartbeat", HeartbeatRequest{SessionGeneration: session}, &out)
+	_, err := c.do(ctx, http.MethodPost, "/v1/nodes/"+url.PathEscape(nodeID)+"/heartbeat", req, &out)
 	return out, err
+}
+
+// GossipKeyring reads the gossip pool's keyring (operators and agents).
+func (c *Client) GossipKeyring(ctx context.Context) (GossipKeyring, error) {
+	var kr GossipKeyring
+	_, err := c.do(ctx, http.MethodGet, "/v1/operator/gossip/keyring", nil, &kr)
+	return kr, err
+}
+
+// ChangeGossipKeyring installs, uses or removes a key (base64).
+func (c *Client) ChangeGossipKeyring(ctx context.Context, op, key string) (GossipKeyring, error) {
+	var kr GossipKeyring
+	_, err := c.do(ctx, http.MethodPost, "/v1/operator/gossip/keyring", GossipKeyringRequest{Op: op, Key: key}, &kr)
+	return kr, err
 }
 
 // SetNodeConditions replaces the conditions nodeID's agent reports for

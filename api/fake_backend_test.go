@@ -204,3 +204,11 @@ func (f *fakeBackend) AttemptNode(id string) (string, bool) {
 	n, ok := f.attemptNodes[id]
 	return n, ok
 }
+
+func (f *fakeBackend) GossipKeyring() (GossipKeyring, error) {
+	return GossipKeyring{Keys: []string{"k"}, Primary: "k"}, f.call("GossipKeyring")
+}
+
+func (f *fakeBackend) ChangeGossipKeyring(_ context.Context, req GossipKeyringRequest) (GossipKeyring, error) {
+	return GossipKeyring{}, f.call("ChangeGossipKeyring", req.Op)
+}

@@ -2,6 +2,8 @@ package api
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -21,10 +23,16 @@ type OperatorBackend interface {
 	// SnapshotRestore replaces the cluster's state with the archive read
 	// from r.
 	SnapshotRestore(ctx context.Context, r io.Reader) error
+	// GossipKeyring answers the pool's keyring and who lacks it;
+	// ChangeGossipKeyring installs, uses or removes a key.
+	GossipKeyring() (GossipKeyring, error)
+	ChangeGossipKeyring(ctx context.Context, req GossipKeyringRequest) (GossipKeyring, error)
 }
 
 func (h *Handler) operatorRoutes() []route {
 	return []route{
+		{http.MethodGet, "/v1/operator/gossip/keyring", leaderOnly, capAgentOrOperator, h.getKeyring},
+		{http.MethodPost, "/v1/operator/gossip/keyring", leaderOnly, capOperator, h.postKeyring},
 		{http.MethodDelete, "/v1/operator/raft/peer", leaderOnly, capOperator, h.deletePeer},
 		{http.MethodPost, "/v1/operator/raft/join", leaderOnly, capServerOrOperator, h.postJoin},
 		{http.MethodPut, "/v1/operator/raft/transfer-leadership", leaderOnly, capOperator, h.putTransferLeadership},
@@ -106,4 +114,25 @@ func (h *Handler) putSnapshot(w http.ResponseWriter, r *http.Request) (any, erro
 		return nil, err
 	}
 	return map[string]string{"result": "snapshot restored"}, nil
+}
+
+func (h *Handler) getKeyring(http.ResponseWriter, *http.Request) (any, error) {
+	return h.backend.GossipKeyring()
+}
+
+func (h *Handler) postKeyring(w http.ResponseWriter, r *http.Request) (any, error) {
+	var req GossipKeyringRequest
+	if err := decodeBody(w, r, &req); err != nil {
+		return nil, err
+	}
+	switch req.Op {
+	case "install", "use", "remove":
+	default:
+		return nil, badRequest("op %q must be install, use or remove", req.Op)
+	}
+	kr, err := h.backend.ChangeGossipKeyring(r.Context(), req)
+	// The audit names the key by a fingerprint, never the key itself.
+	sum := sha256.Sum256([]byte(req.Key))
+	h.audit(r, "gossip keyring "+req.Op, "key "+hex.EncodeToString(sum[:4]), err)
+	return kr, err
 }

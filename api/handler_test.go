@@ -121,6 +121,12 @@ var handlerCases = []handlerCase{
 	{name: "snapshot restore", method: "PUT", target: "/v1/operator/snapshot", body: "archive", status: 200, contains: "restored", call: "SnapshotRestore"},
 	{name: "snapshot restore refused", method: "PUT", target: "/v1/operator/snapshot", body: "junk", setup: failWith("SnapshotRestore", fmt.Errorf("checksum: %w", ErrBadRequest)), status: 400, call: "SnapshotRestore"},
 
+	// gossip keyring
+	{name: "keyring", method: "GET", target: "/v1/operator/gossip/keyring", status: 200, contains: `"primary":"k"`, call: "GossipKeyring"},
+	{name: "keyring unencrypted", method: "GET", target: "/v1/operator/gossip/keyring", setup: failWith("GossipKeyring", fmt.Errorf("plain: %w", ErrBadRequest)), status: 400, call: "GossipKeyring"},
+	{name: "keyring install", method: "POST", target: "/v1/operator/gossip/keyring", body: `{"op":"install","key":"a2V5"}`, status: 200, call: "ChangeGossipKeyring install"},
+	{name: "keyring bad op", method: "POST", target: "/v1/operator/gossip/keyring", body: `{"op":"drop","key":"a2V5"}`, status: 400},
+
 	// acl
 	{name: "acl bootstrap", method: "POST", target: "/v1/acl/bootstrap", status: 200, contains: `"secret_id":"s"`, call: "BootstrapACL"},
 	{name: "acl bootstrap again", method: "POST", target: "/v1/acl/bootstrap", setup: failWith("BootstrapACL", fmt.Errorf("done: %w", ErrConflict)), status: 409, call: "BootstrapACL"},

@@ -332,6 +332,9 @@ type RegisterResponse struct {
 	// LeaseMs is how long the node's attempts are its from the moment the
 	// agent sent the request (see GossipLeaseAckMsg).
 	LeaseMs int64 `json:"lease_ms,omitempty"`
+	// KeyringIndex is the gossip keyring's index: an agent running
+	// another fetches it.
+	KeyringIndex uint64 `json:"keyring_index,omitempty"`
 }
 
 // Node is a worker node as the API shows it.
@@ -409,6 +412,9 @@ type EligibilityRequest struct {
 // HeartbeatRequest keeps a node's session alive.
 type HeartbeatRequest struct {
 	SessionGeneration uint64 `json:"session_generation"`
+	// KeyringIndex is the gossip keyring the agent runs (0: its
+	// configured key).
+	KeyringIndex uint64 `json:"keyring_index,omitempty"`
 }
 
 // ExplainRequest is a what-if: a task spec that is not submitted, plus
@@ -526,6 +532,9 @@ type HeartbeatResponse struct {
 	// acknowledgement does; 0 when the node is DOWN (its attempts were
 	// reclaimed).
 	LeaseMs int64 `json:"lease_ms,omitempty"`
+	// KeyringIndex is the gossip keyring's index: an agent running
+	// another fetches it.
+	KeyringIndex uint64 `json:"keyring_index,omitempty"`
 }
 
 // Assignment is one live attempt for a node, with what it needs to run:

@@ -29,6 +29,10 @@ type GossipOptions struct {
 type serverGossip struct {
 	ml *memberlist.Memberlist
 	s  *Server
+	// keyring is the pool's keys in use here (nil without encryption);
+	// keyringIndex the replicated keyring last applied to it.
+	keyring      *memberlist.Keyring
+	keyringIndex uint64
 
 	// members are the pool's members as memberlist reported them in
 	// events, copied under memberlist's lock: the *Node values Members()
@@ -63,9 +67,16 @@ func (s *Server) startGossip(opts GossipOptions) error {
 		}
 		key = k
 	}
+	if key != nil {
+		kr, err := memberlist.NewKeyring(nil, key)
+		if err != nil {
+			return fmt.Errorf("gossip key: %w", err)
+		}
+		g.keyring = kr
+	}
 	ml, err := gossip.Create(gossip.Options{
 		Name: s.cfg.ID, BindHost: host, BindPort: port, AdvertiseHost: advHost, AdvertisePort: advPort,
-		Key: key, Delegate: g, Events: g, Logger: s.logger, Tune: opts.Tune, WrapTransport: opts.WrapTransport,
+		Keyring: g.keyring, Delegate: g, Events: g, Logger: s.logger, Tune: opts.Tune, WrapTransport: opts.WrapTransport,
 	})
 	if err != nil {
 		return fmt.Errorf("start gossip on %s: %w", s.cfg.GossipAddr, err)

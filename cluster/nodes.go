@@ -41,7 +41,7 @@ func (s *Server) RegisterNode(ctx context.Context, reg api.NodeRegistration) (ap
 		return api.RegisterResponse{}, fmt.Errorf("unexpected register response %T", resp)
 	}
 	s.logger.Info("node registered", "node", n.ID, "session", n.SessionGeneration)
-	return api.RegisterResponse{NodeID: n.ID, SessionGeneration: n.SessionGeneration, Index: index, LeaseMs: s.monitor.lease(n.ID).Milliseconds()}, nil
+	return api.RegisterResponse{NodeID: n.ID, SessionGeneration: n.SessionGeneration, Index: index, LeaseMs: s.monitor.lease(n.ID).Milliseconds(), KeyringIndex: s.keyringIndex()}, nil
 }
 
 func validateRegistration(reg api.NodeRegistration) error {
@@ -152,7 +152,8 @@ func (s *Server) Heartbeat(ctx context.Context, nodeID string, req api.Heartbeat
 		return api.HeartbeatResponse{}, err
 	}
 	n := resp.(*fsm.Node)
-	out := api.HeartbeatResponse{Liveness: string(n.Liveness), SessionGeneration: n.SessionGeneration}
+	s.keyringSeen.report(nodeID, req.KeyringIndex)
+	out := api.HeartbeatResponse{Liveness: string(n.Liveness), SessionGeneration: n.SessionGeneration, KeyringIndex: s.keyringIndex()}
 	if n.Liveness != scheduler.LivenessDown {
 		out.LeaseMs = s.monitor.lease(n.ID).Milliseconds()
 	}

@@ -95,6 +95,7 @@ type Server struct {
 	leaderLoops []LeaderLoop
 	schedStats  SchedulerStats
 	refusals    refusalLimiter
+	keyringSeen keyringReports
 	monitor     *monitor
 	gossip      *serverGossip
 	notifyCh    chan bool
@@ -179,7 +180,8 @@ func Start(cfg config.Server, opts Options) (_ *Server, err error) {
 
 	s.serveHTTP(httpLn)
 
-	s.wg.Add(4)
+	s.wg.Add(5)
+	go func() { defer s.wg.Done(); s.keyringLoop() }()
 	go func() { defer s.wg.Done(); s.joinGossip() }()
 	go func() { defer s.wg.Done(); s.monitorLeadership() }()
 	go func() { defer s.wg.Done(); s.formCluster() }()

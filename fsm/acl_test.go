@@ -126,3 +126,41 @@ func TestAuditTrailIsBounded(t *testing.T) {
 		t.Fatalf("%d records from %d", len(recs), recs[0].Index)
 	}
 }
+
+// The keyring starts from the members' configured key, installs, uses
+// and removes keys with the reasons for refusals, and survives a snapshot.
+func TestGossipKeyring(t *testing.T) {
+	h := newHarness(t)
+	k1, k2 := bytes.Repeat([]byte{1}, 32), bytes.Repeat([]byte{2}, 16)
+	op := func(o string, k []byte) any {
+		return h.apply(MsgGossipKeyring, GossipKeyringRequest{Op: o, Key: k, Base: [][]byte{k1}})
+	}
+	for _, bad := range []any{op("use", k2), op("remove", k2), op("install", []byte("short")), op("drop", k2)} {
+		if asErr(bad) == nil {
+			t.Fatalf("accepted: %#v", bad)
+		}
+	}
+	kr := op("install", k2).(*GossipKeyring)
+	if len(kr.Keys) != 2 || !bytes.Equal(kr.Primary, k1) || kr.Index != h.index {
+		t.Fatalf("after install: %+v", kr)
+	}
+	if asErr(op("remove", k1)) == nil {
+		t.Fatal("removed the primary")
+	}
+	op("use", k2)
+	kr = op("remove", k1).(*GossipKeyring)
+	if len(kr.Keys) != 1 || !bytes.Equal(kr.Keys[0], k2) || !bytes.Equal(kr.Primary, k2) {
+		t.Fatalf("after use and remove: %+v", kr)
+	}
+	var buf bytes.Buffer
+	if err := h.f.State().Dump(&buf); err != nil {
+		t.Fatal(err)
+	}
+	g := New(nil)
+	if err := g.Restore(io.NopCloser(&buf)); err != nil {
+		t.Fatal(err)
+	}
+	if got := g.State().GossipKeyring(); got.Index != kr.Index || !bytes.Equal(got.Primary, k2) {
+		t.Fatalf("restored keyring %+v", got)
+	}
+}

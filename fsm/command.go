@@ -52,6 +52,8 @@ const (
 	MsgACLToken       MessageType = 19
 	MsgACLTokenDelete MessageType = 20
 	MsgAudit          MessageType = 21
+	// MsgGossipKeyring changes the gossip pool's keyring.
+	MsgGossipKeyring MessageType = 22
 )
 
 // payloadVersion is the version byte written after the type. A replica
@@ -243,6 +245,8 @@ func (t MessageType) String() string {
 		return "acl-token-delete"
 	case MsgAudit:
 		return "audit"
+	case MsgGossipKeyring:
+		return "gossip-keyring"
 	}
 	return fmt.Sprintf("type-%d", uint8(t))
 }

@@ -177,6 +177,8 @@ func (f *FSM) applyOne(db *store, index uint64, h header, payload []byte) any {
 		resp, err = applyJSON(payload, func(r *ACLTokenDeleteRequest) (any, error) { return applyACLTokenDelete(db, r) })
 	case MsgAudit:
 		resp, err = applyJSON(payload, func(r *AuditRequest) (any, error) { return applyAudit(db, index, r) })
+	case MsgGossipKeyring:
+		resp, err = applyJSON(payload, func(r *GossipKeyringRequest) (any, error) { return applyGossipKeyring(db, index, r) })
 	default:
 		if h.ignorable {
 			f.logger.Warn("skipping unknown ignorable command", "index", index, "type", t)

@@ -39,6 +39,7 @@ const (
 	tableACL      = "acl"
 	tableTokens   = "acl_tokens"
 	tableAudit    = "audit"
+	tableKeyring  = "gossip_keyring"
 )
 
 func writeSnapshot(w io.Writer, s *State) error {
@@ -87,6 +88,9 @@ func writeSnapshot(w io.Writer, s *State) error {
 	}
 	if werr == nil {
 		s.st.acl.audit.Ascend(func(v *AuditRecord) bool { return write(tableAudit, v) })
+	}
+	if werr == nil && s.st.keyring.Index != 0 {
+		write(tableKeyring, s.st.keyring)
 	}
 	if werr != nil {
 		return werr
@@ -200,6 +204,13 @@ func decodeRecord(db *store, rec snapshotRecord) error {
 		return decodeInto(rec, func(v *aclMeta) string { return v.ID }, func(v *aclMeta) { db.acl.meta = *v })
 	case tableTokens:
 		return decodeInto(rec, func(v *ACLToken) string { return v.AccessorID }, db.putToken)
+	case tableKeyring:
+		return decodeInto(rec, func(v *GossipKeyring) string {
+			if v.Index == 0 {
+				return ""
+			}
+			return "keyring"
+		}, func(v *GossipKeyring) { db.keyring = *v })
 	case tableAudit:
 		return decodeInto(rec, func(v *AuditRecord) string {
 			if v.Index == 0 {

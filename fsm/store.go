@@ -35,6 +35,9 @@ type store struct {
 
 	// acl holds tokens and the audit trail.
 	acl aclStore
+	// keyring is the gossip pool's keyring (its slices are never written
+	// in place, so views share them).
+	keyring GossipKeyring
 
 	// The pending feed: tasks that entered, left or changed in the pending
 	// set, in apply order, so that the leader can keep its queue current
@@ -121,7 +124,7 @@ func (s *store) clone() *store {
 		servers: s.servers.Clone(), nodes: s.nodes.Clone(),
 		tasks: s.tasks.Clone(), tasksByKey: s.tasksByKey.Clone(), tasksByStat: s.tasksByStat.Clone(), taskCounts: counts,
 		attempts: s.attempts.Clone(), attemptsByTask: s.attemptsByTask.Clone(), liveByNode: s.liveByNode.Clone(),
-		endedByNode: s.endedByNode.Clone(), acl: s.acl.clone(),
+		endedByNode: s.endedByNode.Clone(), acl: s.acl.clone(), keyring: s.keyring,
 		feed: s.feed, feedBase: s.feedBase, changes: s.changes,
 	}
 }

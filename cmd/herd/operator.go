@@ -18,6 +18,7 @@ func runOperator(e *env, args []string) error {
 		{"snapshot", "save or restore the cluster state", runOperatorSnapshot},
 		{"scheduler", "the leader's scheduling counters and pending queue", runOperatorScheduler},
 		{"audit", "who did what: operator actions and refused agent requests", runOperatorAudit},
+		{"gossip", "the gossip keyring: list, install, use, remove; keygen", runOperatorGossip},
 	})
 }
 

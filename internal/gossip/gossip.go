@@ -29,10 +29,14 @@ type Options struct {
 	// member on another address (a restarted agent); 0 keeps
 	// memberlist's default.
 	DeadNodeReclaimTime time.Duration
-	Delegate            memberlist.Delegate
-	Events              memberlist.EventDelegate
-	Merge               memberlist.MergeDelegate
-	Logger              hclog.Logger
+	// Keyring, when set, is used instead of Key: the keys the member
+	// accepts and the one it encrypts with, changed in place as the
+	// cluster rotates them.
+	Keyring  *memberlist.Keyring
+	Delegate memberlist.Delegate
+	Events   memberlist.EventDelegate
+	Merge    memberlist.MergeDelegate
+	Logger   hclog.Logger
 	// Tune and WrapTransport let tests shrink memberlist's timings and
 	// inject faults into its transport.
 	Tune          func(*memberlist.Config)
@@ -63,7 +67,10 @@ func Create(o Options) (*memberlist.Memberlist, error) {
 	if o.Merge != nil {
 		mc.Merge = o.Merge
 	}
-	if o.Key != nil {
+	if o.Keyring != nil {
+		mc.Keyring = o.Keyring
+		mc.GossipVerifyIncoming, mc.GossipVerifyOutgoing = true, true
+	} else if o.Key != nil {
 		mc.SecretKey = o.Key
 		mc.GossipVerifyIncoming, mc.GossipVerifyOutgoing = true, true
 	}

@@ -1,0 +1,160 @@
+package cluster
+
+import (
+	"context"
+	"encoding/base64"
+	"fmt"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+
+	"herd/api"
+	"herd/fsm"
+	"herd/scheduler"
+)
+
+// keyringReports is what each node's agent last said it runs (the leader's
+// memory only: the answer to "who still lacks the new key").
+type keyringReports struct {
+	mu   sync.Mutex
+	seen map[string]uint64
+}
+
+func (k *keyringReports) report(node string, index uint64) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.seen == nil {
+		k.seen = map[string]uint64{}
+	}
+	k.seen[node] = index
+}
+
+func (k *keyringReports) of(node string) uint64 {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.seen[node]
+}
+
+func encodeKeys(keys [][]byte) []string {
+	out := make([]string, len(keys))
+	for i, k := range keys {
+		out[i] = base64.StdEncoding.EncodeToString(k)
+	}
+	return out
+}
+
+// GossipKeyring answers the replicated keyring, and which live nodes'
+// agents have not reported running it (leader-only: the reports are the
+// leader's).
+func (s *Server) GossipKeyring() (api.GossipKeyring, error) {
+	if s.gossip == nil || s.gossip.keyring == nil {
+		return api.GossipKeyring{}, fmt.Errorf("gossip on %s is not encrypted: there is no keyring: %w", s.cfg.ID, api.ErrBadRequest)
+	}
+	st := s.fsm.State()
+	kr := st.GossipKeyring()
+	out := api.GossipKeyring{Index: kr.Index}
+	if kr.Index == 0 {
+		// Never rotated: the configured key of every member.
+		keys := s.gossip.keyring.GetKeys()
+		out.Keys, out.Primary = encodeKeys(keys), base64.StdEncoding.EncodeToString(s.gossip.keyring.GetPrimaryKey())
+	} else {
+		out.Keys, out.Primary = encodeKeys(kr.Keys), base64.StdEncoding.EncodeToString(kr.Primary)
+	}
+	nodes, _ := st.Nodes()
+	for _, n := range nodes {
+		if n.Liveness == scheduler.LivenessDown {
+			continue
+		}
+		if s.keyringSeen.of(n.ID) == kr.Index {
+			out.NodesCurrent++
+		} else {
+			out.NodesBehind = append(out.NodesBehind, n.ID)
+		}
+	}
+	sort.Strings(out.NodesBehind)
+	return out, nil
+}
+
+// ChangeGossipKeyring installs, uses or removes a key (leader-only).
+func (s *Server) ChangeGossipKeyring(ctx context.Context, req api.GossipKeyringRequest) (api.GossipKeyring, error) {
+	if !s.IsLeader() {
+		return api.GossipKeyring{}, fmt.Errorf("%s: %w", s.cfg.ID, api.ErrNotLeader)
+	}
+	if s.gossip == nil || s.gossip.keyring == nil {
+		return api.GossipKeyring{}, fmt.Errorf("gossip is not encrypted: start the servers with a gossip_key to rotate keys: %w", api.ErrBadRequest)
+	}
+	key, err := base64.StdEncoding.DecodeString(req.Key)
+	if err != nil {
+		return api.GossipKeyring{}, fmt.Errorf("key is not base64: %w", api.ErrBadRequest)
+	}
+	// The first change starts from the keys the members run with.
+	base := [][]byte{s.gossip.keyring.GetPrimaryKey()}
+	for _, k := range s.gossip.keyring.GetKeys() {
+		if !slices.Equal(k, base[0]) {
+			base = append(base, k)
+		}
+	}
+	if _, _, err := s.apply(ctx, fsm.MsgGossipKeyring, fsm.GossipKeyringRequest{Op: req.Op, Key: key, Base: base}); err != nil {
+		return api.GossipKeyring{}, err
+	}
+	s.syncKeyring()
+	return s.GossipKeyring()
+}
+
+// KeyringIndex is the replicated keyring's index, told to agents with
+// every heartbeat so that they fetch a changed one.
+func (s *Server) keyringIndex() uint64 { return s.fsm.State().GossipKeyring().Index }
+
+// keyringLoop applies the replicated keyring to this replica's gossip as
+// it commits (checked twice a second).
+func (s *Server) keyringLoop() {
+	if s.gossip == nil || s.gossip.keyring == nil {
+		return
+	}
+	for s.pause(500 * time.Millisecond) {
+		s.syncKeyring()
+	}
+}
+
+var syncKeyringMu sync.Mutex
+
+// syncKeyring makes the local keyring what the replicated one says: new
+// keys added, the primary used, removed keys dropped.
+func (s *Server) syncKeyring() {
+	syncKeyringMu.Lock()
+	defer syncKeyringMu.Unlock()
+	g := s.gossip
+	kr := s.fsm.State().GossipKeyring()
+	if kr.Index == 0 || kr.Index == g.keyringIndex {
+		return
+	}
+	if err := applyKeyring(g.keyring, kr.Keys, kr.Primary); err != nil {
+		s.logger.Error("could not apply the gossip keyring", "index", kr.Index, "error", err)
+		return
+	}
+	g.keyringIndex = kr.Index
+	s.logger.Info("gossip keyring applied", "index", kr.Index, "keys", len(kr.Keys))
+}
+
+// applyKeyring makes local hold exactly keys, with primary in use.
+func applyKeyring(local *memberlist.Keyring, keys [][]byte, primary []byte) error {
+	for _, k := range keys {
+		if err := local.AddKey(k); err != nil {
+			return err
+		}
+	}
+	if err := local.UseKey(primary); err != nil {
+		return err
+	}
+	for _, k := range local.GetKeys() {
+		if !slices.ContainsFunc(keys, func(w []byte) bool { return slices.Equal(w, k) }) {
+			if err := local.RemoveKey(k); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}

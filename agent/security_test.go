@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"os"
 	"strings"
 	"testing"
 
@@ -49,5 +50,47 @@ func TestAgentRefusesAnotherNodesCertificate(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "not agent/n1") {
 			t.Errorf("%s's certificate: %v", id, err)
 		}
+	}
+}
+
+// SIGHUP's reload: a new certificate for the same node is taken, one for
+// another node is refused and the one in use kept.
+func TestAgentReloadsItsCertificate(t *testing.T) {
+	dir := t.TempDir()
+	if err := pki.CreateCA(dir, "", 0); err != nil {
+		t.Fatal(err)
+	}
+	issue := func(id string) {
+		t.Helper()
+		if _, err := pki.CreateCert(dir, pki.CertRequest{Identity: pki.Identity{Role: pki.RoleAgent, ID: id}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	issue("n1")
+	files := pki.Files{CA: dir + "/ca.pem", Cert: pki.CertFile(dir, "n1"), Key: pki.KeyFile(dir, "n1")}
+	a, err := New(Config{ID: "n1", Servers: []string{"127.0.0.1:4646"}, DataDir: t.TempDir(), Limits: "none", TLS: files})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := a.tls.NotAfter()
+	issue("n1")
+	if err := a.ReloadTLS(); err != nil {
+		t.Fatalf("reload of a new certificate for n1: %v", err)
+	}
+	issue("n2")
+	for _, f := range []string{".pem", "-key.pem"} {
+		b, err := os.ReadFile(dir + "/n2" + f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(dir+"/n1"+f, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := a.ReloadTLS(); err == nil {
+		t.Fatal("took another node's certificate")
+	}
+	if id := a.tls.Identity(); id.ID != "n1" || a.tls.NotAfter().Before(before) {
+		t.Fatalf("identity after a refused reload: %v", id)
 	}
 }

@@ -17,8 +17,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/raft"
+
 	"herd/agent"
 	"herd/api"
+	"herd/cluster"
 	"herd/config"
 	"herd/internal/localcluster"
 	"herd/internal/pki"
@@ -282,6 +285,38 @@ func TestRaftRefusesPeersWithoutAServerCertificate(t *testing.T) {
 	f := c.Server(0).Raft().GetConfiguration()
 	if err := f.Error(); err != nil || len(f.Configuration().Servers) != 3 {
 		t.Fatalf("configuration changed: %+v %v", f.Configuration(), err)
+	}
+
+	// A replica of another CA added to the configuration by hand (as a
+	// non-voter, so the quorum stays) never receives an entry: the
+	// leader's connections to it fail their handshake both ways.
+	cfg := config.DefaultServer()
+	cfg.ID, cfg.DataDir, cfg.LogLevel = "s4", t.TempDir(), "off"
+	cfg.HTTPAddr, cfg.RaftAddr = FreeAddr(t), FreeAddr(t)
+	cfg.TLSCAFile, cfg.TLSCertFile, cfg.TLSKeyFile, cfg.ACL = foreignFiles.CA, foreignFiles.Cert, foreignFiles.Key, true
+	FastRaft(&cfg)
+	s4, err := cluster.Start(cfg, cluster.Options{Logger: TestLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s4.Shutdown()
+	leader := c.Server(c.WaitForLeader())
+	if err := leader.Raft().AddNonvoter("s4", raft.ServerAddress(cfg.RaftAddr), 0, 10*time.Second).Error(); err != nil {
+		t.Fatal(err)
+	}
+	// New entries commit on the cluster meanwhile.
+	for i := 0; i < 3; i++ {
+		if err := leader.Raft().Barrier(10 * time.Second).Error(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Absence can only be shown over a while: the leader retries a
+	// follower it cannot reach with backoff, several times in 3 s.
+	if Eventually(3*time.Second, func() bool { return s4.Raft().LastIndex() > 0 }) {
+		t.Fatalf("the foreign replica received entries up to %d", s4.Raft().LastIndex())
+	}
+	if err := leader.Raft().RemoveServer("s4", 0, 10*time.Second).Error(); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -17,7 +17,8 @@ import (
 	"herd/api"
 )
 
-const defaultAddress = "http://127.0.0.1:4646"
+// defaultAddress has no scheme: http, or https once -ca-file is given.
+const defaultAddress = "127.0.0.1:4646"
 
 // clientFlags are shared by every command that talks to a cluster.
 type clientFlags struct {

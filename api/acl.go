@@ -254,7 +254,13 @@ func (h *Handler) checkNode(r *http.Request, node, action, target string) error 
 	if p.Node == "" || p.Node == node {
 		return nil
 	}
-	err := forbidden("%s acts for node %s only: it may not %s %s of node %s", p.Actor, p.Node, action, target, node)
+	return h.refuse(r, action, target, forbidden("%s acts for node %s only: it may not %s %s of node %s", p.Actor, p.Node, action, target, node))
+}
+
+// refuse records a node-scoped caller's refused request against its own
+// node (on the leader, which alone writes) and returns the refusal.
+func (h *Handler) refuse(r *http.Request, action, target string, err error) error {
+	p := PrincipalOf(r.Context())
 	if h.backend.IsLeader() {
 		if aerr := h.backend.Audit(r.Context(), AuditEntry{Actor: p.Actor, Action: action, Target: target, Outcome: "refused: " + err.Error(), NodeID: p.Node}); aerr != nil {
 			h.logger.Warn("could not record a refused request", "actor", p.Actor, "error", aerr)
@@ -270,6 +276,11 @@ func (h *Handler) audit(r *http.Request, action, target string, err error) {
 	if err != nil {
 		outcome = "failed: " + err.Error()
 	}
+	h.auditOutcome(r, action, target, outcome)
+}
+
+// auditOutcome records an operator action with the outcome given.
+func (h *Handler) auditOutcome(r *http.Request, action, target, outcome string) {
 	p := PrincipalOf(r.Context())
 	if aerr := h.backend.Audit(r.Context(), AuditEntry{Actor: p.Actor, Action: action, Target: target, Outcome: outcome}); aerr != nil {
 		h.logger.Error("could not record an operator action in the audit trail", "actor", p.Actor, "action", action, "target", target, "error", aerr)

@@ -74,7 +74,7 @@ func (h *Handler) putTransferLeadership(_ http.ResponseWriter, r *http.Request) 
 		return nil, badRequest("query parameter id %q is not a valid server id", target)
 	}
 	// Recorded first: once leadership moves, this replica cannot write.
-	h.audit(r, "raft transfer leadership", target, nil)
+	h.auditOutcome(r, "raft transfer leadership", target, "requested")
 	if err := h.backend.TransferLeadership(r.Context(), target); err != nil {
 		return nil, err
 	}

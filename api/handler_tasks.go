@@ -97,7 +97,7 @@ func (h *Handler) getTask(w http.ResponseWriter, r *http.Request) (any, error) {
 			h.forward(w, r)
 			return written, nil
 		}
-		return nil, h.checkNode(r, "", "read task", id)
+		return nil, h.refuse(r, "read task", id, forbidden("%s acts for node %s only: task %s has no attempt there", p.Actor, p.Node, id))
 	}
 	return task, nil
 }

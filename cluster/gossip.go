@@ -32,6 +32,7 @@ type serverGossip struct {
 	// keyring is the pool's keys in use here (nil without encryption);
 	// keyringIndex the replicated keyring last applied to it.
 	keyring      *memberlist.Keyring
+	keyringMu    sync.Mutex // one sync at a time
 	keyringIndex uint64
 
 	// members are the pool's members as memberlist reported them in

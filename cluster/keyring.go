@@ -119,14 +119,12 @@ func (s *Server) keyringLoop() {
 	}
 }
 
-var syncKeyringMu sync.Mutex
-
 // syncKeyring makes the local keyring what the replicated one says: new
 // keys added, the primary used, removed keys dropped.
 func (s *Server) syncKeyring() {
-	syncKeyringMu.Lock()
-	defer syncKeyringMu.Unlock()
 	g := s.gossip
+	g.keyringMu.Lock()
+	defer g.keyringMu.Unlock()
 	kr := s.fsm.State().GossipKeyring()
 	if kr.Index == 0 || kr.Index == g.keyringIndex {
 		return

@@ -7,8 +7,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"sync"
+
+	"herd/internal/gossip"
 
 	"github.com/hashicorp/memberlist"
 )
@@ -102,21 +103,9 @@ func (a *Agent) refreshKeyring(ctx context.Context, clusterIndex uint64, force b
 		a.logger.Warn("the servers sent an unreadable gossip keyring", "error", err)
 		return
 	}
-	local := a.keyring.ring
-	for _, k := range keys {
-		if err := local.AddKey(k); err != nil {
-			a.logger.Warn("gossip keyring", "error", err)
-			return
-		}
-	}
-	if err := local.UseKey(primary); err != nil {
-		a.logger.Warn("gossip keyring", "error", err)
+	if err := gossip.SetKeys(a.keyring.ring, keys, primary); err != nil {
+		a.logger.Warn("could not apply the gossip keyring", "index", kr.Index, "error", err)
 		return
-	}
-	for _, k := range local.GetKeys() {
-		if !slices.ContainsFunc(keys, func(w []byte) bool { return slices.Equal(w, k) }) {
-			_ = local.RemoveKey(k)
-		}
 	}
 	b, _ := json.Marshal(savedKeyring{Index: kr.Index, Keys: kr.Keys, Primary: kr.Primary})
 	if err := os.WriteFile(filepath.Join(a.cfg.DataDir, keyringFile), b, 0o600); err != nil {

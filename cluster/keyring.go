@@ -9,10 +9,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/hashicorp/memberlist"
-
 	"herd/api"
 	"herd/fsm"
+	"herd/internal/gossip"
 	"herd/scheduler"
 )
 
@@ -129,30 +128,10 @@ func (s *Server) syncKeyring() {
 	if kr.Index == 0 || kr.Index == g.keyringIndex {
 		return
 	}
-	if err := applyKeyring(g.keyring, kr.Keys, kr.Primary); err != nil {
+	if err := gossip.SetKeys(g.keyring, kr.Keys, kr.Primary); err != nil {
 		s.logger.Error("could not apply the gossip keyring", "index", kr.Index, "error", err)
 		return
 	}
 	g.keyringIndex = kr.Index
 	s.logger.Info("gossip keyring applied", "index", kr.Index, "keys", len(kr.Keys))
-}
-
-// applyKeyring makes local hold exactly keys, with primary in use.
-func applyKeyring(local *memberlist.Keyring, keys [][]byte, primary []byte) error {
-	for _, k := range keys {
-		if err := local.AddKey(k); err != nil {
-			return err
-		}
-	}
-	if err := local.UseKey(primary); err != nil {
-		return err
-	}
-	for _, k := range local.GetKeys() {
-		if !slices.ContainsFunc(keys, func(w []byte) bool { return slices.Equal(w, k) }) {
-			if err := local.RemoveKey(k); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
 }

@@ -1,11 +1,14 @@
 package test
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"herd/api"
@@ -89,4 +92,54 @@ func (c *Cluster) agentFiles(id string) pki.Files {
 		c.t.Fatal(err)
 	}
 	return files
+}
+
+// submitLoad submits total tasks one after another with idempotency keys,
+// retrying what may be retried (503s and broken connections), as a client
+// riding through certificate rotations would.
+type submitLoad struct {
+	mu    sync.Mutex
+	acked []string
+	fatal error
+	done  chan struct{}
+}
+
+func startSubmitLoad(ctx context.Context, cl *api.Client, prefix string, total int) *submitLoad {
+	l := &submitLoad{done: make(chan struct{})}
+	go func() {
+		defer close(l.done)
+		for i := 0; i < total; i++ {
+			key := fmt.Sprintf("%s-%d", prefix, i)
+			for try := 0; ; try++ {
+				res, _, err := cl.SubmitTask(ctx, api.TaskSpec{Command: []string{"true"}, IdempotencyKey: key})
+				if err == nil {
+					l.mu.Lock()
+					l.acked = append(l.acked, res.ID)
+					l.mu.Unlock()
+					break
+				}
+				if code := statusOf(err); (code != 0 && code != 503) || try > 20 || ctx.Err() != nil {
+					l.mu.Lock()
+					l.fatal = fmt.Errorf("%s: %w", key, err)
+					l.mu.Unlock()
+					return
+				}
+			}
+		}
+	}()
+	return l
+}
+
+// reached reports whether n submits were acknowledged, or the load failed.
+func (l *submitLoad) reached(n int) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.acked) >= n || l.fatal != nil
+}
+
+// wait waits for the load to end and returns what was acknowledged, or
+// the error that stopped it.
+func (l *submitLoad) wait() ([]string, error) {
+	<-l.done
+	return l.acked, l.fatal
 }

@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -63,35 +62,9 @@ func TestProcessesRotateCertificatesOnSIGHUP(t *testing.T) {
 	cl := secureClient(t, dir, join, boot.SecretID, nil)
 
 	const total = 200
-	var (
-		mu    sync.Mutex
-		acked []string
-		fatal error
-	)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for i := 0; i < total; i++ {
-			key := fmt.Sprintf("hup-%d", i)
-			for try := 0; ; try++ {
-				res, _, err := cl.SubmitTask(ctx, api.TaskSpec{Command: []string{"true"}, IdempotencyKey: key})
-				if err == nil {
-					mu.Lock()
-					acked = append(acked, res.ID)
-					mu.Unlock()
-					break
-				}
-				if code := statusOf(err); (code != 0 && code != 503) || try > 20 || ctx.Err() != nil {
-					mu.Lock()
-					fatal = fmt.Errorf("%s: %w", key, err)
-					mu.Unlock()
-					return
-				}
-			}
-		}
-	}()
+	load := startSubmitLoad(ctx, cl, "hup", total)
 	for i, p := range procs {
-		Eventually(60*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(acked) >= (i+1)*total/4 || fatal != nil })
+		Eventually(60*time.Second, func() bool { return load.reached((i + 1) * total / 4) })
 		if _, err := pki.CreateCert(dir, pki.CertRequest{Identity: pki.Identity{Role: pki.RoleServer, ID: p.id}}); err != nil {
 			t.Fatal(err)
 		}
@@ -110,9 +83,9 @@ func TestProcessesRotateCertificatesOnSIGHUP(t *testing.T) {
 			t.Fatalf("%s does not serve its new certificate after SIGHUP", p.id)
 		}
 	}
-	<-done
-	if fatal != nil {
-		t.Fatalf("non-retryable error during rotation: %v", fatal)
+	acked, err := load.wait()
+	if err != nil {
+		t.Fatalf("non-retryable error during rotation: %v", err)
 	}
 	if len(acked) != total {
 		t.Fatalf("%d of %d acknowledged", len(acked), total)

@@ -6,14 +6,12 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"errors"
-	"fmt"
 	"math/big"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -334,36 +332,10 @@ func TestCertificateRotationUnderLoad(t *testing.T) {
 	cl := secureClient(t, dir, httpAddrs(c), boot.SecretID, nil)
 
 	const total = 300
-	var (
-		mu    sync.Mutex
-		acked []string
-		fatal []error
-	)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for i := 0; i < total; i++ {
-			key := fmt.Sprintf("rot-%d", i)
-			for try := 0; ; try++ {
-				resp, _, err := cl.SubmitTask(ctx, api.TaskSpec{Command: []string{"true"}, IdempotencyKey: key})
-				if err == nil {
-					mu.Lock()
-					acked = append(acked, resp.ID)
-					mu.Unlock()
-					break
-				}
-				if code := statusOf(err); (code != 0 && code != 503) || try > 20 || ctx.Err() != nil {
-					mu.Lock()
-					fatal = append(fatal, fmt.Errorf("%s: %w", key, err))
-					mu.Unlock()
-					return
-				}
-			}
-		}
-	}()
+	load := startSubmitLoad(ctx, cl, "rot", total)
 	for i, r := range c.Replicas {
 		// Wait for some load between rotations.
-		Eventually(30*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(acked) >= (i+1)*total/4 })
+		Eventually(30*time.Second, func() bool { return load.reached((i + 1) * total / 4) })
 		if _, err := pki.CreateCert(dir, pki.CertRequest{Identity: pki.Identity{Role: pki.RoleServer, ID: r.Cfg.ID}}); err != nil {
 			t.Fatal(err)
 		}
@@ -381,9 +353,9 @@ func TestCertificateRotationUnderLoad(t *testing.T) {
 			t.Fatalf("%s serves serial %v after reload, want %v", r.Cfg.ID, got, want)
 		}
 	}
-	<-done
-	if len(fatal) > 0 {
-		t.Fatalf("non-retryable errors during rotation: %v", fatal)
+	acked, err := load.wait()
+	if err != nil {
+		t.Fatalf("non-retryable error during rotation: %v", err)
 	}
 	for _, id := range acked {
 		if _, _, err := cl.GetTask(ctx, id, api.ReadOptions{Consistent: true}); err != nil {

@@ -4,6 +4,7 @@ package gossip
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -85,4 +86,26 @@ func Create(o Options) (*memberlist.Memberlist, error) {
 		mc.Transport = o.WrapTransport(nt)
 	}
 	return memberlist.Create(mc)
+}
+
+// SetKeys makes kr hold exactly keys, with primary the key in use: new
+// keys are added first and old ones removed last, so that the member
+// never refuses a key a peer may still be sending with.
+func SetKeys(kr *memberlist.Keyring, keys [][]byte, primary []byte) error {
+	for _, k := range keys {
+		if err := kr.AddKey(k); err != nil {
+			return fmt.Errorf("install gossip key: %w", err)
+		}
+	}
+	if err := kr.UseKey(primary); err != nil {
+		return fmt.Errorf("use gossip key: %w", err)
+	}
+	for _, k := range kr.GetKeys() {
+		if !slices.ContainsFunc(keys, func(w []byte) bool { return slices.Equal(w, k) }) {
+			if err := kr.RemoveKey(k); err != nil {
+				return fmt.Errorf("remove gossip key: %w", err)
+			}
+		}
+	}
+	return nil
 }

@@ -235,9 +235,15 @@ func (l *netnsLab) unfirewall(n *nsNode) {
 }
 
 // servers starts three `herd server` processes (s1–s3), each in its own
-// namespace, forming one cluster, with extra flags added; start (re)starts
-// one of them from its data directory.
+// namespace, forming one cluster, with extra flags added (-insecure when
+// none are given: they listen off loopback); start (re)starts one of them
+// from its data directory.
 func (l *netnsLab) servers(bin string, extra ...string) (servers []*nsNode, httpAddrs []string, start func(*nsNode)) {
+	return l.serversWith(bin, nil, append([]string{"-insecure"}, extra...)...)
+}
+
+// serversWith is servers with per-server flags (certificates) from each.
+func (l *netnsLab) serversWith(bin string, each func(n *nsNode) []string, extra ...string) (servers []*nsNode, httpAddrs []string, start func(*nsNode)) {
 	for i := 1; i <= 3; i++ {
 		n := l.add(fmt.Sprintf("s%d", i))
 		servers = append(servers, n)
@@ -245,8 +251,11 @@ func (l *netnsLab) servers(bin string, extra ...string) (servers []*nsNode, http
 	}
 	start = func(n *nsNode) {
 		args := append([]string{"server"}, extra...)
+		if each != nil {
+			args = append(args, each(n)...)
+		}
 		args = append(args, "-id", n.name, "-data-dir", filepath.Join(l.dir, n.name),
-			"-http-addr", n.ip+":4646", "-raft-addr", n.ip+":4647", "-gossip-addr", n.ip+":4648", "-insecure",
+			"-http-addr", n.ip+":4646", "-raft-addr", n.ip+":4647", "-gossip-addr", n.ip+":4648",
 			"-bootstrap-expect", "3", "-join", strings.Join(httpAddrs, ","), "-log-level", "info")
 		l.start(n, bin, args...)
 	}

@@ -119,24 +119,27 @@ func (s *Server) GetToken(accessor string) (api.ACLToken, error) {
 const refusalEvery = time.Second
 
 type refusalLimiter struct {
-	mu   sync.Mutex
-	last map[string]time.Time
+	mu     sync.Mutex
+	last   map[string]time.Time
+	folded map[string]int // refusals not written since the last record
 }
 
-func (l *refusalLimiter) allow(node string, now time.Time) bool {
+// allow says whether a refusal of node's is written now, and how many
+// were left unwritten since its last record (the record says so).
+func (l *refusalLimiter) allow(node string, now time.Time) (bool, int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.last == nil {
-		l.last = map[string]time.Time{}
+	if l.last == nil || len(l.last) > 10000 {
+		l.last, l.folded = map[string]time.Time{}, map[string]int{}
 	}
 	if t, ok := l.last[node]; ok && now.Sub(t) < refusalEvery {
-		return false
-	}
-	if len(l.last) > 10000 {
-		clear(l.last)
+		l.folded[node]++
+		return false, 0
 	}
 	l.last[node] = now
-	return true
+	n := l.folded[node]
+	delete(l.folded, node)
+	return true, n
 }
 
 // Audit records an operator action, or a refused agent request, in the
@@ -146,8 +149,14 @@ func (s *Server) Audit(ctx context.Context, e api.AuditEntry) error {
 		return fmt.Errorf("%s: %w", s.cfg.ID, api.ErrNotLeader)
 	}
 	now := s.now().UTC()
-	if e.NodeID != "" && !s.refusals.allow(e.NodeID, now) {
-		return nil
+	if e.NodeID != "" {
+		ok, folded := s.refusals.allow(e.NodeID, now)
+		if !ok {
+			return nil
+		}
+		if folded > 0 {
+			e.Outcome += fmt.Sprintf(" (and %d more refused requests of this node since its last record)", folded)
+		}
 	}
 	_, _, err := s.apply(ctx, fsm.MsgAudit, fsm.AuditRequest{Record: fsm.AuditRecord{
 		Actor: e.Actor, Action: e.Action, Target: e.Target, Outcome: e.Outcome, NodeID: e.NodeID,

@@ -149,29 +149,34 @@ func TestSecureClusterEndToEnd(t *testing.T) {
 	att := task.Attempts[len(task.Attempts)-1]
 	other := map[string]string{"a1": "a2", "a2": "a1"}[att.NodeID]
 	intruder := secureClient(t, dir, addrs, "", ptr(files[other]))
-	for name, try := range map[string]func() error{
-		"complete another node's attempt": func() error {
+	// In this order: the first refusal is written at once, those within
+	// the next second are folded into the next record (see refusalEvery).
+	for _, c := range []struct {
+		name string
+		try  func() error
+	}{
+		{"complete another node's attempt", func() error {
 			_, err := intruder.CompleteAttempt(ctx, att.ID, api.AttemptCompleteRequest{LeaseVersion: att.LeaseVersion, State: api.AttemptSucceeded})
 			return err
-		},
-		"register another node": func() error {
+		}},
+		{"register another node", func() error {
 			_, err := intruder.RegisterNode(ctx, api.NodeRegistration{ID: att.NodeID, Resources: api.Resources{CPUMillis: 1}, Slots: 1})
 			return err
-		},
-		"read another node's assignments": func() error {
+		}},
+		{"read another node's assignments", func() error {
 			_, err := intruder.Assignments(ctx, att.NodeID, api.AssignmentsQuery{})
 			return err
-		},
-		"join as a server": func() error {
+		}},
+		{"join as a server", func() error {
 			return intruder.Join(ctx, api.JoinRequest{ID: "s9", RaftAddress: "127.0.0.1:1", HTTPAddress: "127.0.0.1:2"})
-		},
-		"submit without a token": func() error {
+		}},
+		{"submit without a token", func() error {
 			_, _, err := intruder.SubmitTask(ctx, api.TaskSpec{Command: []string{"true"}})
 			return err
-		},
+		}},
 	} {
-		if err := try(); statusOf(err) != 403 {
-			t.Errorf("%s with %s's certificate: %v", name, other, err)
+		if err := c.try(); statusOf(err) != 403 {
+			t.Errorf("%s with %s's certificate: %v", c.name, other, err)
 		}
 	}
 	if now, _, err := mgmt.GetTask(ctx, long.ID, api.ReadOptions{Consistent: true}); err != nil || now.State != api.TaskRunning {

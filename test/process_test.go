@@ -51,6 +51,22 @@ func (p *serverProc) start(t *testing.T, bin string, join []string) {
 	}
 }
 
+// stopAtCleanup kills the processes when the test ends, and shows the end
+// of their logs if it failed.
+func stopAtCleanup(t *testing.T, procs []*serverProc) {
+	t.Cleanup(func() {
+		for _, p := range procs {
+			p.kill()
+		}
+		if t.Failed() {
+			for _, p := range procs {
+				b, _ := os.ReadFile(p.dir + ".log")
+				t.Logf("--- %s log ---\n%s", p.id, tail(b, 3000))
+			}
+		}
+	})
+}
+
 func (p *serverProc) kill() {
 	if p.cmd != nil && p.cmd.Process != nil {
 		_ = p.cmd.Process.Signal(syscall.SIGKILL)
@@ -79,17 +95,7 @@ func TestProcessesSurviveSIGKILLOfLeader(t *testing.T) {
 	for i := len(procs) - 1; i >= 0; i-- {
 		procs[i].start(t, bin, join)
 	}
-	t.Cleanup(func() {
-		for _, p := range procs {
-			p.kill()
-		}
-		if t.Failed() {
-			for _, p := range procs {
-				b, _ := os.ReadFile(p.dir + ".log")
-				t.Logf("--- %s log ---\n%s", p.id, tail(b, 3000))
-			}
-		}
-	})
+	stopAtCleanup(t, procs)
 	cl, err := api.NewClient(join...)
 	if err != nil {
 		t.Fatal(err)

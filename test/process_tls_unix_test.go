@@ -41,17 +41,7 @@ func TestProcessesRotateCertificatesOnSIGHUP(t *testing.T) {
 	for _, p := range procs {
 		p.start(t, bin, join)
 	}
-	t.Cleanup(func() {
-		for _, p := range procs {
-			p.kill()
-		}
-		if t.Failed() {
-			for _, p := range procs {
-				b, _ := os.ReadFile(p.dir + ".log")
-				t.Logf("--- %s log ---\n%s", p.id, tail(b, 3000))
-			}
-		}
-	})
+	stopAtCleanup(t, procs)
 	ctx := Ctx(t, 3*time.Minute)
 	anon := secureClient(t, dir, join, "", nil)
 	anon.Retries = 120

@@ -639,6 +639,3 @@ func (s *Server) ReloadTLS() error {
 	s.logger.Info("TLS certificates reloaded", "expires", s.tls.NotAfter())
 	return nil
 }
-
-// TLSEnabled reports whether the replica serves TLS.
-func (s *Server) TLSEnabled() bool { return s.tls != nil }

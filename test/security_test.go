@@ -33,14 +33,8 @@ func secureCluster(t *testing.T, n int, gossip bool) (*Cluster, string) {
 	if err := pki.CreateCA(dir, "", 0); err != nil {
 		t.Fatal(err)
 	}
-	secure := func(c *config.Server) {
-		files, err := localcluster.IssueTo(dir, pki.Identity{Role: pki.RoleServer, ID: c.ID})
-		if err != nil {
-			t.Fatal(err)
-		}
-		c.TLSCAFile, c.TLSCertFile, c.TLSKeyFile, c.ACL = files.CA, files.Cert, files.Key, true
-	}
-	return NewClusterWith(t, n, Setup{Gossip: gossip, Config: []ClusterOption{secure}}), dir
+	// Not Setup.Secure: these tests bootstrap the ACLs themselves.
+	return NewClusterWith(t, n, Setup{Gossip: gossip, Config: []ClusterOption{secureOption(t, dir)}}), dir
 }
 
 // secureClient trusts the cluster CA, presents cert when given, and sends

@@ -201,11 +201,11 @@ func runACLTokenSelf(e *env, args []string) error {
 
 func runACLPolicyList(e *env, args []string) error {
 	fs := newFlags(e, "acl policy list", "", "List the built-in policies a token may hold.")
-	fs.Bool("json", false, "print JSON")
+	asJSON := fs.Bool("json", false, "print JSON")
 	if err := parse(e, fs, args); err != nil {
 		return err
 	}
-	if fs.Lookup("json").Value.String() == "true" {
+	if *asJSON {
 		return printJSON(e.stdout, api.Policies)
 	}
 	t := &table{}

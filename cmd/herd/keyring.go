@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"herd/api"
+	"herd/config"
 )
 
 func runOperatorGossip(e *env, args []string) error {
@@ -55,8 +56,8 @@ func keyringCmd(e *env, op string, args []string) error {
 		kr, err = cl.GossipKeyring(ctx)
 	} else {
 		key := strings.TrimSpace(fs.Arg(0))
-		if b, derr := base64.StdEncoding.DecodeString(key); derr != nil || (len(b) != 16 && len(b) != 24 && len(b) != 32) {
-			return usagef("KEY must be base64 of 16, 24 or 32 bytes (herd operator gossip keygen makes one)")
+		if _, derr := config.DecodeGossipKey(key); derr != nil {
+			return usagef("KEY: %v (herd operator gossip keygen makes one)", derr)
 		}
 		kr, err = cl.ChangeGossipKeyring(ctx, op, key)
 	}

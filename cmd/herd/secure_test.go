@@ -95,3 +95,34 @@ func TestCLISecureSetup(t *testing.T) {
 		t.Fatalf("deleted token: %d %s", code, errOut)
 	}
 }
+
+// The gossip key rotation through the CLI: keygen, install, use, remove,
+// list; a malformed key is a usage error.
+func TestCLIGossipKeyring(t *testing.T) {
+	herd := func(vars map[string]string, args ...string) (string, string, int) {
+		e, out, errb := testEnv(vars)
+		code := run(e, args)
+		return out.String(), errb.String(), code
+	}
+	old, _, code := herd(nil, "operator", "gossip", "keygen")
+	old = strings.TrimSpace(old)
+	if code != 0 || len(old) != 44 {
+		t.Fatalf("keygen: %d %q", code, old)
+	}
+	c := test.NewClusterWith(t, 3, test.Setup{Gossip: true, Config: []test.ClusterOption{func(cfg *config.Server) { cfg.GossipKey = old }}})
+	vars := map[string]string{"HERD_ADDR": c.Replicas[c.Follower()].Cfg.HTTPAddr}
+	neu, _, _ := herd(nil, "operator", "gossip", "keygen")
+	neu = strings.TrimSpace(neu)
+	if _, errOut, code := herd(vars, "operator", "gossip", "keyring", "install", "bm90LWEta2V5"); code != 2 || !strings.Contains(errOut, "must be 16, 24 or 32") {
+		t.Fatalf("bad key: %d %s", code, errOut)
+	}
+	for _, step := range [][]string{{"install", neu}, {"use", neu}, {"remove", old}} {
+		if _, errOut, code := herd(vars, "operator", "gossip", "keyring", step[0], step[1]); code != 0 {
+			t.Fatalf("%s: %d %s", step[0], code, errOut)
+		}
+	}
+	out, errOut, code := herd(vars, "operator", "gossip", "keyring", "list")
+	if code != 0 || !strings.Contains(out, neu) || strings.Contains(out, old) || !strings.Contains(out, "yes") {
+		t.Fatalf("list: %d %s %s", code, out, errOut)
+	}
+}

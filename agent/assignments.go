@@ -86,7 +86,7 @@ func (a *Agent) knownAssignments() string {
 			ids = append(ids, x.Attempt.ID)
 		}
 	}
-	return api.AssignmentsDigest(a.last.SessionGeneration, a.last.Liveness, ids)
+	return api.AssignmentsDigest(a.last.SessionGeneration, a.last.State(), ids)
 }
 
 // hibernate stops polling and advertises it, keeping only gossip (the

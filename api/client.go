@@ -609,3 +609,48 @@ func (c *Client) AuditLog(ctx context.Context, after uint64, limit int) (AuditLi
 	_, err := c.do(ctx, http.MethodGet, fmt.Sprintf("/v1/operator/audit?after=%d&limit=%d", after, limit), nil, &l)
 	return l, err
 }
+
+// ReportProfile commits a new measurement of nodeID for its session.
+func (c *Client) ReportProfile(ctx context.Context, nodeID string, session uint64, p NodeProfile) (Node, error) {
+	var out Node
+	_, err := c.do(ctx, http.MethodPut, "/v1/nodes/"+url.PathEscape(nodeID)+"/profile", NodeProfileReport{SessionGeneration: session, Profile: p}, &out)
+	return out, err
+}
+
+// ReportDatasets replaces the datasets nodeID holds.
+func (c *Client) ReportDatasets(ctx context.Context, nodeID string, session uint64, ds []Dataset) (Node, error) {
+	if ds == nil {
+		ds = []Dataset{}
+	}
+	var out Node
+	_, err := c.do(ctx, http.MethodPut, "/v1/nodes/"+url.PathEscape(nodeID)+"/datasets", NodeDatasetsReport{SessionGeneration: session, Datasets: ds}, &out)
+	return out, err
+}
+
+// ReportHealthCheck answers health check r.Seq of nodeID.
+func (c *Client) ReportHealthCheck(ctx context.Context, nodeID string, r HealthCheckReport) (Node, error) {
+	var out Node
+	_, err := c.do(ctx, http.MethodPost, "/v1/nodes/"+url.PathEscape(nodeID)+"/health-check", r, &out)
+	return out, err
+}
+
+// RequestHealthCheck asks nodeID's agent to run its health check.
+func (c *Client) RequestHealthCheck(ctx context.Context, nodeID string) (Node, error) {
+	var out Node
+	_, err := c.do(ctx, http.MethodPost, "/v1/nodes/"+url.PathEscape(nodeID)+"/health-check/request", struct{}{}, &out)
+	return out, err
+}
+
+// SetNodeTier pins nodeID's tier ("L1", "L2", "L3") or unpins it ("auto").
+func (c *Client) SetNodeTier(ctx context.Context, nodeID, tier string) (Node, error) {
+	var out Node
+	_, err := c.do(ctx, http.MethodPost, "/v1/nodes/"+url.PathEscape(nodeID)+"/tier", NodeTierRequest{Tier: tier}, &out)
+	return out, err
+}
+
+// RequestRebench asks nodeID's agent to measure its node again.
+func (c *Client) RequestRebench(ctx context.Context, nodeID string) (Node, error) {
+	var out Node
+	_, err := c.do(ctx, http.MethodPost, "/v1/nodes/"+url.PathEscape(nodeID)+"/rebench", struct{}{}, &out)
+	return out, err
+}

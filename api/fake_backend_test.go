@@ -132,6 +132,24 @@ func (f *fakeBackend) SetNodeConditions(_ context.Context, id string, req NodeCo
 	}
 	return Node{ID: id}, f.call("SetNodeConditions", id, req.SessionGeneration, types)
 }
+func (f *fakeBackend) ReportProfile(_ context.Context, id string, r NodeProfileReport) (Node, error) {
+	return Node{ID: id}, f.call("ReportProfile", id, r.SessionGeneration, r.Profile.Cores)
+}
+func (f *fakeBackend) ReportDatasets(_ context.Context, id string, r NodeDatasetsReport) (Node, error) {
+	return Node{ID: id}, f.call("ReportDatasets", id, r.SessionGeneration, len(r.Datasets))
+}
+func (f *fakeBackend) ReportHealthCheck(_ context.Context, id string, r HealthCheckReport) (Node, error) {
+	return Node{ID: id}, f.call("ReportHealthCheck", id, r.Seq, r.Passed)
+}
+func (f *fakeBackend) SetNodeTier(_ context.Context, id string, r NodeTierRequest) (Node, error) {
+	return Node{ID: id}, f.call("SetNodeTier", id, r.Tier)
+}
+func (f *fakeBackend) RequestRebench(_ context.Context, id string) (Node, error) {
+	return Node{ID: id}, f.call("RequestRebench", id)
+}
+func (f *fakeBackend) RequestHealthCheck(_ context.Context, id string) (Node, error) {
+	return Node{ID: id}, f.call("RequestHealthCheck", id)
+}
 func (f *fakeBackend) DrainNode(_ context.Context, id string, enable bool) (Node, error) {
 	return Node{ID: id}, f.call("DrainNode", id, enable)
 }

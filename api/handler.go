@@ -55,6 +55,7 @@ type Backend interface {
 	OperatorBackend
 	TaskBackend
 	NodeBackend
+	ProfileBackend
 	AttemptBackend
 	ACLBackend
 }
@@ -175,7 +176,7 @@ func (rt route) nodeScoped() bool {
 
 func (h *Handler) routes() []route {
 	var rs []route
-	for _, family := range [][]route{h.statusRoutes(), h.operatorRoutes(), h.taskRoutes(), h.nodeRoutes(), h.attemptRoutes(), h.aclRoutes()} {
+	for _, family := range [][]route{h.statusRoutes(), h.operatorRoutes(), h.taskRoutes(), h.nodeRoutes(), h.profileRoutes(), h.attemptRoutes(), h.aclRoutes()} {
 		rs = append(rs, family...)
 	}
 	return rs

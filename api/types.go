@@ -41,6 +41,18 @@ type TaskSpec struct {
 	// elsewhere; "keep_running" lets it run on, for work that is safe to
 	// run twice, and re-places it as soon as its node is DOWN.
 	OnDisconnect string `json:"on_disconnect,omitempty"`
+	// Class groups tasks whose run times compare: the cluster keeps each
+	// node's history per class (default: the task's name).
+	Class string `json:"class,omitempty"`
+	// Size (small, medium, large) limits the tiers the task may run on;
+	// Tiers is what it mapped to, set by the cluster.
+	Size  string   `json:"size,omitempty"`
+	Tiers []string `json:"tiers,omitempty"`
+	// Inputs names datasets the task reads: nodes holding them are
+	// preferred, by the bytes they hold. Outputs names files the task
+	// leaves in its working directory, which become datasets of its node.
+	Inputs  []string `json:"inputs,omitempty"`
+	Outputs []string `json:"outputs,omitempty"`
 }
 
 // The values of TaskSpec.OnDisconnect.
@@ -320,6 +332,109 @@ type NodeRegistration struct {
 	// Token, when set, makes the registration idempotent: the same token
 	// again returns the session it started instead of a new one.
 	Token string `json:"token,omitempty"`
+	// Profile is what the agent measured of its node (nil: keep the last
+	// one the cluster has); Datasets the data it holds.
+	Profile  *NodeProfile `json:"profile,omitempty"`
+	Datasets []Dataset    `json:"datasets,omitempty"`
+}
+
+// NodeProfile is what an agent measured of its node: single-core compute
+// (MB/s of SHA-256), memory bandwidth, the fsync latency of its data
+// directory, and what it detected. MeasuredAt is the cluster's time.
+type NodeProfile struct {
+	CPUScore    int64     `json:"cpu_score"`
+	MemoryMBps  int64     `json:"memory_mbps"`
+	FsyncMicros int64     `json:"fsync_us"`
+	Cores       int       `json:"cores"`
+	MemoryMB    int64     `json:"memory_mb"`
+	DiskFreeMB  int64     `json:"disk_free_mb"`
+	Benchmarked bool      `json:"benchmarked"`
+	BenchMillis int64     `json:"bench_ms,omitempty"`
+	MeasuredAt  time.Time `json:"measured_at,omitzero"`
+}
+
+// Dataset is named data a node holds.
+type Dataset struct {
+	Name  string `json:"name"`
+	Bytes int64  `json:"bytes"`
+}
+
+// NodeProfileReport carries a node's new measurement (a rebench).
+type NodeProfileReport struct {
+	SessionGeneration uint64      `json:"session_generation"`
+	Profile           NodeProfile `json:"profile"`
+}
+
+// NodeDatasetsReport replaces the datasets a node holds.
+type NodeDatasetsReport struct {
+	SessionGeneration uint64    `json:"session_generation"`
+	Datasets          []Dataset `json:"datasets"`
+}
+
+// NodeTierRequest pins a node's tier ("L1", "L2", "L3") or lets it follow
+// profile and history again ("auto").
+type NodeTierRequest struct {
+	Tier string `json:"tier"`
+}
+
+// HealthCheckReport is a node's answer to health check Seq.
+type HealthCheckReport struct {
+	Seq    uint64 `json:"seq"`
+	Passed bool   `json:"passed"`
+	Output string `json:"output,omitempty"`
+}
+
+// NodeTier is a node's tier and how it got there.
+type NodeTier struct {
+	Tier      string    `json:"tier"`
+	Base      string    `json:"base"`
+	Pinned    bool      `json:"pinned,omitempty"`
+	Demotions int       `json:"demotions,omitempty"`
+	ChangedAt time.Time `json:"changed_at,omitzero"`
+}
+
+// Quarantine is why a node takes no new work for now, and until when.
+type Quarantine struct {
+	Level       string    `json:"level"`
+	Class       string    `json:"class"`
+	Reason      string    `json:"reason"`
+	Since       time.Time `json:"since"`
+	Until       time.Time `json:"until"`
+	CheckFailed bool      `json:"check_failed,omitempty"`
+	Tasks       []string  `json:"tasks,omitempty"`
+	Confirmed   int       `json:"confirmed,omitempty"`
+}
+
+// HealthCheck is the check asked of a node and its last answer.
+type HealthCheck struct {
+	Requested uint64    `json:"requested,omitempty"`
+	Answered  uint64    `json:"answered,omitempty"`
+	Passed    bool      `json:"passed"`
+	Output    string    `json:"output,omitempty"`
+	At        time.Time `json:"at,omitzero"`
+	Why       string    `json:"why,omitempty"`
+}
+
+// ClassHistory is a node's record for one task class.
+type ClassHistory struct {
+	Class               string  `json:"class"`
+	Runs                int64   `json:"runs"`
+	Failures            int64   `json:"failures"`
+	EWMAMillis          int64   `json:"ewma_ms"`
+	FleetMedianMillis   int64   `json:"fleet_median_ms,omitempty"`
+	RecentMillis        []int64 `json:"recent_ms,omitempty"`
+	ConsecutiveFailures int     `json:"consecutive_failures,omitempty"`
+	FastStreak          int     `json:"fast_streak,omitempty"`
+}
+
+// NodeHealth is the health the scheduler weighs: the online ratio over
+// the last day and the failures, within the failure window, of work that
+// succeeds elsewhere.
+type NodeHealth struct {
+	Score       float64 `json:"score"`
+	OnlineRatio float64 `json:"online_ratio"`
+	Failures    int     `json:"failures"`
+	Results     int     `json:"results"`
 }
 
 // RegisterResponse carries the node's new session generation: every
@@ -339,6 +454,16 @@ type RegisterResponse struct {
 
 // Node is a worker node as the API shows it.
 type Node struct {
+	// What the cluster knows of how the node performs (see NodeProfile,
+	// NodeTier, Quarantine, HealthCheck, ClassHistory).
+	Profile     *NodeProfile   `json:"profile,omitempty"`
+	Datasets    []Dataset      `json:"datasets,omitempty"`
+	Tier        NodeTier       `json:"tier"`
+	Health      NodeHealth     `json:"health"`
+	Quarantine  *Quarantine    `json:"quarantine,omitempty"`
+	HealthCheck *HealthCheck   `json:"health_check,omitempty"`
+	History     []ClassHistory `json:"history,omitempty"`
+
 	ID                string              `json:"id"`
 	Address           string              `json:"address,omitempty"`
 	Labels            map[string]string   `json:"labels"`
@@ -551,6 +676,11 @@ type Assignment struct {
 // server older than the field): an answer from a replica behind one the
 // agent already heard from is older than what it knows, not news.
 type Assignments struct {
+	// HealthCheck and Rebench are the latest health check and
+	// measurement asked of the node: an agent that has not done that one
+	// does it.
+	HealthCheck       uint64       `json:"health_check,omitempty"`
+	Rebench           uint64       `json:"rebench,omitempty"`
 	NodeID            string       `json:"node_id"`
 	SessionGeneration uint64       `json:"session_generation"`
 	Liveness          string       `json:"liveness"`
@@ -587,5 +717,15 @@ func (as *Assignments) Digest() string {
 	for i, x := range as.Attempts {
 		ids[i] = x.Attempt.ID
 	}
-	return AssignmentsDigest(as.SessionGeneration, as.Liveness, ids)
+	return AssignmentsDigest(as.SessionGeneration, as.State(), ids)
+}
+
+// State is what the digest names besides the attempts: the liveness, and
+// the health check and measurement asked of the node (a new request
+// answers a blocking query, as a new attempt does).
+func (as *Assignments) State() string {
+	if as.HealthCheck == 0 && as.Rebench == 0 {
+		return as.Liveness
+	}
+	return as.Liveness + "\x00" + strconv.FormatUint(as.HealthCheck, 10) + "\x00" + strconv.FormatUint(as.Rebench, 10)
 }

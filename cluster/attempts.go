@@ -155,7 +155,8 @@ func (s *Server) Assignments(ctx context.Context, nodeID string, q api.Assignmen
 		}
 		// The index moves when a live attempt changes, and when one ends or
 		// is added: both rewrite the node record (its reservations).
-		out := api.Assignments{NodeID: node.ID, SessionGeneration: node.SessionGeneration, Liveness: string(node.Liveness), Index: max(1, node.ModifyIndex), AppliedIndex: st.Index(), Attempts: make([]api.Assignment, 0, len(attempts))}
+		out := api.Assignments{NodeID: node.ID, SessionGeneration: node.SessionGeneration, Liveness: string(node.Liveness), Index: max(1, node.ModifyIndex), AppliedIndex: st.Index(), Attempts: make([]api.Assignment, 0, len(attempts)),
+			HealthCheck: node.HealthCheck.Requested, Rebench: node.RebenchRequested}
 		for _, a := range attempts {
 			out.Index = max(out.Index, a.ModifyIndex)
 			x := api.Assignment{Attempt: toAPIAttempt(a)}

@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	"herd/api"
+	"herd/config"
 	"herd/fsm"
 	"herd/scheduler"
 )
@@ -19,7 +20,47 @@ func toFSMSpec(in api.TaskSpec) fsm.TaskSpec {
 		},
 		TimeoutSeconds: *in.TimeoutSeconds, MaxAttempts: *in.MaxAttempts, Submitter: in.Submitter,
 		OnDisconnect: onDisconnect(in.OnDisconnect),
+		Class:        in.Class, Size: in.Size, Tiers: parseTiers(in.Tiers), Inputs: in.Inputs, Outputs: in.Outputs,
 	}}
+}
+
+// parseTiers reads tier names; an unknown one becomes TierUnknown, which
+// the spec's validation refuses.
+func parseTiers(names []string) []scheduler.Tier {
+	if len(names) == 0 {
+		return nil
+	}
+	out := make([]scheduler.Tier, len(names))
+	for i, n := range names {
+		out[i], _ = scheduler.ParseTier(n)
+	}
+	return out
+}
+
+func tierNames(ts []scheduler.Tier) []string {
+	if len(ts) == 0 {
+		return nil
+	}
+	out := make([]string, len(ts))
+	for i, t := range ts {
+		out[i] = t.String()
+	}
+	return out
+}
+
+// withSizeTiers resolves a spec's size into the tiers it may run on, as
+// this leader is configured: the replicated spec carries the tiers, so
+// every replica checks a reservation the same way.
+func withSizeTiers(in api.TaskSpec, c config.Scheduler) api.TaskSpec {
+	switch in.Size {
+	case "small":
+		in.Tiers = c.SizeSmall
+	case "medium":
+		in.Tiers = c.SizeMedium
+	case "large":
+		in.Tiers = c.SizeLarge
+	}
+	return in
 }
 
 // onDisconnect is the replicated form: "stop", the default, is empty.
@@ -41,6 +82,7 @@ func toAPISpec(in fsm.TaskSpec) api.TaskSpec {
 			GPU: in.Resources.GPU, DiskMB: in.Resources.DiskMB,
 		},
 		TimeoutSeconds: &timeout, MaxAttempts: &maxAttempts, Submitter: in.Submitter, OnDisconnect: in.OnDisconnect,
+		Class: in.Class, Size: in.Size, Tiers: tierNames(in.Tiers), Inputs: in.Inputs, Outputs: in.Outputs,
 	}
 }
 

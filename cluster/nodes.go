@@ -32,6 +32,7 @@ func (s *Server) RegisterNode(ctx context.Context, reg api.NodeRegistration) (ap
 	resp, index, err := s.apply(ctx, fsm.MsgRegisterNode, fsm.RegisterNodeRequest{Now: s.now().UTC(), Node: fsm.Node{
 		ID: reg.ID, Address: reg.Address, Labels: reg.Labels, Capabilities: reg.Capabilities,
 		Resources: res, Slots: reg.Slots, Weight: reg.Weight, RegistrationToken: reg.Token,
+		Profile: registeredProfile(reg.Profile), Datasets: toSchedulerDatasets(reg.Datasets),
 	}})
 	if err != nil {
 		return api.RegisterResponse{}, err
@@ -42,6 +43,14 @@ func (s *Server) RegisterNode(ctx context.Context, reg api.NodeRegistration) (ap
 	}
 	s.logger.Info("node registered", "node", n.ID, "session", n.SessionGeneration)
 	return api.RegisterResponse{NodeID: n.ID, SessionGeneration: n.SessionGeneration, Index: index, LeaseMs: s.monitor.lease(n.ID).Milliseconds(), KeyringIndex: s.keyringIndex()}, nil
+}
+
+func registeredProfile(p *api.NodeProfile) *fsm.NodeProfile {
+	if p == nil {
+		return nil
+	}
+	fp := toFSMProfile(*p)
+	return &fp
 }
 
 func validateRegistration(reg api.NodeRegistration) error {
@@ -110,8 +119,7 @@ func (s *Server) GetNode(id string) (api.Node, error) {
 	if err != nil {
 		return api.Node{}, err
 	}
-	out := toAPINode(n)
-	out.Observation = s.Observation(n)
+	out := s.apiNode(st, n)
 	for _, e := range n.Events {
 		out.Events = append(out.Events, api.TimelineEvent{Index: e.Index, Time: e.Time.Time(), Kind: e.Kind.String(), Message: e.Message})
 	}
@@ -127,15 +135,14 @@ func (s *Server) GetNode(id string) (api.Node, error) {
 
 // ListNodes reads every node from the local state.
 func (s *Server) ListNodes() ([]api.Node, error) {
-	nodes, err := s.fsm.State().Nodes()
+	st := s.fsm.State()
+	nodes, err := st.Nodes()
 	if err != nil {
 		return nil, err
 	}
 	out := make([]api.Node, 0, len(nodes))
 	for _, n := range nodes {
-		an := toAPINode(n)
-		an.Observation = s.Observation(n)
-		out = append(out, an)
+		out = append(out, s.apiNode(st, n))
 	}
 	return out, nil
 }

@@ -55,7 +55,6 @@ type wakeTracker struct {
 // one term. It is used by one pass at a time (the scheduling loop's
 // goroutine); only the inflight record is shared with the commits.
 type passState struct {
-	rng       randSource
 	queue     *leaderQueue
 	explained map[string]time.Time // task → when its wait was last explained
 	sleepers  *wakeTracker
@@ -68,9 +67,8 @@ type passState struct {
 	explainScanAfter time.Time
 }
 
-func newPassState(cfg config.Scheduler, rng randSource) *passState {
+func newPassState(cfg config.Scheduler) *passState {
 	return &passState{
-		rng:       rng,
 		queue:     newLeaderQueue(scheduler.QueueConfig{AgingGrace: cfg.AgingGrace, AgingInterval: cfg.AgingInterval, AgingCap: cfg.AgingCap, FailurePenalty: cfg.FailurePenalty}),
 		explained: map[string]time.Time{},
 		sleepers:  &wakeTracker{requested: map[string]time.Time{}, lastSent: map[string]time.Time{}, passedOver: map[string]map[string]string{}},
@@ -97,6 +95,7 @@ func (ps *passState) forget(id string) {
 // it decided to the committer. A pass is used once, on one goroutine.
 type pass struct {
 	cfg         config.Scheduler
+	profiles    config.Profiles
 	wakeTimeout time.Duration
 	view        passView
 	out         passCommitter
@@ -113,6 +112,7 @@ type pass struct {
 	nodeByID func(string) *fsm.Node
 	sessions map[string]uint64 // node → session generation
 	placer   *scheduler.Placer
+	fleet    *fleetView
 	free     int // free slots on nodes that could take work
 
 	// What the pass decided.
@@ -203,10 +203,11 @@ func (p *pass) recordGauges() {
 // sleeps, and counts the free slots of those that could take work.
 // Counting too many only costs time; never too few.
 func (p *pass) viewNodes() error {
-	nodes, nodeByID, err := nodeViews(p.st)
+	nodes, nodeByID, fleet, err := nodeViews(p.st, p.now, p.profiles)
 	if err != nil {
 		return err
 	}
+	p.fleet = fleet
 	p.nodeByID = nodeByID
 	p.sessions = make(map[string]uint64, len(nodes))
 	for _, n := range nodes {
@@ -226,7 +227,7 @@ func (p *pass) viewNodes() error {
 	}
 	// Tasks with the same requirements share one ranking of the nodes for
 	// the pass, kept current as the pass books nodes.
-	scoring := scoringConfig(p.cfg, p.ps.rng)
+	scoring := scoringConfig(p.cfg)
 	p.placer = scheduler.NewPlacer(nodes, &scoring)
 	return nil
 }
@@ -275,6 +276,7 @@ func (p *pass) place(order *scheduler.QueueIter) {
 // every slot taken (full) it only explains.
 func (p *pass) consider(t *fsm.Task, full bool) {
 	req := t.Request(p.now, p.cfg.HeartbeatTTL)
+	p.fleet.fill(&req)
 	req.Blacklist = t.Blacklist(p.nodeByID)
 	req.PassedOver = p.ps.sleepers.passedOver[t.ID]
 	var cand scheduler.Candidate

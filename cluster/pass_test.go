@@ -51,7 +51,7 @@ var passEpoch = time.Date(2026, 12, 1, 8, 0, 0, 0, time.UTC)
 func newPassHarness(t *testing.T) *passHarness {
 	cfg := config.DefaultServer()
 	h := &passHarness{t: t, f: fsm.New(nil), now: passEpoch, cfg: cfg.Scheduler, wakeWait: cfg.Liveness.WakeTimeout, sleeping: map[string]bool{}}
-	h.ps = newPassState(h.cfg, nil)
+	h.ps = newPassState(h.cfg)
 	return h
 }
 

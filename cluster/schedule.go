@@ -2,9 +2,7 @@ package cluster
 
 import (
 	"context"
-	"hash/fnv"
 	"maps"
-	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -49,12 +47,6 @@ func (s *SchedulerStats) Rejections() map[string]uint64 {
 // only while it leads).
 func (s *Server) SchedulerStats() *SchedulerStats { return &s.schedStats }
 
-type randSource interface{ rand() *rand.Rand }
-
-type seededRand struct{ r *rand.Rand }
-
-func (s seededRand) rand() *rand.Rand { return s.r }
-
 // scheduleLoop is the leader's placement loop: it looks at the committed
 // state, decides placements in queue order against a working copy of the
 // nodes (so one pass never overbooks a node itself), commits them in
@@ -62,17 +54,7 @@ func (s seededRand) rand() *rand.Rand { return s.r }
 // placement, so a decision from a view that went stale is rejected, never
 // applied twice.
 func (s *Server) scheduleLoop(ctx context.Context) {
-	// Weighted-random choice, when configured, draws from a source seeded
-	// by the term and server id, logged so a run can be replayed.
-	var rng randSource
-	if s.cfg.Scheduler.RandomTopK > 1 {
-		h := fnv.New64a()
-		h.Write([]byte(s.cfg.ID))
-		term := s.raft.CurrentTerm()
-		rng = seededRand{rand.New(rand.NewPCG(term, h.Sum64()))}
-		s.logger.Info("weighted-random placement seeded", "term", term, "server", s.cfg.ID)
-	}
-	ps := newPassState(s.cfg.Scheduler, rng)
+	ps := newPassState(s.cfg.Scheduler)
 	fl := ps.fl
 	defer ps.commits.Wait()
 	for ctx.Err() == nil {
@@ -127,7 +109,7 @@ func (s *Server) scheduleLoop(ctx context.Context) {
 // through its Raft.
 func (s *Server) newPass(ps *passState) *pass {
 	return &pass{
-		cfg: s.cfg.Scheduler, wakeTimeout: s.cfg.Liveness.WakeTimeout,
+		cfg: s.cfg.Scheduler, profiles: s.cfg.Profiles, wakeTimeout: s.cfg.Liveness.WakeTimeout,
 		view: serverPassView{s}, out: serverCommitter{s}, stats: &s.schedStats, logger: s.logger, ps: ps,
 	}
 }

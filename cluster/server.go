@@ -207,6 +207,7 @@ func newServer(cfg config.Server, opts Options, logger hclog.Logger, material *p
 			func(ctx context.Context, s *Server) { s.livenessLoop(ctx) },
 			func(ctx context.Context, s *Server) { s.retentionLoop(ctx) },
 			func(ctx context.Context, s *Server) { s.commandFormsLoop(ctx) },
+			func(ctx context.Context, s *Server) { s.profileLoop(ctx) },
 		}, opts.LeaderLoops...),
 		notifyCh:       make(chan bool, 16),
 		monitor:        newMonitor(cfg.Liveness),

@@ -15,7 +15,7 @@ func (s *Server) SubmitTask(ctx context.Context, in api.TaskSpec) (api.Task, boo
 	if !s.IsLeader() {
 		return api.Task{}, false, 0, fmt.Errorf("%s: %w", s.cfg.ID, api.ErrNotLeader)
 	}
-	spec := toFSMSpec(in.WithDefaults())
+	spec := toFSMSpec(withSizeTiers(in.WithDefaults(), s.cfg.Scheduler))
 	if err := spec.Validate(); err != nil {
 		return api.Task{}, false, 0, fmt.Errorf("invalid task spec: %v: %w", err, api.ErrBadRequest)
 	}
@@ -44,7 +44,7 @@ func (s *Server) SubmitTasks(ctx context.Context, in []api.TaskSpec) (api.BatchS
 	now := s.now().UTC()
 	cmds := make([][]byte, 0, len(in))
 	for i, one := range in {
-		spec := toFSMSpec(one.WithDefaults())
+		spec := toFSMSpec(withSizeTiers(one.WithDefaults(), s.cfg.Scheduler))
 		if err := spec.Validate(); err != nil {
 			return api.BatchSubmitResponse{}, fmt.Errorf("invalid task spec tasks[%d]: %v: %w", i, err, api.ErrBadRequest)
 		}

@@ -67,10 +67,17 @@ type Scheduler struct {
 	AgingInterval  time.Duration
 	AgingCap       int
 	FailurePenalty int
-	// ProfileScale > 0 adds the profile score; RandomTopK > 1 picks among
-	// the best K at random (seeded per leader term).
-	ProfileScale int64
-	RandomTopK   int
+	// ProfileScale > 0 adds the profile score, its parts weighed by
+	// ProfileWeights; RandomTopK > 1 picks at random among the best K
+	// within SpreadWindow points of the best (seeded by the task and
+	// attempt, so a decision replays).
+	ProfileScale   int64
+	ProfileWeights ProfileWeights
+	RandomTopK     int
+	SpreadWindow   int64
+	// SizeSmall, SizeMedium and SizeLarge are the tiers a task of each
+	// size may run on.
+	SizeSmall, SizeMedium, SizeLarge []string
 	// Retry backoff after a failed attempt: base * factor^(failures-1),
 	// capped.
 	RetryBase   time.Duration
@@ -97,9 +104,19 @@ func DefaultScheduler() Scheduler {
 		AgingInterval:     10 * time.Second,
 		AgingCap:          100,
 		FailurePenalty:    10,
-		RetryBase:         time.Second,
-		RetryFactor:       2,
-		RetryCap:          5 * time.Minute,
+		// A perfect profile counts like 200 points of weight (20 running
+		// attempts); near-equals within 5 running attempts' worth share
+		// the work three ways.
+		ProfileScale:   200_000,
+		ProfileWeights: ProfileWeights{Capacity: 0.4, Health: 0.3, Locality: 0.2, History: 0.1},
+		RandomTopK:     3,
+		SpreadWindow:   50_000,
+		SizeSmall:      []string{"L1", "L2", "L3"},
+		SizeMedium:     []string{"L1", "L2"},
+		SizeLarge:      []string{"L1"},
+		RetryBase:      time.Second,
+		RetryFactor:    2,
+		RetryCap:       5 * time.Minute,
 		// Agents poll assignments with a blocking query and start within
 		// milliseconds; a minute covers a reconnect through another replica.
 		ScheduleToStartTimeout: time.Minute,
@@ -152,6 +169,59 @@ func DefaultLiveness() Liveness {
 	}
 }
 
+// ProfileWeights weigh the parts of the profile score.
+type ProfileWeights struct {
+	Capacity, Health, Locality, History float64
+}
+
+// Profiles are the rules that turn measured profiles and history into
+// tiers and quarantines. The leader commits them to the replicated state,
+// so every replica derives the same from the same facts.
+type Profiles struct {
+	// Base tiers: L1 from L1MinCores and L1MinMemoryMB, L2 from the L2
+	// minimums, L3 below.
+	L1MinCores    int
+	L1MinMemoryMB int64
+	L2MinCores    int
+	L2MinMemoryMB int64
+	// SlowRuns of the last SlowWindow runs of a class over SlowFactor
+	// times the fleet median demote a node; it is promoted after Dwell
+	// without a run over PromoteFactor times it or a failure of work that
+	// succeeds elsewhere.
+	SlowFactor    float64
+	SlowRuns      int
+	SlowWindow    int
+	PromoteFactor float64
+	Dwell         time.Duration
+	// A node whose failures of work that succeeds elsewhere reach
+	// FailureRate of at least FailureMinAttempts results within
+	// FailureWindow is demoted.
+	FailureWindow      time.Duration
+	FailureMinAttempts int
+	FailureRate        float64
+	// BlackHoleFailures failures of a class in a row, each within
+	// FastFailure of its start, while the class succeeds elsewhere:
+	// quarantined for QuarantineSuspect, or QuarantineConfirmed once most
+	// of those tasks succeeded elsewhere. A failed health check is asked
+	// again every HealthRecheck.
+	BlackHoleFailures   int
+	FastFailure         time.Duration
+	QuarantineSuspect   time.Duration
+	QuarantineConfirmed time.Duration
+	HealthRecheck       time.Duration
+}
+
+// DefaultProfiles are the seed's figures (see fsm.DefaultProfileSettings).
+func DefaultProfiles() Profiles {
+	return Profiles{
+		L1MinCores: 4, L1MinMemoryMB: 8192, L2MinCores: 2, L2MinMemoryMB: 2048,
+		SlowFactor: 2.5, SlowRuns: 3, SlowWindow: 5, PromoteFactor: 1.5, Dwell: 10 * time.Minute,
+		FailureWindow: 5 * time.Minute, FailureMinAttempts: 4, FailureRate: 0.5,
+		BlackHoleFailures: 3, FastFailure: 30 * time.Second,
+		QuarantineSuspect: 2 * time.Minute, QuarantineConfirmed: 30 * time.Minute, HealthRecheck: 30 * time.Second,
+	}
+}
+
 // Server is the configuration of one scheduler replica.
 type Server struct {
 	ID              string
@@ -167,6 +237,7 @@ type Server struct {
 	Raft            Raft
 	Scheduler       Scheduler
 	Liveness        Liveness
+	Profiles        Profiles
 	// GossipAddr is where the replica joins the memberlist pool ("" : no
 	// gossip; liveness then rests on HTTP heartbeats alone).
 	GossipAddr      string
@@ -261,6 +332,7 @@ func DefaultServer() Server {
 		Raft:      DefaultRaft(),
 		Scheduler: DefaultScheduler(),
 		Liveness:  DefaultLiveness(),
+		Profiles:  DefaultProfiles(),
 	}
 }
 
@@ -351,6 +423,7 @@ func (c *Server) Validate() error {
 		}
 	}
 	errs = append(errs, c.Scheduler.validate()...)
+	errs = append(errs, c.Profiles.validate()...)
 	return joinSorted(errs)
 }
 
@@ -381,12 +454,53 @@ func (sc Scheduler) validate() []error {
 	if sc.AgingCap < 0 || sc.FailurePenalty < 0 || sc.ProfileScale < 0 || sc.RandomTopK < 0 {
 		errs = append(errs, errors.New("scheduler.aging_cap, failure_penalty, profile_scale and random_top_k must not be negative"))
 	}
+	if sc.SpreadWindow < 0 {
+		errs = append(errs, errors.New("scheduler.spread_window must not be negative"))
+	}
+	w := sc.ProfileWeights
+	if w.Capacity < 0 || w.Health < 0 || w.Locality < 0 || w.History < 0 || (sc.ProfileScale > 0 && w.Capacity+w.Health+w.Locality+w.History <= 0) {
+		errs = append(errs, errors.New("scheduler.weight_capacity, weight_health, weight_locality and weight_history must not be negative, nor all 0 with a profile_scale"))
+	}
+	for name, tiers := range map[string][]string{"size_small": sc.SizeSmall, "size_medium": sc.SizeMedium, "size_large": sc.SizeLarge} {
+		if len(tiers) == 0 {
+			errs = append(errs, fmt.Errorf("scheduler.%s must name at least one tier", name))
+		}
+		for _, t := range tiers {
+			if t != "L1" && t != "L2" && t != "L3" {
+				errs = append(errs, fmt.Errorf("scheduler.%s: tier %q is not L1, L2 or L3", name, t))
+			}
+		}
+	}
 	if sc.RetryFactor < 1 || sc.RetryFactor > 100 {
 		errs = append(errs, fmt.Errorf("scheduler.retry_factor %v is outside 1..100", sc.RetryFactor))
 	}
 	if sc.RetryCap < sc.RetryBase {
 		errs = append(errs, errors.New("scheduler.retry_cap must be at least scheduler.retry_base"))
 	}
+	return errs
+}
+
+// validate checks the profiles block (the replicated state checks the
+// same again when the leader commits it).
+func (p Profiles) validate() []error {
+	var errs []error
+	bad := func(cond bool, msg string) {
+		if cond {
+			errs = append(errs, errors.New("profiles."+msg))
+		}
+	}
+	bad(p.L2MinCores < 0 || p.L1MinCores < p.L2MinCores, "l1_min_cores must be at least l2_min_cores, both at least 0")
+	bad(p.L2MinMemoryMB < 0 || p.L1MinMemoryMB < p.L2MinMemoryMB, "l1_min_memory_mb must be at least l2_min_memory_mb, both at least 0")
+	bad(p.SlowWindow < 1 || p.SlowWindow > 16, "slow_window must be 1..16")
+	bad(p.SlowRuns < 1 || p.SlowRuns > p.SlowWindow, "slow_runs must be 1..slow_window")
+	bad(p.SlowFactor <= 1 || p.SlowFactor > 100, "slow_factor must be over 1 (and at most 100)")
+	bad(p.PromoteFactor < 1 || p.PromoteFactor > p.SlowFactor, "promote_factor must be 1..slow_factor")
+	bad(p.Dwell < 0, "dwell must not be negative")
+	bad(p.FailureWindow <= 0 || p.FastFailure <= 0 || p.QuarantineSuspect <= 0 || p.HealthRecheck <= 0, "failure_window, fast_failure, quarantine_suspect and health_recheck must be positive")
+	bad(p.QuarantineConfirmed < p.QuarantineSuspect, "quarantine_confirmed must be at least quarantine_suspect")
+	bad(p.FailureMinAttempts < 1, "failure_min_attempts must be at least 1")
+	bad(p.FailureRate <= 0 || p.FailureRate > 1, "failure_rate must be in (0, 1]")
+	bad(p.BlackHoleFailures < 1 || p.BlackHoleFailures > 16, "black_hole_failures must be 1..16")
 	return errs
 }
 

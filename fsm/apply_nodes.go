@@ -118,6 +118,7 @@ func applyNodeDown(db *store, index uint64, r *NodeDownRequest) (any, error) {
 	n.Liveness = scheduler.LivenessDown
 	n.ModifyIndex = index
 	n.addEvent(index, r.Now, EventDown, fmt.Sprintf("declared DOWN: %s; %d attempts reclaimed", r.Reason, len(out.Reclaimed)))
+	n.markUptime(r.Now, false)
 	out.Node = n
 	db.putNode(n)
 	return out, nil
@@ -181,11 +182,37 @@ func applyRegisterNode(db *store, index uint64, r *RegisterNodeRequest) (any, er
 		n.RegisteredAt = old.RegisteredAt
 		n.HealthyIndex = old.HealthyIndex
 		n.Events = append([]TimelineEvent(nil), old.Events...)
+		// What the cluster learnt of the node outlives its sessions; a
+		// registration without a profile keeps the last one measured.
+		n.Tier, n.Quarantine, n.HealthCheck, n.RebenchRequested = old.Tier, old.Quarantine, old.HealthCheck, old.RebenchRequested
+		n.History, n.Uptime = old.History, old.Uptime
+		if n.Profile == nil {
+			n.Profile = old.Profile
+		}
 	} else {
 		n.RegisteredAt = StampOf(r.Now)
 		n.Events = nil
+		n.Tier, n.Quarantine, n.HealthCheck, n.RebenchRequested, n.History, n.Uptime = TierState{}, nil, HealthCheckState{}, 0, nil, nil
 	}
+	if exists && n.Profile != nil && n.Profile != old.Profile || !exists && n.Profile != nil {
+		if err := checkProfile(n.Profile); err != nil {
+			return nil, err
+		}
+		p := *n.Profile
+		p.MeasuredAt = StampOf(r.Now)
+		n.Profile = &p
+	}
+	ds, err := normalDatasets(n.Datasets)
+	if err != nil {
+		return nil, err
+	}
+	n.Datasets = ds
 	n.addEvent(index, r.Now, EventRegistered, fmt.Sprintf("registered, session %d", n.SessionGeneration))
+	if n.Profile != nil && (!exists || n.Profile != old.Profile) {
+		n.addEvent(index, r.Now, EventProfile, profileSummary(n.Profile))
+	}
+	n.markUptime(r.Now, true)
+	retier(&n, db.profileSettings(), index, r.Now, "profile at registration")
 	n.Liveness = scheduler.LivenessReady
 	n.LastHeartbeat = StampOf(r.Now)
 	n.SessionStartedAt = StampOf(r.Now)

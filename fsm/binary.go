@@ -20,11 +20,12 @@ import (
 // byte), so a leader writes them only while every server reads them (see
 // CommandForms).
 //
-// Version 3 added a task shape's on_disconnect, after its other fields; a
-// submission of version 2 is read as before, without it.
-const binaryVersion = 3
+// Version 3 added a task shape's on_disconnect, after its other fields;
+// version 4 its class, size, tiers, inputs and outputs, after that. A
+// submission of an older version is read as before, without them.
+const binaryVersion = 4
 
-// oldBinaryVersion is the earlier binary form, still read.
+// oldBinaryVersion is the oldest binary form still read.
 const oldBinaryVersion = 2
 
 // EncodeReserve encodes a reservation in the binary payload form: the
@@ -89,7 +90,16 @@ func appendShape(buf []byte, s *TaskShape) []byte {
 	buf = binary.AppendVarint(buf, s.TimeoutSeconds)
 	buf = binary.AppendVarint(buf, int64(s.MaxAttempts))
 	buf = appendString(buf, s.Submitter)
-	return appendString(buf, s.OnDisconnect)
+	buf = appendString(buf, s.OnDisconnect)
+	buf = appendString(buf, s.Class)
+	buf = appendString(buf, s.Size)
+	tiers := make([]byte, len(s.Tiers))
+	for i, t := range s.Tiers {
+		tiers[i] = byte(t)
+	}
+	buf = appendString(buf, string(tiers))
+	buf = appendStrings(buf, s.Inputs)
+	return appendStrings(buf, s.Outputs)
 }
 
 func decodeSubmitTask(payload []byte) (*SubmitTaskRequest, error) {
@@ -117,8 +127,18 @@ func decodeSubmitTaskWith(payload []byte, in *interner, version byte) (*SubmitTa
 		Capability: d.string(), CapabilityVersion: d.string(), RequiredLabels: d.stringMap(), PreferredLabels: d.stringMap(),
 		Resources: d.resources(), TimeoutSeconds: d.varint(), MaxAttempts: int(d.varint()), Submitter: d.string(),
 	}
-	if version >= binaryVersion {
+	if version >= 3 {
 		r.Spec.OnDisconnect = d.string()
+	}
+	if version >= 4 {
+		r.Spec.Class, r.Spec.Size = d.string(), d.string()
+		if tiers := d.string(); tiers != "" {
+			r.Spec.Tiers = make([]scheduler.Tier, len(tiers))
+			for i := range len(tiers) {
+				r.Spec.Tiers[i] = scheduler.Tier(tiers[i])
+			}
+		}
+		r.Spec.Inputs, r.Spec.Outputs = d.strings(), d.strings()
 	}
 	if err := d.finish(); err != nil {
 		return nil, fmt.Errorf("%w: submit: %v", ErrMalformedCommand, err)

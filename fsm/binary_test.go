@@ -83,7 +83,7 @@ func TestBinaryFormsCoverEveryField(t *testing.T) {
 	for _, c := range []struct {
 		typ    any
 		fields int
-	}{{SubmitTaskRequest{}, 3}, {TaskSpec{}, 3}, {TaskShape{}, 12}, {scheduler.Resources{}, 4}, {ReserveRequest{}, 8}, {AttemptStartRequest{}, 3}, {AttemptEndRequest{}, 8}, {ExplainRequest{}, 3}} {
+	}{{SubmitTaskRequest{}, 3}, {TaskSpec{}, 3}, {TaskShape{}, 17}, {scheduler.Resources{}, 4}, {ReserveRequest{}, 8}, {AttemptStartRequest{}, 3}, {AttemptEndRequest{}, 8}, {ExplainRequest{}, 3}} {
 		if n := exported(reflect.TypeOf(c.typ)); n != c.fields {
 			t.Errorf("%T has %d fields, its binary form %d: update binary.go, then this test", c.typ, n, c.fields)
 		}
@@ -106,6 +106,8 @@ func TestSubmitBinaryRoundTrip(t *testing.T) {
 				GPU: rapid.Int64().Draw(rt, "gpu"), DiskMB: rapid.Int64().Draw(rt, "disk")},
 			TimeoutSeconds: rapid.Int64().Draw(rt, "timeout"), MaxAttempts: rapid.Int().Draw(rt, "max"),
 			Submitter: rapid.String().Draw(rt, "submitter"), OnDisconnect: rapid.SampledFrom([]string{"", OnDisconnectKeepRunning, "x"}).Draw(rt, "ondisconnect"),
+			Class: rapid.String().Draw(rt, "class"), Size: rapid.SampledFrom([]string{"", "small", "large"}).Draw(rt, "size"),
+			Tiers: drawTiers(rt), Inputs: drawNames(rt, "inputs"), Outputs: drawNames(rt, "outputs"),
 		}}}
 		// The decoded request also carries its shape's encoding, the key
 		// replicas share shapes by: it must be exactly the shape's.
@@ -226,22 +228,52 @@ func TestBinaryAndJSONCommandsApplyAlike(t *testing.T) {
 	}
 }
 
-// A submission in the binary form of version 2 (before on_disconnect)
-// is still read, and applied as one of today's without the field.
-func TestSubmitBinaryVersion2IsRead(t *testing.T) {
+// Submissions in the binary forms of version 2 (before on_disconnect)
+// and 3 (before class, size, tiers, inputs and outputs) are still read,
+// and applied as today's without those fields.
+func TestSubmitOlderBinaryVersionsAreRead(t *testing.T) {
 	r := SubmitTaskRequest{ID: "t1", SubmittedAt: epoch, Spec: testSpec("k")}
-	v3 := EncodeSubmitTask(r)
-	if v3[len(v3)-1] != 0 {
-		t.Fatalf("today's form does not end with an empty on_disconnect: %x", v3[len(v3)-8:])
+	v4 := EncodeSubmitTask(r)
+	if !bytes.Equal(v4[len(v4)-6:], make([]byte, 6)) {
+		t.Fatalf("today's form does not end with six empty fields: %x", v4[len(v4)-8:])
 	}
-	v2 := append([]byte{v3[0], oldBinaryVersion}, v3[2:len(v3)-1]...)
-	f := New(nil)
-	res, ok := f.ApplyBytes(1, v2).(*SubmitResult)
-	if !ok {
-		t.Fatalf("a version 2 submission: %#v", f.ApplyBytes(1, v2))
+	for _, c := range []struct {
+		version byte
+		cut     int
+	}{{2, 6}, {3, 5}} {
+		old := append([]byte{v4[0], c.version}, v4[2:len(v4)-c.cut]...)
+		f := New(nil)
+		res, ok := f.ApplyBytes(1, old).(*SubmitResult)
+		if !ok {
+			t.Fatalf("a version %d submission: %#v", c.version, f.ApplyBytes(1, old))
+		}
+		task, err := f.State().Task(res.Task.ID)
+		if err != nil || task.Spec.OnDisconnect != "" || task.Spec.Class != "" || task.Spec.Submitter != r.Spec.Submitter || !reflect.DeepEqual(task.Spec.Command, r.Spec.Command) {
+			t.Fatalf("version %d decoded as %+v (%v)", c.version, task, err)
+		}
 	}
-	task, err := f.State().Task(res.Task.ID)
-	if err != nil || task.Spec.OnDisconnect != "" || task.Spec.Submitter != r.Spec.Submitter || !reflect.DeepEqual(task.Spec.Command, r.Spec.Command) {
-		t.Fatalf("decoded as %+v (%v)", task, err)
+}
+
+func drawTiers(rt *rapid.T) []scheduler.Tier {
+	n := rapid.IntRange(0, 3).Draw(rt, "tiers")
+	if n == 0 {
+		return nil
 	}
+	out := make([]scheduler.Tier, n)
+	for i := range out {
+		out[i] = scheduler.Tier(rapid.IntRange(1, 3).Draw(rt, "tier"))
+	}
+	return out
+}
+
+func drawNames(rt *rapid.T, label string) []string {
+	n := rapid.IntRange(0, 3).Draw(rt, label)
+	if n == 0 {
+		return nil
+	}
+	out := make([]string, n)
+	for i := range out {
+		out[i] = rapid.String().Draw(rt, label+"-name")
+	}
+	return out
 }

@@ -54,6 +54,13 @@ const (
 	MsgAudit          MessageType = 21
 	// MsgGossipKeyring changes the gossip pool's keyring.
 	MsgGossipKeyring MessageType = 22
+	// The profile commands are not ignorable: tiers and quarantines
+	// decide, at apply time, whether a reservation holds.
+	MsgProfileSettings MessageType = 23
+	MsgNodeProfile     MessageType = 24
+	MsgNodeDatasets    MessageType = 25
+	MsgNodeTier        MessageType = 26
+	MsgNodeHealthCheck MessageType = 27
 )
 
 // payloadVersion is the version byte written after the type. A replica
@@ -170,7 +177,7 @@ func decodeHeader(buf []byte) (header, []byte, error) {
 	h := header{typ: t &^ IgnoreUnknownFlag, ignorable: t&IgnoreUnknownFlag != 0, version: buf[1]}
 	switch {
 	case buf[1] == payloadVersion:
-	case (buf[1] == binaryVersion || buf[1] == oldBinaryVersion) && hasBinaryForm(h.typ):
+	case buf[1] >= oldBinaryVersion && buf[1] <= binaryVersion && hasBinaryForm(h.typ):
 		h.binary = true
 	default:
 		return h, nil, fmt.Errorf("%w: %s payload version %d not supported", ErrMalformedCommand, h.typ, buf[1])
@@ -247,6 +254,16 @@ func (t MessageType) String() string {
 		return "audit"
 	case MsgGossipKeyring:
 		return "gossip-keyring"
+	case MsgProfileSettings:
+		return "profile-settings"
+	case MsgNodeProfile:
+		return "node-profile"
+	case MsgNodeDatasets:
+		return "node-datasets"
+	case MsgNodeTier:
+		return "node-tier"
+	case MsgNodeHealthCheck:
+		return "node-health-check"
 	}
 	return fmt.Sprintf("type-%d", uint8(t))
 }

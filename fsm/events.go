@@ -41,6 +41,12 @@ const (
 	// EventRefused: a request made with the node's credentials was
 	// refused for acting beyond the node.
 	EventRefused
+	// Profile events: a measured profile committed, a tier change, a
+	// quarantine begun or ended, a health check asked for or answered.
+	EventProfile
+	EventTier
+	EventQuarantine
+	EventHealthCheck
 )
 
 var eventKindNames = [...]string{
@@ -49,6 +55,7 @@ var eventKindNames = [...]string{
 	EventStaleResultRejected: "stale_result_rejected", EventRegistered: "registered", EventDown: "down",
 	EventManagement: "management", EventReady: "ready", EventSuspect: "suspect",
 	EventCondition: "condition", EventAgent: "agent", EventRefused: "refused",
+	EventProfile: "profile", EventTier: "tier", EventQuarantine: "quarantine", EventHealthCheck: "health_check",
 }
 
 // otherEventKinds numbers, in this process only, kinds read that this

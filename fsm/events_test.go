@@ -20,7 +20,8 @@ type stringEvent struct {
 // field it replaced had in snapshots, archives and the API.
 func TestEventKindsReadAndWriteAsTheirNames(t *testing.T) {
 	written := []string{"queued", "waiting", "node_selected", "started", "finished", "failed", "cancelled",
-		"stale_result_rejected", "registered", "down", "management", "ready", "suspect", "condition", "agent", "refused"}
+		"stale_result_rejected", "registered", "down", "management", "ready", "suspect", "condition", "agent", "refused",
+		"profile", "tier", "quarantine", "health_check"}
 	seen := map[EventKind]string{}
 	for _, name := range written {
 		k, ok := EventKindOf(name)

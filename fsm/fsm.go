@@ -179,6 +179,16 @@ func (f *FSM) applyOne(db *store, index uint64, h header, payload []byte) any {
 		resp, err = applyJSON(payload, func(r *AuditRequest) (any, error) { return applyAudit(db, index, r) })
 	case MsgGossipKeyring:
 		resp, err = applyJSON(payload, func(r *GossipKeyringRequest) (any, error) { return applyGossipKeyring(db, index, r) })
+	case MsgProfileSettings:
+		resp, err = applyJSON(payload, func(r *ProfileSettingsRequest) (any, error) { return applyProfileSettings(db, index, r) })
+	case MsgNodeProfile:
+		resp, err = applyJSON(payload, func(r *NodeProfileRequest) (any, error) { return applyNodeProfile(db, index, r) })
+	case MsgNodeDatasets:
+		resp, err = applyJSON(payload, func(r *NodeDatasetsRequest) (any, error) { return applyNodeDatasets(db, index, r) })
+	case MsgNodeTier:
+		resp, err = applyJSON(payload, func(r *NodeTierRequest) (any, error) { return applyNodeTier(db, index, r) })
+	case MsgNodeHealthCheck:
+		resp, err = applyJSON(payload, func(r *NodeHealthCheckRequest) (any, error) { return applyNodeHealthCheck(db, index, r) })
 	default:
 		if h.ignorable {
 			f.logger.Warn("skipping unknown ignorable command", "index", index, "type", t)

@@ -40,6 +40,8 @@ const (
 	tableTokens   = "acl_tokens"
 	tableAudit    = "audit"
 	tableKeyring  = "gossip_keyring"
+	tableClasses  = "classes"
+	tableProfile  = "profile_settings"
 )
 
 func writeSnapshot(w io.Writer, s *State) error {
@@ -91,6 +93,12 @@ func writeSnapshot(w io.Writer, s *State) error {
 	}
 	if werr == nil && s.st.keyring.Index != 0 {
 		write(tableKeyring, s.st.keyring)
+	}
+	if werr == nil {
+		s.st.classes.Ascend(func(v *ClassStats) bool { return write(tableClasses, v) })
+	}
+	if werr == nil && s.st.profile != nil {
+		write(tableProfile, s.st.profile)
 	}
 	if werr != nil {
 		return werr
@@ -195,7 +203,12 @@ func decodeRecord(db *store, rec snapshotRecord) error {
 	case tableServers:
 		return decodeInto(rec, func(v *Server) string { return v.ID }, db.putServer)
 	case tableNodes:
-		return decodeInto(rec, func(v *Node) string { return v.ID }, db.putNode)
+		return decodeInto(rec, func(v *Node) string { return v.ID }, func(n *Node) {
+			if n.History != nil {
+				n.History.syncTimes()
+			}
+			db.putNode(n)
+		})
 	case tableTasks:
 		return decodeInto(rec, func(v *Task) string { return v.ID }, func(t *Task) { db.w.interner.task(t, nil, false); db.putTask(t) })
 	case tableAttempts:
@@ -211,6 +224,10 @@ func decodeRecord(db *store, rec snapshotRecord) error {
 			}
 			return "keyring"
 		}, func(v *GossipKeyring) { db.keyring = *v })
+	case tableClasses:
+		return decodeInto(rec, func(v *ClassStats) string { return v.Class }, db.putClass)
+	case tableProfile:
+		return decodeInto(rec, func(v *ProfileSettings) string { return "profile" }, func(v *ProfileSettings) { db.profile = v })
 	case tableAudit:
 		return decodeInto(rec, func(v *AuditRecord) string {
 			if v.Index == 0 {

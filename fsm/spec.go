@@ -3,9 +3,11 @@ package fsm
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"herd/internal/check"
+	"herd/scheduler"
 )
 
 // Limits on a task spec, so one submit cannot bloat every replica's state.
@@ -19,6 +21,9 @@ const (
 	MaxPriority       = 100
 	MaxTimeoutSeconds = 7 * 24 * 3600
 )
+
+// TaskSizes are the sizes a task may declare.
+var TaskSizes = []string{"small", "medium", "large"}
 
 // Validate checks a spec whose defaults have been applied. Every replica
 // runs it again in Apply, so an entry proposed by a buggy leader is
@@ -70,6 +75,25 @@ func (s *TaskSpec) Validate() error {
 	for k := range s.Env {
 		if k == "" || strings.ContainsAny(k, "=\x00") {
 			errs = append(errs, fmt.Errorf("env name %q is invalid", k))
+		}
+	}
+	if len(s.Class) > MaxNameLen {
+		errs = append(errs, fmt.Errorf("class is longer than %d bytes", MaxNameLen))
+	}
+	if s.Size != "" && !slices.Contains(TaskSizes, s.Size) {
+		errs = append(errs, fmt.Errorf("size %q must be one of %s", s.Size, strings.Join(TaskSizes, ", ")))
+	}
+	for _, t := range s.Tiers {
+		if t < scheduler.TierL1 || t > scheduler.TierL3 {
+			errs = append(errs, fmt.Errorf("tier %d is not L1, L2 or L3", t))
+		}
+	}
+	if len(s.Inputs) > MaxDatasets || len(s.Outputs) > MaxDatasets {
+		errs = append(errs, fmt.Errorf("at most %d inputs and %d outputs allowed", MaxDatasets, MaxDatasets))
+	}
+	for _, d := range append(slices.Clone(s.Inputs), s.Outputs...) {
+		if d == "" || len(d) > maxDatasetNameBytes || strings.ContainsAny(d, "=\x00/ ") || d == "." || d == ".." {
+			errs = append(errs, fmt.Errorf("dataset name %q: want 1 to %d bytes without '=', '/', spaces or NUL", d, maxDatasetNameBytes))
 		}
 	}
 	if len(s.RequiredLabels) > MaxLabelEntries || len(s.PreferredLabels) > MaxLabelEntries {

@@ -38,6 +38,10 @@ type store struct {
 	// keyring is the gossip pool's keyring (its slices are never written
 	// in place, so views share them).
 	keyring GossipKeyring
+	// classes is the fleet's record per task class; profile the committed
+	// profile settings (nil: DefaultProfileSettings).
+	classes *btree.BTreeG[*ClassStats]
+	profile *ProfileSettings
 
 	// The pending feed: tasks that entered, left or changed in the pending
 	// set, in apply order, so that the leader can keep its queue current
@@ -82,6 +86,7 @@ func newStore() *store {
 		liveByNode:     btree.NewG(btreeDegree, lessAttemptNode),
 		endedByNode:    btree.NewG(btreeDegree, lessAttemptNode),
 		acl:            newACLStore(),
+		classes:        btree.NewG(btreeDegree, func(a, b *ClassStats) bool { return a.Class < b.Class }),
 		feed:           &feedToken{},
 		w: &writerMaps{
 			tasks:    idtable.New(func(t *Task) string { return t.ID }),
@@ -125,6 +130,7 @@ func (s *store) clone() *store {
 		tasks: s.tasks.Clone(), tasksByKey: s.tasksByKey.Clone(), tasksByStat: s.tasksByStat.Clone(), taskCounts: counts,
 		attempts: s.attempts.Clone(), attemptsByTask: s.attemptsByTask.Clone(), liveByNode: s.liveByNode.Clone(),
 		endedByNode: s.endedByNode.Clone(), acl: s.acl.clone(), keyring: s.keyring,
+		classes: s.classes.Clone(), profile: s.profile,
 		feed: s.feed, feedBase: s.feedBase, changes: s.changes,
 	}
 }
@@ -176,6 +182,21 @@ func (s *store) node(id string) (*Node, bool) {
 		return n, ok
 	}
 	return s.nodes.Get(&Node{ID: id})
+}
+
+func (s *store) class(name string) *ClassStats {
+	c, _ := s.classes.Get(&ClassStats{Class: name})
+	return c
+}
+
+func (s *store) putClass(c *ClassStats) { s.classes.ReplaceOrInsert(c) }
+
+// profileSettings are the committed profile settings, or the defaults.
+func (s *store) profileSettings() ProfileSettings {
+	if s.profile != nil {
+		return *s.profile
+	}
+	return DefaultProfileSettings()
 }
 
 func (s *store) server(id string) (*Server, bool) {

@@ -126,6 +126,18 @@ type TaskShape struct {
 	// contact with the cluster past its lease: stop (empty, the default)
 	// or OnDisconnectKeepRunning, for work that is safe to run twice.
 	OnDisconnect string `json:"on_disconnect,omitempty"`
+	// Class groups tasks whose run times compare (history is kept per
+	// class); empty: the task's name is its class.
+	Class string `json:"class,omitempty"`
+	// Size is the declared size (small, medium, large) and Tiers the
+	// tiers it maps to, resolved by the leader at submission so that
+	// every replica checks the same.
+	Size  string           `json:"size,omitempty"`
+	Tiers []scheduler.Tier `json:"tiers,omitempty"`
+	// Inputs names the datasets the task reads; Outputs the files it
+	// leaves in its working directory, which become datasets of its node.
+	Inputs  []string `json:"inputs,omitempty"`
+	Outputs []string `json:"outputs,omitempty"`
 }
 
 // OnDisconnectKeepRunning: the attempt runs on when its agent is cut off,
@@ -257,8 +269,28 @@ type Node struct {
 	// the node. They outlive a re-registration; the agent reports anew
 	// after each.
 	Conditions []NodeCondition `json:"conditions,omitempty"`
+	// Profile is what the node's agent last measured of it (nil before
+	// any report); Datasets the data it holds, sorted by name.
+	Profile  *NodeProfile        `json:"profile,omitempty"`
+	Datasets []scheduler.Dataset `json:"datasets,omitempty"`
+	// Tier is the node's tier and how it got there.
+	Tier TierState `json:"tier"`
+	// Quarantine, while set, keeps new work off the node: its attempts of
+	// a class failed fast while the class succeeded elsewhere.
+	Quarantine *Quarantine `json:"quarantine,omitempty"`
+	// HealthCheck is the health check the node was asked to run and what
+	// it last answered.
+	HealthCheck HealthCheckState `json:"health_check,omitzero"`
+	// RebenchRequested counts the re-measurements asked of the agent.
+	RebenchRequested uint64 `json:"rebench_requested,omitempty"`
+	// History is what the node's attempts showed, per task class, and
+	// Uptime its liveness over the last day: both derived at apply time
+	// from committed facts, with the commands' timestamps.
+	History *NodeHistory `json:"history,omitempty"`
+	Uptime  []UptimeMark `json:"uptime,omitempty"`
 	// Events is the node's recent history: registrations, liveness
-	// verdicts with the observation behind each, drains, conditions.
+	// verdicts with the observation behind each, drains, conditions,
+	// tiers and quarantines.
 	Events      []TimelineEvent `json:"events,omitempty"`
 	CreateIndex uint64          `json:"create_index"`
 	ModifyIndex uint64          `json:"modify_index"`

@@ -14,7 +14,25 @@ func (n *Node) View() scheduler.Node {
 		LastHeartbeat: n.LastHeartbeat.Time(), Capabilities: n.Capabilities, Labels: n.Labels,
 		Resources: n.Resources, Reserved: n.Reserved, Slots: n.Slots,
 		RunningAttempts: n.RunningAttempts, Weight: n.Weight, Condition: n.condition(),
+		Tier: n.Tier.Tier, Quarantine: n.quarantine(),
+		Profile: scheduler.Profile{Datasets: n.Datasets, Classes: n.History.times(), Health: 1},
 	}
+}
+
+// quarantine is the quarantine's reason for the scheduler, empty when the
+// node is not quarantined.
+func (n *Node) quarantine() string {
+	if n.Quarantine == nil {
+		return ""
+	}
+	return n.Quarantine.Level + " until " + n.Quarantine.Until.Time().UTC().Format(time.RFC3339) + ": " + n.Quarantine.Reason
+}
+
+func (h *NodeHistory) times() []scheduler.ClassTime {
+	if h == nil {
+		return nil
+	}
+	return h.Times
 }
 
 // condition is the node's conditions as one line for the scheduler's
@@ -38,7 +56,35 @@ func (t *Task) Request(now time.Time, ttl time.Duration) scheduler.Request {
 		RequiredLabels: t.Spec.RequiredLabels, PreferredLabels: t.Spec.PreferredLabels,
 		Resources: t.Spec.Resources, Now: now, HeartbeatTTL: ttl,
 		FailedOn: failedOn(t.NodeFailures),
+		Class:    t.Spec.ClassOf(), Size: t.Spec.Size, Tiers: t.Spec.Tiers, Inputs: inputs(t.Spec.Inputs),
+		Seed: seedOf(t.ID, t.Attempts),
 	}
+}
+
+// inputs names a task's inputs for the scheduler; their sizes are the
+// caller's to fill in (see State.DatasetBytes).
+func inputs(names []string) []scheduler.Input {
+	if len(names) == 0 {
+		return nil
+	}
+	out := make([]scheduler.Input, len(names))
+	for i, n := range names {
+		out[i].Name = n
+	}
+	return out
+}
+
+// seedOf is a placement's random seed: FNV-1a of the task id and the
+// attempt number it places, so the same state draws the same.
+func seedOf(id string, attempts int16) uint64 {
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(id); i++ {
+		h ^= uint64(id[i])
+		h *= 1099511628211
+	}
+	h ^= uint64(attempts)
+	h *= 1099511628211
+	return h
 }
 
 func failedOn(m map[string]NodeFailure) map[string]int {

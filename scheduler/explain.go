@@ -13,6 +13,10 @@ type NodeExplanation struct {
 	Eligible bool     `json:"eligible"`
 	Reasons  []Reason `json:"reasons"`
 	Score    *int64   `json:"score"`
+	// Tier is the node's tier ("" when unknown); Parts its score taken
+	// apart, for an eligible node.
+	Tier  string      `json:"tier,omitempty"`
+	Parts *ScoreParts `json:"parts,omitempty"`
 }
 
 // Explanation answers "why is this task waiting?" over a node set.
@@ -35,13 +39,15 @@ func Explain(nodes []*Node, req *Request, cfg *Config) Explanation {
 	for _, n := range nodes {
 		var reasons []Reason
 		evaluate(n, &c, &reasons)
-		ne := NodeExplanation{NodeID: n.ID, Eligible: len(reasons) == 0, Reasons: reasons}
+		ne := NodeExplanation{NodeID: n.ID, Eligible: len(reasons) == 0, Reasons: reasons, Tier: n.Tier.String()}
 		if ne.Reasons == nil {
 			ne.Reasons = []Reason{}
 		}
 		if ne.Eligible {
 			s := score(n, &c, cfg)
 			ne.Score = &s
+			parts := Parts(n, req, cfg)
+			ne.Parts = &parts
 			ex.Eligible++
 		}
 		for _, r := range reasons {

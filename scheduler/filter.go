@@ -92,6 +92,9 @@ func evaluate(n *Node, c *compiled, out *[]Reason) bool {
 	if n.Condition != "" {
 		fail(ReasonAgentCondition, "agent reports a problem", n.Condition)
 	}
+	if n.Quarantine != "" {
+		fail(ReasonQuarantined, "quarantined", n.Quarantine)
+	}
 	if req.HeartbeatTTL > 0 && n.LastHeartbeat.Before(c.cutoff) {
 		detail := ""
 		if !c.summaryOnly {
@@ -138,6 +141,9 @@ func evaluate(n *Node, c *compiled, out *[]Reason) bool {
 			fail(r.code, r.summary, detail)
 		}
 	}
+	if !tierAllowed(n.Tier, req.Tiers) {
+		fail(ReasonTierBelowSize, tierSummary(n.Tier, req), "")
+	}
 	if n.RunningAttempts >= n.Slots {
 		detail := ""
 		if !c.summaryOnly {
@@ -169,10 +175,10 @@ func evaluate(n *Node, c *compiled, out *[]Reason) bool {
 // nodes that memory traffic is most of a decision's time).
 func eligible(n *Node, c *compiled) bool {
 	req := c.req
-	if n.Management != ManagementActive || n.Liveness != LivenessReady || n.Scheduling != SchedulingEligible || n.Condition != "" ||
+	if n.Management != ManagementActive || n.Liveness != LivenessReady || n.Scheduling != SchedulingEligible || n.Condition != "" || n.Quarantine != "" ||
 		(req.HeartbeatTTL > 0 && n.LastHeartbeat.Before(c.cutoff)) ||
 		n.RunningAttempts >= n.Slots || !n.Resources.Covers(req.Resources) ||
-		!n.Resources.Sub(n.Reserved).Covers(req.Resources) {
+		!n.Resources.Sub(n.Reserved).Covers(req.Resources) || !tierAllowed(n.Tier, req.Tiers) {
 		return false
 	}
 	if len(req.Blacklist) > 0 && req.Blacklist[n.ID] {
@@ -185,6 +191,20 @@ func eligible(n *Node, c *compiled) bool {
 	}
 	return labelsMatch(n.Labels, c.required) &&
 		(req.Capability == "" || slices.Contains(n.Capabilities[req.Capability], req.CapabilityVersion))
+}
+
+// tierAllowed reports whether a node of tier t may take a task allowed on
+// tiers (none listed: any). A node not ranked yet is not held back.
+func tierAllowed(t Tier, tiers []Tier) bool {
+	return len(tiers) == 0 || t == TierUnknown || slices.Contains(tiers, t)
+}
+
+// tierSummary is the tier rule's reason: "tier L3 below size large".
+func tierSummary(t Tier, req *Request) string {
+	if req.Size != "" {
+		return "tier " + t.String() + " below size " + req.Size
+	}
+	return "tier " + t.String() + " not allowed"
 }
 
 func labelsMatch(have map[string]string, want []labelPair) bool {

@@ -2,7 +2,6 @@ package scheduler
 
 import (
 	"container/heap"
-	"slices"
 	"strconv"
 )
 
@@ -16,8 +15,9 @@ import (
 // so the first entry whose fresh score matches its key is the best node.
 //
 // The answer is always exactly Select(nodes, req, cfg). Requests carrying
-// per-task state (blacklist, failures, passed-over nodes) and weighted
-// random choice go straight to Select.
+// per-task state (blacklist, failures, passed-over nodes) go straight to
+// Select; a weighted random choice takes the best K from the heap the
+// same way.
 type Placer struct {
 	nodes   []*Node
 	cfg     *Config
@@ -64,8 +64,7 @@ type placerClass struct {
 
 // Select returns what Select(nodes, req, cfg) would return now.
 func (p *Placer) Select(req *Request) (Candidate, error) {
-	if (p.cfg != nil && p.cfg.RandomTopK > 1 && p.cfg.Rand != nil) ||
-		len(req.Blacklist) > 0 || len(req.FailedOn) > 0 || len(req.PassedOver) > 0 {
+	if len(req.Blacklist) > 0 || len(req.FailedOn) > 0 || len(req.PassedOver) > 0 {
 		return Select(p.nodes, req, p.cfg)
 	}
 	key := classKey(req)
@@ -82,6 +81,13 @@ func (p *Placer) Select(req *Request) (Candidate, error) {
 		heap.Init(&cl.heap)
 		p.classes[key] = cl
 	}
+	if p.cfg != nil && p.cfg.RandomTopK > 1 {
+		top := p.best(cl, p.cfg.RandomTopK)
+		if len(top) == 0 {
+			return Candidate{}, ErrNoEligibleNode
+		}
+		return weightedPick(spreadGroup(top, p.cfg), req.Seed), nil
+	}
 	for len(cl.heap) > 0 {
 		top := &cl.heap[0]
 		if !evaluate(top.Node, &cl.c, nil) {
@@ -96,6 +102,29 @@ func (p *Placer) Select(req *Request) (Candidate, error) {
 		return *top, nil
 	}
 	return Candidate{}, ErrNoEligibleNode
+}
+
+// best returns the class's k best candidates with fresh scores, in
+// Rank's order, leaving them in the heap.
+func (p *Placer) best(cl *placerClass, k int) []Candidate {
+	var got []Candidate
+	for len(got) < k && len(cl.heap) > 0 {
+		top := &cl.heap[0]
+		if !evaluate(top.Node, &cl.c, nil) {
+			heap.Pop(&cl.heap)
+			continue
+		}
+		if s := score(top.Node, &cl.c, p.cfg); s != top.Score {
+			top.Score = s
+			heap.Fix(&cl.heap, 0)
+			continue
+		}
+		got = append(got, heap.Pop(&cl.heap).(Candidate))
+	}
+	for _, c := range got {
+		heap.Push(&cl.heap, c)
+	}
+	return got
 }
 
 // classKey names a request's requirements (everything evaluate and score
@@ -117,15 +146,21 @@ func classKey(r *Request) string {
 		}
 	}
 	b = append(b, 2)
-	ds := r.DataLocality
-	if !slices.IsSorted(ds) {
-		ds = slices.Sorted(slices.Values(ds))
-	}
-	for _, d := range ds {
-		b = append(b, d...)
+	for _, in := range r.Inputs {
+		b = append(b, in.Name...)
+		b = append(b, 0)
+		b = strconv.AppendInt(b, in.Bytes, 10)
 		b = append(b, 0)
 	}
-	for _, v := range [...]int64{r.Resources.CPUMillis, r.Resources.MemoryMB, r.Resources.GPU, r.Resources.DiskMB, r.Now.UnixNano(), int64(r.HeartbeatTTL)} {
+	b = append(b, 4)
+	b = append(b, r.Class...)
+	b = append(b, 0)
+	b = append(b, r.Size...)
+	b = append(b, 0)
+	for _, t := range r.Tiers {
+		b = append(b, byte(t))
+	}
+	for _, v := range [...]int64{r.ClassMedianMillis, r.Resources.CPUMillis, r.Resources.MemoryMB, r.Resources.GPU, r.Resources.DiskMB, r.Now.UnixNano(), int64(r.HeartbeatTTL)} {
 		b = append(b, 3)
 		b = strconv.AppendInt(b, v, 10)
 	}

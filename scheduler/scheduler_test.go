@@ -184,10 +184,12 @@ func TestTiesBreakByNodeID(t *testing.T) {
 func TestWeightedRandomIsSeededAndSpreads(t *testing.T) {
 	nodes := []*Node{node("a", 4, 0), node("b", 4, 0), node("c", 4, 1)}
 	pick := func(seed uint64) []string {
-		cfg := &Config{RandomTopK: 3, Rand: rand.New(rand.NewPCG(seed, 1))}
+		cfg := &Config{RandomTopK: 3}
 		var out []string
 		for i := 0; i < 200; i++ {
-			c, err := Select(nodes, seedRequest(), cfg)
+			req := seedRequest()
+			req.Seed = seed + uint64(i)
+			c, err := Select(nodes, req, cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -210,9 +212,9 @@ func TestWeightedRandomIsSeededAndSpreads(t *testing.T) {
 
 func TestProfileScoreIsOptional(t *testing.T) {
 	a, b := node("a", 4, 0), node("b", 4, 0)
-	b.Profile = Profile{Health: 1, History: 1, Datasets: []string{"cam-7"}}
+	b.Profile = Profile{Health: 1, Datasets: []Dataset{{Name: "cam-7", Bytes: 1 << 30}}}
 	req := seedRequest()
-	req.DataLocality = []string{"cam-7"}
+	req.Inputs = []Input{{Name: "cam-7", Bytes: 1 << 30}}
 	nodes := []*Node{a, b}
 	if got, _ := Select(nodes, req, nil); got.Node.ID != "a" {
 		t.Fatalf("without profile scoring ties go by id, got %s", got.Node.ID)
@@ -442,11 +444,24 @@ func TestPlacerMatchesSelect(t *testing.T) {
 				nd.Labels["disk"] = "ssd"
 			}
 			nd.Labels["zone"] = rapid.SampledFrom([]string{"a", "b"}).Draw(rt, "zone")
+			nd.Tier = Tier(rapid.IntRange(0, 3).Draw(rt, "tier"))
+			nd.Profile.Power = rapid.Float64Range(0, 1).Draw(rt, "power")
+			nd.Profile.Health = rapid.Float64Range(0, 1).Draw(rt, "health")
+			if rapid.Bool().Draw(rt, "holds") {
+				nd.Profile.Datasets = []Dataset{{Name: "cam", Bytes: int64(rapid.IntRange(1, 1000).Draw(rt, "bytes"))}}
+			}
+			if rapid.Bool().Draw(rt, "history") {
+				nd.Profile.Classes = []ClassTime{{Class: "infer", EWMAMillis: int64(rapid.IntRange(1, 1000).Draw(rt, "ewma"))}}
+			}
 			nodes[i] = nd
 		}
 		var cfg *Config
 		if rapid.Bool().Draw(rt, "profile") {
 			cfg = &Config{ProfileScale: 100_000, ProfileWeights: DefaultProfileWeights()}
+			if rapid.Bool().Draw(rt, "random") {
+				cfg.RandomTopK = rapid.IntRange(2, 4).Draw(rt, "k")
+				cfg.SpreadWindow = int64(rapid.SampledFrom([]int{0, 20_000, 200_000}).Draw(rt, "window"))
+			}
 		}
 		p := NewPlacer(nodes, cfg)
 		steps := rapid.IntRange(1, 80).Draw(rt, "steps")
@@ -456,6 +471,16 @@ func TestPlacerMatchesSelect(t *testing.T) {
 			if rapid.Bool().Draw(rt, "zoned") {
 				req.RequiredLabels = map[string]string{"zone": "a"}
 			}
+			if rapid.Bool().Draw(rt, "sized") {
+				req.Size, req.Tiers = "medium", []Tier{TierL1, TierL2}
+			}
+			if rapid.Bool().Draw(rt, "inputs") {
+				req.Inputs = []Input{{Name: "cam", Bytes: 500}}
+			}
+			if rapid.Bool().Draw(rt, "class") {
+				req.Class, req.ClassMedianMillis = "infer", 100
+			}
+			req.Seed = rapid.Uint64().Draw(rt, "seed")
 			if rapid.IntRange(0, 9).Draw(rt, "failed") == 0 && n > 0 {
 				req.FailedOn = map[string]int{nodes[rapid.IntRange(0, n-1).Draw(rt, "on")].ID: 1}
 			}

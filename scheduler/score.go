@@ -4,8 +4,8 @@ import (
 	"cmp"
 	"errors"
 	"math"
-	"math/rand/v2"
 	"slices"
+	"strconv"
 )
 
 // DefaultWeight is a node's weight when none is set.
@@ -28,10 +28,10 @@ const (
 
 // ProfileWeights weigh the parts of the profile score.
 type ProfileWeights struct {
-	Capacity float64
-	Health   float64
-	Locality float64
-	History  float64
+	Capacity float64 `json:"capacity"`
+	Health   float64 `json:"health"`
+	Locality float64 `json:"locality"`
+	History  float64 `json:"history"`
 }
 
 // DefaultProfileWeights: capacity 0.4, health 0.3, locality 0.2,
@@ -49,11 +49,13 @@ type Config struct {
 	// while never outweighing a preferred label.
 	ProfileScale   int64
 	ProfileWeights ProfileWeights
-	// RandomTopK > 1 picks among the best K candidates at random, weighted
-	// by score, to avoid hot spots. Rand must then be set: the caller
-	// seeds it, so a decision can be replayed.
-	RandomTopK int
-	Rand       *rand.Rand
+	// RandomTopK > 1 picks among the best K candidates whose scores are
+	// within SpreadWindow of the best, at random, weighted by score, to
+	// avoid hot spots. The draw is seeded by the request's Seed, so a
+	// decision replays from the same state. SpreadWindow 0 admits any
+	// score (a preferred label or a retry penalty can then lose).
+	RandomTopK   int
+	SpreadWindow int64
 }
 
 // Candidate is an eligible node with its score.
@@ -103,27 +105,172 @@ func score(n *Node, c *compiled, cfg *Config) int64 {
 	return s
 }
 
-// ProfileScore combines capacity left after placing the request, health,
-// data locality and history into 0..1 with the given weights.
+// ScoreParts is a node's score taken apart, for explanations.
+type ScoreParts struct {
+	// Reference is the reference formula's score (with the retry and
+	// hibernation adjustments); Profile the points the profile adds.
+	Reference int64 `json:"reference"`
+	Profile   int64 `json:"profile"`
+	// Capacity, Health, Locality and History are the profile's parts,
+	// each 0..1, before weighting.
+	Capacity float64 `json:"capacity"`
+	Health   float64 `json:"health"`
+	Locality float64 `json:"locality"`
+	History  float64 `json:"history"`
+	// Inputs says how much of the task's input the node holds ("holds 3.2
+	// of 3.5 GB of inputs"); empty for a task without inputs.
+	Inputs string `json:"inputs,omitempty"`
+}
+
+// Parts takes a node's score for a request apart.
+func Parts(n *Node, req *Request, cfg *Config) ScoreParts {
+	c := compile(req)
+	p := profileParts(n, req)
+	total := score(n, &c, cfg)
+	var prof int64
+	if cfg != nil && cfg.ProfileScale > 0 {
+		prof = int64(math.Round(ProfileScore(n, req, cfg.ProfileWeights) * float64(cfg.ProfileScale)))
+	}
+	return ScoreParts{Reference: total - prof, Profile: prof, Capacity: p.capacity, Health: p.health, Locality: p.locality, History: p.history, Inputs: inputsText(n, req)}
+}
+
+// ProfileScore combines capacity, health, data locality and history into
+// 0..1 with the given weights (see profileParts for each part).
 func ProfileScore(n *Node, req *Request, w ProfileWeights) float64 {
 	total := w.Capacity + w.Health + w.Locality + w.History
 	if total <= 0 {
 		return 0
 	}
+	p := profileParts(n, req)
+	wl := w.Locality * localityFactor(req)
+	denom := total - w.Locality + wl
+	if denom <= 0 {
+		return 0
+	}
+	return (w.Capacity*p.capacity + w.Health*p.health + wl*p.locality + w.History*p.history) / denom
+}
+
+// LocalityUnitBytes is the input size at which locality counts at its
+// configured weight: the weight grows with the input's bytes, up to
+// MaxLocalityFactor times, so that for inputs of a gigabyte or more data
+// gravity outweighs compute, as moving them over an edge link costs more
+// than a slower CPU.
+const (
+	LocalityUnitBytes = 256 << 20
+	MaxLocalityFactor = 4.0
+)
+
+// localityFactor scales the locality weight by the request's input
+// bytes: 1 when only names are known, 0 for a task without inputs.
+func localityFactor(req *Request) float64 {
+	if len(req.Inputs) == 0 {
+		return 0
+	}
+	var want int64
+	for _, in := range req.Inputs {
+		want += in.Bytes
+	}
+	if want == 0 {
+		return 1
+	}
+	return min(float64(want)/LocalityUnitBytes, MaxLocalityFactor)
+}
+
+type parts struct{ capacity, health, locality, history float64 }
+
+// profileParts computes the profile's parts, each 0..1:
+//   - capacity: half what would be left free of CPU and memory after
+//     placing the request, half the node's measured power (all of it the
+//     free share on an unmeasured node);
+//   - health: the node's Health as the caller derived it;
+//   - locality: the share of the request's input bytes the node holds (by
+//     count when no sizes are known); 0 for a task without inputs, and
+//     weighed by the inputs' size (localityFactor);
+//   - history: the fleet's median run time of the request's class over
+//     the node's (1 when either is unknown: a node earns a low history by
+//     being slow, not by being new).
+func profileParts(n *Node, req *Request) parts {
 	free := n.Resources.Sub(n.Reserved).Sub(req.Resources)
 	capacity := (ratio(free.CPUMillis, n.Resources.CPUMillis) + ratio(free.MemoryMB, n.Resources.MemoryMB)) / 2
-	locality := 0.0
-	if len(req.DataLocality) > 0 {
-		held := 0
-		for _, d := range req.DataLocality {
-			if slices.Contains(n.Profile.Datasets, d) {
-				held++
-			}
-		}
-		locality = float64(held) / float64(len(req.DataLocality))
+	if n.Profile.Power > 0 {
+		capacity = (capacity + clamp01(n.Profile.Power)) / 2
 	}
-	s := w.Capacity*capacity + w.Health*clamp01(n.Profile.Health) + w.Locality*locality + w.History*clamp01(n.Profile.History)
-	return s / total
+	p := parts{capacity: capacity, health: clamp01(n.Profile.Health), history: 1}
+	if len(req.Inputs) > 0 {
+		held, want := heldInputs(n, req)
+		switch {
+		case want > 0:
+			p.locality = float64(held) / float64(want)
+		default:
+			count := 0
+			for _, in := range req.Inputs {
+				if _, ok := datasetBytes(n.Profile.Datasets, in.Name); ok {
+					count++
+				}
+			}
+			p.locality = float64(count) / float64(len(req.Inputs))
+		}
+	}
+	if req.Class != "" && req.ClassMedianMillis > 0 {
+		if ewma, ok := classTime(n.Profile.Classes, req.Class); ok && ewma > 0 {
+			p.history = clamp01(float64(req.ClassMedianMillis) / float64(ewma))
+		}
+	}
+	return p
+}
+
+// heldInputs returns the bytes of the request's inputs the node holds
+// (each input counted up to its known size) and their total.
+func heldInputs(n *Node, req *Request) (held, want int64) {
+	for _, in := range req.Inputs {
+		want += in.Bytes
+		if b, ok := datasetBytes(n.Profile.Datasets, in.Name); ok {
+			held += min(b, in.Bytes)
+		}
+	}
+	return held, want
+}
+
+func inputsText(n *Node, req *Request) string {
+	if len(req.Inputs) == 0 {
+		return ""
+	}
+	held, want := heldInputs(n, req)
+	if want == 0 {
+		return "inputs held nowhere"
+	}
+	return "holds " + humanBytesOf(held, want) + " of inputs"
+}
+
+// humanBytesOf writes "3.2 of 3.5 GB" in the unit of the total.
+func humanBytesOf(part, total int64) string {
+	units := []string{"B", "kB", "MB", "GB", "TB"}
+	div, u := 1.0, 0
+	for u < len(units)-1 && float64(total)/div >= 1000 {
+		div *= 1000
+		u++
+	}
+	if u == 0 {
+		return strconv.FormatInt(part, 10) + " of " + strconv.FormatInt(total, 10) + " B"
+	}
+	f := func(v int64) string { return strconv.FormatFloat(float64(v)/div, 'f', 1, 64) }
+	return f(part) + " of " + f(total) + " " + units[u]
+}
+
+func datasetBytes(ds []Dataset, name string) (int64, bool) {
+	i, ok := slices.BinarySearchFunc(ds, name, func(d Dataset, name string) int { return cmp.Compare(d.Name, name) })
+	if !ok {
+		return 0, false
+	}
+	return ds[i].Bytes, true
+}
+
+func classTime(cs []ClassTime, class string) (int64, bool) {
+	i, ok := slices.BinarySearchFunc(cs, class, func(c ClassTime, class string) int { return cmp.Compare(c.Class, class) })
+	if !ok {
+		return 0, false
+	}
+	return cs[i].EWMAMillis, true
 }
 
 func ratio(part, whole int64) float64 {
@@ -162,16 +309,17 @@ func compareCandidates(a, b Candidate) int {
 }
 
 // Select picks the node for a request: the best-scoring eligible node, or
-// with RandomTopK a score-weighted draw among the best K. In the
-// deterministic case it allocates only the request's flattened labels, so
-// the leader can call it for every queued task.
+// with RandomTopK a score-weighted draw among the best K within the
+// spread window. In the deterministic case it allocates only the
+// request's flattened labels, so the leader can call it for every queued
+// task.
 func Select(nodes []*Node, req *Request, cfg *Config) (Candidate, error) {
-	if cfg != nil && cfg.RandomTopK > 1 && cfg.Rand != nil {
+	if cfg != nil && cfg.RandomTopK > 1 {
 		ranked := Rank(nodes, req, cfg)
 		if len(ranked) == 0 {
 			return Candidate{}, ErrNoEligibleNode
 		}
-		return weightedPick(ranked[:min(cfg.RandomTopK, len(ranked))], cfg.Rand), nil
+		return weightedPick(spreadGroup(ranked, cfg), req.Seed), nil
 	}
 	var best Candidate
 	found := false
@@ -191,17 +339,35 @@ func Select(nodes []*Node, req *Request, cfg *Config) (Candidate, error) {
 	return best, nil
 }
 
+// spreadGroup returns the leading candidates a random choice is made
+// among: at most RandomTopK, each within SpreadWindow of the best.
+func spreadGroup(ranked []Candidate, cfg *Config) []Candidate {
+	top := ranked[:min(cfg.RandomTopK, len(ranked))]
+	if cfg.SpreadWindow > 0 {
+		n := 1
+		for n < len(top) && ranked[0].Score-top[n].Score <= cfg.SpreadWindow {
+			n++
+		}
+		top = top[:n]
+	}
+	return top
+}
+
 // weightedPick draws one candidate with a weight that grows linearly with
 // its score: the best of the group weighs twice the worst (all equal when
 // the scores are), so good nodes are favoured without becoming hot spots.
-func weightedPick(top []Candidate, rng *rand.Rand) Candidate {
+// The draw is a function of the seed alone, so it replays.
+func weightedPick(top []Candidate, seed uint64) Candidate {
+	if len(top) == 1 {
+		return top[0]
+	}
 	high, low := top[0].Score, top[len(top)-1].Score
 	weight := func(c Candidate) uint64 { return uint64(c.Score-low) + uint64(high-low) + 1 }
 	var total uint64
 	for _, c := range top {
 		total += weight(c)
 	}
-	x := rng.Uint64N(total)
+	x := mix64(seed) % total
 	for _, c := range top {
 		if w := weight(c); x < w {
 			return c
@@ -210,4 +376,12 @@ func weightedPick(top []Candidate, rng *rand.Rand) Candidate {
 		}
 	}
 	return top[0]
+}
+
+// mix64 is SplitMix64's finaliser: a seed's bits spread over the result.
+func mix64(z uint64) uint64 {
+	z += 0x9e3779b97f4a7c15
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
+	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
+	return z ^ (z >> 31)
 }

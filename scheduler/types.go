@@ -1,6 +1,9 @@
 package scheduler
 
-import "time"
+import (
+	"fmt"
+	"time"
+)
 
 // Node is a worker node as the scheduler sees it: a plain value built by
 // the caller from the replicated state (and, on the leader, live gossip).
@@ -25,8 +28,13 @@ type Node struct {
 	RunningAttempts int
 	// Weight is the operator's preference (100 when unset).
 	Weight int
-	// Profile feeds the optional profile score.
+	// Profile feeds the profile score.
 	Profile Profile
+	// Tier is the node's tier (L1 best); TierUnknown takes any size.
+	Tier Tier
+	// Quarantine says why the node takes no new work for now (a black
+	// hole suspected or confirmed), empty when it is not quarantined.
+	Quarantine string
 	// Condition is what the node's agent reports is wrong with it (a
 	// full disk), empty when nothing is: such a node takes no new attempt.
 	Condition string
@@ -35,11 +43,79 @@ type Node struct {
 	Hibernating bool
 }
 
-// Profile is a node's capability profile, each part normalised to 0..1.
+// Profile is what the cluster knows of how a node performs, derived from
+// committed facts by the caller.
 type Profile struct {
-	Health   float64  // 1 - recent failure rate, or similar
-	History  float64  // how well the node did on past tasks (speed, success)
-	Datasets []string // data the node holds locally, for data locality
+	// Power is the node's measured compute (single-core score times
+	// cores) as a share of the strongest node's, 0..1; 0 when unmeasured.
+	Power float64
+	// Health is the node's online ratio over the last day times one less
+	// its recent failure rate (failures of work that succeeds elsewhere),
+	// 0..1.
+	Health float64
+	// Classes holds the node's recent run time per task class (an EWMA),
+	// sorted by class.
+	Classes []ClassTime
+	// Datasets is the data the node holds, sorted by name.
+	Datasets []Dataset
+}
+
+// ClassTime is a node's typical run time of one task class.
+type ClassTime struct {
+	Class      string `json:"class"`
+	EWMAMillis int64  `json:"ewma_ms"`
+}
+
+// Dataset is named data held on a node.
+type Dataset struct {
+	Name  string `json:"name"`
+	Bytes int64  `json:"bytes"`
+}
+
+// Input is data a task reads, with its size as the cluster knows it (the
+// largest copy any node holds; 0 when no node holds it).
+type Input struct {
+	Name  string
+	Bytes int64
+}
+
+// Tier ranks nodes by what they can be trusted with: L1 the strong ones
+// (inference, batch work), L2 containers and light scripts, L3 the
+// weakest (heartbeats, health reports, archiving).
+type Tier uint8
+
+// Tiers; TierUnknown is a node the cluster has not ranked.
+const (
+	TierUnknown Tier = 0
+	TierL1      Tier = 1
+	TierL2      Tier = 2
+	TierL3      Tier = 3
+)
+
+// String is the tier's name: "L1", "L2", "L3", or "" when unknown.
+func (t Tier) String() string {
+	switch t {
+	case TierL1:
+		return "L1"
+	case TierL2:
+		return "L2"
+	case TierL3:
+		return "L3"
+	}
+	return ""
+}
+
+// ParseTier reads "L1", "L2" or "L3".
+func ParseTier(s string) (Tier, bool) {
+	switch s {
+	case "L1", "l1":
+		return TierL1, true
+	case "L2", "l2":
+		return TierL2, true
+	case "L3", "l3":
+		return TierL3, true
+	}
+	return TierUnknown, false
 }
 
 // Request is one task's placement question at a point in time.
@@ -50,9 +126,17 @@ type Request struct {
 	RequiredLabels    map[string]string
 	PreferredLabels   map[string]string
 	Resources         Resources
-	// DataLocality names datasets the task reads; nodes holding them are
-	// preferred by the profile score.
-	DataLocality []string
+	// Class is the task's class (its history is kept per class); its
+	// fleet median run time, when known, is ClassMedianMillis.
+	Class             string
+	ClassMedianMillis int64
+	// Size is the task's declared size and Tiers the tiers it may run on
+	// (empty: any).
+	Size  string
+	Tiers []Tier
+	// Inputs names datasets the task reads; nodes holding them are
+	// preferred by the locality part of the profile score.
+	Inputs []Input
 	// Now is the decision time; HeartbeatTTL how old a heartbeat may be.
 	Now          time.Time
 	HeartbeatTTL time.Duration
@@ -64,6 +148,10 @@ type Request struct {
 	// PassedOver holds nodes the leader gave up on for this task, with why
 	// (a hibernating node that did not wake in time).
 	PassedOver map[string]string
+	// Seed drives a weighted-random choice (Config.RandomTopK): the
+	// caller derives it from committed state (the task and its attempt
+	// number), so the same state makes the same choice.
+	Seed uint64
 }
 
 // ReasonCode identifies why a node cannot take a task.
@@ -86,6 +174,8 @@ const (
 	ReasonBlacklisted       ReasonCode = "blacklisted"
 	ReasonPassedOver        ReasonCode = "passed_over"
 	ReasonAgentCondition    ReasonCode = "agent_condition"
+	ReasonQuarantined       ReasonCode = "quarantined"
+	ReasonTierBelowSize     ReasonCode = "tier_below_size"
 )
 
 // Reason is one failed rule: a code for machines, a summary phrase shared
@@ -132,3 +222,20 @@ const (
 	SchedulingEligible   Scheduling = "ELIGIBLE"
 	SchedulingIneligible Scheduling = "INELIGIBLE"
 )
+
+// MarshalText writes the tier's name ("" when unknown).
+func (t Tier) MarshalText() ([]byte, error) { return []byte(t.String()), nil }
+
+// UnmarshalText reads a tier's name; "" is TierUnknown.
+func (t *Tier) UnmarshalText(b []byte) error {
+	if len(b) == 0 {
+		*t = TierUnknown
+		return nil
+	}
+	v, ok := ParseTier(string(b))
+	if !ok {
+		return fmt.Errorf("unknown tier %q: want L1, L2 or L3", b)
+	}
+	*t = v
+	return nil
+}

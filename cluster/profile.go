@@ -1,0 +1,265 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"herd/api"
+	"herd/config"
+	"herd/fsm"
+	"herd/scheduler"
+)
+
+// profileSettings turns the configured profile rules into the replicated
+// form (durations in milliseconds, factors in percent).
+func profileSettings(p config.Profiles) fsm.ProfileSettings {
+	pct := func(f float64) int { return int(math.Round(f * 100)) }
+	return fsm.ProfileSettings{
+		L1MinCores: p.L1MinCores, L1MinMemoryMB: p.L1MinMemoryMB, L2MinCores: p.L2MinCores, L2MinMemoryMB: p.L2MinMemoryMB,
+		SlowFactorPercent: pct(p.SlowFactor), SlowRuns: p.SlowRuns, SlowWindow: p.SlowWindow,
+		PromoteFactorPercent: pct(p.PromoteFactor), DwellMs: p.Dwell.Milliseconds(),
+		FailureWindowMs: p.FailureWindow.Milliseconds(), FailureMinAttempts: p.FailureMinAttempts, FailureRatePercent: pct(p.FailureRate),
+		BlackHoleFailures: p.BlackHoleFailures, FastFailureMs: p.FastFailure.Milliseconds(),
+		QuarantineSuspectMs: p.QuarantineSuspect.Milliseconds(), QuarantineConfirmedMs: p.QuarantineConfirmed.Milliseconds(),
+	}
+}
+
+// profileTick is how often the leader looks for promotions due and
+// quarantines whose health check is due.
+const profileTick = 250 * time.Millisecond
+
+// profileLoop is the leader's part in profiles: it commits its profile
+// settings when they differ from the replicated ones, then proposes what
+// time alone makes due: a promotion once a demoted node's dwell has
+// passed (Apply checks it held healthy), and health checks of
+// quarantined nodes whose quarantine has run out or whose failed check
+// is due again. Everything else (demotions, quarantines, releases) is
+// derived at apply time from the facts that cause it.
+func (s *Server) profileLoop(ctx context.Context) {
+	want := profileSettings(s.cfg.Profiles)
+	for ctx.Err() == nil {
+		if s.fsm.State().ProfileSettings() == want {
+			break
+		}
+		if !s.readsProfiles() {
+			// A replica of an older build would refuse the command.
+			sleepCtx(ctx, time.Second)
+			continue
+		}
+		if _, _, err := s.apply(ctx, fsm.MsgProfileSettings, fsm.ProfileSettingsRequest{Settings: want, Now: s.now().UTC()}); err != nil {
+			s.logger.Warn("could not commit the profile settings", "error", err)
+			sleepCtx(ctx, time.Second)
+			continue
+		}
+		s.logger.Info("profile settings committed", "settings", fmt.Sprintf("%+v", want))
+	}
+	tried := map[string]time.Time{} // node → when a proposal was last made for it
+	for ctx.Err() == nil {
+		now := s.now().UTC()
+		nodes, err := s.fsm.State().Nodes()
+		if err != nil {
+			s.logger.Error("profile loop: read nodes", "error", err)
+		}
+		for _, n := range nodes {
+			if t, ok := tried[n.ID]; ok && now.Sub(t) < s.cfg.Profiles.HealthRecheck {
+				continue // a proposal refused (not healthy yet) waits a recheck
+			}
+			if op, why := profileDue(n, s.cfg.Profiles, now); op != "" {
+				tried[n.ID] = now
+				var err error
+				if op == fsm.TierOpPromote {
+					_, _, err = s.apply(ctx, fsm.MsgNodeTier, fsm.NodeTierRequest{NodeID: n.ID, Op: fsm.TierOpPromote, Now: now})
+				} else {
+					_, _, err = s.apply(ctx, fsm.MsgNodeHealthCheck, fsm.NodeHealthCheckRequest{NodeID: n.ID, Op: fsm.HealthCheckRequest, Why: why, Now: now})
+				}
+				var rej *fsm.Rejection
+				if err != nil && !errors.As(err, &rej) && ctx.Err() == nil {
+					s.logger.Warn("profile loop", "node", n.ID, "op", op, "error", err)
+				}
+			}
+		}
+		sleepCtx(ctx, profileTick)
+	}
+}
+
+// profileDue says what time makes due for n at now: a promotion, a health
+// check (with why), or nothing.
+func profileDue(n *fsm.Node, pc config.Profiles, now time.Time) (string, string) {
+	if n.Liveness == scheduler.LivenessDown {
+		return "", ""
+	}
+	if q := n.Quarantine; q != nil {
+		hc := n.HealthCheck
+		if hc.Requested != hc.Answered {
+			return "", "" // one is asked and not answered yet
+		}
+		switch {
+		case !now.Before(q.Until.Time()) && (hc.At.Before(q.Until) || q.CheckFailed):
+			if q.CheckFailed && now.Sub(hc.At.Time()) < pc.HealthRecheck {
+				return "", ""
+			}
+			return fsm.HealthCheckRequest, "quarantine time over"
+		case q.CheckFailed && now.Sub(hc.At.Time()) >= pc.HealthRecheck:
+			return fsm.HealthCheckRequest, "the last check failed"
+		}
+		return "", ""
+	}
+	if n.Tier.Demotions > 0 && n.Tier.Pin == scheduler.TierUnknown && now.Sub(n.Tier.ChangedAt.Time()) >= pc.Dwell {
+		return fsm.TierOpPromote, ""
+	}
+	return "", ""
+}
+
+// readsProfiles reports whether every server reads the profile commands
+// (the command forms they record include this build's).
+func (s *Server) readsProfiles() bool {
+	servers, err := s.fsm.State().Servers()
+	if err != nil {
+		return false
+	}
+	for _, sv := range servers {
+		if sv.CommandForms < fsm.CommandForms {
+			return false
+		}
+	}
+	return len(servers) > 0
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+func (s *Server) nodeCommand(ctx context.Context, t fsm.MessageType, payload any) (api.Node, error) {
+	if !s.IsLeader() {
+		return api.Node{}, fmt.Errorf("%s: %w", s.cfg.ID, api.ErrNotLeader)
+	}
+	resp, _, err := s.apply(ctx, t, payload)
+	if err != nil {
+		return api.Node{}, err
+	}
+	n, ok := resp.(*fsm.Node)
+	if !ok {
+		return api.Node{}, fmt.Errorf("unexpected response %T", resp)
+	}
+	return s.apiNode(s.fsm.State(), n), nil
+}
+
+// ReportProfile commits a node's new measurement (leader-only).
+func (s *Server) ReportProfile(ctx context.Context, nodeID string, r api.NodeProfileReport) (api.Node, error) {
+	return s.nodeCommand(ctx, fsm.MsgNodeProfile, fsm.NodeProfileRequest{NodeID: nodeID, SessionGeneration: r.SessionGeneration, Profile: toFSMProfile(r.Profile), Now: s.now().UTC()})
+}
+
+// ReportDatasets replaces the datasets a node holds (leader-only).
+func (s *Server) ReportDatasets(ctx context.Context, nodeID string, r api.NodeDatasetsReport) (api.Node, error) {
+	return s.nodeCommand(ctx, fsm.MsgNodeDatasets, fsm.NodeDatasetsRequest{NodeID: nodeID, SessionGeneration: r.SessionGeneration, Datasets: toSchedulerDatasets(r.Datasets), Now: s.now().UTC()})
+}
+
+// ReportHealthCheck records a node's health check answer (leader-only).
+func (s *Server) ReportHealthCheck(ctx context.Context, nodeID string, r api.HealthCheckReport) (api.Node, error) {
+	return s.nodeCommand(ctx, fsm.MsgNodeHealthCheck, fsm.NodeHealthCheckRequest{NodeID: nodeID, Op: fsm.HealthCheckResult, Seq: r.Seq, Passed: r.Passed, Output: r.Output, Now: s.now().UTC()})
+}
+
+// RequestHealthCheck asks a node's agent for a health check (leader-only).
+func (s *Server) RequestHealthCheck(ctx context.Context, nodeID string) (api.Node, error) {
+	return s.nodeCommand(ctx, fsm.MsgNodeHealthCheck, fsm.NodeHealthCheckRequest{NodeID: nodeID, Op: fsm.HealthCheckRequest, Why: "asked by an operator", Now: s.now().UTC()})
+}
+
+// SetNodeTier pins or unpins a node's tier (leader-only).
+func (s *Server) SetNodeTier(ctx context.Context, nodeID string, r api.NodeTierRequest) (api.Node, error) {
+	req := fsm.NodeTierRequest{NodeID: nodeID, Op: fsm.TierOpAuto, Now: s.now().UTC()}
+	if r.Tier != "auto" {
+		t, ok := scheduler.ParseTier(r.Tier)
+		if !ok {
+			return api.Node{}, fmt.Errorf("tier %q must be L1, L2, L3 or auto: %w", r.Tier, api.ErrBadRequest)
+		}
+		req.Op, req.Tier = fsm.TierOpPin, t
+	}
+	return s.nodeCommand(ctx, fsm.MsgNodeTier, req)
+}
+
+// RequestRebench asks a node's agent to measure its node again
+// (leader-only).
+func (s *Server) RequestRebench(ctx context.Context, nodeID string) (api.Node, error) {
+	return s.nodeCommand(ctx, fsm.MsgNodeTier, fsm.NodeTierRequest{NodeID: nodeID, Op: fsm.TierOpRebench, Now: s.now().UTC()})
+}
+
+func toFSMProfile(p api.NodeProfile) fsm.NodeProfile {
+	return fsm.NodeProfile{
+		CPUScore: p.CPUScore, MemoryMBps: p.MemoryMBps, FsyncMicros: p.FsyncMicros, Cores: p.Cores,
+		MemoryMB: p.MemoryMB, DiskFreeMB: p.DiskFreeMB, Benchmarked: p.Benchmarked, BenchMillis: p.BenchMillis,
+	}
+}
+
+func toAPIProfile(p *fsm.NodeProfile) *api.NodeProfile {
+	if p == nil {
+		return nil
+	}
+	return &api.NodeProfile{
+		CPUScore: p.CPUScore, MemoryMBps: p.MemoryMBps, FsyncMicros: p.FsyncMicros, Cores: p.Cores,
+		MemoryMB: p.MemoryMB, DiskFreeMB: p.DiskFreeMB, Benchmarked: p.Benchmarked, BenchMillis: p.BenchMillis,
+		MeasuredAt: p.MeasuredAt.Time(),
+	}
+}
+
+func toSchedulerDatasets(ds []api.Dataset) []scheduler.Dataset {
+	if len(ds) == 0 {
+		return nil
+	}
+	out := make([]scheduler.Dataset, len(ds))
+	for i, d := range ds {
+		out[i] = scheduler.Dataset{Name: d.Name, Bytes: d.Bytes}
+	}
+	return out
+}
+
+func toAPIDatasets(ds []scheduler.Dataset) []api.Dataset {
+	if len(ds) == 0 {
+		return nil
+	}
+	out := make([]api.Dataset, len(ds))
+	for i, d := range ds {
+		out[i] = api.Dataset{Name: d.Name, Bytes: d.Bytes}
+	}
+	return out
+}
+
+// apiNode is a node as the API shows it, with what the cluster derived of
+// it: tier, health now, quarantine, health check and per-class history
+// beside the fleet's median.
+func (s *Server) apiNode(st *fsm.State, n *fsm.Node) api.Node {
+	out := toAPINode(n)
+	out.Observation = s.Observation(n)
+	now := s.now().UTC()
+	out.Profile = toAPIProfile(n.Profile)
+	out.Datasets = toAPIDatasets(n.Datasets)
+	out.Tier = api.NodeTier{Tier: n.Tier.Tier.String(), Base: n.Tier.Base.String(), Pinned: n.Tier.Pin != scheduler.TierUnknown, Demotions: n.Tier.Demotions, ChangedAt: n.Tier.ChangedAt.Time()}
+	blamed, total := n.History.BlamedRate(now, s.cfg.Profiles.FailureWindow)
+	out.Health = api.NodeHealth{OnlineRatio: n.OnlineRatio(now), Failures: blamed, Results: total}
+	out.Health.Score = out.Health.OnlineRatio
+	if total > 0 {
+		out.Health.Score *= 1 - float64(blamed)/float64(total)
+	}
+	if q := n.Quarantine; q != nil {
+		out.Quarantine = &api.Quarantine{Level: q.Level, Class: q.Class, Reason: q.Reason, Since: q.Since.Time(), Until: q.Until.Time(), CheckFailed: q.CheckFailed, Tasks: q.Tasks, Confirmed: q.Confirmed}
+	}
+	if hc := n.HealthCheck; hc.Requested > 0 {
+		out.HealthCheck = &api.HealthCheck{Requested: hc.Requested, Answered: hc.Answered, Passed: hc.Passed, Output: hc.Output, At: hc.At.Time(), Why: hc.Why}
+	}
+	if n.History != nil {
+		for _, c := range n.History.Classes {
+			out.History = append(out.History, api.ClassHistory{
+				Class: c.Class, Runs: c.Runs, Failures: c.Failures, EWMAMillis: c.EWMAMilli, FleetMedianMillis: st.Class(c.Class).Median(),
+				RecentMillis: c.Recent, ConsecutiveFailures: c.ConsecutiveFailures, FastStreak: c.FastStreak,
+			})
+		}
+	}
+	return out
+}

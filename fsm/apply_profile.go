@@ -1,0 +1,560 @@
+package fsm
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"herd/scheduler"
+)
+
+// ProfileSettingsRequest commits the rules that turn history into tiers.
+type ProfileSettingsRequest struct {
+	Settings ProfileSettings `json:"settings"`
+	Now      time.Time       `json:"now"`
+}
+
+// NodeProfileRequest commits a node's measured profile (a rebench).
+type NodeProfileRequest struct {
+	NodeID            string      `json:"node_id"`
+	SessionGeneration uint64      `json:"session_generation"`
+	Profile           NodeProfile `json:"profile"`
+	Now               time.Time   `json:"now"`
+}
+
+// NodeDatasetsRequest replaces the datasets a node holds.
+type NodeDatasetsRequest struct {
+	NodeID            string              `json:"node_id"`
+	SessionGeneration uint64              `json:"session_generation"`
+	Datasets          []scheduler.Dataset `json:"datasets"`
+	Now               time.Time           `json:"now"`
+}
+
+// Node tier operations.
+const (
+	TierOpPin     = "pin"     // an operator fixes the tier
+	TierOpAuto    = "auto"    // the tier follows profile and history again
+	TierOpPromote = "promote" // the leader proposes a promotion; Apply checks it
+	TierOpRebench = "rebench" // ask the agent to measure its node again
+)
+
+// NodeTierRequest pins, unpins or promotes a node's tier, or asks for a
+// rebench.
+type NodeTierRequest struct {
+	NodeID string         `json:"node_id"`
+	Op     string         `json:"op"`
+	Tier   scheduler.Tier `json:"tier,omitempty"`
+	Now    time.Time      `json:"now"`
+}
+
+// Health check operations.
+const (
+	HealthCheckRequest = "request" // the leader asks the node to run its check
+	HealthCheckResult  = "result"  // the node's answer
+)
+
+// NodeHealthCheckRequest asks a node for a health check, or records its
+// answer.
+type NodeHealthCheckRequest struct {
+	NodeID string    `json:"node_id"`
+	Op     string    `json:"op"`
+	Seq    uint64    `json:"seq,omitempty"`
+	Passed bool      `json:"passed,omitempty"`
+	Output string    `json:"output,omitempty"`
+	Why    string    `json:"why,omitempty"`
+	Now    time.Time `json:"now"`
+}
+
+// Limits on what agents report, enforced at the API and again at apply.
+const (
+	MaxDatasets           = 64
+	MaxHealthCheckOutput  = 512
+	maxDatasetNameBytes   = 128
+	minSamplesForMedian   = 3
+	maxProfileFigureValue = 1 << 40
+)
+
+func applyProfileSettings(db *store, index uint64, r *ProfileSettingsRequest) (any, error) {
+	if err := r.Settings.Validate(); err != nil {
+		return nil, reject(RejectInvalid, "%v", err)
+	}
+	ps := r.Settings
+	db.profile = &ps
+	// Base tiers follow the thresholds: re-rank every node.
+	var changed []*Node
+	db.nodes.Ascend(func(n *Node) bool {
+		c := n.clone()
+		retier(c, ps, index, r.Now, "profile settings changed")
+		if c.Tier != n.Tier {
+			c.ModifyIndex = index
+			changed = append(changed, c)
+		}
+		return true
+	})
+	for _, n := range changed {
+		db.putNode(n)
+	}
+	return ps, nil
+}
+
+// ProfileSettings are the committed profile settings (the defaults until
+// a leader committed its own).
+func (s *State) ProfileSettings() ProfileSettings { return s.st.profileSettings() }
+
+// Class returns the fleet's record of a task class, nil when none ran.
+func (s *State) Class(name string) *ClassStats { return s.st.class(name) }
+
+// Classes returns every class the fleet has run, by name.
+func (s *State) Classes() []*ClassStats {
+	var out []*ClassStats
+	s.st.classes.Ascend(func(c *ClassStats) bool { out = append(out, c); return true })
+	return out
+}
+
+func checkProfile(p *NodeProfile) error {
+	for _, v := range []int64{p.CPUScore, p.MemoryMBps, p.FsyncMicros, int64(p.Cores), p.MemoryMB, p.DiskFreeMB, p.BenchMillis} {
+		if v < 0 || v > maxProfileFigureValue {
+			return reject(RejectInvalid, "profile figure %d is outside 0..%d", v, int64(maxProfileFigureValue))
+		}
+	}
+	return nil
+}
+
+func profileSummary(p *NodeProfile) string {
+	if !p.Benchmarked {
+		return fmt.Sprintf("static figures: %d cores, %d MB memory, %d MB disk free", p.Cores, p.MemoryMB, p.DiskFreeMB)
+	}
+	return fmt.Sprintf("measured in %d ms: cpu %d MB/s per core × %d cores, memory %d MB/s, fsync %d µs, %d MB memory, %d MB disk free",
+		p.BenchMillis, p.CPUScore, p.Cores, p.MemoryMBps, p.FsyncMicros, p.MemoryMB, p.DiskFreeMB)
+}
+
+func applyNodeProfile(db *store, index uint64, r *NodeProfileRequest) (any, error) {
+	node, err := getNode(db, r.NodeID)
+	if err != nil {
+		return nil, err
+	}
+	if node.SessionGeneration != r.SessionGeneration {
+		return nil, reject(RejectSessionChanged, "node %s session is %d, profile is for %d: register again", node.ID, node.SessionGeneration, r.SessionGeneration)
+	}
+	if err := checkProfile(&r.Profile); err != nil {
+		return nil, err
+	}
+	n := node.clone()
+	p := r.Profile
+	p.MeasuredAt = StampOf(r.Now)
+	n.Profile = &p
+	n.addEvent(index, r.Now, EventProfile, profileSummary(&p))
+	retier(n, db.profileSettings(), index, r.Now, "profile measured")
+	n.ModifyIndex = index
+	db.putNode(n)
+	return n, nil
+}
+
+// normalDatasets checks reported datasets and sorts them by name.
+func normalDatasets(in []scheduler.Dataset) ([]scheduler.Dataset, error) {
+	if len(in) > MaxDatasets {
+		return nil, reject(RejectInvalid, "%d datasets reported, at most %d", len(in), MaxDatasets)
+	}
+	out := slices.Clone(in)
+	for _, d := range out {
+		if d.Name == "" || len(d.Name) > maxDatasetNameBytes || strings.ContainsAny(d.Name, "=\x00/ ") {
+			return nil, reject(RejectInvalid, "dataset name %q: want 1 to %d bytes without '=', '/', spaces or NUL", d.Name, maxDatasetNameBytes)
+		}
+		if d.Bytes < 0 {
+			return nil, reject(RejectInvalid, "dataset %s: negative size", d.Name)
+		}
+	}
+	slices.SortFunc(out, func(a, b scheduler.Dataset) int { return strings.Compare(a.Name, b.Name) })
+	for i := 1; i < len(out); i++ {
+		if out[i].Name == out[i-1].Name {
+			return nil, reject(RejectInvalid, "dataset %s reported twice", out[i].Name)
+		}
+	}
+	if len(out) == 0 {
+		out = nil
+	}
+	return out, nil
+}
+
+func applyNodeDatasets(db *store, index uint64, r *NodeDatasetsRequest) (any, error) {
+	node, err := getNode(db, r.NodeID)
+	if err != nil {
+		return nil, err
+	}
+	if node.SessionGeneration != r.SessionGeneration {
+		return nil, reject(RejectSessionChanged, "node %s session is %d, datasets are for %d: register again", node.ID, node.SessionGeneration, r.SessionGeneration)
+	}
+	ds, err := normalDatasets(r.Datasets)
+	if err != nil {
+		return nil, err
+	}
+	if slices.Equal(ds, node.Datasets) {
+		return node, nil
+	}
+	n := node.clone()
+	n.Datasets = ds
+	n.ModifyIndex = index
+	db.putNode(n)
+	return n, nil
+}
+
+func applyNodeTier(db *store, index uint64, r *NodeTierRequest) (any, error) {
+	node, err := getNode(db, r.NodeID)
+	if err != nil {
+		return nil, err
+	}
+	ps := db.profileSettings()
+	n := node.clone()
+	n.ModifyIndex = index
+	switch r.Op {
+	case TierOpPin:
+		if r.Tier < scheduler.TierL1 || r.Tier > scheduler.TierL3 {
+			return nil, reject(RejectInvalid, "tier %q: want L1, L2 or L3", r.Tier)
+		}
+		n.Tier.Pin = r.Tier
+		retier(n, ps, index, r.Now, "pinned by an operator")
+		if n.Tier.Tier == r.Tier && node.Tier.Pin != r.Tier {
+			n.addEvent(index, r.Now, EventTier, fmt.Sprintf("tier pinned at %s by an operator", r.Tier))
+		}
+	case TierOpAuto:
+		if node.Tier.Pin == scheduler.TierUnknown {
+			return node, nil
+		}
+		n.Tier.Pin = scheduler.TierUnknown
+		n.addEvent(index, r.Now, EventTier, "tier unpinned: it follows profile and history again")
+		retier(n, ps, index, r.Now, "unpinned")
+	case TierOpPromote:
+		why, err := promotable(db, n, ps, r.Now)
+		if err != nil {
+			return nil, err
+		}
+		n.Tier.Demotions--
+		for i := range n.History.Classes {
+			n.History.Classes[i].Recent = nil
+		}
+		retier(n, ps, index, r.Now, why)
+	case TierOpRebench:
+		n.RebenchRequested++
+		n.addEvent(index, r.Now, EventProfile, "rebench requested")
+	default:
+		return nil, reject(RejectInvalid, "tier operation %q is not pin, auto, promote or rebench", r.Op)
+	}
+	db.putNode(n)
+	return n, nil
+}
+
+// promotable says why a demoted node may move up a tier now, or refuses:
+// the dwell time must have passed since its tier last changed, with no
+// run of any class over the promote factor of the fleet median and no
+// blamed failure since (hysteresis: a node demoted at 2.5× comes back
+// only when it runs under 1.5×). n is a copy; its history is cloned so
+// the caller may reset it.
+func promotable(db *store, n *Node, ps ProfileSettings, now time.Time) (string, error) {
+	if n.Tier.Pin != scheduler.TierUnknown {
+		return "", reject(RejectConflict, "node %s: tier pinned at %s", n.ID, n.Tier.Pin)
+	}
+	if n.Tier.Demotions <= 0 {
+		return "", reject(RejectConflict, "node %s: not demoted", n.ID)
+	}
+	if n.Quarantine != nil {
+		return "", reject(RejectConflict, "node %s: quarantined", n.ID)
+	}
+	dwell := ms(ps.DwellMs)
+	since := n.Tier.ChangedAt
+	if held := StampOf(now).Sub(since); held < dwell {
+		return "", reject(RejectConflict, "node %s: tier changed %s ago, dwell is %s", n.ID, held.Round(time.Millisecond), dwell)
+	}
+	n.History = n.History.clone()
+	for _, o := range n.History.Outcomes {
+		if o.Blamed && !o.At.Before(since) {
+			return "", reject(RejectConflict, "node %s: a failure of class %s (which succeeds elsewhere) since its tier changed", n.ID, o.Class)
+		}
+	}
+	for _, c := range n.History.Classes {
+		median, k := db.class(c.Class).median(n.ID)
+		if k >= minSamplesForMedian && median > 0 && slowRuns(c.Recent, median, ps.PromoteFactorPercent) > 0 {
+			return "", reject(RejectConflict, "node %s: a run of class %s over %s the fleet median since its tier changed", n.ID, c.Class, factorText(ps.PromoteFactorPercent))
+		}
+	}
+	return fmt.Sprintf("healthy for %s since the last change (no run over %s the fleet median, no failure of work that succeeds elsewhere)", dwell, factorText(ps.PromoteFactorPercent)), nil
+}
+
+// slowRuns counts the runs in recent over percent of median.
+func slowRuns(recent []int64, median int64, percent int) int {
+	slow := 0
+	for _, d := range recent {
+		if d*100 > median*int64(percent) {
+			slow++
+		}
+	}
+	return slow
+}
+
+func factorText(percent int) string {
+	return fmt.Sprintf("%d.%d×", percent/100, percent%100/10)
+}
+
+func applyNodeHealthCheck(db *store, index uint64, r *NodeHealthCheckRequest) (any, error) {
+	node, err := getNode(db, r.NodeID)
+	if err != nil {
+		return nil, err
+	}
+	n := node.clone()
+	n.ModifyIndex = index
+	switch r.Op {
+	case HealthCheckRequest:
+		why := r.Why
+		if why == "" {
+			why = "asked by an operator"
+		}
+		requestCheck(n, index, r.Now, why)
+	case HealthCheckResult:
+		hc := n.HealthCheck
+		if r.Seq <= hc.Answered || r.Seq > hc.Requested {
+			return nil, reject(RejectStale, "node %s: health check %d answered, but %d was asked and %d answered", n.ID, r.Seq, hc.Requested, hc.Answered)
+		}
+		if len(r.Output) > MaxHealthCheckOutput {
+			r.Output = r.Output[:MaxHealthCheckOutput]
+		}
+		hc.Answered, hc.Passed, hc.Output, hc.At = r.Seq, r.Passed, r.Output, StampOf(r.Now)
+		n.HealthCheck = hc
+		msg := "health check passed"
+		if !r.Passed {
+			msg = "health check failed"
+		}
+		if r.Output != "" {
+			msg += ": " + r.Output
+		}
+		n.addEvent(index, r.Now, EventHealthCheck, msg)
+		if q := n.Quarantine; q != nil {
+			switch {
+			case !r.Passed:
+				c := *q
+				c.CheckFailed = true
+				n.Quarantine = &c
+			case q.CheckFailed:
+				n.Quarantine = nil
+				n.addEvent(index, r.Now, EventQuarantine, "released: the health check passes again after failing")
+				resetStreaks(n)
+			case !StampOf(r.Now).Before(q.Until):
+				n.Quarantine = nil
+				n.addEvent(index, r.Now, EventQuarantine, fmt.Sprintf("released: quarantined %s and the health check passes", StampOf(r.Now).Sub(q.Since).Round(time.Second)))
+				resetStreaks(n)
+			}
+		}
+	default:
+		return nil, reject(RejectInvalid, "health check operation %q is not request or result", r.Op)
+	}
+	db.putNode(n)
+	return n, nil
+}
+
+// requestCheck asks n's agent for a health check; n is a copy.
+func requestCheck(n *Node, index uint64, now time.Time, why string) {
+	n.HealthCheck.Requested++
+	n.HealthCheck.Why = why
+	n.addEvent(index, now, EventHealthCheck, "health check requested: "+why)
+}
+
+// resetStreaks forgets the fast-failure streaks of a released node: it
+// starts afresh.
+func resetStreaks(n *Node) {
+	if n.History == nil {
+		return
+	}
+	n.History = n.History.clone()
+	for i := range n.History.Classes {
+		n.History.Classes[i].FastStreak = 0
+		n.History.Classes[i].StreakTasks = nil
+	}
+}
+
+// recordOutcome derives, from one attempt's end, the node's history of the
+// task's class and the fleet's; and from them, at once, the demotions and
+// quarantines the settings call for. n is the node's copy being changed;
+// na the ended attempt. Times are the commands' (StartedAt, r.Now), so
+// every replica derives the same.
+func recordOutcome(db *store, index uint64, n *Node, na *Attempt, task *Task, now time.Time) {
+	if na.State != AttemptSucceeded && na.State != AttemptFailed && na.State != AttemptTimedOut {
+		return // cancelled or lost: nothing about the node or the work
+	}
+	ps := db.profileSettings()
+	class := task.Spec.ClassOf()
+	window := ms(ps.FailureWindowMs)
+	var runMs int64
+	if !na.StartedAt.IsZero() {
+		runMs = max(int64(na.FinishedAt.Sub(na.StartedAt)/time.Millisecond), 1)
+	}
+	stats := db.class(class)
+	h := n.History.clone()
+	c := &h.Classes[h.class(class)]
+	if na.State == AttemptSucceeded {
+		c.Runs++
+		c.ConsecutiveFailures, c.FastStreak, c.StreakTasks = 0, 0, nil
+		if runMs > 0 {
+			if c.EWMAMilli == 0 {
+				c.EWMAMilli = runMs
+			} else {
+				c.EWMAMilli += (runMs - c.EWMAMilli) * 2 / (ewmaSpan + 1)
+			}
+			c.Recent = append(slices.Clone(c.Recent), runMs)
+			if len(c.Recent) > ps.SlowWindow {
+				c.Recent = c.Recent[len(c.Recent)-ps.SlowWindow:]
+			}
+		}
+		h.addOutcome(Outcome{At: StampOf(now), Class: class, OK: true}, window)
+		median, k := stats.median(n.ID)
+		demote := ""
+		if k >= minSamplesForMedian && median > 0 {
+			if slow := slowRuns(c.Recent, median, ps.SlowFactorPercent); slow >= ps.SlowRuns {
+				demote = fmt.Sprintf("%d of the last %d runs of class %s took over %s the fleet median (%d ms)", slow, len(c.Recent), class, factorText(ps.SlowFactorPercent), median)
+			}
+		}
+		h.syncTimes()
+		n.History = h
+		if demote != "" && demoteNode(n, ps, index, now, demote) {
+			for i := range n.History.Classes {
+				n.History.Classes[i].Recent = nil
+			}
+		}
+		next := stats.withRun(class, ClassRun{Node: n.ID, Millis: runMs, At: StampOf(now)}, index)
+		suspects := next.Suspects
+		next.Suspects = nil
+		db.putClass(next)
+		// Nodes whose fast failures of this class came before any success
+		// elsewhere are suspects now.
+		for _, s := range suspects {
+			if s.Node == n.ID {
+				continue
+			}
+			if other, ok := db.node(s.Node); ok {
+				o := other.clone()
+				if quarantineIfStreak(db, o, ps, class, index, now) {
+					o.ModifyIndex = index
+					db.putNode(o)
+				}
+			}
+		}
+		confirmElsewhere(db, index, n.ID, task, ps, now)
+		return
+	}
+	c.Failures++
+	c.ConsecutiveFailures++
+	fast := na.State == AttemptFailed && runMs <= ps.FastFailureMs
+	if fast {
+		c.FastStreak++
+		c.StreakTasks = append(slices.Clone(c.StreakTasks), task.ID)
+		if len(c.StreakTasks) > maxStreakTasks {
+			c.StreakTasks = c.StreakTasks[len(c.StreakTasks)-maxStreakTasks:]
+		}
+	} else {
+		c.FastStreak, c.StreakTasks = 0, nil
+	}
+	blamed := stats.succeededElsewhere(n.ID, StampOf(now.Add(-window)))
+	h.addOutcome(Outcome{At: StampOf(now), Class: class, Blamed: blamed}, window)
+	h.syncTimes()
+	n.History = h
+	if c.FastStreak >= ps.BlackHoleFailures && n.Quarantine == nil && !quarantineIfStreak(db, n, ps, class, index, now) {
+		// No success elsewhere yet: the first one decides (see above).
+		next := stats.withSuspect(class, n.ID, StampOf(now), index)
+		db.putClass(next)
+	}
+	if b, total := h.BlamedRate(now, window); total >= ps.FailureMinAttempts && b*100 >= ps.FailureRatePercent*total {
+		why := fmt.Sprintf("%d of its last %d attempts in %s failed at work that succeeds elsewhere (over %d%%)", b, total, window, ps.FailureRatePercent)
+		if demoteNode(n, ps, index, now, why) {
+			n.History.Outcomes = nil
+			requestCheck(n, index, now, "failure rate: "+why)
+		}
+	}
+}
+
+// demoteNode moves n down a tier with why, unless it is pinned or at L3
+// already; it reports whether it did.
+func demoteNode(n *Node, ps ProfileSettings, index uint64, now time.Time, why string) bool {
+	if n.Tier.Pin != scheduler.TierUnknown || effectiveTier(n.Tier) >= scheduler.TierL3 {
+		return false
+	}
+	n.Tier.Demotions++
+	retier(n, ps, index, now, why)
+	return true
+}
+
+// quarantineIfStreak quarantines n (a copy being changed) on suspicion of
+// being a black hole for class: its latest attempts of the class failed
+// fast in a row while the class succeeded on another node within the
+// failure window. A class that fails everywhere quarantines nobody: that
+// is bad work, not a bad node. It reports whether it quarantined n.
+func quarantineIfStreak(db *store, n *Node, ps ProfileSettings, class string, index uint64, now time.Time) bool {
+	if n.Quarantine != nil || n.History == nil {
+		return false
+	}
+	i, ok := slices.BinarySearchFunc(n.History.Classes, class, func(c ClassHistory, name string) int { return strings.Compare(c.Class, name) })
+	if !ok {
+		return false
+	}
+	c := n.History.Classes[i]
+	if c.FastStreak < ps.BlackHoleFailures || !db.class(class).succeededElsewhere(n.ID, StampOf(now.Add(-ms(ps.FailureWindowMs)))) {
+		return false
+	}
+	q := &Quarantine{
+		Level: QuarantineSuspected, Class: class, Since: StampOf(now), Until: StampOf(now.Add(ms(ps.QuarantineSuspectMs))),
+		Tasks:  slices.Clone(c.StreakTasks),
+		Reason: fmt.Sprintf("suspected black hole: %d attempts of class %s failed in a row, each within %s, while the class succeeds on other nodes", c.FastStreak, class, ms(ps.FastFailureMs)),
+	}
+	// Tasks of the streak that already succeeded elsewhere confirm it.
+	for _, id := range q.Tasks {
+		if t, ok := db.task(id); ok && t.State == TaskSucceeded {
+			q.Confirmed++
+		}
+	}
+	n.Quarantine = q
+	n.addEvent(index, now, EventQuarantine, fmt.Sprintf("quarantined until %s: %s", q.Until.Time().UTC().Format(time.RFC3339), q.Reason))
+	if q.Confirmed*2 > len(q.Tasks) {
+		confirmQuarantine(n, ps, index, now)
+	}
+	requestCheck(n, index, now, "quarantined")
+	return true
+}
+
+// confirmElsewhere counts task's success against the quarantines of the
+// nodes it failed on; most of a streak's tasks succeeding elsewhere
+// confirms the black hole.
+func confirmElsewhere(db *store, index uint64, succeededOn string, task *Task, ps ProfileSettings, now time.Time) {
+	if len(task.NodeFailures) == 0 {
+		return
+	}
+	ids := make([]string, 0, len(task.NodeFailures))
+	for id := range task.NodeFailures {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids) // map order must not decide anything
+	for _, id := range ids {
+		if id == succeededOn {
+			continue
+		}
+		node, ok := db.node(id)
+		if !ok || node.Quarantine == nil || node.Quarantine.Level != QuarantineSuspected || !slices.Contains(node.Quarantine.Tasks, task.ID) {
+			continue
+		}
+		n := node.clone()
+		q := *node.Quarantine
+		q.Confirmed++
+		n.Quarantine = &q
+		if q.Confirmed*2 > len(q.Tasks) {
+			confirmQuarantine(n, ps, index, now)
+		}
+		n.ModifyIndex = index
+		db.putNode(n)
+	}
+}
+
+// confirmQuarantine makes n's suspected quarantine a confirmed, longer one.
+func confirmQuarantine(n *Node, ps ProfileSettings, index uint64, now time.Time) {
+	q := *n.Quarantine
+	q.Level = QuarantineConfirmed
+	q.Until = StampOf(now.Add(ms(ps.QuarantineConfirmedMs)))
+	q.Reason = fmt.Sprintf("confirmed black hole: %d of the %d tasks that failed fast here succeeded elsewhere", q.Confirmed, len(q.Tasks))
+	n.Quarantine = &q
+	n.addEvent(index, now, EventQuarantine, fmt.Sprintf("quarantine confirmed, until %s: %s", q.Until.Time().UTC().Format(time.RFC3339), q.Reason))
+}

@@ -165,7 +165,7 @@ const (
 	maxClassesPerNode  = 32
 	// ewmaSpan is the number of runs the EWMA of run times spans: alpha
 	// is 2/(span+1), in integers.
-	ewmaSpan = 10
+	ewmaSpan     = 10
 	uptimeWindow = 24 * time.Hour
 )
 

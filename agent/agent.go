@@ -39,6 +39,8 @@ type Agent struct {
 	clock    *steady.Clock // ages files; see Config.Clock
 	// conditions finds and reports what is wrong with the node.
 	conditions *conditionWatch
+	// profile measures the node and its datasets, and runs health checks.
+	profile *profiler
 
 	session    atomic.Uint64
 	reregister chan struct{}
@@ -138,6 +140,8 @@ func New(cfg Config) (*Agent, error) {
 		clock: steady.New(cfg.Clock, nil), startDeadline: 30 * time.Second,
 	}
 	a.conditions = newConditionWatch(a)
+	a.profile = newProfiler(a)
+	a.profile.loadOutputs()
 	return a, nil
 }
 
@@ -189,7 +193,8 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 		return err
 	}
-	a.wg.Add(5)
+	a.wg.Add(6)
+	go func() { defer a.wg.Done(); a.profile.run(ctx) }()
 	go func() { defer a.wg.Done(); a.reports.run(ctx) }()
 	go func() { defer a.wg.Done(); a.leaseLoop(ctx) }()
 	go func() { defer a.wg.Done(); a.conditions.run(ctx) }()

@@ -57,6 +57,7 @@ func (a *Agent) assignmentLoop(ctx context.Context) {
 			a.requestReregister()
 		}
 		a.reconcile(ctx, &as)
+		a.profile.handle(ctx, &as)
 		if len(as.Attempts) > 0 || len(a.Running()) > 0 {
 			lastBusy = time.Now()
 		}

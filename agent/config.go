@@ -97,6 +97,21 @@ type Config struct {
 	// Token is the node's ACL token secret, when the cluster enforces
 	// ACLs and the agent has no certificate (or both are required).
 	Token string
+
+	// NoBench skips the benchmark: the node's profile then holds only
+	// what the agent detects (cores, memory, free disk). RebenchInterval
+	// is how often the node is measured again (default 6 h; negative:
+	// only at registration and on request).
+	NoBench         bool
+	RebenchInterval time.Duration
+	// Datasets are the data the node holds, by name: a file or a
+	// directory, whose size is measured and re-measured every
+	// DatasetRefresh (default a minute).
+	Datasets       map[string]string
+	DatasetRefresh time.Duration
+	// HealthCheck is the site's health check, run through /bin/sh -c when
+	// the cluster asks (a quarantine); empty: the built-in check.
+	HealthCheck string
 }
 
 // RunRecord is one attempt's process as the agent ran it.
@@ -111,6 +126,8 @@ const (
 	DefaultAssignmentWait    = 30 * time.Second
 	DefaultLogRetention      = 7 * 24 * time.Hour
 	DefaultMinFreeDiskMB     = 32
+	DefaultRebenchInterval   = 6 * time.Hour
+	DefaultDatasetRefresh    = time.Minute
 )
 
 // WithDefaults fills unset fields, reading the machine for resources.
@@ -141,6 +158,12 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.Limits == "" {
 		c.Limits = "auto"
+	}
+	if c.RebenchInterval == 0 {
+		c.RebenchInterval = DefaultRebenchInterval
+	}
+	if c.DatasetRefresh <= 0 {
+		c.DatasetRefresh = DefaultDatasetRefresh
 	}
 	if c.Capabilities == nil {
 		c.Capabilities = map[string][]string{"exec": {"1"}}
@@ -174,6 +197,11 @@ func (c Config) Validate() error {
 	}
 	if c.DataDir == "" {
 		errs = append(errs, errors.New("data dir is required"))
+	}
+	for name, path := range c.Datasets {
+		if name == "" || len(name) > 128 || strings.ContainsAny(name, "=/ \x00") || path == "" {
+			errs = append(errs, fmt.Errorf("dataset %q=%q: want NAME=PATH, the name 1 to 128 bytes without '=', '/' or spaces", name, path))
+		}
 	}
 	if err := c.TLS.Check(); err != nil {
 		errs = append(errs, err)

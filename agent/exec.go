@@ -146,6 +146,9 @@ func (a *Agent) runProcess(ctx context.Context, as api.Assignment) outcome {
 	if err := logFile.Err(); err != nil && isNoSpace(err) {
 		out.err = strings.TrimPrefix(out.err+"; output not logged: no space left for the log", "; ")
 	}
+	if out.state == api.AttemptSucceeded {
+		a.profile.keepOutputs(workDir, spec.Outputs)
+	}
 	logFile.Note(fmt.Sprintf("--- herd: %s, exit code %d %s\n", out.state, out.exitCode, out.err), out.state != api.AttemptSucceeded)
 	return out
 }
@@ -167,6 +170,7 @@ func (a *Agent) taskCommand(att api.Attempt, spec api.TaskSpec, workDir string) 
 	if addr := a.LeaseAddr(); addr != "" {
 		cmd.Env = append(cmd.Env, "HERD_AGENT_ADDR="+addr)
 	}
+	cmd.Env = append(cmd.Env, a.profile.inputEnv(spec.Inputs)...)
 	cmd.SysProcAttr = groupLeader()
 	if f, err := devNull(); err == nil {
 		cmd.Stdin = f

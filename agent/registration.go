@@ -24,9 +24,11 @@ func (a *Agent) register(ctx context.Context) error {
 	// return the same session instead of starting new ones.
 	token := make([]byte, 12)
 	_, _ = rand.Read(token)
+	profile, datasets := a.profile.forRegistration()
 	reg := api.NodeRegistration{
 		ID: a.cfg.ID, Address: a.cfg.Address, Labels: labels, Capabilities: a.cfg.Capabilities,
 		Resources: a.cfg.Resources, Slots: a.cfg.Slots, Weight: a.cfg.Weight, Token: hex.EncodeToString(token),
+		Profile: profile, Datasets: datasets,
 	}
 	backoff := 200 * time.Millisecond
 	for {

@@ -564,6 +564,22 @@ type NodeExplanation struct {
 	Reasons  []string `json:"reasons"`
 	Codes    []string `json:"codes"`
 	Score    *int64   `json:"score"`
+	// Tier is the node's tier; Parts, for an eligible node, its score
+	// taken apart.
+	Tier  string      `json:"tier,omitempty"`
+	Parts *ScoreParts `json:"parts,omitempty"`
+}
+
+// ScoreParts is a node's score taken apart: the reference formula's
+// points, the profile's, and the profile's parts (each 0..1).
+type ScoreParts struct {
+	Reference int64   `json:"reference"`
+	Profile   int64   `json:"profile"`
+	Capacity  float64 `json:"capacity"`
+	Health    float64 `json:"health"`
+	Locality  float64 `json:"locality"`
+	History   float64 `json:"history"`
+	Inputs    string  `json:"inputs,omitempty"`
 }
 
 // Limits on what an attempt report may carry: Raft never stores full logs.

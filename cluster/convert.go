@@ -108,7 +108,10 @@ func toAPITask(t *fsm.Task, attempts []*fsm.Attempt) api.Task {
 func toAPIExplanation(ex scheduler.Explanation) api.Explanation {
 	out := api.Explanation{Total: ex.Total, Eligible: ex.Eligible, Summary: ex.Summary, Nodes: make([]api.NodeExplanation, 0, len(ex.Nodes))}
 	for _, n := range ex.Nodes {
-		ne := api.NodeExplanation{NodeID: n.NodeID, Eligible: n.Eligible, Score: n.Score, Reasons: []string{}, Codes: []string{}}
+		ne := api.NodeExplanation{NodeID: n.NodeID, Eligible: n.Eligible, Score: n.Score, Reasons: []string{}, Codes: []string{}, Tier: n.Tier}
+		if p := n.Parts; p != nil {
+			ne.Parts = &api.ScoreParts{Reference: p.Reference, Profile: p.Profile, Capacity: p.Capacity, Health: p.Health, Locality: p.Locality, History: p.History, Inputs: p.Inputs}
+		}
 		for _, r := range n.Reasons {
 			ne.Reasons = append(ne.Reasons, r.String())
 			ne.Codes = append(ne.Codes, string(r.Code))

@@ -105,12 +105,12 @@ func DefaultScheduler() Scheduler {
 		AgingCap:          100,
 		FailurePenalty:    10,
 		// A perfect profile counts like 200 points of weight (20 running
-		// attempts); near-equals within 5 running attempts' worth share
+		// attempts); near-equals, within 2 running attempts' worth, share
 		// the work three ways.
 		ProfileScale:   200_000,
 		ProfileWeights: ProfileWeights{Capacity: 0.4, Health: 0.3, Locality: 0.2, History: 0.1},
 		RandomTopK:     3,
-		SpreadWindow:   50_000,
+		SpreadWindow:   20_000,
 		SizeSmall:      []string{"L1", "L2", "L3"},
 		SizeMedium:     []string{"L1", "L2"},
 		SizeLarge:      []string{"L1"},

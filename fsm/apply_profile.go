@@ -235,6 +235,7 @@ func applyNodeTier(db *store, index uint64, r *NodeTierRequest) (any, error) {
 		}
 		retier(n, ps, index, r.Now, why)
 	case TierOpRebench:
+		db.touch(topicNodePre + n.ID) // the agent's assignments watch wakes
 		n.RebenchRequested++
 		n.addEvent(index, r.Now, EventProfile, "rebench requested")
 	default:
@@ -308,7 +309,7 @@ func applyNodeHealthCheck(db *store, index uint64, r *NodeHealthCheckRequest) (a
 		if why == "" {
 			why = "asked by an operator"
 		}
-		requestCheck(n, index, r.Now, why)
+		requestCheck(db, n, index, r.Now, why)
 	case HealthCheckResult:
 		hc := n.HealthCheck
 		if r.Seq <= hc.Answered || r.Seq > hc.Requested {
@@ -350,8 +351,10 @@ func applyNodeHealthCheck(db *store, index uint64, r *NodeHealthCheckRequest) (a
 	return n, nil
 }
 
-// requestCheck asks n's agent for a health check; n is a copy.
-func requestCheck(n *Node, index uint64, now time.Time, why string) {
+// requestCheck asks n's agent for a health check; n is a copy. The
+// agent's blocking query for its assignments wakes for it.
+func requestCheck(db *store, n *Node, index uint64, now time.Time, why string) {
+	db.touch(topicNodePre + n.ID)
 	n.HealthCheck.Requested++
 	n.HealthCheck.Why = why
 	n.addEvent(index, now, EventHealthCheck, "health check requested: "+why)
@@ -464,7 +467,7 @@ func recordOutcome(db *store, index uint64, n *Node, na *Attempt, task *Task, no
 		why := fmt.Sprintf("%d of its last %d attempts in %s failed at work that succeeds elsewhere (over %d%%)", b, total, window, ps.FailureRatePercent)
 		if demoteNode(n, ps, index, now, why) {
 			n.History.Outcomes = nil
-			requestCheck(n, index, now, "failure rate: "+why)
+			requestCheck(db, n, index, now, "failure rate: "+why)
 		}
 	}
 }
@@ -513,7 +516,7 @@ func quarantineIfStreak(db *store, n *Node, ps ProfileSettings, class string, in
 	if q.Confirmed*2 > len(q.Tasks) {
 		confirmQuarantine(n, ps, index, now)
 	}
-	requestCheck(n, index, now, "quarantined")
+	requestCheck(db, n, index, now, "quarantined")
 	return true
 }
 

@@ -180,10 +180,13 @@ func TestPlacementAndExplainOverHTTP(t *testing.T) {
 }
 
 // The worked example of docs/scheduling.md over HTTP, with the leader's clock moved
-// so node-c's heartbeat is 90 s old.
+// so node-c's heartbeat is 90 s old, and profile scoring off: the
+// reference formula alone.
 func TestSeedExampleOverHTTP(t *testing.T) {
 	clock := NewFakeClock(time.Date(2026, 10, 2, 12, 0, 0, 0, time.UTC))
-	c := NewClusterWith(t, 3, Setup{Clock: clock.Now})
+	c := NewClusterWith(t, 3, Setup{Clock: clock.Now, Config: []ClusterOption{func(cfg *config.Server) {
+		cfg.Scheduler.ProfileScale, cfg.Scheduler.RandomTopK = 0, 1
+	}}})
 	cl := c.AllClient()
 	ctx := Ctx(t, time.Minute)
 	registerNode(t, cl, "node-c", 16000, 8192, 0, 8, nil)

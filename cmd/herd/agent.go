@@ -17,13 +17,13 @@ import (
 // agentSettings are the settings of `herd agent`, as given.
 type agentSettings struct {
 	ID, DataDir, Capabilities, Limits, LogLevel, GossipAddr, GossipKey string
-	TLSCAFile, TLSCertFile, TLSKeyFile, Token                          string
-	Insecure                                                           bool
+	TLSCAFile, TLSCertFile, TLSKeyFile, Token, HealthCheck             string
+	Insecure, NoBench                                                  bool
 	Servers                                                            []string
-	Labels                                                             map[string]string
+	Labels, Datasets                                                   map[string]string
 	CPUMillis, MemoryMB, GPU, DiskMB, MinFreeDiskMB                    int64
 	Slots, Weight                                                      int
-	LogRetention, HeartbeatInterval, HibernateAfter                    time.Duration
+	LogRetention, HeartbeatInterval, HibernateAfter, RebenchInterval   time.Duration
 }
 
 type agentSetting = config.Setting[agentSettings]
@@ -33,7 +33,8 @@ type agentSetting = config.Setting[agentSettings]
 var agentTable = config.Table[agentSettings]{
 	Defaults: func() agentSettings {
 		return agentSettings{Capabilities: "exec@1", Limits: "auto", LogLevel: "info",
-			LogRetention: agent.DefaultLogRetention, HeartbeatInterval: agent.DefaultHeartbeatInterval, MinFreeDiskMB: agent.DefaultMinFreeDiskMB}
+			LogRetention: agent.DefaultLogRetention, HeartbeatInterval: agent.DefaultHeartbeatInterval, MinFreeDiskMB: agent.DefaultMinFreeDiskMB,
+			RebenchInterval: agent.DefaultRebenchInterval}
 	},
 	Settings: []agentSetting{
 		config.Field("id", "HERD_NODE_ID", "id", "node id, unique in the cluster", func(c *agentSettings) *string { return &c.ID }),
@@ -60,6 +61,10 @@ var agentTable = config.Table[agentSettings]{
 		config.Field("token", "HERD_TOKEN", "token", "the node's ACL token (herd acl token create -agent NODE_ID), when the cluster enforces ACLs", func(c *agentSettings) *string { return &c.Token }),
 		config.Field("insecure", "HERD_INSECURE", "insecure", "talk to servers, or gossip, off loopback without TLS", func(c *agentSettings) *bool { return &c.Insecure }),
 		config.Field("hibernate_after", "", "hibernate-after", "sleep after this long idle, keeping only gossip, until the leader wakes the agent; 0 never", func(c *agentSettings) *time.Duration { return &c.HibernateAfter }),
+		config.Field("no_bench", "", "no-bench", "do not benchmark the node: its profile holds only the cores, memory and free disk detected", func(c *agentSettings) *bool { return &c.NoBench }),
+		config.Field("profile.rebench_interval", "", "rebench-interval", "how often the node is measured again; negative: only at registration and on herd node rebench", func(c *agentSettings) *time.Duration { return &c.RebenchInterval }),
+		config.Field("datasets", "", "dataset", "data the node holds, NAME=PATH (a file or directory; the flag repeats): tasks naming NAME among their inputs prefer this node", func(c *agentSettings) *map[string]string { return &c.Datasets }),
+		config.Field("health_check", "", "health-check", "the site's health check, run through /bin/sh -c when the cluster asks (a quarantine); empty: data directory writable, a process starts, clock sane", func(c *agentSettings) *string { return &c.HealthCheck }),
 	},
 }
 
@@ -98,6 +103,7 @@ func runAgent(e *env, args []string) error {
 		GossipAddr: set.GossipAddr, GossipKey: key, HibernateAfter: set.HibernateAfter,
 		TLS:   pki.Files{CA: set.TLSCAFile, Cert: set.TLSCertFile, Key: set.TLSKeyFile},
 		Token: set.Token, Insecure: set.Insecure,
+		NoBench: set.NoBench, RebenchInterval: set.RebenchInterval, Datasets: set.Datasets, HealthCheck: set.HealthCheck,
 	})
 	if err != nil {
 		return err

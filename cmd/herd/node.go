@@ -18,6 +18,9 @@ func runNode(e *env, args []string) error {
 		{"drain", "stop new placements on a node (-disable to resume)", runNodeDrain},
 		{"eligibility", "mark a node eligible or ineligible: eligibility ID true|false", runNodeEligibility},
 		{"register", "register a node by hand (agents do this themselves)", runNodeRegister},
+		{"tier", "pin a node's tier, or let it follow profile and history: tier ID L1|L2|L3|auto", runNodeTier},
+		{"rebench", "ask a node's agent to measure its node again", runNodeRebench},
+		{"check", "ask a node's agent to run its health check", runNodeCheck},
 	})
 }
 
@@ -55,10 +58,10 @@ func runNodeList(e *env, args []string) error {
 		return printJSON(e.stdout, nodes)
 	}
 	tb := &table{}
-	tb.add("ID", "MANAGEMENT", "LIVENESS", "SCHEDULING", "ATTEMPTS", "CPU FREE", "MEM FREE", "GPU FREE", "INTERVAL", "MISSED", "LOSS", "ASLEEP")
+	tb.add("ID", "MANAGEMENT", "LIVENESS", "SCHEDULING", "TIER", "HEALTH", "ATTEMPTS", "CPU FREE", "MEM FREE", "GPU FREE", "INTERVAL", "MISSED", "LOSS", "ASLEEP")
 	for _, n := range nodes {
 		o := n.Observation
-		tb.add(n.ID, n.Management, n.Liveness, n.Scheduling, fmt.Sprintf("%d/%d", n.RunningAttempts, n.Slots),
+		tb.add(n.ID, n.Management, n.Liveness, n.Scheduling, tierText(n), healthText(n), fmt.Sprintf("%d/%d", n.RunningAttempts, n.Slots),
 			fmt.Sprintf("%d/%dm", n.Free.CPUMillis, n.Resources.CPUMillis), fmt.Sprintf("%d/%d MB", n.Free.MemoryMB, n.Resources.MemoryMB),
 			fmt.Sprintf("%d/%d", n.Free.GPU, n.Resources.GPU), fmt.Sprintf("%dms", o.IntervalMs), strconv.Itoa(o.Misses),
 			fmt.Sprintf("%.0f%%", o.Loss*100), strconv.FormatBool(o.Hibernating))
@@ -120,7 +123,65 @@ func runNodeStatus(e *env, args []string) error {
 	tb.add("Total", resources(n.Resources))
 	tb.add("Reserved", resources(n.Reserved))
 	tb.add("Free", resources(n.Free))
+	tier := tierText(n)
+	if n.Tier.Base != "" && n.Tier.Base != n.Tier.Tier && !n.Tier.Pinned {
+		tier += fmt.Sprintf(" (profile says %s, demoted %d)", n.Tier.Base, n.Tier.Demotions)
+	}
+	if !n.Tier.ChangedAt.IsZero() {
+		tier += ", since " + ago(n.Tier.ChangedAt)
+	}
+	tb.add("Tier", tier)
+	tb.add("Health", fmt.Sprintf("%s: online %.0f%% of the last day, %d of %d recent results failed at work that succeeds elsewhere",
+		healthText(n), n.Health.OnlineRatio*100, n.Health.Failures, n.Health.Results))
+	quarantine := "no"
+	if q := n.Quarantine; q != nil {
+		quarantine = fmt.Sprintf("%s until %s: %s", q.Level, q.Until.Local().Format(time.DateTime), q.Reason)
+		if q.CheckFailed {
+			quarantine += "; held until its health check passes"
+		}
+	}
+	tb.add("Quarantine", quarantine)
+	if hc := n.HealthCheck; hc != nil {
+		state := "asked, not answered yet"
+		if hc.Answered == hc.Requested {
+			state = map[bool]string{true: "passed", false: "failed"}[hc.Passed] + " " + ago(hc.At)
+			if hc.Output != "" {
+				state += ": " + hc.Output
+			}
+		}
+		tb.add("Health check", fmt.Sprintf("#%d (%s): %s", hc.Requested, hc.Why, state))
+	}
+	profile := "not measured"
+	if p := n.Profile; p != nil {
+		profile = fmt.Sprintf("%d cores, %d MB memory, %d MB disk free (static figures only)", p.Cores, p.MemoryMB, p.DiskFreeMB)
+		if p.Benchmarked {
+			profile = fmt.Sprintf("cpu %d MB/s per core × %d cores, memory %d MB/s, fsync %d µs, %d MB memory, %d MB disk free; measured %s in %d ms",
+				p.CPUScore, p.Cores, p.MemoryMBps, p.FsyncMicros, p.MemoryMB, p.DiskFreeMB, ago(p.MeasuredAt), p.BenchMillis)
+		}
+	}
+	tb.add("Profile", profile)
+	if len(n.Datasets) > 0 {
+		parts := make([]string, len(n.Datasets))
+		for i, d := range n.Datasets {
+			parts[i] = fmt.Sprintf("%s (%s)", d.Name, humanBytes(d.Bytes))
+		}
+		tb.add("Datasets", strings.Join(parts, ", "))
+	}
 	tb.write(e.stdout)
+	if len(n.History) > 0 {
+		fmt.Fprintln(e.stdout, "\nHistory by class")
+		ht := &table{}
+		ht.add("CLASS", "RUNS", "FAILURES", "TYPICAL", "FLEET MEDIAN", "RECENT", "FAST FAILS IN A ROW")
+		for _, c := range n.History {
+			recent := make([]string, len(c.RecentMillis))
+			for i, ms := range c.RecentMillis {
+				recent[i] = (time.Duration(ms) * time.Millisecond).String()
+			}
+			ht.add(c.Class, strconv.FormatInt(c.Runs, 10), strconv.FormatInt(c.Failures, 10), (time.Duration(c.EWMAMillis) * time.Millisecond).String(),
+				(time.Duration(c.FleetMedianMillis) * time.Millisecond).String(), strings.Join(recent, " "), strconv.Itoa(c.FastStreak))
+		}
+		ht.write(e.stdout)
+	}
 	if len(n.Events) > 0 {
 		fmt.Fprintln(e.stdout, "\nEvents")
 		ev := &table{}
@@ -138,6 +199,123 @@ func runNodeStatus(e *env, args []string) error {
 			at.add(a.ID, strconv.Itoa(a.Number), a.State, strconv.FormatUint(a.LeaseVersion, 10), ago(a.ReservedAt), ago(a.FinishedAt))
 		}
 		at.write(e.stdout)
+	}
+	return nil
+}
+
+// tierText is a node's tier as the list shows it: "L2", "L1 (pinned)".
+func tierText(n api.Node) string {
+	switch {
+	case n.Tier.Tier == "":
+		return "-"
+	case n.Tier.Pinned:
+		return n.Tier.Tier + " (pinned)"
+	}
+	return n.Tier.Tier
+}
+
+// healthText is a node's health in a word: quarantined, or its score.
+func healthText(n api.Node) string {
+	if n.Quarantine != nil {
+		return "QUARANTINED"
+	}
+	return fmt.Sprintf("%.2f", n.Health.Score)
+}
+
+func humanBytes(b int64) string {
+	const unit = 1000
+	if b < unit {
+		return fmt.Sprintf("%d B", b)
+	}
+	div, exp := int64(unit), 0
+	for n := b / unit; n >= unit; n /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %cB", float64(b)/float64(div), "kMGTPE"[exp])
+}
+
+func runNodeTier(e *env, args []string) error {
+	fs := newFlags(e, "node tier", "ID L1|L2|L3|auto", "Pin a node's tier (history no longer moves it), or let it follow its profile and history again (auto).")
+	var cf clientFlags
+	cf.register(e, fs, true)
+	if err := parse(e, fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() != 2 {
+		return usagef("node tier takes a node id and L1, L2, L3 or auto")
+	}
+	switch fs.Arg(1) {
+	case "L1", "L2", "L3", "auto":
+	default:
+		return usagef("node tier: %q is not L1, L2, L3 or auto", fs.Arg(1))
+	}
+	cl, err := cf.client()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	n, err := cl.SetNodeTier(ctx, fs.Arg(0), fs.Arg(1))
+	if err != nil {
+		return fmt.Errorf("node tier: %w", err)
+	}
+	if cf.json {
+		return printJSON(e.stdout, n)
+	}
+	fmt.Fprintf(e.stdout, "Node %s is tier %s\n", n.ID, tierText(n))
+	return nil
+}
+
+func runNodeRebench(e *env, args []string) error {
+	return nodeRequest(e, args, "rebench", "Ask a node's agent to measure its node again; the profile shows in node status once it reports.",
+		func(ctx context.Context, cl *api.Client, id string) (api.Node, error) {
+			return cl.RequestRebench(ctx, id)
+		},
+		"Node %s will measure itself again\n", nil)
+}
+
+func runNodeCheck(e *env, args []string) error {
+	return nodeRequest(e, args, "check", "Ask a node's agent to run its health check; the answer shows in node status.",
+		func(ctx context.Context, cl *api.Client, id string) (api.Node, error) {
+			return cl.RequestHealthCheck(ctx, id)
+		},
+		"Node %s will run health check %d\n", func(n api.Node) uint64 {
+			if n.HealthCheck == nil {
+				return 0
+			}
+			return n.HealthCheck.Requested
+		})
+}
+
+// nodeRequest runs a command that asks something of one node.
+func nodeRequest(e *env, args []string, name, summary string, do func(context.Context, *api.Client, string) (api.Node, error), done string, seq func(api.Node) uint64) error {
+	fs := newFlags(e, "node "+name, "ID", summary)
+	var cf clientFlags
+	cf.register(e, fs, true)
+	if err := parse(e, fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		return usagef("node %s takes exactly one node id", name)
+	}
+	cl, err := cf.client()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	n, err := do(ctx, cl, fs.Arg(0))
+	if err != nil {
+		return fmt.Errorf("node %s: %w", name, err)
+	}
+	if cf.json {
+		return printJSON(e.stdout, n)
+	}
+	if strings.Count(done, "%") == 1 {
+		fmt.Fprintf(e.stdout, done, n.ID)
+	} else {
+		fmt.Fprintf(e.stdout, done, n.ID, seq(n))
 	}
 	return nil
 }
@@ -307,13 +485,24 @@ func runExplain(e *env, args []string) error {
 	}
 	fmt.Fprintln(e.stdout, ex.Summary)
 	tb := &table{}
-	tb.add("NODE", "ELIGIBLE", "SCORE", "REASONS")
+	tb.add("NODE", "TIER", "ELIGIBLE", "SCORE", "PARTS", "REASONS")
 	for _, n := range ex.Nodes {
-		score := "-"
+		score, parts := "-", ""
 		if n.Score != nil {
 			score = strconv.FormatInt(*n.Score, 10)
 		}
-		tb.add(n.NodeID, strconv.FormatBool(n.Eligible), score, strings.Join(n.Reasons, "; "))
+		if p := n.Parts; p != nil {
+			parts = fmt.Sprintf("reference %d + profile %d (capacity %.2f, health %.2f, locality %.2f, history %.2f)",
+				p.Reference, p.Profile, p.Capacity, p.Health, p.Locality, p.History)
+			if p.Inputs != "" {
+				parts += "; " + p.Inputs
+			}
+		}
+		tier := n.Tier
+		if tier == "" {
+			tier = "-"
+		}
+		tb.add(n.NodeID, tier, strconv.FormatBool(n.Eligible), score, parts, strings.Join(n.Reasons, "; "))
 	}
 	fmt.Fprintln(e.stdout)
 	tb.write(e.stdout)

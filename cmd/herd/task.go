@@ -39,6 +39,11 @@ func specFlags(fs *flag.FlagSet) func(command []string) (api.TaskSpec, error) {
 	maxAttempts := fs.Int("max-attempts", api.DefaultMaxAttempts, "attempts before the task fails")
 	submitter := fs.String("submitter", api.DefaultSubmitter, "submitter, for fair sharing")
 	onDisconnect := fs.String("on-disconnect", api.OnDisconnectStop, "when the node is cut off past its lease: stop the attempt, or keep_running (work safe to run twice)")
+	class := fs.String("class", "", "task class: run times compare within a class (default: the task's name)")
+	size := fs.String("size", "", "small, medium or large: the tiers the task may run on (server settings scheduler.size_*)")
+	var inputs, outputs listFlag
+	fs.Var(&inputs, "input", "dataset the task reads; nodes holding it are preferred (repeatable)")
+	fs.Var(&outputs, "output", "file the task leaves in its working directory, kept on its node as a dataset (repeatable)")
 	labels, prefer, envs := kvFlag{}, kvFlag{}, kvFlag{}
 	fs.Var(labels, "label", "required node label key=value (repeatable)")
 	fs.Var(prefer, "prefer", "preferred node label key=value (repeatable)")
@@ -57,6 +62,7 @@ func specFlags(fs *flag.FlagSet) func(command []string) (api.TaskSpec, error) {
 			Capability: capName, CapabilityVersion: capVersion,
 			Resources:      api.Resources{CPUMillis: *cpu, MemoryMB: *mem, GPU: *gpu, DiskMB: *disk},
 			TimeoutSeconds: &secs, MaxAttempts: maxAttempts, Submitter: *submitter, OnDisconnect: *onDisconnect,
+			Class: *class, Size: *size, Inputs: inputs, Outputs: outputs,
 		}
 		if len(labels) > 0 {
 			spec.RequiredLabels = labels

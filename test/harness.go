@@ -100,6 +100,9 @@ type Setup struct {
 	AfterApply func(replica string, index uint64, st *fsm.State)
 	// Options, when set, adjusts a replica's options each time it starts.
 	Options func(replica string, o *cluster.Options)
+	// Bench lets the agents started with StartAgent benchmark their
+	// nodes (by default they report static figures only).
+	Bench bool
 	// Secure runs the replicas with TLS and ACLs: certificates from a CA
 	// of the test's, a management token bootstrapped once a leader is
 	// up. The harness's clients and agents then use them.

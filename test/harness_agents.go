@@ -61,6 +61,11 @@ func (c *Cluster) StartAgent(cfg agent.Config, replicas ...int) *AgentHandle {
 	if cfg.KillGrace == 0 {
 		cfg.KillGrace = time.Second
 	}
+	if !c.setup.Bench {
+		// Half a second of benchmark per agent start is not what these
+		// tests are about (the real-process tests measure their nodes).
+		cfg.NoBench = true
+	}
 	cut := NewCutTransport()
 	if n := c.setup.Network; n != nil {
 		base := http.DefaultTransport.(*http.Transport).Clone()

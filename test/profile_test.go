@@ -1,0 +1,93 @@
+package test
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"herd/agent"
+	"herd/api"
+)
+
+// Data gravity: a task reading a large dataset goes to the slower node
+// that holds it (and reads it there, at the path its agent gives), while
+// with the dataset on no node the faster node wins. Every replica then
+// explains the task alike: the same summary, and for each node the same
+// tier and score.
+func TestLocalityPullsTaskToItsData(t *testing.T) {
+	c := NewClusterWith(t, 3, agentSetup())
+	video := filepath.Join(t.TempDir(), "video.raw")
+	slow := c.StartAgent(agent.Config{ID: "slow", Resources: api.Resources{CPUMillis: 2000, MemoryMB: 4096}, Slots: 2,
+		Datasets: map[string]string{"video": video}, DatasetRefresh: 100 * time.Millisecond})
+	fast := c.StartAgent(agent.Config{ID: "fast", Resources: api.Resources{CPUMillis: 8000, MemoryMB: 4096}, Slots: 2})
+	WaitRegistered(t, slow, fast)
+	cl := c.AllClient()
+	ctx := Ctx(t, time.Minute)
+	reads := func(name string) api.TaskSpec {
+		s := shSpec(name, `test -e "$HERD_INPUT_VIDEO"`)
+		s.Inputs = []string{"video"}
+		s.MaxAttempts = ptrTo(1)
+		return s
+	}
+	// No node holds the video yet: the faster node wins (and the task,
+	// finding no input there, fails: its input is nowhere).
+	first := waitTaskState(t, cl, submit(t, cl, reads("nowhere")), "FAILED", "SUCCEEDED")
+	if got := first.Attempts[0].NodeID; got != "fast" {
+		t.Fatalf("with the input on no node the task went to %s, not the faster node", got)
+	}
+	// 3.2 GB on the slow node (a sparse file: its size is what counts).
+	f, err := os.Create(video)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Truncate(3_200_000_000); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if !Eventually(20*time.Second, func() bool {
+		n, _, err := cl.GetNode(ctx, "slow", api.ReadOptions{})
+		return err == nil && len(n.Datasets) == 1 && n.Datasets[0].Bytes == 3_200_000_000
+	}) {
+		t.Fatal("the slow node never advertised its dataset")
+	}
+	id := submit(t, cl, reads("near-data"))
+	task := waitTaskState(t, cl, id, "SUCCEEDED", "FAILED")
+	if task.State != "SUCCEEDED" || task.Attempts[0].NodeID != "slow" {
+		t.Fatalf("the task reading the video should run where it is: %s on %s", task.State, task.Attempts[0].NodeID)
+	}
+	ex, err := cl.ExplainTask(ctx, id, api.ReadOptions{Consistent: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ex.Nodes[0].NodeID != "slow" || ex.Nodes[0].Parts == nil || ex.Nodes[0].Parts.Inputs != "holds 3.2 of 3.2 GB of inputs" {
+		t.Fatalf("explain: %+v", ex.Nodes[0])
+	}
+	// Every replica explains it the same way.
+	index := c.Server(c.WaitForLeader()).FSM().Index()
+	c.WaitApplied(index)
+	var want string
+	for i := range c.Replicas {
+		ex, err := c.Client(i).ExplainTask(ctx, id, api.ReadOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := ex.Summary
+		for _, n := range ex.Nodes {
+			got += fmt.Sprintf("; %s %s %v %d", n.NodeID, n.Tier, n.Eligible, deref(n.Score))
+		}
+		if i == 0 {
+			want = got
+		} else if got != want {
+			t.Fatalf("replica %d explains %q, replica 0 %q", i, got, want)
+		}
+	}
+}
+
+func deref(p *int64) int64 {
+	if p == nil {
+		return -1
+	}
+	return *p
+}

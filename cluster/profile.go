@@ -58,6 +58,10 @@ func (s *Server) profileLoop(ctx context.Context) {
 	}
 	tried := map[string]time.Time{} // node → when a proposal was last made for it
 	for ctx.Err() == nil {
+		if !s.readsProfiles() {
+			sleepCtx(ctx, time.Second)
+			continue
+		}
 		now := s.now().UTC()
 		nodes, err := s.fsm.State().Nodes()
 		if err != nil {

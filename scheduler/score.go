@@ -315,11 +315,11 @@ func compareCandidates(a, b Candidate) int {
 // task.
 func Select(nodes []*Node, req *Request, cfg *Config) (Candidate, error) {
 	if cfg != nil && cfg.RandomTopK > 1 {
-		ranked := Rank(nodes, req, cfg)
-		if len(ranked) == 0 {
+		top := topK(nodes, req, cfg, cfg.RandomTopK)
+		if len(top) == 0 {
 			return Candidate{}, ErrNoEligibleNode
 		}
-		return weightedPick(spreadGroup(ranked, cfg), req.Seed), nil
+		return weightedPick(spreadGroup(top, cfg), req.Seed), nil
 	}
 	var best Candidate
 	found := false
@@ -337,6 +337,28 @@ func Select(nodes []*Node, req *Request, cfg *Config) (Candidate, error) {
 		return Candidate{}, ErrNoEligibleNode
 	}
 	return best, nil
+}
+
+// topK returns Rank's first k candidates without sorting them all: one
+// pass keeping the best k in order.
+func topK(nodes []*Node, req *Request, cfg *Config, k int) []Candidate {
+	top := make([]Candidate, 0, k+1)
+	c := compile(req)
+	for _, n := range nodes {
+		if !evaluate(n, &c, nil) {
+			continue
+		}
+		cand := Candidate{Node: n, Score: score(n, &c, cfg)}
+		if len(top) == k && compareCandidates(cand, top[k-1]) >= 0 {
+			continue
+		}
+		i, _ := slices.BinarySearchFunc(top, cand, compareCandidates)
+		top = slices.Insert(top, i, cand)
+		if len(top) > k {
+			top = top[:k]
+		}
+	}
+	return top
 }
 
 // spreadGroup returns the leading candidates a random choice is made

@@ -73,6 +73,38 @@ func TestCLIAgainstACluster(t *testing.T) {
 	if out, _, code = herd("explain", sub.ID); code != 0 || !strings.Contains(out, "edge-1") {
 		t.Fatalf("explain task exit %d:\n%s", code, out)
 	}
+	// Tiers: edge-1 (4 cores, 1 GiB) is L3 by its memory; a pin holds, auto
+	// lets go; a bad tier is a usage error.
+	if out, _, code = herd("node", "list"); code != 0 || !strings.Contains(out, "TIER") || !strings.Contains(out, "L3") {
+		t.Fatalf("node list shows no tier (exit %d):\n%s", code, out)
+	}
+	if out, _, code = herd("node", "tier", "edge-1", "L1"); code != 0 || !strings.Contains(out, "tier L1 (pinned)") {
+		t.Fatalf("node tier exit %d:\n%s", code, out)
+	}
+	if out, _, code = herd("explain", "-size", "large"); code != 0 || !strings.Contains(out, "1/1 nodes eligible") || !strings.Contains(out, "L1") {
+		t.Fatalf("explain of a large task on the pinned node exit %d:\n%s", code, out)
+	}
+	if out, _, code = herd("node", "tier", "edge-1", "auto"); code != 0 || !strings.Contains(out, "tier L3") {
+		t.Fatalf("node tier auto exit %d:\n%s", code, out)
+	}
+	if out, _, code = herd("explain", "-size", "large"); code != 0 || !strings.Contains(out, "0/1 nodes eligible: 1 tier L3 below size large") {
+		t.Fatalf("explain of a large task on an L3 node exit %d:\n%s", code, out)
+	}
+	if _, errOut, code = herd("node", "tier", "edge-1", "L9"); code != 2 || !strings.Contains(errOut, "not L1, L2, L3 or auto") {
+		t.Fatalf("node tier L9: exit %d, %s", code, errOut)
+	}
+	if _, errOut, code = herd("explain", "-size", "huge"); code == 0 || !strings.Contains(errOut, "size") {
+		t.Fatalf("explain -size huge: exit %d, %s", code, errOut)
+	}
+	if out, _, code = herd("node", "rebench", "edge-1"); code != 0 || !strings.Contains(out, "measure itself again") {
+		t.Fatalf("node rebench exit %d:\n%s", code, out)
+	}
+	if out, _, code = herd("node", "check", "edge-1"); code != 0 || !strings.Contains(out, "health check 1") {
+		t.Fatalf("node check exit %d:\n%s", code, out)
+	}
+	if out, _, code = herd("node", "status", "edge-1"); code != 0 || !strings.Contains(out, "Health check") || !strings.Contains(out, "asked by an operator") || !strings.Contains(out, "Tier") {
+		t.Fatalf("node status exit %d:\n%s", code, out)
+	}
 	if out, _, code = herd("node", "drain", "edge-1"); code != 0 || !strings.Contains(out, "DRAINING") {
 		t.Fatalf("node drain exit %d:\n%s", code, out)
 	}
@@ -179,7 +211,7 @@ func TestEveryCommandHasHelp(t *testing.T) {
 		{"operator", "raft", "remove-peer", "-h"}, {"operator", "raft", "transfer-leadership", "-h"},
 		{"operator", "scheduler", "-h"}, {"operator", "snapshot", "-h"}, {"operator", "snapshot", "save", "-h"}, {"operator", "snapshot", "restore", "-h"},
 		{"node", "-h"}, {"node", "list", "-h"}, {"node", "status", "-h"}, {"node", "drain", "-h"}, {"node", "eligibility", "-h"},
-		{"node", "register", "-h"}, {"explain", "-h"}, {"task", "cancel", "-h"}, {"agent", "-h"}, {"bench", "-h"},
+		{"node", "register", "-h"}, {"node", "tier", "-h"}, {"node", "rebench", "-h"}, {"node", "check", "-h"}, {"explain", "-h"}, {"task", "cancel", "-h"}, {"agent", "-h"}, {"bench", "-h"},
 	} {
 		e, out, _ := testEnv(nil)
 		if code := run(e, args); code != 0 || !strings.Contains(out.String(), "Usage: herd") {

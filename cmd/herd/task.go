@@ -160,6 +160,20 @@ func runTaskStatus(e *env, args []string) error {
 	tb.add("Resources", fmt.Sprintf("cpu %dm, memory %d MB, gpu %d, disk %d MB", s.Resources.CPUMillis, s.Resources.MemoryMB, s.Resources.GPU, s.Resources.DiskMB))
 	tb.add("Timeout", fmt.Sprintf("%ds", deref(s.TimeoutSeconds)))
 	tb.add("Attempts", fmt.Sprintf("%d of at most %d", len(t.Attempts), deref(s.MaxAttempts)))
+	class := s.Class
+	if class == "" {
+		class = t.Name + " (its name)"
+	}
+	tb.add("Class", class)
+	if s.Size != "" {
+		tb.add("Size", s.Size+": tiers "+strings.Join(s.Tiers, ", "))
+	}
+	if len(s.Inputs) > 0 {
+		tb.add("Inputs", strings.Join(s.Inputs, ", "))
+	}
+	if len(s.Outputs) > 0 {
+		tb.add("Outputs", strings.Join(s.Outputs, ", "))
+	}
 	tb.write(w)
 	if len(t.Attempts) > 0 {
 		fmt.Fprintln(w, "\nAttempts")

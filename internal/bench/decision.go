@@ -54,6 +54,18 @@ func benchDecisions(r *Result) {
 		nodes := mkNodes(c.n)
 		*c.out = timeIt(func() { _, _ = scheduler.Select(nodes, req, nil) })
 	}
+	nodes := mkNodes(10_000)
+	for i, n := range nodes {
+		n.Tier = scheduler.Tier(1 + i%3)
+		n.Profile = scheduler.Profile{Power: rng.Float64(), Health: rng.Float64(),
+			Classes:  []scheduler.ClassTime{{Class: "infer", EWMAMillis: int64(500 + rng.IntN(2000))}},
+			Datasets: []scheduler.Dataset{{Name: fmt.Sprint("cam-", rng.IntN(100)), Bytes: 1 << 30}}}
+	}
+	preq := *req
+	preq.Class, preq.ClassMedianMillis, preq.Size, preq.Tiers = "infer", 1000, "medium", []scheduler.Tier{scheduler.TierL1, scheduler.TierL2}
+	preq.Inputs = []scheduler.Input{{Name: "cam-7", Bytes: 1 << 30}}
+	cfg := scheduler.Config{ProfileScale: 200_000, ProfileWeights: scheduler.DefaultProfileWeights(), RandomTopK: 3, SpreadWindow: 20_000}
+	r.Decision10kNodesProfile = timeIt(func() { preq.Seed++; _, _ = scheduler.Select(nodes, &preq, &cfg) })
 	for _, c := range []struct {
 		n   int
 		out *float64

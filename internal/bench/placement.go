@@ -12,14 +12,39 @@ import (
 	"time"
 
 	"herd/cluster"
+	"herd/config"
 	"herd/fsm"
+	"herd/internal/localcluster"
 	"herd/scheduler"
 )
 
 // benchPlacement measures the raft ceiling, then placements per second on
-// the same cluster.
+// the same cluster, with the default scoring (profiles on, a weighted
+// random choice among near-equals); then the same on a fresh cluster
+// scoring by the reference formula alone, for the profiles' cost.
 func benchPlacement(dir string, sz benchSizes, profile string, r *Result) error {
-	c, err := startCluster(dir, "")
+	if err := placeOnce(dir, sz, profile, r, nil); err != nil {
+		return err
+	}
+	var off Result
+	if err := placeOnce(dir+"-noprofile", sz, "", &off, func(c *config.Server) { c.Scheduler.ProfileScale, c.Scheduler.RandomTopK = 0, 1 }); err != nil {
+		return fmt.Errorf("profiles off: %w", err)
+	}
+	r.PlacementsNoProfile = off.Placements
+	if off.Placements > 0 {
+		r.PlacementProfileRatio = r.Placements / off.Placements
+	}
+	return nil
+}
+
+func placeOnce(dir string, sz benchSizes, profile string, r *Result, configure func(*config.Server)) error {
+	var c *localcluster.Cluster
+	var err error
+	if configure != nil {
+		c, err = startCluster(dir, "", configure)
+	} else {
+		c, err = startCluster(dir, "")
+	}
 	if err != nil {
 		return err
 	}

@@ -13,6 +13,7 @@ import (
 
 	"herd/api"
 	"herd/cluster"
+	"herd/config"
 	"herd/fsm"
 	"herd/internal/localcluster"
 )
@@ -109,8 +110,12 @@ func heapFromStats(ctx context.Context, cl *api.Client) float64 {
 //
 // With pkiDir, the replicas run with TLS and ACLs, their certificates from
 // a CA made there.
-func startCluster(dir, pkiDir string) (*localcluster.Cluster, error) {
-	c, err := localcluster.StartLoopback(dir, "bench", 3, localcluster.Options{PKIDir: pkiDir})
+func startCluster(dir, pkiDir string, configure ...func(*config.Server)) (*localcluster.Cluster, error) {
+	opts := localcluster.Options{PKIDir: pkiDir}
+	if len(configure) > 0 {
+		opts.Configure = configure[0]
+	}
+	c, err := localcluster.StartLoopback(dir, "bench", 3, opts)
 	if err != nil {
 		return nil, err
 	}

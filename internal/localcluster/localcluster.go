@@ -79,6 +79,8 @@ type Options struct {
 	// PKIDir, for StartLoopback, secures the replicas: a CA made there,
 	// a server certificate each, TLS and ACLs on (see Secure).
 	PKIDir string
+	// Configure, for StartLoopback, adjusts each replica's configuration.
+	Configure func(*config.Server)
 	// StartTimeout bounds the retries of one replica's start (a restarted
 	// replica's old ports can be briefly unavailable); 10 s when zero.
 	StartTimeout time.Duration
@@ -133,6 +135,11 @@ func StartLoopback(dir, prefix string, n int, opts Options) (*Cluster, error) {
 	cfgs, err := Configs(dir, prefix, n, true)
 	if err != nil {
 		return nil, err
+	}
+	if opts.Configure != nil {
+		for i := range cfgs {
+			opts.Configure(&cfgs[i])
+		}
 	}
 	if opts.PKIDir != "" {
 		if err := Secure(opts.PKIDir, cfgs); err != nil {

@@ -127,7 +127,10 @@ type profiler struct {
 	rebenchDone, checkDone uint64
 	measuredAt             time.Time
 	busy                   bool // a check or a measurement runs
-	poke                   chan struct{}
+	// seen is set once an answer after registration was handled: the
+	// rebenches asked before it are met by the registration's measure.
+	seen bool
+	poke chan struct{}
 }
 
 func newProfiler(a *Agent) *profiler {
@@ -194,6 +197,10 @@ func pathSize(path string) (int64, error) {
 func (p *profiler) handle(ctx context.Context, as *api.Assignments) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if !p.seen {
+		p.seen = true
+		p.rebenchDone = max(p.rebenchDone, as.Rebench)
+	}
 	if p.busy {
 		return
 	}

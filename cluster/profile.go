@@ -79,8 +79,12 @@ func (s *Server) profileLoop(ctx context.Context) {
 				} else {
 					_, _, err = s.apply(ctx, fsm.MsgNodeHealthCheck, fsm.NodeHealthCheckRequest{NodeID: n.ID, Op: fsm.HealthCheckRequest, Why: why, Now: now})
 				}
-				var rej *fsm.Rejection
-				if err != nil && !errors.As(err, &rej) && ctx.Err() == nil {
+				switch {
+				case err == nil || ctx.Err() != nil:
+				case errors.Is(err, api.ErrConflict):
+					// Apply found it not due after all (a slow run since).
+					s.logger.Debug("profile loop: refused", "node", n.ID, "op", op, "why", err)
+				default:
 					s.logger.Warn("profile loop", "node", n.ID, "op", op, "error", err)
 				}
 			}

@@ -211,7 +211,7 @@ type Profiles struct {
 	HealthRecheck       time.Duration
 }
 
-// DefaultProfiles are the seed's figures (see fsm.DefaultProfileSettings).
+// DefaultProfiles are the defaults of fsm.DefaultProfileSettings.
 func DefaultProfiles() Profiles {
 	return Profiles{
 		L1MinCores: 4, L1MinMemoryMB: 8192, L2MinCores: 2, L2MinMemoryMB: 2048,

@@ -204,7 +204,7 @@ type ProfileSettings struct {
 	QuarantineConfirmedMs int64 `json:"quarantine_confirmed_ms"`
 }
 
-// DefaultProfileSettings are the seed's figures: L1 from 4 cores and
+// DefaultProfileSettings: L1 from 4 cores and
 // 8 GiB, L2 from 2 cores and 2 GiB; 3 of the last 5 runs over 2.5× the
 // fleet median demote; a failure rate over 50% in 5 minutes demotes; 10
 // minutes healthy promote; 3 fast failures (under 30 s) make a black hole,

@@ -41,7 +41,7 @@ func TestQuarantinedNodeTakesNothing(t *testing.T) {
 	}
 }
 
-// The seed's point about data gravity: a slower node holding most of a
+// Data gravity: a slower node holding most of a
 // large input beats a faster node that would fetch it; without the data
 // anywhere, the faster node wins.
 func TestLocalityOutweighsPower(t *testing.T) {

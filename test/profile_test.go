@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -90,4 +91,42 @@ func deref(p *int64) int64 {
 		return -1
 	}
 	return *p
+}
+
+// An operator's requests reach the agent through its assignments watch:
+// a rebench commits a new measurement, a health check request an answer
+// (the built-in check passes on a healthy box).
+func TestRebenchAndHealthCheckOnRequest(t *testing.T) {
+	c := NewClusterWith(t, 3, agentSetup())
+	a := c.StartAgent(agent.Config{ID: "edge-1", Resources: api.Resources{CPUMillis: 2000, MemoryMB: 4096}, Slots: 1})
+	WaitRegistered(t, a)
+	cl := c.AllClient()
+	ctx := Ctx(t, time.Minute)
+	n, _, err := cl.GetNode(ctx, "edge-1", api.ReadOptions{Consistent: true})
+	if err != nil || n.Profile == nil || n.Profile.Cores == 0 || n.Profile.MeasuredAt.IsZero() {
+		t.Fatalf("the registration carries no profile: %+v (%v)", n.Profile, err)
+	}
+	first := n.Profile.MeasuredAt
+	if _, err := cl.RequestRebench(ctx, "edge-1"); err != nil {
+		t.Fatal(err)
+	}
+	if !Eventually(20*time.Second, func() bool {
+		n, _, err = cl.GetNode(ctx, "edge-1", api.ReadOptions{})
+		return err == nil && n.Profile != nil && n.Profile.MeasuredAt.After(first)
+	}) {
+		t.Fatalf("the rebench was never reported: %+v", n.Profile)
+	}
+	if _, err := cl.RequestHealthCheck(ctx, "edge-1"); err != nil {
+		t.Fatal(err)
+	}
+	if !Eventually(20*time.Second, func() bool {
+		n, _, err = cl.GetNode(ctx, "edge-1", api.ReadOptions{})
+		hc := n.HealthCheck
+		return err == nil && hc != nil && hc.Answered == hc.Requested && hc.Passed
+	}) {
+		t.Fatalf("the health check was never answered: %+v", n.HealthCheck)
+	}
+	if want := "built-in check"; !strings.Contains(n.HealthCheck.Output, want) {
+		t.Fatalf("check output %q lacks %q", n.HealthCheck.Output, want)
+	}
 }

@@ -604,9 +604,11 @@ func (c *Client) TokenSelf(ctx context.Context) (ACLToken, error) {
 }
 
 // AuditLog lists the audit trail after index.
+// The leader answers, after confirming its leadership, so a record just
+// committed is in the list (a follower may not have applied it yet).
 func (c *Client) AuditLog(ctx context.Context, after uint64, limit int) (AuditList, error) {
 	var l AuditList
-	_, err := c.do(ctx, http.MethodGet, fmt.Sprintf("/v1/operator/audit?after=%d&limit=%d", after, limit), nil, &l)
+	_, err := c.do(ctx, http.MethodGet, fmt.Sprintf("/v1/operator/audit?consistent&after=%d&limit=%d", after, limit), nil, &l)
 	return l, err
 }
 

@@ -130,3 +130,47 @@ func TestRebenchAndHealthCheckOnRequest(t *testing.T) {
 		t.Fatalf("check output %q lacks %q", n.HealthCheck.Output, want)
 	}
 }
+
+// A bad task is not a bad node: work that fails everywhere, fast, on
+// real agents, exhausts its attempts and leaves every node unquarantined
+// at its tier.
+func TestBadTaskIsNotABadNode(t *testing.T) {
+	c := NewClusterWith(t, 3, agentSetup())
+	var agents []*AgentHandle
+	ids := []string{"edge-1", "edge-2", "edge-3"}
+	for _, id := range ids {
+		agents = append(agents, c.StartAgent(agent.Config{ID: id, Resources: api.Resources{CPUMillis: 2000, MemoryMB: 4096}, Slots: 2}))
+	}
+	WaitRegistered(t, agents...)
+	cl := c.AllClient()
+	ctx := Ctx(t, time.Minute)
+	tiers := map[string]string{}
+	for _, id := range ids {
+		n, _, err := cl.GetNode(ctx, id, api.ReadOptions{Consistent: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tiers[n.ID] = n.Tier.Tier
+	}
+	var tasks []string
+	for i := 0; i < 4; i++ {
+		s := shSpec(fmt.Sprintf("bad-%d", i), "echo bad input >&2; exit 3")
+		s.Class = "parse"
+		s.MaxAttempts = ptrTo(3)
+		tasks = append(tasks, submit(t, cl, s))
+	}
+	for _, id := range tasks {
+		if task := waitTaskState(t, cl, id, "FAILED", "SUCCEEDED"); task.State != "FAILED" || len(task.Attempts) != 3 {
+			t.Fatalf("task %s: %s after %d attempts", id, task.State, len(task.Attempts))
+		}
+	}
+	for _, id := range ids {
+		n, _, err := cl.GetNode(ctx, id, api.ReadOptions{Consistent: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n.Quarantine != nil || n.Tier.Tier != tiers[n.ID] || n.Tier.Demotions != 0 {
+			t.Fatalf("node %s punished for bad work: quarantine %+v, tier %+v", n.ID, n.Quarantine, n.Tier)
+		}
+	}
+}

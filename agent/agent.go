@@ -39,8 +39,10 @@ type Agent struct {
 	clock    *steady.Clock // ages files; see Config.Clock
 	// conditions finds and reports what is wrong with the node.
 	conditions *conditionWatch
-	// profile measures the node and its datasets, and runs health checks.
-	profile *profiler
+	// profile measures the node and its datasets, and runs health checks;
+	// dataAddr is where the agent serves its datasets.
+	profile  *profiler
+	dataAddr string
 
 	session    atomic.Uint64
 	reregister chan struct{}
@@ -182,6 +184,12 @@ func (a *Agent) Run(ctx context.Context) error {
 	// refused before this agent's registration disturbs anyone.
 	if err := a.startGossip(ctx); err != nil {
 		return err
+	}
+	if addr, err := a.serveDatasets(ctx); err != nil {
+		// Stages elsewhere then cannot fetch this node's outputs.
+		a.logger.Warn("cannot serve datasets to other agents", "error", err)
+	} else {
+		a.dataAddr = addr
 	}
 	if err := a.serveLeaseChecks(ctx); err != nil {
 		// Tasks then find no HERD_AGENT_ADDR; everything else works.

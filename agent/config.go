@@ -109,6 +109,10 @@ type Config struct {
 	// DatasetRefresh (default a minute).
 	Datasets       map[string]string
 	DatasetRefresh time.Duration
+	// DataAddr is where the agent serves the outputs it keeps to other
+	// agents (host:port); default: the local address towards the
+	// servers, on a free port.
+	DataAddr string
 	// HealthCheck is the site's health check, run through /bin/sh -c when
 	// the cluster asks (a quarantine); empty: the built-in check.
 	HealthCheck string

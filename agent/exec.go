@@ -79,7 +79,19 @@ func (a *Agent) runProcess(ctx context.Context, as api.Assignment) outcome {
 		logFile.Note("--- herd: empty command\n", true)
 		return outcome{state: api.AttemptFailed, exitCode: -1, err: "empty command"}
 	}
+	inputs, err := a.prepareInputs(ctx, as)
+	if inputs != "" {
+		defer os.RemoveAll(inputs)
+	}
+	if err != nil {
+		msg := "inputs: " + err.Error()
+		logFile.Note("--- herd: "+msg+"\n", true)
+		return outcome{state: api.AttemptFailed, exitCode: -1, err: msg}
+	}
 	cmd := a.taskCommand(att, spec, workDir)
+	if inputs != "" {
+		cmd.Env = append(cmd.Env, "HERD_INPUTS="+inputs)
+	}
 	limits, err := a.limiter.Prepare(att.ID, spec.Resources, cmd.SysProcAttr)
 	if err != nil {
 		return outcome{state: api.AttemptFailed, exitCode: -1, err: fmt.Sprintf("set up %s limits: %v", a.limiter.Name(), err)}
@@ -147,7 +159,7 @@ func (a *Agent) runProcess(ctx context.Context, as api.Assignment) outcome {
 		out.err = strings.TrimPrefix(out.err+"; output not logged: no space left for the log", "; ")
 	}
 	if out.state == api.AttemptSucceeded {
-		a.profile.keepOutputs(workDir, spec.Outputs)
+		a.profile.keepOutputs(att.TaskID, workDir, spec.Outputs)
 	}
 	logFile.Note(fmt.Sprintf("--- herd: %s, exit code %d %s\n", out.state, out.exitCode, out.err), out.state != api.AttemptSucceeded)
 	return out

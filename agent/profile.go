@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"herd/api"
+	"herd/internal/stageid"
 )
 
 // Benchmark budget: each part runs for about this long, so the whole
@@ -298,7 +299,7 @@ func (p *profiler) run(ctx context.Context) {
 // directory into the node's outputs directory, where they stay as
 // datasets of the node (a later output of the same name replaces an
 // earlier one). A declared output the task did not leave is skipped.
-func (p *profiler) keepOutputs(workDir string, names []string) {
+func (p *profiler) keepOutputs(taskID, workDir string, names []string) {
 	if len(names) == 0 {
 		return
 	}
@@ -316,7 +317,11 @@ func (p *profiler) keepOutputs(workDir string, names []string) {
 			p.a.logger.Warn("declared output missing", "output", name, "error", err)
 			continue
 		}
-		dst := filepath.Join(dir, name)
+		dataset := name
+		if stageid.IsStageTask(taskID) {
+			dataset = stageid.Output(taskID, name)
+		}
+		dst := filepath.Join(dir, dataset)
 		_ = os.RemoveAll(dst)
 		if err := os.Rename(src, dst); err != nil {
 			p.a.logger.Warn("cannot keep output", "output", name, "error", err)
@@ -326,7 +331,7 @@ func (p *profiler) keepOutputs(workDir string, names []string) {
 		if info.IsDir() {
 			size, _ = pathSize(dst)
 		}
-		p.outputs[name] = api.Dataset{Name: name, Bytes: size}
+		p.outputs[dataset] = api.Dataset{Name: dataset, Bytes: size}
 	}
 	select {
 	case p.poke <- struct{}{}:
@@ -390,6 +395,18 @@ func (a *Agent) healthCheck(ctx context.Context) (bool, string) {
 		return false, "clock not sane: it reads " + now.Format(time.RFC3339)
 	}
 	return true, "built-in check: data directory writable, a process starts, clock sane"
+}
+
+// localPath is where this node holds a dataset: a kept output, or a
+// configured dataset.
+func (p *profiler) localPath(name string) (string, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if _, ok := p.outputs[name]; ok {
+		return filepath.Join(p.a.cfg.DataDir, "outputs", name), true
+	}
+	path, ok := p.a.cfg.Datasets[name]
+	return path, ok
 }
 
 // inputEnv tells a task where the inputs this node holds are:

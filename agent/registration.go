@@ -28,7 +28,7 @@ func (a *Agent) register(ctx context.Context) error {
 	reg := api.NodeRegistration{
 		ID: a.cfg.ID, Address: a.cfg.Address, Labels: labels, Capabilities: a.cfg.Capabilities,
 		Resources: a.cfg.Resources, Slots: a.cfg.Slots, Weight: a.cfg.Weight, Token: hex.EncodeToString(token),
-		Profile: profile, Datasets: datasets,
+		Profile: profile, Datasets: datasets, DataAddr: a.dataAddr,
 	}
 	backoff := 200 * time.Millisecond
 	for {

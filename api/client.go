@@ -656,3 +656,37 @@ func (c *Client) RequestRebench(ctx context.Context, nodeID string) (Node, error
 	_, err := c.do(ctx, http.MethodPost, "/v1/nodes/"+url.PathEscape(nodeID)+"/rebench", struct{}{}, &out)
 	return out, err
 }
+
+// SubmitJob submits a job; the same idempotency key returns the job it
+// made.
+func (c *Client) SubmitJob(ctx context.Context, spec JobSpec) (JobSubmitResponse, error) {
+	var out JobSubmitResponse
+	_, err := c.do(ctx, http.MethodPost, "/v1/jobs", spec, &out)
+	return out, err
+}
+
+// GetJob reads a job with its stages and their tasks.
+func (c *Client) GetJob(ctx context.Context, id string, o ReadOptions) (Job, Meta, error) {
+	var out Job
+	meta, err := c.do(ctx, http.MethodGet, "/v1/jobs/"+url.PathEscape(id)+o.query(url.Values{}), nil, &out)
+	return out, meta, err
+}
+
+// ListJobs lists jobs after the given id.
+func (c *Client) ListJobs(ctx context.Context, after string, limit int, o ReadOptions) (JobList, Meta, error) {
+	var out JobList
+	q := url.Values{}
+	if after != "" {
+		q.Set("after", after)
+	}
+	q.Set("limit", strconv.Itoa(limit))
+	meta, err := c.do(ctx, http.MethodGet, "/v1/jobs"+o.query(q), nil, &out)
+	return out, meta, err
+}
+
+// CancelJob cancels a job and its live stages.
+func (c *Client) CancelJob(ctx context.Context, id, reason string) (Job, error) {
+	var out Job
+	_, err := c.do(ctx, http.MethodPost, "/v1/jobs/"+url.PathEscape(id)+"/cancel", CancelRequest{Reason: reason}, &out)
+	return out, err
+}

@@ -132,6 +132,19 @@ func (f *fakeBackend) SetNodeConditions(_ context.Context, id string, req NodeCo
 	}
 	return Node{ID: id}, f.call("SetNodeConditions", id, req.SessionGeneration, types)
 }
+func (f *fakeBackend) SubmitJob(_ context.Context, spec JobSpec) (Job, bool, uint64, error) {
+	err := f.call("SubmitJob", spec.Name, len(spec.Stages))
+	return Job{ID: "j1", State: JobRunning}, spec.IdempotencyKey != "seen", 7, err
+}
+func (f *fakeBackend) GetJob(id string) (Job, error) {
+	return Job{ID: id, State: JobRunning, Stages: []JobStage{{Name: "a", State: "RUNNING", TaskIDs: []string{"t1"}}}}, f.call("GetJob", id)
+}
+func (f *fakeBackend) ListJobs(after string, limit int) (JobList, error) {
+	return JobList{Jobs: []Job{{ID: "j1"}}}, f.call("ListJobs", after, limit)
+}
+func (f *fakeBackend) CancelJob(_ context.Context, id, reason string) (Job, error) {
+	return Job{ID: id, State: JobCancelled}, f.call("CancelJob", id, reason)
+}
 func (f *fakeBackend) ReportProfile(_ context.Context, id string, r NodeProfileReport) (Node, error) {
 	return Node{ID: id}, f.call("ReportProfile", id, r.SessionGeneration, r.Profile.Cores)
 }

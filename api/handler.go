@@ -56,6 +56,7 @@ type Backend interface {
 	TaskBackend
 	NodeBackend
 	ProfileBackend
+	JobBackend
 	AttemptBackend
 	ACLBackend
 }
@@ -176,7 +177,7 @@ func (rt route) nodeScoped() bool {
 
 func (h *Handler) routes() []route {
 	var rs []route
-	for _, family := range [][]route{h.statusRoutes(), h.operatorRoutes(), h.taskRoutes(), h.nodeRoutes(), h.profileRoutes(), h.attemptRoutes(), h.aclRoutes()} {
+	for _, family := range [][]route{h.statusRoutes(), h.operatorRoutes(), h.taskRoutes(), h.nodeRoutes(), h.profileRoutes(), h.jobRoutes(), h.attemptRoutes(), h.aclRoutes()} {
 		rs = append(rs, family...)
 	}
 	return rs

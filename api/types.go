@@ -53,6 +53,17 @@ type TaskSpec struct {
 	// leaves in its working directory, which become datasets of its node.
 	Inputs  []string `json:"inputs,omitempty"`
 	Outputs []string `json:"outputs,omitempty"`
+	// InputPaths, for a job's stage, is where under $HERD_INPUTS the
+	// command finds each input (set by the cluster, in Inputs' order).
+	InputPaths []string `json:"input_paths,omitempty"`
+}
+
+// InputSource says where an attempt's input is held: the dataset, its
+// node, and the address the node's agent serves datasets at.
+type InputSource struct {
+	Dataset string `json:"dataset"`
+	NodeID  string `json:"node_id"`
+	Address string `json:"address"`
 }
 
 // The values of TaskSpec.OnDisconnect.
@@ -333,9 +344,11 @@ type NodeRegistration struct {
 	// again returns the session it started instead of a new one.
 	Token string `json:"token,omitempty"`
 	// Profile is what the agent measured of its node (nil: keep the last
-	// one the cluster has); Datasets the data it holds.
+	// one the cluster has); Datasets the data it holds, and DataAddr
+	// where it serves them to other agents.
 	Profile  *NodeProfile `json:"profile,omitempty"`
 	Datasets []Dataset    `json:"datasets,omitempty"`
+	DataAddr string       `json:"data_addr,omitempty"`
 }
 
 // NodeProfile is what an agent measured of its node: single-core compute
@@ -684,6 +697,9 @@ type HeartbeatResponse struct {
 type Assignment struct {
 	Attempt Attempt  `json:"attempt"`
 	Spec    TaskSpec `json:"spec,omitzero"`
+	// Inputs, for an attempt still to start, are where the inputs its node
+	// does not hold are.
+	Inputs []InputSource `json:"inputs,omitempty"`
 }
 
 // Assignments is a node's live attempts at Index. Attempts that vanish

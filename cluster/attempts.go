@@ -5,10 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
+	"strings"
 	"time"
 
 	"herd/api"
 	"herd/fsm"
+	"herd/scheduler"
 )
 
 // StartAttempt commits that an attempt started (leader-only), fenced by
@@ -170,6 +173,7 @@ func (s *Server) Assignments(ctx context.Context, nodeID string, q api.Assignmen
 					continue
 				}
 				x.Spec = toAPISpec(t.Spec)
+				x.Inputs = inputSources(st, node.ID, t.Spec.Inputs)
 			}
 			out.Attempts = append(out.Attempts, x)
 		}
@@ -185,4 +189,29 @@ func (s *Server) Assignments(ctx context.Context, nodeID string, q api.Assignmen
 		}
 		_ = err // timed out or changed: look again
 	}
+}
+
+// inputSources says where the inputs a node does not hold are: for each,
+// the first node (by id) that holds it, is not DOWN and serves datasets.
+func inputSources(st *fsm.State, self string, inputs []string) []api.InputSource {
+	if len(inputs) == 0 {
+		return nil
+	}
+	nodes, err := st.Nodes()
+	if err != nil {
+		return nil
+	}
+	var out []api.InputSource
+	for _, name := range inputs {
+		for _, n := range nodes {
+			if n.ID == self || n.DataAddress == "" || n.Liveness == scheduler.LivenessDown {
+				continue
+			}
+			if _, held := slices.BinarySearchFunc(n.Datasets, name, func(d scheduler.Dataset, name string) int { return strings.Compare(d.Name, name) }); held {
+				out = append(out, api.InputSource{Dataset: name, NodeID: n.ID, Address: n.DataAddress})
+				break
+			}
+		}
+	}
+	return out
 }

@@ -20,7 +20,7 @@ func toFSMSpec(in api.TaskSpec) fsm.TaskSpec {
 		},
 		TimeoutSeconds: *in.TimeoutSeconds, MaxAttempts: *in.MaxAttempts, Submitter: in.Submitter,
 		OnDisconnect: onDisconnect(in.OnDisconnect),
-		Class:        in.Class, Size: in.Size, Tiers: parseTiers(in.Tiers), Inputs: in.Inputs, Outputs: in.Outputs,
+		Class:        in.Class, Size: in.Size, Tiers: parseTiers(in.Tiers), Inputs: in.Inputs, Outputs: in.Outputs, InputPaths: in.InputPaths,
 	}}
 }
 
@@ -82,7 +82,7 @@ func toAPISpec(in fsm.TaskSpec) api.TaskSpec {
 			GPU: in.Resources.GPU, DiskMB: in.Resources.DiskMB,
 		},
 		TimeoutSeconds: &timeout, MaxAttempts: &maxAttempts, Submitter: in.Submitter, OnDisconnect: in.OnDisconnect,
-		Class: in.Class, Size: in.Size, Tiers: tierNames(in.Tiers), Inputs: in.Inputs, Outputs: in.Outputs,
+		Class: in.Class, Size: in.Size, Tiers: tierNames(in.Tiers), Inputs: in.Inputs, Outputs: in.Outputs, InputPaths: in.InputPaths,
 	}
 }
 

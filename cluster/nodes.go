@@ -32,7 +32,7 @@ func (s *Server) RegisterNode(ctx context.Context, reg api.NodeRegistration) (ap
 	resp, index, err := s.apply(ctx, fsm.MsgRegisterNode, fsm.RegisterNodeRequest{Now: s.now().UTC(), Node: fsm.Node{
 		ID: reg.ID, Address: reg.Address, Labels: reg.Labels, Capabilities: reg.Capabilities,
 		Resources: res, Slots: reg.Slots, Weight: reg.Weight, RegistrationToken: reg.Token,
-		Profile: registeredProfile(reg.Profile), Datasets: toSchedulerDatasets(reg.Datasets),
+		Profile: registeredProfile(reg.Profile), Datasets: toSchedulerDatasets(reg.Datasets), DataAddress: reg.DataAddr,
 	}})
 	if err != nil {
 		return api.RegisterResponse{}, err

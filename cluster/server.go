@@ -81,6 +81,7 @@ type Server struct {
 	raft      *raft.Raft
 	transport *raft.NetworkTransport
 	store     *raftboltdb.BoltStore
+	stable    *guardedStable // store, as raft's stable store
 	snaps     *raft.FileSnapshotStore
 	// proposals commits concurrent single commands together;
 	// entryWaiters are its goroutines waiting for entries in flight.
@@ -169,7 +170,7 @@ func Start(cfg config.Server, opts Options) (_ *Server, err error) {
 	if err := s.setupRaft(raftLn); err != nil {
 		return nil, err
 	}
-	cleanups = append(cleanups, func() { _ = s.raft.Shutdown().Error(); s.store.Close() })
+	cleanups = append(cleanups, func() { _ = s.raft.Shutdown().Error(); s.stable.close(); s.store.Close() })
 	s.proposals = newCoalescer(gatedRaft{s}, cfg.Raft.ApplyTimeout)
 	s.wg.Add(1)
 	go func() { defer s.wg.Done(); s.proposals.run(ctx, &s.entryWaiters) }()
@@ -292,7 +293,8 @@ func (s *Server) setupRaft(ln net.Listener) error {
 		store.Close()
 		return fmt.Errorf("log cache: %w", err)
 	}
-	r, err := raft.NewRaft(rc, s.fsm, logs, store, snaps, s.transport)
+	s.stable = &guardedStable{s: store}
+	r, err := raft.NewRaft(rc, s.fsm, logs, s.stable, snaps, s.transport)
 	if err != nil {
 		s.transport.Close()
 		store.Close()
@@ -326,6 +328,7 @@ func (s *Server) Shutdown() error {
 		if e := s.transport.Close(); e != nil && err == nil {
 			err = fmt.Errorf("close transport: %w", e)
 		}
+		s.stable.close()
 		if e := s.store.Close(); e != nil && err == nil {
 			err = fmt.Errorf("close raft store: %w", e)
 		}

@@ -268,6 +268,11 @@ func endAttempt(db *store, index uint64, a *Attempt, task *Task, r *AttemptEndRe
 	db.putAttempt(&na)
 	db.putNode(n)
 	db.putTask(t)
+	if t.State.Terminal() {
+		if err := jobTaskEnded(db, index, t, r.Now); err != nil {
+			return nil, err
+		}
+	}
 	return &AttemptResult{Attempt: &na, Task: t}, nil
 }
 

@@ -58,6 +58,16 @@ func applyCancelTask(db *store, index uint64, r *CancelTaskRequest) (any, error)
 	if reason == "" {
 		reason = "cancelled by request"
 	}
+	t, err := cancelTask(db, index, task, reason, r.Now)
+	if err != nil {
+		return nil, err
+	}
+	return &CancelResult{Task: t}, nil
+}
+
+// cancelTask cancels a task not ended yet, stopping its live attempt,
+// and moves its job on.
+func cancelTask(db *store, index uint64, task *Task, reason string, now time.Time) (*Task, error) {
 	if task.CurrentAttempt != "" {
 		a, err := getAttempt(db, task.CurrentAttempt)
 		if err != nil {
@@ -65,12 +75,12 @@ func applyCancelTask(db *store, index uint64, r *CancelTaskRequest) (any, error)
 		}
 		if a.State.Live() {
 			res, err := endAttempt(db, index, a, task, &AttemptEndRequest{
-				AttemptID: a.ID, LeaseVersion: a.LeaseVersion, State: AttemptCancelled, ExitCode: -1, Error: reason, Now: r.Now,
+				AttemptID: a.ID, LeaseVersion: a.LeaseVersion, State: AttemptCancelled, ExitCode: -1, Error: reason, Now: now,
 			})
 			if err != nil {
 				return nil, err
 			}
-			return &CancelResult{Task: res.(*AttemptResult).Task}, nil
+			return res.(*AttemptResult).Task, nil
 		}
 	}
 	if !ValidTaskTransition(task.State, TaskCancelled) {
@@ -79,9 +89,12 @@ func applyCancelTask(db *store, index uint64, r *CancelTaskRequest) (any, error)
 	t := task.clone()
 	t.State = TaskCancelled
 	t.ModifyIndex = index
-	t.addEvent(index, r.Now, EventCancelled, reason)
+	t.addEvent(index, now, EventCancelled, reason)
 	db.putTask(t)
-	return &CancelResult{Task: t}, nil
+	if err := jobTaskEnded(db, index, t, now); err != nil {
+		return nil, err
+	}
+	return t, nil
 }
 
 // applyForgetTasks deletes terminal tasks with their attempts; a task that

@@ -21,7 +21,8 @@ import (
 // CommandForms).
 //
 // Version 3 added a task shape's on_disconnect, after its other fields;
-// version 4 its class, size, tiers, inputs and outputs, after that. A
+// version 4 its class, size, tiers, inputs, outputs and input paths,
+// after that. A
 // submission of an older version is read as before, without them.
 const binaryVersion = 4
 
@@ -99,7 +100,8 @@ func appendShape(buf []byte, s *TaskShape) []byte {
 	}
 	buf = appendString(buf, string(tiers))
 	buf = appendStrings(buf, s.Inputs)
-	return appendStrings(buf, s.Outputs)
+	buf = appendStrings(buf, s.Outputs)
+	return appendStrings(buf, s.InputPaths)
 }
 
 func decodeSubmitTask(payload []byte) (*SubmitTaskRequest, error) {
@@ -138,7 +140,7 @@ func decodeSubmitTaskWith(payload []byte, in *interner, version byte) (*SubmitTa
 				r.Spec.Tiers[i] = scheduler.Tier(tiers[i])
 			}
 		}
-		r.Spec.Inputs, r.Spec.Outputs = d.strings(), d.strings()
+		r.Spec.Inputs, r.Spec.Outputs, r.Spec.InputPaths = d.strings(), d.strings(), d.strings()
 	}
 	if err := d.finish(); err != nil {
 		return nil, fmt.Errorf("%w: submit: %v", ErrMalformedCommand, err)

@@ -83,7 +83,7 @@ func TestBinaryFormsCoverEveryField(t *testing.T) {
 	for _, c := range []struct {
 		typ    any
 		fields int
-	}{{SubmitTaskRequest{}, 3}, {TaskSpec{}, 3}, {TaskShape{}, 17}, {scheduler.Resources{}, 4}, {ReserveRequest{}, 8}, {AttemptStartRequest{}, 3}, {AttemptEndRequest{}, 8}, {ExplainRequest{}, 3}} {
+	}{{SubmitTaskRequest{}, 3}, {TaskSpec{}, 3}, {TaskShape{}, 18}, {scheduler.Resources{}, 4}, {ReserveRequest{}, 8}, {AttemptStartRequest{}, 3}, {AttemptEndRequest{}, 8}, {ExplainRequest{}, 3}} {
 		if n := exported(reflect.TypeOf(c.typ)); n != c.fields {
 			t.Errorf("%T has %d fields, its binary form %d: update binary.go, then this test", c.typ, n, c.fields)
 		}
@@ -107,7 +107,7 @@ func TestSubmitBinaryRoundTrip(t *testing.T) {
 			TimeoutSeconds: rapid.Int64().Draw(rt, "timeout"), MaxAttempts: rapid.Int().Draw(rt, "max"),
 			Submitter: rapid.String().Draw(rt, "submitter"), OnDisconnect: rapid.SampledFrom([]string{"", OnDisconnectKeepRunning, "x"}).Draw(rt, "ondisconnect"),
 			Class: rapid.String().Draw(rt, "class"), Size: rapid.SampledFrom([]string{"", "small", "large"}).Draw(rt, "size"),
-			Tiers: drawTiers(rt), Inputs: drawNames(rt, "inputs"), Outputs: drawNames(rt, "outputs"),
+			Tiers: drawTiers(rt), Inputs: drawNames(rt, "inputs"), Outputs: drawNames(rt, "outputs"), InputPaths: drawNames(rt, "paths"),
 		}}}
 		// The decoded request also carries its shape's encoding, the key
 		// replicas share shapes by: it must be exactly the shape's.
@@ -234,13 +234,13 @@ func TestBinaryAndJSONCommandsApplyAlike(t *testing.T) {
 func TestSubmitOlderBinaryVersionsAreRead(t *testing.T) {
 	r := SubmitTaskRequest{ID: "t1", SubmittedAt: epoch, Spec: testSpec("k")}
 	v4 := EncodeSubmitTask(r)
-	if !bytes.Equal(v4[len(v4)-6:], make([]byte, 6)) {
-		t.Fatalf("today's form does not end with six empty fields: %x", v4[len(v4)-8:])
+	if !bytes.Equal(v4[len(v4)-7:], make([]byte, 7)) {
+		t.Fatalf("today's form does not end with seven empty fields: %x", v4[len(v4)-8:])
 	}
 	for _, c := range []struct {
 		version byte
 		cut     int
-	}{{2, 6}, {3, 5}} {
+	}{{2, 7}, {3, 6}} {
 		old := append([]byte{v4[0], c.version}, v4[2:len(v4)-c.cut]...)
 		f := New(nil)
 		res, ok := f.ApplyBytes(1, old).(*SubmitResult)

@@ -61,6 +61,9 @@ const (
 	MsgNodeDatasets    MessageType = 25
 	MsgNodeTier        MessageType = 26
 	MsgNodeHealthCheck MessageType = 27
+	// The job commands create and cancel tasks: not ignorable.
+	MsgSubmitJob MessageType = 28
+	MsgCancelJob MessageType = 29
 )
 
 // payloadVersion is the version byte written after the type. A replica
@@ -264,6 +267,10 @@ func (t MessageType) String() string {
 		return "node-tier"
 	case MsgNodeHealthCheck:
 		return "node-health-check"
+	case MsgSubmitJob:
+		return "submit-job"
+	case MsgCancelJob:
+		return "cancel-job"
 	}
 	return fmt.Sprintf("type-%d", uint8(t))
 }

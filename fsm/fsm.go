@@ -189,6 +189,10 @@ func (f *FSM) applyOne(db *store, index uint64, h header, payload []byte) any {
 		resp, err = applyJSON(payload, func(r *NodeTierRequest) (any, error) { return applyNodeTier(db, index, r) })
 	case MsgNodeHealthCheck:
 		resp, err = applyJSON(payload, func(r *NodeHealthCheckRequest) (any, error) { return applyNodeHealthCheck(db, index, r) })
+	case MsgSubmitJob:
+		resp, err = applyJSON(payload, func(r *SubmitJobRequest) (any, error) { return applySubmitJob(db, index, r) })
+	case MsgCancelJob:
+		resp, err = applyJSON(payload, func(r *CancelJobRequest) (any, error) { return applyCancelJob(db, index, r) })
 	default:
 		if h.ignorable {
 			f.logger.Warn("skipping unknown ignorable command", "index", index, "type", t)

@@ -42,6 +42,7 @@ const (
 	tableKeyring  = "gossip_keyring"
 	tableClasses  = "classes"
 	tableProfile  = "profile_settings"
+	tableJobs     = "jobs"
 )
 
 func writeSnapshot(w io.Writer, s *State) error {
@@ -99,6 +100,9 @@ func writeSnapshot(w io.Writer, s *State) error {
 	}
 	if werr == nil && s.st.profile != nil {
 		write(tableProfile, s.st.profile)
+	}
+	if werr == nil {
+		s.st.jobs.Ascend(func(v *Job) bool { return write(tableJobs, v) })
 	}
 	if werr != nil {
 		return werr
@@ -228,6 +232,8 @@ func decodeRecord(db *store, rec snapshotRecord) error {
 		return decodeInto(rec, func(v *ClassStats) string { return v.Class }, db.putClass)
 	case tableProfile:
 		return decodeInto(rec, func(v *ProfileSettings) string { return "profile" }, func(v *ProfileSettings) { db.profile = v })
+	case tableJobs:
+		return decodeInto(rec, func(v *Job) string { return v.ID }, db.putJob)
 	case tableAudit:
 		return decodeInto(rec, func(v *AuditRecord) string {
 			if v.Index == 0 {

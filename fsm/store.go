@@ -42,6 +42,9 @@ type store struct {
 	// profile settings (nil: DefaultProfileSettings).
 	classes *btree.BTreeG[*ClassStats]
 	profile *ProfileSettings
+	// jobs by id, and by idempotency key (jobs without one left out).
+	jobs      *btree.BTreeG[*Job]
+	jobsByKey *btree.BTreeG[*Job]
 
 	// The pending feed: tasks that entered, left or changed in the pending
 	// set, in apply order, so that the leader can keep its queue current
@@ -87,6 +90,8 @@ func newStore() *store {
 		endedByNode:    btree.NewG(btreeDegree, lessAttemptNode),
 		acl:            newACLStore(),
 		classes:        btree.NewG(btreeDegree, func(a, b *ClassStats) bool { return a.Class < b.Class }),
+		jobs:           btree.NewG(btreeDegree, func(a, b *Job) bool { return a.ID < b.ID }),
+		jobsByKey:      btree.NewG(btreeDegree, func(a, b *Job) bool { return a.Spec.IdempotencyKey < b.Spec.IdempotencyKey }),
 		feed:           &feedToken{},
 		w: &writerMaps{
 			tasks:    idtable.New(func(t *Task) string { return t.ID }),
@@ -130,7 +135,7 @@ func (s *store) clone() *store {
 		tasks: s.tasks.Clone(), tasksByKey: s.tasksByKey.Clone(), tasksByStat: s.tasksByStat.Clone(), taskCounts: counts,
 		attempts: s.attempts.Clone(), attemptsByTask: s.attemptsByTask.Clone(), liveByNode: s.liveByNode.Clone(),
 		endedByNode: s.endedByNode.Clone(), acl: s.acl.clone(), keyring: s.keyring,
-		classes: s.classes.Clone(), profile: s.profile,
+		classes: s.classes.Clone(), profile: s.profile, jobs: s.jobs.Clone(), jobsByKey: s.jobsByKey.Clone(),
 		feed: s.feed, feedBase: s.feedBase, changes: s.changes,
 	}
 }
@@ -190,6 +195,20 @@ func (s *store) class(name string) *ClassStats {
 }
 
 func (s *store) putClass(c *ClassStats) { s.classes.ReplaceOrInsert(c) }
+
+func (s *store) job(id string) (*Job, bool) { return s.jobs.Get(&Job{ID: id}) }
+
+func (s *store) jobByKey(key string) (*Job, bool) {
+	return s.jobsByKey.Get(&Job{Spec: JobSpec{IdempotencyKey: key}})
+}
+
+func (s *store) putJob(j *Job) {
+	s.jobs.ReplaceOrInsert(j)
+	if j.Spec.IdempotencyKey != "" {
+		s.jobsByKey.ReplaceOrInsert(j)
+	}
+	s.touch(topicJobs)
+}
 
 // profileSettings are the committed profile settings, or the defaults.
 func (s *store) profileSettings() ProfileSettings {

@@ -138,6 +138,10 @@ type TaskShape struct {
 	// leaves in its working directory, which become datasets of its node.
 	Inputs  []string `json:"inputs,omitempty"`
 	Outputs []string `json:"outputs,omitempty"`
+	// InputPaths, for a job's stage, is where under $HERD_INPUTS the
+	// command finds each input (the same order as Inputs), which its
+	// agent fetches from the node holding it when that is another.
+	InputPaths []string `json:"input_paths,omitempty"`
 }
 
 // OnDisconnectKeepRunning: the attempt runs on when its agent is cut off,
@@ -273,6 +277,8 @@ type Node struct {
 	// any report); Datasets the data it holds, sorted by name.
 	Profile  *NodeProfile        `json:"profile,omitempty"`
 	Datasets []scheduler.Dataset `json:"datasets,omitempty"`
+	// DataAddress is where the node's agent serves its datasets.
+	DataAddress string `json:"data_address,omitempty"`
 	// Tier is the node's tier and how it got there.
 	Tier TierState `json:"tier"`
 	// Quarantine, while set, keeps new work off the node: its attempts of

@@ -39,6 +39,7 @@ func (w WatchSet) WatchCtx(ctx context.Context) error {
 const (
 	topicPending = "pending"   // the set of pending tasks, or one of them, changed
 	topicNodes   = "nodes"     // a node record changed
+	topicJobs    = "jobs"      // a job record changed
 	topicNodePre = "attempts/" // + node id: an attempt on that node changed
 )
 

@@ -150,18 +150,19 @@ func ProfileScore(n *Node, req *Request, w ProfileWeights) float64 {
 	return (w.Capacity*p.capacity + w.Health*p.health + wl*p.locality + w.History*p.history) / denom
 }
 
-// LocalityUnitBytes is the input size at which locality counts at its
-// configured weight: the weight grows with the input's bytes, up to
-// MaxLocalityFactor times, so that for inputs of a gigabyte or more data
-// gravity outweighs compute, as moving them over an edge link costs more
-// than a slower CPU.
+// LocalityUnitBytes is the input size up to which locality counts at its
+// configured weight: beyond it the weight grows with the input's bytes,
+// up to MaxLocalityFactor times, so that for inputs of a gigabyte or more
+// data gravity outweighs compute, as moving them over an edge link costs
+// more than a slower CPU.
 const (
 	LocalityUnitBytes = 256 << 20
 	MaxLocalityFactor = 4.0
 )
 
 // localityFactor scales the locality weight by the request's input
-// bytes: 1 when only names are known, 0 for a task without inputs.
+// bytes: at least 1 (and 1 when only names are known), 0 for a task
+// without inputs.
 func localityFactor(req *Request) float64 {
 	if len(req.Inputs) == 0 {
 		return 0
@@ -173,7 +174,7 @@ func localityFactor(req *Request) float64 {
 	if want == 0 {
 		return 1
 	}
-	return min(float64(want)/LocalityUnitBytes, MaxLocalityFactor)
+	return min(max(float64(want)/LocalityUnitBytes, 1), MaxLocalityFactor)
 }
 
 type parts struct{ capacity, health, locality, history float64 }

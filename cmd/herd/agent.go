@@ -17,7 +17,7 @@ import (
 // agentSettings are the settings of `herd agent`, as given.
 type agentSettings struct {
 	ID, DataDir, Capabilities, Limits, LogLevel, GossipAddr, GossipKey string
-	TLSCAFile, TLSCertFile, TLSKeyFile, Token, HealthCheck             string
+	TLSCAFile, TLSCertFile, TLSKeyFile, Token, HealthCheck, DataAddr   string
 	Insecure, NoBench                                                  bool
 	Servers                                                            []string
 	Labels, Datasets                                                   map[string]string
@@ -64,6 +64,7 @@ var agentTable = config.Table[agentSettings]{
 		config.Field("no_bench", "", "no-bench", "do not benchmark the node: its profile holds only the cores, memory and free disk detected", func(c *agentSettings) *bool { return &c.NoBench }),
 		config.Field("profile.rebench_interval", "", "rebench-interval", "how often the node is measured again; negative: only at registration and on herd node rebench", func(c *agentSettings) *time.Duration { return &c.RebenchInterval }),
 		config.Field("datasets", "", "dataset", "data the node holds, NAME=PATH (a file or directory; the flag repeats): tasks naming NAME among their inputs prefer this node", func(c *agentSettings) *map[string]string { return &c.Datasets }),
+		config.Field("data_addr", "", "data-addr", "where the agent serves the outputs it keeps to other agents (a later stage's inputs); empty for the local address towards the servers, on a free port", func(c *agentSettings) *string { return &c.DataAddr }),
 		config.Field("health_check", "", "health-check", "the site's health check, run through /bin/sh -c when the cluster asks (a quarantine); empty: data directory writable, a process starts, clock sane", func(c *agentSettings) *string { return &c.HealthCheck }),
 	},
 }
@@ -103,7 +104,7 @@ func runAgent(e *env, args []string) error {
 		GossipAddr: set.GossipAddr, GossipKey: key, HibernateAfter: set.HibernateAfter,
 		TLS:   pki.Files{CA: set.TLSCAFile, Cert: set.TLSCertFile, Key: set.TLSKeyFile},
 		Token: set.Token, Insecure: set.Insecure,
-		NoBench: set.NoBench, RebenchInterval: set.RebenchInterval, Datasets: set.Datasets, HealthCheck: set.HealthCheck,
+		NoBench: set.NoBench, RebenchInterval: set.RebenchInterval, Datasets: set.Datasets, HealthCheck: set.HealthCheck, DataAddr: set.DataAddr,
 	})
 	if err != nil {
 		return err

@@ -43,6 +43,7 @@ func commands() []command {
 		{"agent", "run an edge agent that executes attempts", runAgent},
 		{"dev", "run a local cluster (3 replicas, 2 agents) in one process", runDev},
 		{"task", "submit, inspect and list tasks", runTask},
+		{"job", "run pipelines: DAGs of stages that pass outputs to each other", runJob},
 		{"node", "list, inspect, drain and register worker nodes", runNode},
 		{"explain", "say why a task waits, node by node (or what-if for a spec)", runExplain},
 		{"operator", "inspect and manage raft and snapshots", runOperator},

@@ -1,0 +1,102 @@
+package api
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+)
+
+// JobBackend submits, reads and cancels jobs. SubmitJob and CancelJob are
+// leader-only.
+type JobBackend interface {
+	SubmitJob(ctx context.Context, spec JobSpec) (Job, bool, uint64, error)
+	GetJob(id string) (Job, error)
+	ListJobs(after string, limit int) (JobList, error)
+	CancelJob(ctx context.Context, id, reason string) (Job, error)
+}
+
+func (h *Handler) jobRoutes() []route {
+	return []route{
+		{http.MethodPost, "/v1/jobs", leaderOnly, capSubmit, h.postJob},
+		{http.MethodGet, "/v1/jobs", readable, capRead, h.listJobs},
+		{http.MethodGet, "/v1/jobs/{id}", readable, capRead, h.getJob},
+		{http.MethodPost, "/v1/jobs/{id}/cancel", leaderOnly, capSubmit, h.postJobCancel},
+	}
+}
+
+func (h *Handler) postJob(w http.ResponseWriter, r *http.Request) (any, error) {
+	var spec JobSpec
+	if err := decodeBody(w, r, &spec); err != nil {
+		return nil, err
+	}
+	for _, st := range spec.Stages {
+		if err := checkSubmitter(r, st.Task.Submitter); err != nil {
+			return nil, err
+		}
+	}
+	job, created, index, err := h.backend.SubmitJob(r.Context(), spec)
+	if err != nil {
+		return nil, err
+	}
+	resp := JobSubmitResponse{ID: job.ID, State: job.State, Index: index}
+	if !created {
+		return resp, nil
+	}
+	w.Header().Set("Location", "/v1/jobs/"+job.ID)
+	return reply{http.StatusCreated, resp}, nil
+}
+
+func (h *Handler) listJobs(w http.ResponseWriter, r *http.Request) (any, error) {
+	q := r.URL.Query()
+	limit := DefaultListLimit
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > MaxListLimit {
+			return nil, badRequest("limit %q must be 1..%d", v, MaxListLimit)
+		}
+		limit = n
+	}
+	return h.backend.ListJobs(q.Get("after"), limit)
+}
+
+func (h *Handler) getJob(w http.ResponseWriter, r *http.Request) (any, error) {
+	id, err := pathID(r, "job")
+	if err != nil {
+		return nil, err
+	}
+	return h.backend.GetJob(id)
+}
+
+func (h *Handler) postJobCancel(w http.ResponseWriter, r *http.Request) (any, error) {
+	id, err := pathID(r, "job")
+	if err != nil {
+		return nil, err
+	}
+	var req CancelRequest
+	if r.ContentLength != 0 {
+		if err := decodeBody(w, r, &req); err != nil {
+			return nil, err
+		}
+	}
+	if len(req.Reason) > MaxErrorText {
+		return nil, badRequest("reason is longer than %d bytes", MaxErrorText)
+	}
+	if p := PrincipalOf(r.Context()); len(p.Submitters) > 0 {
+		job, err := h.backend.GetJob(id)
+		if err != nil {
+			return nil, err
+		}
+		for _, st := range job.Stages {
+			for _, t := range st.TaskIDs {
+				task, err := h.backend.GetTask(t)
+				if err != nil {
+					continue
+				}
+				if err := checkSubmitter(r, task.Spec.Submitter); err != nil {
+					return nil, err
+				}
+			}
+		}
+	}
+	return h.backend.CancelJob(r.Context(), id, req.Reason)
+}

@@ -1,0 +1,108 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"herd/test"
+)
+
+const pipelineHCL = `
+name            = "images"
+idempotency_key = "images-cli"
+
+stage "acquire" {
+  outputs = ["raw.bin"]
+  task {
+    command = ["sh", "-c", "echo frame > raw.bin"]
+    timeout = "30s"
+  }
+}
+
+stage "count" {
+  depends_on = ["acquire"]
+  inputs     = ["acquire.raw.bin"]
+  count      = 2
+  task {
+    command      = ["sh", "-c", "wc -c < $HERD_INPUTS/acquire/raw.bin"]
+    max_attempts = 2
+    size         = "small"
+  }
+}
+`
+
+func TestParseJobFile(t *testing.T) {
+	spec, err := parseJobFile("p.hcl", []byte(pipelineHCL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if spec.Name != "images" || len(spec.Stages) != 2 || spec.Stages[1].Count != 2 || spec.Stages[1].Inputs[0] != "acquire.raw.bin" ||
+		*spec.Stages[0].Task.TimeoutSeconds != 30 || *spec.Stages[1].Task.MaxAttempts != 2 || spec.Stages[1].Task.Size != "small" {
+		t.Fatalf("parsed %+v", spec)
+	}
+	for name, src := range map[string]string{
+		"unknown attribute": `stage "a" { task { command = ["true"] } colour = "red" }`,
+		"no task":           `stage "a" { }`,
+		"bad timeout":       `stage "a" { task { command = ["true"]
+  timeout = "1.5s" } }`,
+		"bad json": `{"name": "x", "stagez": []}`,
+	} {
+		if _, err := parseJobFile("bad.hcl", []byte(src)); err == nil {
+			t.Errorf("%s: parsed", name)
+		}
+	}
+}
+
+func TestCLIJobs(t *testing.T) {
+	c := test.NewCluster(t, 3)
+	vars := map[string]string{"HERD_ADDR": c.Replicas[c.Follower()].Cfg.HTTPAddr}
+	herd := func(args ...string) (string, string, int) {
+		e, out, errb := testEnv(vars)
+		code := run(e, args)
+		return out.String(), errb.String(), code
+	}
+	file := filepath.Join(t.TempDir(), "pipeline.hcl")
+	if err := os.WriteFile(file, []byte(pipelineHCL), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, code := herd("job", "run", file)
+	if code != 0 || !strings.HasPrefix(out, "Job ") {
+		t.Fatalf("job run exit %d: %s %s", code, out, errOut)
+	}
+	id := strings.Fields(out)[1]
+	// No node: the first stage waits, the second has not started.
+	if out, _, code = herd("job", "status", id); code != 0 || !strings.Contains(out, "[acquire] RUNNING") || !strings.Contains(out, "acquire ──▶ [count] WAITING") {
+		t.Fatalf("job status exit %d:\n%s", code, out)
+	}
+	if out, _, code = herd("job", "list"); code != 0 || !strings.Contains(out, id) || !strings.Contains(out, "acquire RUNNING, count WAITING") {
+		t.Fatalf("job list exit %d:\n%s", code, out)
+	}
+	if out, _, code = herd("job", "cancel", "-reason", "enough", id); code != 0 || !strings.Contains(out, "CANCELLED") {
+		t.Fatalf("job cancel exit %d:\n%s", code, out)
+	}
+	if !test.Eventually(10*time.Second, func() bool {
+		out, _, code = herd("job", "status", id)
+		return code == 0 && strings.Contains(out, "[count] CANCELLED")
+	}) {
+		t.Fatalf("after cancel:\n%s", out)
+	}
+	bad := filepath.Join(t.TempDir(), "cycle.hcl")
+	_ = os.WriteFile(bad, []byte(`stage "a" {
+  depends_on = ["b"]
+  task { command = ["true"] }
+}
+stage "b" {
+  depends_on = ["a"]
+  task { command = ["true"] }
+}
+`), 0o600)
+	if _, errOut, code = herd("job", "run", bad); code != 1 || !strings.Contains(errOut, "dependency cycle") {
+		t.Fatalf("a cycle: exit %d, %s", code, errOut)
+	}
+	if _, errOut, code = herd("job", "status", "nope"); code != 1 || !strings.Contains(errOut, "not found") {
+		t.Fatalf("status of an unknown job: exit %d, %s", code, errOut)
+	}
+}

@@ -1,0 +1,359 @@
+package fsm
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// SubmitJobRequest creates a job. The id and time are the leader's.
+type SubmitJobRequest struct {
+	ID          string    `json:"id"`
+	SubmittedAt time.Time `json:"submitted_at"`
+	Spec        JobSpec   `json:"spec"`
+}
+
+// CancelJobRequest cancels a job and its live stages.
+type CancelJobRequest struct {
+	JobID  string    `json:"job_id"`
+	Reason string    `json:"reason,omitempty"`
+	Now    time.Time `json:"now"`
+}
+
+// JobResult answers a job command. Created is false when the
+// idempotency key matched an existing job.
+type JobResult struct {
+	Job     *Job
+	Created bool
+}
+
+func getJob(db *store, id string) (*Job, error) {
+	if j, ok := db.job(id); ok {
+		return j, nil
+	}
+	return nil, reject(RejectNotFound, "job %q not found", id)
+}
+
+func applySubmitJob(db *store, index uint64, r *SubmitJobRequest) (any, error) {
+	if r.ID == "" || strings.Contains(r.ID, ".") {
+		return nil, reject(RejectInvalid, "job id %q: required, without dots", r.ID)
+	}
+	if err := r.Spec.Validate(); err != nil {
+		return nil, reject(RejectInvalid, "%v", err)
+	}
+	if k := r.Spec.IdempotencyKey; k != "" {
+		if existing, ok := db.jobByKey(k); ok {
+			return &JobResult{Job: existing}, nil
+		}
+	}
+	if _, exists := db.job(r.ID); exists {
+		return nil, reject(RejectConflict, "job id %q already exists", r.ID)
+	}
+	j := &Job{ID: r.ID, Spec: r.Spec, State: JobPending, CreateIndex: index, ModifyIndex: index}
+	tasks := 0
+	for _, st := range r.Spec.Stages {
+		j.Stages = append(j.Stages, StageStatus{Name: st.Name, State: StageWaiting})
+		tasks += st.Instances()
+	}
+	j.addEvent(index, r.SubmittedAt, EventQueued, fmt.Sprintf("submitted: %d stages, %d tasks", len(j.Stages), tasks))
+	if err := startReadyStages(db, index, j, r.SubmittedAt); err != nil {
+		return nil, err
+	}
+	db.putJob(j)
+	return &JobResult{Job: j, Created: true}, nil
+}
+
+// startReadyStages creates the tasks of every waiting stage whose
+// dependencies all SUCCEEDED, in stage order; j is a copy being changed.
+func startReadyStages(db *store, index uint64, j *Job, now time.Time) error {
+	for i := range j.Spec.Stages {
+		st := &j.Spec.Stages[i]
+		if j.Stages[i].State != StageWaiting || !depsSucceeded(j, st) {
+			continue
+		}
+		ids := make([]string, 0, st.Instances())
+		for k := 0; k < st.Instances(); k++ {
+			t := stageTask(j, i, k, now, index)
+			if _, exists := db.task(t.ID); exists {
+				return reject(RejectConflict, "task id %q already exists", t.ID)
+			}
+			db.w.interner.task(t, nil, false)
+			db.putTask(t)
+			ids = append(ids, t.ID)
+		}
+		j.Stages[i].State, j.Stages[i].TaskIDs = StageRunning, ids
+		j.addEvent(index, now, EventNodeSelected, fmt.Sprintf("stage %s started: %d tasks", st.Name, len(ids)))
+		if j.State == JobPending {
+			j.State = JobRunning
+		}
+	}
+	return nil
+}
+
+func depsSucceeded(j *Job, st *StageSpec) bool {
+	for _, d := range st.DependsOn {
+		if j.Stages[stageIndex(j, d)].State != StageSucceeded {
+			return false
+		}
+	}
+	return true
+}
+
+func stageIndex(j *Job, name string) int {
+	return slices.IndexFunc(j.Spec.Stages, func(s StageSpec) bool { return s.Name == name })
+}
+
+// stageTask builds instance k of stage i: the stage's task spec, named
+// after the job and stage, with HERD_JOB_ID, HERD_STAGE, HERD_INSTANCE
+// (and HERD_ITEM for a for_each stage) in its environment, its outputs,
+// and, as inputs, the outputs of the stages it reads from every instance
+// of them, each with the path the command finds it at under
+// $HERD_INPUTS: <stage>/<output>, or <stage>/<instance>/<output> for a
+// stage that fans out.
+func stageTask(j *Job, i, k int, now time.Time, index uint64) *Task {
+	st := &j.Spec.Stages[i]
+	shape := *st.Task.TaskShape
+	env := maps.Clone(shape.Env)
+	if env == nil {
+		env = map[string]string{}
+	}
+	env["HERD_JOB_ID"], env["HERD_STAGE"], env["HERD_INSTANCE"] = j.ID, st.Name, strconv.Itoa(k)
+	if len(st.ForEach) > 0 {
+		env["HERD_ITEM"] = st.ForEach[k]
+	}
+	shape.Env = env
+	shape.Outputs = slices.Clone(st.Outputs)
+	shape.Inputs, shape.InputPaths = nil, nil
+	for _, in := range st.Inputs {
+		from, output, _ := strings.Cut(in, ".")
+		src := stageIndex(j, from)
+		n := j.Spec.Stages[src].Instances()
+		for m := 0; m < n; m++ {
+			shape.Inputs = append(shape.Inputs, OutputDataset(StageTaskID(j.ID, src, m), output))
+			path := from + "/" + output
+			if n > 1 {
+				path = from + "/" + strconv.Itoa(m) + "/" + output
+			}
+			shape.InputPaths = append(shape.InputPaths, path)
+		}
+	}
+	if shape.Class == "" {
+		shape.Class = j.Spec.Name + "/" + st.Name
+	}
+	name := j.Spec.Name + "/" + st.Name
+	if st.Instances() > 1 {
+		name += "/" + strconv.Itoa(k)
+	}
+	id := StageTaskID(j.ID, i, k)
+	return &Task{
+		ID: id, Spec: TaskSpec{Name: name, TaskShape: &shape}, State: TaskPending, QueuedAt: StampOf(now),
+		CreateIndex: index, ModifyIndex: index,
+		Timeline: []TimelineEvent{{Index: index, Time: StampOf(now), Kind: EventQueued,
+			Message: fmt.Sprintf("stage %s of job %s (instance %d) by %s with priority %d", st.Name, j.ID, k, shape.Submitter, shape.Priority)}},
+	}
+}
+
+// jobTaskEnded moves a task's job on after the task reached a terminal
+// state: the stage ends once every instance has, the stages it unblocked
+// start, and the job ends with its last stage. A failed stage fails the
+// job and cancels its live stages, unless on_failure is continue (then
+// the stages that depend on it are skipped and the rest finish).
+func jobTaskEnded(db *store, index uint64, t *Task, now time.Time) error {
+	jobID, si, _, ok := JobOfTask(t.ID)
+	if !ok {
+		return nil
+	}
+	old, ok := db.job(jobID)
+	if !ok || JobTerminal(old.State) || si >= len(old.Stages) {
+		return nil
+	}
+	j := old.clone()
+	j.ModifyIndex = index
+	stage := &j.Stages[si]
+	if stage.State != StageRunning {
+		db.putJob(j)
+		return nil
+	}
+	done, failed, cancelled := 0, "", true
+	for _, id := range stage.TaskIDs {
+		tk, ok := db.task(id)
+		if !ok {
+			continue
+		}
+		if tk.State.Terminal() {
+			done++
+			if tk.State != TaskSucceeded {
+				if failed == "" {
+					failed = fmt.Sprintf("task %s %s", tk.ID, tk.State)
+				}
+				cancelled = cancelled && tk.State == TaskCancelled
+			}
+		}
+	}
+	if done < len(stage.TaskIDs) {
+		db.putJob(j)
+		return nil
+	}
+	name := j.Spec.Stages[si].Name
+	if failed == "" {
+		stage.State = StageSucceeded
+		j.addEvent(index, now, EventFinished, fmt.Sprintf("stage %s succeeded", name))
+		if err := startReadyStages(db, index, j, now); err != nil {
+			return err
+		}
+	} else {
+		stage.State = StageFailed
+		if cancelled {
+			stage.State = StageCancelled
+		}
+		j.addEvent(index, now, EventFailed, fmt.Sprintf("stage %s %s: %s", name, strings.ToLower(stage.State), failed))
+		if j.Spec.OnFailure == OnFailureContinue {
+			skipDependents(j, name, index, now)
+		} else {
+			// Settled before its tasks are cancelled: their own ends
+			// then find the job terminal and leave it be.
+			j.State = JobFailed
+			if cancelled {
+				j.State = JobCancelled
+			}
+			j.addEvent(index, now, EventFinished, "job "+strings.ToLower(j.State))
+			db.putJob(j)
+			if err := cancelJobStages(db, index, j, now, "job "+strings.ToLower(j.State)+": stage "+name+" "+strings.ToLower(stage.State)); err != nil {
+				return err
+			}
+		}
+	}
+	settleJob(j, index, now)
+	db.putJob(j)
+	return nil
+}
+
+// skipDependents marks every waiting stage that depends, directly or not,
+// on the failed one as SKIPPED.
+func skipDependents(j *Job, failed string, index uint64, now time.Time) {
+	byName := map[string]int{}
+	for i, s := range j.Spec.Stages {
+		byName[s.Name] = i
+	}
+	for i, s := range j.Spec.Stages {
+		if j.Stages[i].State == StageWaiting && dependsOn(j.Spec.Stages, byName, s.Name, failed) {
+			j.Stages[i].State = StageSkipped
+			j.addEvent(index, now, EventCancelled, fmt.Sprintf("stage %s skipped: it depends on %s, which failed", s.Name, failed))
+		}
+	}
+}
+
+// cancelJobStages cancels the job's live tasks and marks every stage not
+// yet ended CANCELLED; j is a copy being changed.
+func cancelJobStages(db *store, index uint64, j *Job, now time.Time, why string) error {
+	for i := range j.Stages {
+		s := &j.Stages[i]
+		switch s.State {
+		case StageWaiting:
+			s.State = StageCancelled
+		case StageRunning:
+			for _, id := range s.TaskIDs {
+				tk, ok := db.task(id)
+				if !ok || tk.State.Terminal() {
+					continue
+				}
+				if _, err := cancelTask(db, index, tk, why, now); err != nil {
+					return err
+				}
+			}
+			s.State = StageCancelled
+		}
+	}
+	return nil
+}
+
+// settleJob ends the job once no stage is waiting or running: SUCCEEDED
+// when all succeeded, else FAILED (or CANCELLED when nothing failed).
+func settleJob(j *Job, index uint64, now time.Time) {
+	if JobTerminal(j.State) {
+		return
+	}
+	failed, cancelled := false, false
+	for _, s := range j.Stages {
+		switch s.State {
+		case StageWaiting, StageRunning:
+			return
+		case StageFailed, StageSkipped:
+			failed = true
+		case StageCancelled:
+			cancelled = true
+		}
+	}
+	switch {
+	case failed:
+		j.State = JobFailed
+	case cancelled:
+		j.State = JobCancelled
+	default:
+		j.State = JobSucceeded
+	}
+	j.addEvent(index, now, EventFinished, "job "+strings.ToLower(j.State))
+}
+
+func applyCancelJob(db *store, index uint64, r *CancelJobRequest) (any, error) {
+	old, err := getJob(db, r.JobID)
+	if err != nil {
+		return nil, err
+	}
+	if JobTerminal(old.State) {
+		if old.State == JobCancelled {
+			return &JobResult{Job: old}, nil
+		}
+		return nil, reject(RejectConflict, "job %s already ended %s", old.ID, old.State)
+	}
+	j := old.clone()
+	j.ModifyIndex = index
+	why := r.Reason
+	if why == "" {
+		why = "cancelled by request"
+	}
+	j.addEvent(index, r.Now, EventCancelled, why)
+	// The job is settled first: the cancelled tasks' own ends then find
+	// it terminal and leave it be.
+	j.State = JobCancelled
+	db.putJob(j)
+	if err := cancelJobStages(db, index, j, r.Now, "job cancelled: "+why); err != nil {
+		return nil, err
+	}
+	db.putJob(j)
+	return &JobResult{Job: j}, nil
+}
+
+// Job returns the job with the given id.
+func (s *State) Job(id string) (*Job, error) {
+	j, ok := s.st.job(id)
+	if !ok {
+		return nil, fmt.Errorf("job %q: %w", id, ErrNotFound)
+	}
+	return j, nil
+}
+
+// JobByIdempotencyKey returns the job submitted with key, if any.
+func (s *State) JobByIdempotencyKey(key string) (*Job, error) {
+	j, ok := s.st.jobByKey(key)
+	if !ok {
+		return nil, fmt.Errorf("idempotency key %q: %w", key, ErrNotFound)
+	}
+	return j, nil
+}
+
+// Jobs lists jobs in id order after the given id, at most limit (0: all).
+func (s *State) Jobs(after string, limit int) []*Job {
+	var out []*Job
+	s.st.jobs.AscendGreaterOrEqual(&Job{ID: after}, func(j *Job) bool {
+		if after != "" && j.ID == after {
+			return true
+		}
+		out = append(out, j)
+		return limit <= 0 || len(out) < limit
+	})
+	return out
+}

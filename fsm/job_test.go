@@ -1,0 +1,127 @@
+package fsm
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func stage(name string, deps ...string) StageSpec {
+	return StageSpec{Name: name, DependsOn: deps, Task: testSpec("")}
+}
+
+// A job is validated whole, each error naming its stage; nothing is
+// committed for an invalid one.
+func TestJobValidation(t *testing.T) {
+	withIO := func(s StageSpec, outputs, inputs []string) StageSpec {
+		s.Outputs, s.Inputs = outputs, inputs
+		return s
+	}
+	for name, c := range map[string]struct {
+		stages []StageSpec
+		want   string
+	}{
+		"cycle":      {[]StageSpec{stage("a", "c"), stage("b", "a"), stage("c", "b")}, "stage a: dependency cycle a → c → b → a"},
+		"self":       {[]StageSpec{stage("a", "a")}, "stage a: depends on itself"},
+		"dangling":   {[]StageSpec{stage("a"), stage("b", "ghost")}, `stage b: depends on unknown stage "ghost"`},
+		"duplicate":  {[]StageSpec{stage("a"), stage("a")}, "stage a: the name is used twice"},
+		"bad input":  {[]StageSpec{withIO(stage("a"), []string{"raw.bin"}, nil), withIO(stage("b", "a"), nil, []string{"a.nope"})}, `stage b: input "a.nope": stage a declares no output "nope"`},
+		"not a dep":  {[]StageSpec{withIO(stage("a"), []string{"raw.bin"}, nil), withIO(stage("b"), nil, []string{"a.raw.bin"})}, `stage b: input "a.raw.bin": the stage does not depend on a`},
+		"no stages":  {nil, "a job needs at least one stage"},
+		"bad output": {[]StageSpec{withIO(stage("a"), []string{"x/y"}, nil)}, `stage a: output "x/y" must be a file name`},
+	} {
+		t.Run(name, func(t *testing.T) {
+			h := newHarness(t)
+			res := h.apply(MsgSubmitJob, SubmitJobRequest{ID: "j1", SubmittedAt: epoch, Spec: JobSpec{Name: "p", Stages: c.stages}})
+			err, ok := res.(error)
+			if !ok || !isRejection(res, RejectInvalid) || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("got %v, want a rejection saying %q", res, c.want)
+			}
+			if _, err := h.f.State().Job("j1"); err == nil {
+				t.Fatal("an invalid job was committed")
+			}
+			if tasks, _ := h.f.State().Tasks(TaskFilter{}); len(tasks) != 0 {
+				t.Fatalf("an invalid job created %d tasks", len(tasks))
+			}
+		})
+	}
+}
+
+// A diamond with a fan-out: stages start when everything they depend on
+// succeeded, a fan-in stage reads every instance's output, a failed stage
+// fails the job and cancels the rest; with on_failure continue the
+// independent branch finishes.
+func TestJobAdvancesThroughItsDAG(t *testing.T) {
+	h := newProfileHarness(t, "n1")
+	split := stage("split")
+	split.Count, split.Outputs = 3, []string{"part"}
+	merge := stage("merge", "split")
+	merge.Inputs = []string{"split.part"}
+	spec := JobSpec{Name: "diamond", IdempotencyKey: "k1", Stages: []StageSpec{split, merge, stage("side")}}
+	res, ok := h.apply(MsgSubmitJob, SubmitJobRequest{ID: "j1", SubmittedAt: h.now, Spec: spec}).(*JobResult)
+	if !ok || !res.Created || res.Job.State != JobRunning {
+		t.Fatalf("submit: %#v", res)
+	}
+	if again, _ := h.apply(MsgSubmitJob, SubmitJobRequest{ID: "j2", SubmittedAt: h.now, Spec: spec}).(*JobResult); again == nil || again.Created || again.Job.ID != "j1" {
+		t.Fatalf("the same key again: %#v", again)
+	}
+	j := res.Job
+	if j.Stages[0].State != StageRunning || len(j.Stages[0].TaskIDs) != 3 || j.Stages[1].State != StageWaiting || j.Stages[2].State != StageRunning {
+		t.Fatalf("stages at submit: %+v", j.Stages)
+	}
+	for i, id := range j.Stages[0].TaskIDs {
+		h.runTask(id, "", "n1", time.Second, AttemptSucceeded)
+		j, _ = h.f.State().Job("j1")
+		if i < 2 && j.Stages[1].State != StageWaiting {
+			t.Fatalf("merge started before every split instance succeeded: %+v", j.Stages)
+		}
+	}
+	if j.Stages[0].State != StageSucceeded || j.Stages[1].State != StageRunning {
+		t.Fatalf("after split: %+v", j.Stages)
+	}
+	mt, _ := h.f.State().Task(j.Stages[1].TaskIDs[0])
+	if len(mt.Spec.Inputs) != 3 || mt.Spec.Inputs[2] != "j1.0.2:part" || mt.Spec.InputPaths[2] != "split/2/part" || mt.Spec.Env["HERD_STAGE"] != "merge" {
+		t.Fatalf("merge's inputs %v at %v, env %v", mt.Spec.Inputs, mt.Spec.InputPaths, mt.Spec.Env)
+	}
+	h.runTask(mt.ID, "", "n1", time.Second, AttemptSucceeded)
+	if j, _ = h.f.State().Job("j1"); j.State != JobRunning {
+		t.Fatalf("the side stage still runs: %s", j.State)
+	}
+	h.runTask(j.Stages[2].TaskIDs[0], "", "n1", time.Second, AttemptSucceeded)
+	if j, _ = h.f.State().Job("j1"); j.State != JobSucceeded {
+		t.Fatalf("every stage succeeded, the job is %s: %+v", j.State, j.Stages)
+	}
+
+	// A failure: the job fails and its other live stage is cancelled.
+	one := stage("one")
+	one.Task.MaxAttempts = 1
+	res = h.apply(MsgSubmitJob, SubmitJobRequest{ID: "j3", SubmittedAt: h.now, Spec: JobSpec{Name: "f", Stages: []StageSpec{one, stage("two"), stage("after", "one")}}}).(*JobResult)
+	h.runTask(res.Job.Stages[0].TaskIDs[0], "", "n1", time.Millisecond, AttemptFailed)
+	j, _ = h.f.State().Job("j3")
+	if j.State != JobFailed || j.Stages[1].State != StageCancelled || j.Stages[2].State != StageCancelled {
+		t.Fatalf("after a failed stage: %s %+v", j.State, j.Stages)
+	}
+	if two, _ := h.f.State().Task(j.Stages[1].TaskIDs[0]); two.State != TaskCancelled {
+		t.Fatalf("the other stage's task is %s", two.State)
+	}
+	// With on_failure continue the independent branch finishes.
+	res = h.apply(MsgSubmitJob, SubmitJobRequest{ID: "j4", SubmittedAt: h.now, Spec: JobSpec{Name: "c", OnFailure: OnFailureContinue, Stages: []StageSpec{one, stage("two"), stage("after", "one")}}}).(*JobResult)
+	h.runTask(res.Job.Stages[0].TaskIDs[0], "", "n1", time.Millisecond, AttemptFailed)
+	j, _ = h.f.State().Job("j4")
+	if j.State != JobRunning || j.Stages[2].State != StageSkipped || j.Stages[1].State != StageRunning {
+		t.Fatalf("continue: %s %+v", j.State, j.Stages)
+	}
+	h.runTask(j.Stages[1].TaskIDs[0], "", "n1", time.Second, AttemptSucceeded)
+	if j, _ = h.f.State().Job("j4"); j.State != JobFailed {
+		t.Fatalf("continue ends FAILED once the branches finished: %s", j.State)
+	}
+	// Cancelling a job cancels its live stages.
+	res = h.apply(MsgSubmitJob, SubmitJobRequest{ID: "j5", SubmittedAt: h.now, Spec: JobSpec{Name: "x", Stages: []StageSpec{stage("a"), stage("b", "a")}}}).(*JobResult)
+	cj, ok := h.apply(MsgCancelJob, CancelJobRequest{JobID: "j5", Now: h.now}).(*JobResult)
+	if !ok || cj.Job.State != JobCancelled || cj.Job.Stages[0].State != StageCancelled || cj.Job.Stages[1].State != StageCancelled {
+		t.Fatalf("cancel: %#v", cj)
+	}
+	if a, _ := h.f.State().Task(res.Job.Stages[0].TaskIDs[0]); a.State != TaskCancelled {
+		t.Fatalf("the cancelled job's task is %s", a.State)
+	}
+}

@@ -1,0 +1,196 @@
+package test
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"herd/agent"
+	"herd/api"
+)
+
+// waitJob waits for a job to end and returns it.
+func waitJob(t *testing.T, cl *api.Client, id string) api.Job {
+	t.Helper()
+	var j api.Job
+	if !Eventually(90*time.Second, func() bool {
+		var err error
+		j, _, err = cl.GetJob(Ctx(t, 10*time.Second), id, api.ReadOptions{})
+		return err == nil && (j.State == api.JobSucceeded || j.State == api.JobFailed || j.State == api.JobCancelled)
+	}) {
+		t.Fatalf("job %s did not end: %+v", id, j)
+	}
+	return j
+}
+
+func stageTask(script string) api.TaskSpec {
+	return api.TaskSpec{Command: []string{"sh", "-c", script}, MaxAttempts: ptrTo(3)}
+}
+
+// keptOutput reads a stage task's output from the data directory of the
+// agent that holds it.
+func keptOutput(t *testing.T, dirs map[string]string, node, task, output string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dirs[node], "outputs", task+":"+output))
+	if err != nil {
+		t.Fatalf("output %s of %s on %s: %v", output, task, node, err)
+	}
+	return string(b)
+}
+
+// The image pipeline as four stages on three agents: acquire, preprocess,
+// infer, return, each reading the file the one before left and
+// transforming it. The job succeeds with the right content, and with
+// capacity to spare every stage lands where its input is.
+func TestJobImagePipeline(t *testing.T) {
+	c := NewClusterWith(t, 3, agentSetup())
+	dirs := map[string]string{}
+	var agents []*AgentHandle
+	for i := 1; i <= 3; i++ {
+		id := fmt.Sprintf("edge-%d", i)
+		dirs[id] = t.TempDir()
+		agents = append(agents, c.StartAgent(agent.Config{ID: id, DataDir: dirs[id], Resources: api.Resources{CPUMillis: 2000, MemoryMB: 4096}, Slots: 2}))
+	}
+	WaitRegistered(t, agents...)
+	cl := c.AllClient()
+	spec := api.JobSpec{Name: "images", IdempotencyKey: "images-1", Stages: []api.StageSpec{
+		{Name: "acquire", Outputs: []string{"raw.bin"}, Task: stageTask(`printf 'frame-7' > raw.bin`)},
+		{Name: "preprocess", DependsOn: []string{"acquire"}, Inputs: []string{"acquire.raw.bin"}, Outputs: []string{"pre.bin"},
+			Task: stageTask(`tr a-z A-Z < "$HERD_INPUTS/acquire/raw.bin" > pre.bin`)},
+		{Name: "infer", DependsOn: []string{"preprocess"}, Inputs: []string{"preprocess.pre.bin"}, Outputs: []string{"labels.txt"},
+			Task: stageTask(`printf 'cat:%s' "$(cat "$HERD_INPUTS/preprocess/pre.bin")" > labels.txt`)},
+		{Name: "return", DependsOn: []string{"infer"}, Inputs: []string{"infer.labels.txt"}, Outputs: []string{"report.txt"},
+			Task: stageTask(`printf '%s from %s' "$(cat "$HERD_INPUTS/infer/labels.txt")" "$HERD_JOB_ID" > report.txt`)},
+	}}
+	res, err := cl.SubmitJob(Ctx(t, 30*time.Second), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := waitJob(t, cl, res.ID)
+	if j.State != api.JobSucceeded {
+		t.Fatalf("job %s: %+v", j.State, j.Timeline)
+	}
+	var prev string
+	for _, s := range j.Stages {
+		if s.State != "SUCCEEDED" || len(s.Tasks) != 1 || s.Tasks[0].Attempts != 1 {
+			t.Fatalf("stage %s: %+v", s.Name, s)
+		}
+		if prev != "" && s.Tasks[0].NodeID != prev {
+			t.Errorf("stage %s ran on %s, not on %s which holds its input", s.Name, s.Tasks[0].NodeID, prev)
+		}
+		prev = s.Tasks[0].NodeID
+	}
+	last := j.Stages[3].Tasks[0]
+	if got, want := keptOutput(t, dirs, last.NodeID, last.ID, "report.txt"), "cat:FRAME-7 from "+res.ID; got != want {
+		t.Fatalf("final output %q, want %q", got, want)
+	}
+	// The same key again (here through every replica) returns the job.
+	again, err := cl.SubmitJob(Ctx(t, 30*time.Second), spec)
+	if err != nil || again.ID != res.ID {
+		t.Fatalf("resubmit: %+v %v", again, err)
+	}
+}
+
+// A fan-out of 10 spread over three nodes, then a fan-in that sees all
+// ten outputs: those made elsewhere are fetched from the nodes holding
+// them, checked against their SHA-256.
+func TestJobFanOutFanIn(t *testing.T) {
+	c := NewClusterWith(t, 3, agentSetup())
+	dirs := map[string]string{}
+	var agents []*AgentHandle
+	for i := 1; i <= 3; i++ {
+		id := fmt.Sprintf("edge-%d", i)
+		dirs[id] = t.TempDir()
+		agents = append(agents, c.StartAgent(agent.Config{ID: id, DataDir: dirs[id], Resources: api.Resources{CPUMillis: 2000, MemoryMB: 4096}, Slots: 2}))
+	}
+	WaitRegistered(t, agents...)
+	cl := c.AllClient()
+	res, err := cl.SubmitJob(Ctx(t, 30*time.Second), api.JobSpec{Name: "fan", Stages: []api.StageSpec{
+		{Name: "part", Count: 10, Outputs: []string{"n.txt"}, Task: stageTask(`sleep 0.2; echo "$HERD_INSTANCE" > n.txt`)},
+		{Name: "sum", DependsOn: []string{"part"}, Inputs: []string{"part.n.txt"}, Outputs: []string{"sum.txt"},
+			Task: stageTask(`cat "$HERD_INPUTS"/part/*/n.txt | sort -n | tr '\n' ' ' > sum.txt`)},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := waitJob(t, cl, res.ID)
+	if j.State != api.JobSucceeded {
+		t.Fatalf("job %s: %+v", j.State, j.Timeline)
+	}
+	nodes := map[string]bool{}
+	for _, tk := range j.Stages[0].Tasks {
+		nodes[tk.NodeID] = true
+	}
+	if len(nodes) < 2 {
+		t.Fatalf("the fan-out ran on %d node(s); the fan-in fetched nothing", len(nodes))
+	}
+	sum := j.Stages[1].Tasks[0]
+	if got := keptOutput(t, dirs, sum.NodeID, sum.ID, "sum.txt"); got != "0 1 2 3 4 5 6 7 8 9 " {
+		t.Fatalf("the fan-in saw %q", got)
+	}
+}
+
+// A cycle, a dangling reference and a duplicate stage name are each a 400
+// naming the stage, and commit nothing.
+func TestJobValidationOverHTTP(t *testing.T) {
+	c := NewClusterWith(t, 3, agentSetup())
+	cl := c.AllClient()
+	task := stageTask("true")
+	for name, c := range map[string]struct {
+		stages []api.StageSpec
+		want   string
+	}{
+		"cycle":     {[]api.StageSpec{{Name: "a", DependsOn: []string{"b"}, Task: task}, {Name: "b", DependsOn: []string{"a"}, Task: task}}, "stage a: dependency cycle a → b → a"},
+		"dangling":  {[]api.StageSpec{{Name: "a", Task: task}, {Name: "b", DependsOn: []string{"a"}, Inputs: []string{"a.missing"}, Task: task}}, `stage b: input "a.missing"`},
+		"duplicate": {[]api.StageSpec{{Name: "a", Task: task}, {Name: "a", Task: task}}, "stage a: the name is used twice"},
+	} {
+		_, err := cl.SubmitJob(Ctx(t, 10*time.Second), api.JobSpec{Name: name, Stages: c.stages})
+		if !errors.Is(err, api.ErrBadRequest) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want a 400 saying %q", name, err, c.want)
+		}
+	}
+	list, _, err := cl.ListJobs(Ctx(t, 10*time.Second), "", 10, api.ReadOptions{Consistent: true})
+	if err != nil || len(list.Jobs) != 0 {
+		t.Fatalf("invalid jobs were committed: %+v %v", list, err)
+	}
+	tasks, _, err := cl.ListTasks(Ctx(t, 10*time.Second), api.TaskQuery{}, api.ReadOptions{Consistent: true})
+	if err != nil || len(tasks.Tasks) != 0 {
+		t.Fatalf("invalid jobs created tasks: %+v %v", tasks, err)
+	}
+}
+
+// The same job submitted through two replicas at once is one job.
+func TestJobIdempotentThroughTwoReplicas(t *testing.T) {
+	c := NewClusterWith(t, 3, agentSetup())
+	spec := api.JobSpec{Name: "once", IdempotencyKey: "once-1", Stages: []api.StageSpec{{Name: "a", Task: stageTask("true")}}}
+	var wg sync.WaitGroup
+	ids := make([]string, 2)
+	errs := make([]error, 2)
+	for i := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res, err := c.Client(i).SubmitJob(Ctx(t, 30*time.Second), spec)
+			ids[i], errs[i] = res.ID, err
+		}()
+	}
+	wg.Wait()
+	if errs[0] != nil || errs[1] != nil || ids[0] != ids[1] {
+		t.Fatalf("two submits: %v %v, ids %v", errs[0], errs[1], ids)
+	}
+	list, _, err := c.AllClient().ListJobs(Ctx(t, 10*time.Second), "", 10, api.ReadOptions{Consistent: true})
+	if err != nil || len(list.Jobs) != 1 {
+		t.Fatalf("jobs: %+v %v", list, err)
+	}
+	got := []string{list.Jobs[0].ID}
+	sort.Strings(got)
+	if got[0] != ids[0] {
+		t.Fatalf("listed %v, submitted %s", got, ids[0])
+	}
+}

@@ -46,7 +46,7 @@ func TestParseJobFile(t *testing.T) {
 	for name, src := range map[string]string{
 		"unknown attribute": `stage "a" { task { command = ["true"] } colour = "red" }`,
 		"no task":           `stage "a" { }`,
-		"bad timeout":       `stage "a" { task { command = ["true"]
+		"bad timeout": `stage "a" { task { command = ["true"]
   timeout = "1.5s" } }`,
 		"bad json": `{"name": "x", "stagez": []}`,
 	} {

@@ -194,3 +194,68 @@ func TestJobIdempotentThroughTwoReplicas(t *testing.T) {
 		t.Fatalf("listed %v, submitted %s", got, ids[0])
 	}
 }
+
+// The third stage's node is cut off from every server mid-run (gossip and
+// HTTP): its agent stops the stage when its lease runs out, the stage
+// reruns on the other node able to run it, fetching its input again from
+// the node holding it, and the stages before keep their single attempt.
+func TestJobStageCutOffRerunsAlone(t *testing.T) {
+	c := NewClusterWith(t, 3, gossipSetup())
+	dirs := map[string]string{"prep": t.TempDir(), "infer-1": t.TempDir(), "infer-2": t.TempDir()}
+	prep := c.StartAgent(agent.Config{ID: "prep", DataDir: dirs["prep"], Slots: 2, Labels: map[string]string{"role": "prep"}})
+	faults := map[string]*FaultTransport{}
+	handles := map[string]*AgentHandle{}
+	for i, id := range []string{"infer-1", "infer-2"} {
+		h, ft := faultyAgent(c, agent.Config{ID: id, DataDir: dirs[id], Slots: 2, Labels: map[string]string{"role": "infer"}}, uint64(7+i))
+		faults[id], handles[id] = ft, h
+	}
+	WaitRegistered(t, prep, handles["infer-1"], handles["infer-2"])
+	time.Sleep(c.Replicas[0].Cfg.Liveness.LeaderGrace) // verdicts are not held back
+	cl := c.AllClient()
+	on := func(role, script string) api.TaskSpec {
+		s := stageTask(script)
+		s.RequiredLabels = map[string]string{"role": role}
+		return s
+	}
+	res, err := cl.SubmitJob(Ctx(t, 30*time.Second), api.JobSpec{Name: "cut", Stages: []api.StageSpec{
+		{Name: "acquire", Outputs: []string{"raw.bin"}, Task: on("prep", `printf 'frame-3' > raw.bin`)},
+		{Name: "preprocess", DependsOn: []string{"acquire"}, Inputs: []string{"acquire.raw.bin"}, Outputs: []string{"pre.bin"},
+			Task: on("prep", `tr a-z A-Z < "$HERD_INPUTS/acquire/raw.bin" > pre.bin`)},
+		{Name: "infer", DependsOn: []string{"preprocess"}, Inputs: []string{"preprocess.pre.bin"}, Outputs: []string{"labels.txt"},
+			Task: on("infer", `sleep 2; printf 'dog:%s' "$(cat "$HERD_INPUTS/preprocess/pre.bin")" > labels.txt`)},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var victim string
+	if !Eventually(30*time.Second, func() bool {
+		j, _, err := cl.GetJob(Ctx(t, 10*time.Second), res.ID, api.ReadOptions{})
+		if err != nil || len(j.Stages[2].Tasks) == 0 {
+			return false
+		}
+		tk, _, err := cl.GetTask(Ctx(t, 10*time.Second), j.Stages[2].Tasks[0].ID, api.ReadOptions{})
+		if err != nil || tk.State != api.TaskRunning {
+			return false
+		}
+		victim = tk.Attempts[len(tk.Attempts)-1].NodeID
+		return true
+	}) {
+		t.Fatal("the infer stage never ran")
+	}
+	faults[victim].Cut(true)
+	handles[victim].Transport.Cut()
+	j := waitJob(t, cl, res.ID)
+	if j.State != api.JobSucceeded {
+		t.Fatalf("job %s: %+v", j.State, j.Timeline)
+	}
+	if j.Stages[0].Tasks[0].Attempts != 1 || j.Stages[1].Tasks[0].Attempts != 1 {
+		t.Fatalf("the first stages reran: %+v", j.Stages)
+	}
+	infer := j.Stages[2].Tasks[0]
+	if infer.Attempts < 2 || infer.NodeID == victim {
+		t.Fatalf("the infer stage did not rerun elsewhere: %+v (cut %s)", infer, victim)
+	}
+	if got := keptOutput(t, dirs, infer.NodeID, infer.ID, "labels.txt"); got != "dog:FRAME-3" {
+		t.Fatalf("output %q", got)
+	}
+}

@@ -358,3 +358,76 @@ func TestProcessesSlowNodeIsDemotedThenPromoted(t *testing.T) {
 		t.Fatalf("demoted again at normal speed: %s", tier)
 	}
 }
+
+// A pipeline's third stage loses its node mid-run (SIGKILL of the agent
+// running it): the stage reruns on another node, fetching its input again
+// from the node that holds it; the first two stages keep their single
+// attempt and the final output is right.
+func TestProcessesPipelineSurvivesSIGKILLOfAStageNode(t *testing.T) {
+	s := newSite(t, `liveness {
+  heartbeat_interval = "500ms"
+  max_heartbeat_interval = "1s"
+  leader_grace = "1s"
+}
+`)
+	s.agent("prep", systemPath(), "-slots", "2", "-labels", "role=prep", "-heartbeat-interval", "500ms", "-no-bench")
+	s.agent("infer-1", systemPath(), "-slots", "2", "-labels", "role=infer", "-heartbeat-interval", "500ms", "-no-bench")
+	s.agent("infer-2", systemPath(), "-slots", "2", "-labels", "role=infer", "-heartbeat-interval", "500ms", "-no-bench")
+	s.ready("prep", "infer-1", "infer-2")
+	on := func(role, script string) api.TaskSpec {
+		return api.TaskSpec{Command: []string{"sh", "-c", script}, RequiredLabels: map[string]string{"role": role}, MaxAttempts: ptrTo(3)}
+	}
+	spec := api.JobSpec{Name: "images", Stages: []api.StageSpec{
+		{Name: "acquire", Outputs: []string{"raw.bin"}, Task: on("prep", `printf 'frame-9' > raw.bin`)},
+		{Name: "preprocess", DependsOn: []string{"acquire"}, Inputs: []string{"acquire.raw.bin"}, Outputs: []string{"pre.bin"},
+			Task: on("prep", `tr a-z A-Z < "$HERD_INPUTS/acquire/raw.bin" > pre.bin`)},
+		{Name: "infer", DependsOn: []string{"preprocess"}, Inputs: []string{"preprocess.pre.bin"}, Outputs: []string{"labels.txt"},
+			Task: on("infer", `sleep 3; printf 'cat:%s' "$(cat "$HERD_INPUTS/preprocess/pre.bin")" > labels.txt`)},
+		{Name: "return", DependsOn: []string{"infer"}, Inputs: []string{"infer.labels.txt"}, Outputs: []string{"report.txt"},
+			Task: on("prep", `cp "$HERD_INPUTS/infer/labels.txt" report.txt`)},
+	}}
+	res, err := s.cl.SubmitJob(context.Background(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Wait for the third stage to run, then kill its node's agent.
+	var victim string
+	if !Eventually(60*time.Second, func() bool {
+		j, _, err := s.cl.GetJob(context.Background(), res.ID, api.ReadOptions{})
+		if err != nil || len(j.Stages[2].Tasks) == 0 {
+			return false
+		}
+		tk, _, err := s.cl.GetTask(context.Background(), j.Stages[2].Tasks[0].ID, api.ReadOptions{})
+		if err != nil || tk.State != api.TaskRunning {
+			return false
+		}
+		victim = tk.Attempts[len(tk.Attempts)-1].NodeID
+		return true
+	}) {
+		t.Fatal("the infer stage never ran")
+	}
+	if err := s.agents[victim].Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	var j api.Job
+	if !Eventually(120*time.Second, func() bool {
+		j, _, err = s.cl.GetJob(context.Background(), res.ID, api.ReadOptions{})
+		return err == nil && (j.State == api.JobSucceeded || j.State == api.JobFailed)
+	}) || j.State != api.JobSucceeded {
+		t.Fatalf("job after the kill: %+v", j)
+	}
+	for i, st := range j.Stages {
+		if i != 2 && st.Tasks[0].Attempts != 1 {
+			t.Errorf("stage %s took %d attempts; only the killed one should rerun", st.Name, st.Tasks[0].Attempts)
+		}
+	}
+	infer := j.Stages[2].Tasks[0]
+	if infer.Attempts < 2 || infer.NodeID == victim {
+		t.Fatalf("the infer stage did not rerun elsewhere: %+v (killed %s)", infer, victim)
+	}
+	last := j.Stages[3].Tasks[0]
+	b, err := os.ReadFile(filepath.Join(s.base, last.NodeID, "outputs", last.ID+":report.txt"))
+	if err != nil || string(b) != "cat:FRAME-9" {
+		t.Fatalf("final output %q (%v)", b, err)
+	}
+}

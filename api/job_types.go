@@ -10,6 +10,28 @@ type JobSpec struct {
 	// stage failed; by default ("fail") the rest is cancelled.
 	OnFailure string      `json:"on_failure,omitempty"`
 	Stages    []StageSpec `json:"stages"`
+	// Schedule, when set, makes the job periodic: it runs nothing itself,
+	// and each firing starts a run of it (a job of its own).
+	Schedule *Schedule `json:"schedule,omitempty"`
+}
+
+// Schedule fires a job: cron (seconds optional) or "@every 30s", read in
+// time_zone (UTC when empty); catch_up skip (the default) or run_once for
+// slots missed while no leader fired them; overlap forbid (the default),
+// allow or replace when the previous run is still live.
+type Schedule struct {
+	Cron     string `json:"cron"`
+	TimeZone string `json:"time_zone,omitempty"`
+	CatchUp  string `json:"catch_up,omitempty"`
+	Overlap  string `json:"overlap,omitempty"`
+}
+
+// Firing is one slot of a schedule as it was handled.
+type Firing struct {
+	Slot    time.Time `json:"slot"`
+	At      time.Time `json:"at"`
+	Run     string    `json:"run,omitempty"`
+	Outcome string    `json:"outcome"`
 }
 
 // StageSpec is one stage: a task spec, the stages it depends on, its
@@ -47,6 +69,13 @@ type Job struct {
 	CreateIndex uint64          `json:"create_index"`
 	ModifyIndex uint64          `json:"modify_index"`
 	Timeline    []TimelineEvent `json:"timeline,omitempty"`
+	// A scheduled job: its schedule, latest firings, next one and live
+	// (or latest) run; a run: the scheduled job it belongs to.
+	Schedule    *Schedule `json:"schedule,omitempty"`
+	Firings     []Firing  `json:"firings,omitempty"`
+	NextFiring  time.Time `json:"next_firing,omitzero"`
+	LastRun     string    `json:"last_run,omitempty"`
+	ScheduledBy string    `json:"scheduled_by,omitempty"`
 }
 
 // JobStage is where a stage stands, with its tasks and, for each, the
@@ -75,6 +104,7 @@ type JobList struct {
 
 // Job states.
 const (
+	JobScheduled = "SCHEDULED"
 	JobPending   = "PENDING"
 	JobRunning   = "RUNNING"
 	JobSucceeded = "SUCCEEDED"

@@ -25,6 +25,12 @@ func (s *Server) SubmitJob(ctx context.Context, in api.JobSpec) (api.Job, bool, 
 	if spec.OnFailure == "fail" {
 		spec.OnFailure = ""
 	}
+	if sc := in.Schedule; sc != nil {
+		spec.Schedule = &fsm.Schedule{Cron: sc.Cron, TimeZone: sc.TimeZone, CatchUp: sc.CatchUp, Overlap: sc.Overlap}
+		if _, _, err := parseSchedule(spec.Schedule); err != nil {
+			return api.Job{}, false, 0, fmt.Errorf("invalid job: %v: %w", err, api.ErrBadRequest)
+		}
+	}
 	for _, st := range in.Stages {
 		task := st.Task
 		if task.Name == "" {
@@ -96,7 +102,14 @@ func (s *Server) CancelJob(ctx context.Context, id, reason string) (api.Job, err
 }
 
 func toAPIJob(st *fsm.State, j *fsm.Job) api.Job {
-	out := api.Job{ID: j.ID, Name: j.Spec.Name, State: j.State, OnFailure: j.Spec.OnFailure, CreateIndex: j.CreateIndex, ModifyIndex: j.ModifyIndex}
+	out := api.Job{ID: j.ID, Name: j.Spec.Name, State: j.State, OnFailure: j.Spec.OnFailure, CreateIndex: j.CreateIndex, ModifyIndex: j.ModifyIndex,
+		ScheduledBy: j.ScheduledBy, LastRun: j.LastRun, NextFiring: nextFiring(j)}
+	if sc := j.Spec.Schedule; sc != nil {
+		out.Schedule = &api.Schedule{Cron: sc.Cron, TimeZone: sc.TimeZone, CatchUp: sc.CatchUp, Overlap: sc.Overlap}
+	}
+	for _, f := range j.Firings {
+		out.Firings = append(out.Firings, api.Firing{Slot: f.Slot.Time(), At: f.At.Time(), Run: f.Run, Outcome: f.Outcome})
+	}
 	if len(j.Timeline) > 0 {
 		out.SubmittedAt = j.Timeline[0].Time.Time()
 	}
@@ -124,6 +137,12 @@ func toAPIJob(st *fsm.State, j *fsm.Job) api.Job {
 			stage.Tasks = append(stage.Tasks, x)
 		}
 		out.Stages = append(out.Stages, stage)
+	}
+	if len(j.Stages) == 0 {
+		// A scheduled job: its stages are its runs'.
+		for _, st := range j.Spec.Stages {
+			out.Stages = append(out.Stages, api.JobStage{Name: st.Name, State: "-", DependsOn: st.DependsOn, TaskIDs: []string{}})
+		}
 	}
 	for _, e := range j.Timeline {
 		out.Timeline = append(out.Timeline, api.TimelineEvent{Index: e.Index, Time: e.Time.Time(), Kind: e.Kind.String(), Message: e.Message})

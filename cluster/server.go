@@ -209,6 +209,7 @@ func newServer(cfg config.Server, opts Options, logger hclog.Logger, material *p
 			func(ctx context.Context, s *Server) { s.retentionLoop(ctx) },
 			func(ctx context.Context, s *Server) { s.commandFormsLoop(ctx) },
 			func(ctx context.Context, s *Server) { s.profileLoop(ctx) },
+			func(ctx context.Context, s *Server) { s.cronLoop(ctx) },
 		}, opts.LeaderLoops...),
 		notifyCh:       make(chan bool, 16),
 		monitor:        newMonitor(cfg.Liveness),

@@ -52,18 +52,116 @@ func applySubmitJob(db *store, index uint64, r *SubmitJobRequest) (any, error) {
 	if _, exists := db.job(r.ID); exists {
 		return nil, reject(RejectConflict, "job id %q already exists", r.ID)
 	}
-	j := &Job{ID: r.ID, Spec: r.Spec, State: JobPending, CreateIndex: index, ModifyIndex: index}
-	tasks := 0
-	for _, st := range r.Spec.Stages {
-		j.Stages = append(j.Stages, StageStatus{Name: st.Name, State: StageWaiting})
-		tasks += st.Instances()
+	if r.Spec.Schedule != nil {
+		j := &Job{ID: r.ID, Spec: r.Spec, State: JobScheduled, CreateIndex: index, ModifyIndex: index, LastSlot: StampOf(r.SubmittedAt)}
+		j.addEvent(index, r.SubmittedAt, EventQueued, fmt.Sprintf("scheduled %q (time zone %s, catch up %s, overlap %s)", r.Spec.Schedule.Cron,
+			orDefault(r.Spec.Schedule.TimeZone, "UTC"), orDefault(r.Spec.Schedule.CatchUp, CatchUpSkip), orDefault(r.Spec.Schedule.Overlap, OverlapForbid)))
+		db.putJob(j)
+		return &JobResult{Job: j, Created: true}, nil
 	}
-	j.addEvent(index, r.SubmittedAt, EventQueued, fmt.Sprintf("submitted: %d stages, %d tasks", len(j.Stages), tasks))
-	if err := startReadyStages(db, index, j, r.SubmittedAt); err != nil {
+	j, err := newRun(db, index, r.ID, r.Spec, r.SubmittedAt)
+	if err != nil {
 		return nil, err
 	}
 	db.putJob(j)
 	return &JobResult{Job: j, Created: true}, nil
+}
+
+func orDefault(v, def string) string {
+	if v == "" {
+		return def
+	}
+	return v
+}
+
+// newRun makes a job that runs, its first stages started.
+func newRun(db *store, index uint64, id string, spec JobSpec, now time.Time) (*Job, error) {
+	j := &Job{ID: id, Spec: spec, State: JobPending, CreateIndex: index, ModifyIndex: index}
+	j.Spec.Schedule = nil
+	tasks := 0
+	for _, st := range spec.Stages {
+		j.Stages = append(j.Stages, StageStatus{Name: st.Name, State: StageWaiting})
+		tasks += st.Instances()
+	}
+	j.addEvent(index, now, EventQueued, fmt.Sprintf("submitted: %d stages, %d tasks", len(j.Stages), tasks))
+	if err := startReadyStages(db, index, j, now); err != nil {
+		return nil, err
+	}
+	return j, nil
+}
+
+// FireJobRequest handles one slot of a scheduled job: Run starts a run
+// (subject to the overlap policy), or the slot is recorded as skipped;
+// Outcome says why. Slots only move forward: a slot at or before the
+// latest handled one is refused, so no leader ever fires one twice.
+type FireJobRequest struct {
+	JobID   string    `json:"job_id"`
+	Slot    time.Time `json:"slot"`
+	Run     bool      `json:"run"`
+	Outcome string    `json:"outcome"`
+	Now     time.Time `json:"now"`
+}
+
+func applyFireJob(db *store, index uint64, r *FireJobRequest) (any, error) {
+	old, err := getJob(db, r.JobID)
+	if err != nil {
+		return nil, err
+	}
+	if old.State != JobScheduled {
+		return nil, reject(RejectConflict, "job %s is %s, not scheduled", old.ID, old.State)
+	}
+	slot := StampOf(r.Slot)
+	if !slot.After(old.LastSlot) {
+		return nil, reject(RejectConflict, "job %s: slot %s was handled already (latest %s)", old.ID,
+			r.Slot.UTC().Format(time.RFC3339), old.LastSlot.Time().Format(time.RFC3339))
+	}
+	j := old.clone()
+	j.ModifyIndex = index
+	j.LastSlot = slot
+	f := Firing{Slot: slot, At: StampOf(r.Now), Outcome: r.Outcome}
+	if r.Run {
+		prev, live := db.job(j.LastRun)
+		live = live && !JobTerminal(prev.State)
+		switch overlap := orDefault(j.Spec.Schedule.Overlap, OverlapForbid); {
+		case live && overlap == OverlapForbid:
+			f.Outcome = fmt.Sprintf("skipped: run %s is still %s (overlap forbid); %s", prev.ID, prev.State, f.Outcome)
+			r.Run = false
+		case live && overlap == OverlapReplace:
+			c := prev.clone()
+			c.State, c.ModifyIndex = JobCancelled, index
+			c.addEvent(index, r.Now, EventCancelled, "replaced by the next run (overlap replace)")
+			db.putJob(c)
+			if err := cancelJobStages(db, index, c, r.Now, "replaced by the next run"); err != nil {
+				return nil, err
+			}
+			db.putJob(c)
+			f.Outcome += fmt.Sprintf("; run %s replaced", prev.ID)
+		}
+	}
+	if r.Run {
+		id := j.ID + "@" + strconv.FormatInt(r.Slot.Unix(), 10)
+		if _, exists := db.job(id); exists {
+			return nil, reject(RejectConflict, "run %s exists already", id)
+		}
+		run, err := newRun(db, index, id, j.Spec, r.Now)
+		if err != nil {
+			return nil, err
+		}
+		run.ScheduledBy = j.ID
+		db.putJob(run)
+		j.LastRun, f.Run = id, id
+	}
+	j.Firings = append(j.Firings, f)
+	if len(j.Firings) > maxFirings {
+		j.Firings = slices.Delete(j.Firings, 0, len(j.Firings)-maxFirings)
+	}
+	msg := "slot " + r.Slot.UTC().Format(time.RFC3339) + ": " + f.Outcome
+	if f.Run != "" {
+		msg += ", run " + f.Run
+	}
+	j.addEvent(index, r.Now, EventNodeSelected, msg)
+	db.putJob(j)
+	return &JobResult{Job: j, Created: f.Run != ""}, nil
 }
 
 // startReadyStages creates the tasks of every waiting stage whose
@@ -308,6 +406,14 @@ func applyCancelJob(db *store, index uint64, r *CancelJobRequest) (any, error) {
 			return &JobResult{Job: old}, nil
 		}
 		return nil, reject(RejectConflict, "job %s already ended %s", old.ID, old.State)
+	}
+	if old.State == JobScheduled && old.LastRun != "" {
+		// Cancelling a schedule cancels its live run too.
+		if run, ok := db.job(old.LastRun); ok && !JobTerminal(run.State) {
+			if _, err := applyCancelJob(db, index, &CancelJobRequest{JobID: run.ID, Reason: r.Reason, Now: r.Now}); err != nil {
+				return nil, err
+			}
+		}
 	}
 	j := old.clone()
 	j.ModifyIndex = index

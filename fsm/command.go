@@ -64,6 +64,7 @@ const (
 	// The job commands create and cancel tasks: not ignorable.
 	MsgSubmitJob MessageType = 28
 	MsgCancelJob MessageType = 29
+	MsgFireJob   MessageType = 30
 )
 
 // payloadVersion is the version byte written after the type. A replica
@@ -271,6 +272,8 @@ func (t MessageType) String() string {
 		return "submit-job"
 	case MsgCancelJob:
 		return "cancel-job"
+	case MsgFireJob:
+		return "fire-job"
 	}
 	return fmt.Sprintf("type-%d", uint8(t))
 }

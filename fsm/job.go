@@ -15,6 +15,9 @@ import (
 // any stage is live, and ends SUCCEEDED (every stage did), FAILED (a
 // stage exhausted its attempts) or CANCELLED.
 const (
+	// JobScheduled is a job with a schedule: it runs nothing itself, and
+	// each firing starts a run of it, a job of its own.
+	JobScheduled = "SCHEDULED"
 	JobPending   = "PENDING"
 	JobRunning   = "RUNNING"
 	JobSucceeded = "SUCCEEDED"
@@ -53,7 +56,43 @@ type JobSpec struct {
 	IdempotencyKey string      `json:"idempotency_key,omitempty"`
 	OnFailure      string      `json:"on_failure,omitempty"`
 	Stages         []StageSpec `json:"stages"`
+	Schedule       *Schedule   `json:"schedule,omitempty"`
 }
+
+// Schedule fires a job periodically: Cron is a cron expression (seconds
+// optional) or a descriptor such as "@every 30s", read in TimeZone (UTC
+// when empty). CatchUp says what becomes of slots missed while no leader
+// could fire them: skip them (the default), or run_once. Overlap says
+// what a firing does while the previous run is still live: forbid (the
+// default: skip this slot), allow, or replace (cancel the previous run).
+// The leader checks the expression and zone at submission.
+type Schedule struct {
+	Cron     string `json:"cron"`
+	TimeZone string `json:"time_zone,omitempty"`
+	CatchUp  string `json:"catch_up,omitempty"`
+	Overlap  string `json:"overlap,omitempty"`
+}
+
+// Schedule policies.
+const (
+	CatchUpSkip    = "skip"
+	CatchUpRunOnce = "run_once"
+	OverlapForbid  = "forbid"
+	OverlapAllow   = "allow"
+	OverlapReplace = "replace"
+)
+
+// Firing is one slot of a schedule as it was handled: the run it started
+// (none when skipped) and why.
+type Firing struct {
+	Slot    Stamp  `json:"slot"`
+	At      Stamp  `json:"at"`
+	Run     string `json:"run,omitempty"`
+	Outcome string `json:"outcome"`
+}
+
+// maxFirings bounds the firings a scheduled job keeps.
+const maxFirings = 20
 
 // StageSpec is one stage: a task spec, what it depends on, how many
 // instances it fans out to (Count, or one per ForEach item, with the item
@@ -86,6 +125,13 @@ type Job struct {
 	Spec        JobSpec         `json:"spec"`
 	State       string          `json:"state"`
 	Stages      []StageStatus   `json:"stages"`
+	// For a scheduled job: the latest slot handled (no slot at or before
+	// it ever fires again), the latest firings, and the live run. For a
+	// run: the scheduled job it belongs to.
+	LastSlot    Stamp    `json:"last_slot,omitzero"`
+	Firings     []Firing `json:"firings,omitempty"`
+	LastRun     string   `json:"last_run,omitempty"`
+	ScheduledBy string   `json:"scheduled_by,omitempty"`
 	CreateIndex uint64          `json:"create_index"`
 	ModifyIndex uint64          `json:"modify_index"`
 	Timeline    []TimelineEvent `json:"timeline"`
@@ -101,6 +147,7 @@ type StageStatus struct {
 
 func (j *Job) clone() *Job {
 	c := *j
+	c.Firings = slices.Clone(j.Firings)
 	c.Stages = slices.Clone(j.Stages)
 	for i := range c.Stages {
 		c.Stages[i].TaskIDs = slices.Clone(j.Stages[i].TaskIDs)
@@ -146,6 +193,17 @@ func (s *JobSpec) Validate() error {
 	}
 	if len(s.Name) > MaxNameLen || len(s.IdempotencyKey) > MaxNameLen {
 		errs = append(errs, fmt.Errorf("name and idempotency_key must be at most %d bytes", MaxNameLen))
+	}
+	if sc := s.Schedule; sc != nil {
+		if sc.Cron == "" || len(sc.Cron) > MaxNameLen || len(sc.TimeZone) > MaxNameLen {
+			errs = append(errs, errors.New("schedule: cron must be 1 to 256 bytes"))
+		}
+		if sc.CatchUp != "" && sc.CatchUp != CatchUpSkip && sc.CatchUp != CatchUpRunOnce {
+			errs = append(errs, fmt.Errorf("schedule: catch_up %q must be %s or %s", sc.CatchUp, CatchUpSkip, CatchUpRunOnce))
+		}
+		if sc.Overlap != "" && sc.Overlap != OverlapForbid && sc.Overlap != OverlapAllow && sc.Overlap != OverlapReplace {
+			errs = append(errs, fmt.Errorf("schedule: overlap %q must be %s, %s or %s", sc.Overlap, OverlapForbid, OverlapAllow, OverlapReplace))
+		}
 	}
 	if s.OnFailure != "" && s.OnFailure != OnFailureContinue {
 		errs = append(errs, fmt.Errorf("on_failure %q must be fail or %s", s.OnFailure, OnFailureContinue))

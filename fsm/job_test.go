@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -123,5 +124,63 @@ func TestJobAdvancesThroughItsDAG(t *testing.T) {
 	}
 	if a, _ := h.f.State().Task(res.Job.Stages[0].TaskIDs[0]); a.State != TaskCancelled {
 		t.Fatalf("the cancelled job's task is %s", a.State)
+	}
+}
+
+// A schedule's slots only move forward: the same slot never fires twice,
+// whoever proposes it; overlap forbid skips a slot while the previous
+// run lives, replace cancels it, allow runs beside it; cancelling the
+// schedule cancels its live run.
+func TestScheduledJobFiresEachSlotOnce(t *testing.T) {
+	h := newProfileHarness(t, "n1")
+	spec := JobSpec{Name: "tick", Stages: []StageSpec{stage("a")}, Schedule: &Schedule{Cron: "@every 2s"}}
+	res := h.apply(MsgSubmitJob, SubmitJobRequest{ID: "s1", SubmittedAt: h.now, Spec: spec}).(*JobResult)
+	if res.Job.State != JobScheduled || len(res.Job.Stages) != 0 {
+		t.Fatalf("scheduled job: %+v", res.Job)
+	}
+	if tasks, _ := h.f.State().Tasks(TaskFilter{}); len(tasks) != 0 {
+		t.Fatalf("a scheduled job ran at submission: %d tasks", len(tasks))
+	}
+	fire := func(slot time.Duration, run bool) any {
+		return h.apply(MsgFireJob, FireJobRequest{JobID: "s1", Slot: epoch.Add(slot), Run: run, Outcome: "on time", Now: epoch.Add(slot)})
+	}
+	first, ok := fire(2*time.Second, true).(*JobResult)
+	if !ok || first.Job.LastRun != "s1@"+strconv.FormatInt(epoch.Add(2*time.Second).Unix(), 10) {
+		t.Fatalf("first firing: %#v", first)
+	}
+	if res := fire(2*time.Second, true); !isRejection(res, RejectConflict) {
+		t.Fatalf("the same slot again: %v", res)
+	}
+	if res := fire(time.Second, true); !isRejection(res, RejectConflict) {
+		t.Fatalf("an earlier slot: %v", res)
+	}
+	// The run still lives: forbid skips the next slot.
+	second := fire(4*time.Second, true).(*JobResult)
+	if second.Created || !strings.HasPrefix(second.Job.Firings[1].Outcome, "skipped: run") {
+		t.Fatalf("forbid: %+v", second.Job.Firings)
+	}
+	// Replace cancels the live run.
+	rspec := spec
+	rspec.Schedule = &Schedule{Cron: "@every 2s", Overlap: OverlapReplace}
+	h.apply(MsgSubmitJob, SubmitJobRequest{ID: "s2", SubmittedAt: h.now, Spec: rspec})
+	fireS2 := func(slot time.Duration) *JobResult {
+		return h.apply(MsgFireJob, FireJobRequest{JobID: "s2", Slot: epoch.Add(slot), Run: true, Outcome: "on time", Now: epoch.Add(slot)}).(*JobResult)
+	}
+	r1, r2 := fireS2(2*time.Second), fireS2(4*time.Second)
+	if prev, _ := h.f.State().Job(r1.Job.LastRun); prev.State != JobCancelled || r2.Job.LastRun == r1.Job.LastRun {
+		t.Fatalf("replace: previous run %s, last run %s", prev.State, r2.Job.LastRun)
+	}
+	third := fire(6*time.Second, true).(*JobResult)
+	// A skipped slot starts nothing and is recorded.
+	skipped := fire(8*time.Second, false).(*JobResult)
+	if skipped.Created || skipped.Job.LastRun != third.Job.LastRun {
+		t.Fatalf("skip: %+v", skipped.Job)
+	}
+	cj := h.apply(MsgCancelJob, CancelJobRequest{JobID: "s1", Now: h.now}).(*JobResult)
+	if run, _ := h.f.State().Job(third.Job.LastRun); cj.Job.State != JobCancelled || run.State != JobCancelled {
+		t.Fatalf("cancel of the schedule: %s, its run %s", cj.Job.State, run.State)
+	}
+	if res := fire(10*time.Second, true); !isRejection(res, RejectConflict) {
+		t.Fatalf("a cancelled schedule fired: %v", res)
 	}
 }

@@ -259,3 +259,85 @@ func TestJobStageCutOffRerunsAlone(t *testing.T) {
 		t.Fatalf("output %q", got)
 	}
 }
+
+// A schedule @every 2s across a leader kill and a full-cluster restart:
+// no slot fires twice (every run is of a distinct slot, in order), and
+// the slots missed while no leader existed are caught up once, as the
+// job's run_once policy says, visibly in its firings.
+func TestScheduleAcrossLeaderKillAndFullRestart(t *testing.T) {
+	c := NewClusterWith(t, 3, agentSetup())
+	a := c.StartAgent(agent.Config{ID: "edge-1", Slots: 2}, 0, 1, 2)
+	WaitRegistered(t, a)
+	cl := c.AllClient()
+	res, err := cl.SubmitJob(Ctx(t, 30*time.Second), api.JobSpec{Name: "health-report", Schedule: &api.Schedule{Cron: "@every 2s", CatchUp: "run_once"},
+		Stages: []api.StageSpec{{Name: "report", Task: stageTask("true")}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	firings := func(n int) api.Job {
+		t.Helper()
+		var j api.Job
+		if !Eventually(60*time.Second, func() bool {
+			var err error
+			j, _, err = c.AllClient().GetJob(Ctx(t, 10*time.Second), res.ID, api.ReadOptions{Consistent: true})
+			return err == nil && len(j.Firings) >= n
+		}) {
+			t.Fatalf("fewer than %d firings: %+v", n, j.Firings)
+		}
+		return j
+	}
+	firings(2)
+	leader := c.WaitForLeader()
+	c.Stop(leader)
+	c.WaitForLeader()
+	j := firings(4)
+	c.Start(leader)
+	before := len(j.Firings)
+	c.StopAll()
+	// The cluster is down for several slots: time must pass for them to
+	// be missed.
+	time.Sleep(5 * time.Second)
+	for i := range c.Replicas {
+		c.Start(i)
+	}
+	c.WaitForLeader()
+	j = firings(before + 2)
+	caught := false
+	for i, f := range j.Firings {
+		if i > 0 && !f.Slot.After(j.Firings[i-1].Slot) {
+			t.Fatalf("slot %v handled after %v: %+v", f.Slot, j.Firings[i-1].Slot, j.Firings)
+		}
+		caught = caught || strings.Contains(f.Outcome, "caught up: ")
+	}
+	if !caught {
+		t.Fatalf("no firing caught up the slots missed while the cluster was down: %+v", j.Firings)
+	}
+	list, _, err := cl.ListJobs(Ctx(t, 10*time.Second), "", 1000, api.ReadOptions{Consistent: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs := map[string]bool{}
+	for _, r := range list.Jobs {
+		if r.ScheduledBy == res.ID {
+			if runs[r.ID] {
+				t.Fatalf("run %s listed twice", r.ID)
+			}
+			runs[r.ID] = true
+		}
+	}
+	fired := 0
+	for _, f := range j.Firings {
+		if f.Run != "" {
+			fired++
+			if !runs[f.Run] {
+				t.Fatalf("firing %+v names a run that does not exist", f)
+			}
+		}
+	}
+	if fired == 0 || len(runs) < fired {
+		t.Fatalf("%d runs for %d firings that ran", len(runs), fired)
+	}
+	if out := j.NextFiring; out.IsZero() {
+		t.Fatal("no next firing shown")
+	}
+}

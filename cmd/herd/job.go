@@ -30,8 +30,16 @@ func runJob(e *env, args []string) error {
 type hclJob struct {
 	Name           string     `hcl:"name,optional"`
 	IdempotencyKey string     `hcl:"idempotency_key,optional"`
-	OnFailure      string     `hcl:"on_failure,optional"`
-	Stages         []hclStage `hcl:"stage,block"`
+	OnFailure      string       `hcl:"on_failure,optional"`
+	Schedule       *hclSchedule `hcl:"schedule,block"`
+	Stages         []hclStage   `hcl:"stage,block"`
+}
+
+type hclSchedule struct {
+	Cron     string `hcl:"cron"`
+	TimeZone string `hcl:"time_zone,optional"`
+	CatchUp  string `hcl:"catch_up,optional"`
+	Overlap  string `hcl:"overlap,optional"`
 }
 
 type hclStage struct {
@@ -83,6 +91,9 @@ func parseJobFile(name string, src []byte) (api.JobSpec, error) {
 		return api.JobSpec{}, fmt.Errorf("%s", hcl.Diagnostics(diags).Error())
 	}
 	spec := api.JobSpec{Name: j.Name, IdempotencyKey: j.IdempotencyKey, OnFailure: j.OnFailure}
+	if sc := j.Schedule; sc != nil {
+		spec.Schedule = &api.Schedule{Cron: sc.Cron, TimeZone: sc.TimeZone, CatchUp: sc.CatchUp, Overlap: sc.Overlap}
+	}
 	for _, st := range j.Stages {
 		t := st.Task
 		task := api.TaskSpec{
@@ -182,6 +193,13 @@ func runJobRun(e *env, args []string) error {
 	}
 }
 
+func or(v, def string) string {
+	if v == "" {
+		return def
+	}
+	return v
+}
+
 func stagesLine(j api.Job) string {
 	parts := make([]string, len(j.Stages))
 	for i, s := range j.Stages {
@@ -211,7 +229,32 @@ func runJobStatus(e *env, args []string) error {
 	if cf.json {
 		return printJSON(e.stdout, j)
 	}
-	fmt.Fprintf(e.stdout, "Job %s (%s): %s\n\n", j.ID, j.Name, j.State)
+	fmt.Fprintf(e.stdout, "Job %s (%s): %s\n", j.ID, j.Name, j.State)
+	if j.ScheduledBy != "" {
+		fmt.Fprintf(e.stdout, "A run of scheduled job %s\n", j.ScheduledBy)
+	}
+	if sc := j.Schedule; sc != nil {
+		fmt.Fprintf(e.stdout, "Schedule %q, time zone %s, catch up %s, overlap %s\n", sc.Cron, or(sc.TimeZone, "UTC"), or(sc.CatchUp, "skip"), or(sc.Overlap, "forbid"))
+		if !j.NextFiring.IsZero() {
+			fmt.Fprintf(e.stdout, "Next firing %s (in %s)\n", j.NextFiring.Local().Format(time.DateTime), time.Until(j.NextFiring).Round(time.Second))
+		}
+		if len(j.Firings) > 0 {
+			fmt.Fprintln(e.stdout, "\nFirings")
+			ft := &table{}
+			ft.add("SLOT", "FIRED", "RUN", "OUTCOME")
+			for _, f := range j.Firings {
+				run := f.Run
+				if run == "" {
+					run = "-"
+				}
+				ft.add(f.Slot.Local().Format(time.DateTime), ago(f.At), run, f.Outcome)
+			}
+			ft.write(e.stdout)
+		}
+		fmt.Fprintln(e.stdout)
+		fmt.Fprintln(e.stdout, "Stages of each run")
+	}
+	fmt.Fprintln(e.stdout)
 	writeDAG(e.stdout, j)
 	if len(j.Timeline) > 0 {
 		fmt.Fprintln(e.stdout, "\nTimeline")

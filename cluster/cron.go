@@ -1,0 +1,131 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+	_ "time/tzdata" // schedules name time zones; a node may lack the zone files
+
+	"github.com/robfig/cron/v3"
+
+	"herd/api"
+	"herd/fsm"
+)
+
+// cronParser reads cron expressions with an optional seconds field and
+// the descriptors (@every 30s, @hourly, …). robfig/cron is used for its
+// parser and its Next, which handle the calendar (months, weekdays, zone
+// transitions) that a hand-written one would get wrong; herd runs no cron
+// of its own: the leader fires slots through Raft.
+var cronParser = cron.NewParser(cron.SecondOptional | cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
+
+// parseSchedule checks a schedule and returns it ready to compute slots.
+func parseSchedule(sc *fsm.Schedule) (cron.Schedule, *time.Location, error) {
+	loc := time.UTC
+	if sc.TimeZone != "" {
+		l, err := time.LoadLocation(sc.TimeZone)
+		if err != nil {
+			return nil, nil, fmt.Errorf("schedule: time zone %q: %v", sc.TimeZone, err)
+		}
+		loc = l
+	}
+	s, err := cronParser.Parse(sc.Cron)
+	if err != nil {
+		return nil, nil, fmt.Errorf("schedule: cron %q: %v", sc.Cron, err)
+	}
+	return s, loc, nil
+}
+
+// maxCatchUp bounds the missed slots the leader counts after an outage.
+const maxCatchUp = 10_000
+
+// due says what to do now about a scheduled job: the slot to handle (the
+// latest one due), whether to run it, and why; ok is false when no slot
+// is due. A slot is on time when it came at most onTime ago; slots missed
+// before it follow the catch-up policy: skipped, or, with run_once, the
+// latest of them runs once, now.
+func due(j *fsm.Job, s cron.Schedule, loc *time.Location, now time.Time, onTime time.Duration) (slot time.Time, run bool, outcome string, ok bool) {
+	next := s.Next(j.LastSlot.Time().In(loc))
+	if next.IsZero() || next.After(now) {
+		return time.Time{}, false, "", false
+	}
+	missed := 0
+	for {
+		after := s.Next(next)
+		if after.IsZero() || after.After(now) || missed >= maxCatchUp {
+			break
+		}
+		next = after
+		missed++
+	}
+	late := now.Sub(next)
+	switch {
+	case late <= onTime && missed == 0:
+		return next, true, "on time", true
+	case late <= onTime && j.Spec.Schedule.CatchUp == fsm.CatchUpRunOnce:
+		return next, true, fmt.Sprintf("caught up: %d slots missed while no leader fired them, run once with this one, on time", missed), true
+	case late <= onTime:
+		return next, true, fmt.Sprintf("on time; %d earlier slots missed while no leader fired them were skipped", missed), true
+	case j.Spec.Schedule.CatchUp == fsm.CatchUpRunOnce:
+		return next, true, fmt.Sprintf("caught up: %d slots missed while no leader fired them, run once %s late", missed+1, late.Round(time.Millisecond)), true
+	}
+	return next, false, fmt.Sprintf("skipped: %d slots missed while no leader fired them (catch up skip)", missed+1), true
+}
+
+// scheduleTick is how often the leader looks for slots due.
+const scheduleTick = 100 * time.Millisecond
+
+// cronLoop is the leader's part in schedules: it fires every slot due,
+// each through one committed command carrying the slot, which the FSM
+// refuses for a slot at or before the latest handled: a leader change
+// never fires one twice, and slots missed while no leader existed follow
+// their job's catch-up policy, recorded in its firings.
+func (s *Server) cronLoop(ctx context.Context) {
+	parsed := map[string]cron.Schedule{}
+	zones := map[string]*time.Location{}
+	for ctx.Err() == nil {
+		sleepCtx(ctx, scheduleTick)
+		st := s.fsm.State()
+		for _, j := range st.Jobs("", 0) {
+			if j.State != fsm.JobScheduled || j.Spec.Schedule == nil {
+				continue
+			}
+			sched, ok := parsed[j.ID]
+			if !ok {
+				var loc *time.Location
+				var err error
+				if sched, loc, err = parseSchedule(j.Spec.Schedule); err != nil {
+					s.logger.Error("a committed schedule does not parse", "job", j.ID, "error", err)
+					continue
+				}
+				parsed[j.ID], zones[j.ID] = sched, loc
+			}
+			now := s.now().UTC()
+			slot, run, outcome, isDue := due(j, sched, zones[j.ID], now, time.Second)
+			if !isDue {
+				continue
+			}
+			_, _, err := s.apply(ctx, fsm.MsgFireJob, fsm.FireJobRequest{JobID: j.ID, Slot: slot, Run: run, Outcome: outcome, Now: now})
+			switch {
+			case err == nil:
+				s.logger.Info("schedule fired", "job", j.ID, "slot", slot, "run", run, "outcome", outcome)
+			case errors.Is(err, api.ErrConflict) || ctx.Err() != nil:
+			default:
+				s.logger.Warn("could not fire a schedule", "job", j.ID, "slot", slot, "error", err)
+			}
+		}
+	}
+}
+
+// nextFiring is when a scheduled job fires next.
+func nextFiring(j *fsm.Job) time.Time {
+	if j.State != fsm.JobScheduled || j.Spec.Schedule == nil {
+		return time.Time{}
+	}
+	s, loc, err := parseSchedule(j.Spec.Schedule)
+	if err != nil {
+		return time.Time{}
+	}
+	return s.Next(j.LastSlot.Time().In(loc)).UTC()
+}

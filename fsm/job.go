@@ -121,17 +121,17 @@ func (s *StageSpec) Instances() int {
 
 // Job is the replicated record of a submitted job.
 type Job struct {
-	ID          string          `json:"id"`
-	Spec        JobSpec         `json:"spec"`
-	State       string          `json:"state"`
-	Stages      []StageStatus   `json:"stages"`
+	ID     string        `json:"id"`
+	Spec   JobSpec       `json:"spec"`
+	State  string        `json:"state"`
+	Stages []StageStatus `json:"stages"`
 	// For a scheduled job: the latest slot handled (no slot at or before
 	// it ever fires again), the latest firings, and the live run. For a
 	// run: the scheduled job it belongs to.
-	LastSlot    Stamp    `json:"last_slot,omitzero"`
-	Firings     []Firing `json:"firings,omitempty"`
-	LastRun     string   `json:"last_run,omitempty"`
-	ScheduledBy string   `json:"scheduled_by,omitempty"`
+	LastSlot    Stamp           `json:"last_slot,omitzero"`
+	Firings     []Firing        `json:"firings,omitempty"`
+	LastRun     string          `json:"last_run,omitempty"`
+	ScheduledBy string          `json:"scheduled_by,omitempty"`
 	CreateIndex uint64          `json:"create_index"`
 	ModifyIndex uint64          `json:"modify_index"`
 	Timeline    []TimelineEvent `json:"timeline"`

@@ -28,8 +28,8 @@ func runJob(e *env, args []string) error {
 
 // The HCL form of a job file (see README, "Pipelines").
 type hclJob struct {
-	Name           string     `hcl:"name,optional"`
-	IdempotencyKey string     `hcl:"idempotency_key,optional"`
+	Name           string       `hcl:"name,optional"`
+	IdempotencyKey string       `hcl:"idempotency_key,optional"`
 	OnFailure      string       `hcl:"on_failure,optional"`
 	Schedule       *hclSchedule `hcl:"schedule,block"`
 	Stages         []hclStage   `hcl:"stage,block"`

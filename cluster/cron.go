@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 	_ "time/tzdata" // schedules name time zones; a node may lack the zone files
 
@@ -11,6 +13,7 @@ import (
 
 	"herd/api"
 	"herd/fsm"
+	"herd/scheduler"
 )
 
 // cronParser reads cron expressions with an optional seconds field and
@@ -88,6 +91,9 @@ func (s *Server) cronLoop(ctx context.Context) {
 		sleepCtx(ctx, scheduleTick)
 		st := s.fsm.State()
 		for _, j := range st.Jobs("", 0) {
+			if j.State == fsm.JobRunning {
+				s.rerunLostOutputs(ctx, st, j)
+			}
 			if j.State != fsm.JobScheduled || j.Spec.Schedule == nil {
 				continue
 			}
@@ -128,4 +134,65 @@ func nextFiring(j *fsm.Job) time.Time {
 		return time.Time{}
 	}
 	return s.Next(j.LastSlot.Time().In(loc)).UTC()
+}
+
+// rerunLostOutputs asks for the rerun of finished stage instances whose
+// outputs a waiting stage task needs while no live node holds them (the
+// node that made them is DOWN). Apply checks it again.
+func (s *Server) rerunLostOutputs(ctx context.Context, st *fsm.State, j *fsm.Job) {
+	nodes, err := st.Nodes()
+	if err != nil {
+		return
+	}
+	live := map[string]bool{}
+	var down []string
+	for _, n := range nodes {
+		for _, d := range n.Datasets {
+			if n.Liveness != scheduler.LivenessDown {
+				live[d.Name] = true
+			}
+		}
+		if n.Liveness == scheduler.LivenessDown {
+			down = append(down, n.ID)
+		}
+	}
+	if len(down) == 0 {
+		return
+	}
+	lost := map[string][]int{} // producing stage → instances
+	why := map[string]string{}
+	for _, stage := range j.Stages {
+		if stage.State != fsm.StageRunning {
+			continue
+		}
+		for _, id := range stage.TaskIDs {
+			t, err := st.Task(id)
+			if err != nil || t.State != fsm.TaskPending {
+				continue
+			}
+			for _, in := range t.Spec.Inputs {
+				if live[in] {
+					continue
+				}
+				producer, _, _ := strings.Cut(in, ":")
+				_, p, k, ok := fsm.JobOfTask(producer)
+				if !ok || p >= len(j.Stages) || j.Stages[p].State != fsm.StageSucceeded || slices.Contains(lost[j.Stages[p].Name], k) {
+					continue
+				}
+				lost[j.Stages[p].Name] = append(lost[j.Stages[p].Name], k)
+				why[j.Stages[p].Name] = fmt.Sprintf("stage %s needs %s, which no live node holds (down: %s)", stage.Name, in, strings.Join(down, ", "))
+			}
+		}
+	}
+	for name, instances := range lost {
+		slices.Sort(instances)
+		_, _, err := s.apply(ctx, fsm.MsgRerunStage, fsm.RerunStageRequest{JobID: j.ID, Stage: name, Instances: instances, Reason: why[name], Now: s.now().UTC()})
+		switch {
+		case err == nil:
+			s.logger.Info("stage rerun: its outputs were lost", "job", j.ID, "stage", name, "instances", instances, "why", why[name])
+		case errors.Is(err, api.ErrConflict) || ctx.Err() != nil:
+		default:
+			s.logger.Warn("could not rerun a stage", "job", j.ID, "stage", name, "error", err)
+		}
+	}
 }

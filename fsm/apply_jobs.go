@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"herd/scheduler"
 )
 
 // SubmitJobRequest creates a job. The id and time are the leader's.
@@ -230,7 +232,12 @@ func stageTask(j *Job, i, k int, now time.Time, index uint64) *Task {
 		src := stageIndex(j, from)
 		n := j.Spec.Stages[src].Instances()
 		for m := 0; m < n; m++ {
-			shape.Inputs = append(shape.Inputs, OutputDataset(StageTaskID(j.ID, src, m), output))
+			// The task that made instance m's output (a rerun's, if any).
+			producer := StageTaskID(j.ID, src, m, 0)
+			if ids := j.Stages[src].TaskIDs; m < len(ids) {
+				producer = ids[m]
+			}
+			shape.Inputs = append(shape.Inputs, OutputDataset(producer, output))
 			path := from + "/" + output
 			if n > 1 {
 				path = from + "/" + strconv.Itoa(m) + "/" + output
@@ -245,7 +252,7 @@ func stageTask(j *Job, i, k int, now time.Time, index uint64) *Task {
 	if st.Instances() > 1 {
 		name += "/" + strconv.Itoa(k)
 	}
-	id := StageTaskID(j.ID, i, k)
+	id := StageTaskID(j.ID, i, k, j.Stages[i].Gen)
 	return &Task{
 		ID: id, Spec: TaskSpec{Name: name, TaskShape: &shape}, State: TaskPending, QueuedAt: StampOf(now),
 		CreateIndex: index, ModifyIndex: index,
@@ -462,4 +469,105 @@ func (s *State) Jobs(after string, limit int) []*Job {
 		return limit <= 0 || len(out) < limit
 	})
 	return out
+}
+
+// RerunStageRequest reruns instances of a finished stage whose outputs a
+// live stage needs but no live node holds any more (its node is DOWN).
+type RerunStageRequest struct {
+	JobID     string    `json:"job_id"`
+	Stage     string    `json:"stage"`
+	Instances []int     `json:"instances"`
+	Reason    string    `json:"reason"`
+	Now       time.Time `json:"now"`
+}
+
+// heldAlive reports whether a node that is not DOWN holds dataset.
+func heldAlive(db *store, dataset string) bool {
+	held := false
+	db.nodes.Ascend(func(n *Node) bool {
+		if n.Liveness != scheduler.LivenessDown {
+			if _, ok := slices.BinarySearchFunc(n.Datasets, dataset, func(d scheduler.Dataset, name string) int { return strings.Compare(d.Name, name) }); ok {
+				held = true
+			}
+		}
+		return !held
+	})
+	return held
+}
+
+// applyRerunStage reruns the named instances of a SUCCEEDED stage, once
+// Apply confirms that none of their outputs is held by a live node: each
+// gets a new task (the stage's next generation), and every running stage
+// that depends on the stage goes back to waiting, its live tasks
+// cancelled, to start again, reading the new outputs, once the rerun
+// succeeds. Finished stages are otherwise never rerun.
+func applyRerunStage(db *store, index uint64, r *RerunStageRequest) (any, error) {
+	old, err := getJob(db, r.JobID)
+	if err != nil {
+		return nil, err
+	}
+	si := stageIndex(old, r.Stage)
+	if JobTerminal(old.State) || old.State == JobScheduled || si < 0 {
+		return nil, reject(RejectConflict, "job %s (%s) has no stage %q to rerun", old.ID, old.State, r.Stage)
+	}
+	if old.Stages[si].State != StageSucceeded {
+		return nil, reject(RejectConflict, "stage %s is %s, not SUCCEEDED", r.Stage, old.Stages[si].State)
+	}
+	st := &old.Spec.Stages[si]
+	if len(r.Instances) == 0 {
+		return nil, reject(RejectInvalid, "no instance to rerun")
+	}
+	for _, k := range r.Instances {
+		if k < 0 || k >= len(old.Stages[si].TaskIDs) {
+			return nil, reject(RejectInvalid, "stage %s has no instance %d", r.Stage, k)
+		}
+		reachable := len(st.Outputs) == 0
+		for _, o := range st.Outputs {
+			reachable = reachable || heldAlive(db, OutputDataset(old.Stages[si].TaskIDs[k], o))
+		}
+		if reachable {
+			return nil, reject(RejectConflict, "stage %s instance %d: its outputs are still held by a live node", r.Stage, k)
+		}
+	}
+	j := old.clone()
+	j.ModifyIndex = index
+	byName := map[string]int{}
+	for i, s := range j.Spec.Stages {
+		byName[s.Name] = i
+	}
+	// Stages reading the rerun stage wait again; set before their tasks
+	// are cancelled, so those tasks' ends leave the job be.
+	var cancel []string
+	for i, s := range j.Spec.Stages {
+		if i == si || j.Stages[i].State != StageRunning || !dependsOn(j.Spec.Stages, byName, s.Name, r.Stage) {
+			continue
+		}
+		for _, id := range j.Stages[i].TaskIDs {
+			cancel = append(cancel, id)
+		}
+		j.Stages[i].State, j.Stages[i].TaskIDs = StageWaiting, nil
+		j.Stages[i].Gen++
+		j.addEvent(index, r.Now, EventQueued, fmt.Sprintf("stage %s waits again for stage %s", s.Name, r.Stage))
+	}
+	j.Stages[si].State = StageRunning
+	j.Stages[si].Gen++
+	for _, k := range r.Instances {
+		t := stageTask(j, si, k, r.Now, index)
+		if _, exists := db.task(t.ID); exists {
+			return nil, reject(RejectConflict, "task id %q already exists", t.ID)
+		}
+		db.w.interner.task(t, nil, false)
+		db.putTask(t)
+		j.Stages[si].TaskIDs[k] = t.ID
+	}
+	j.addEvent(index, r.Now, EventQueued, fmt.Sprintf("stage %s reruns (instances %v): %s", r.Stage, r.Instances, r.Reason))
+	db.putJob(j)
+	for _, id := range cancel {
+		if t, ok := db.task(id); ok && !t.State.Terminal() {
+			if _, err := cancelTask(db, index, t, "its input is being made again: stage "+r.Stage+" reruns", r.Now); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return &JobResult{Job: j}, nil
 }

@@ -62,9 +62,10 @@ const (
 	MsgNodeTier        MessageType = 26
 	MsgNodeHealthCheck MessageType = 27
 	// The job commands create and cancel tasks: not ignorable.
-	MsgSubmitJob MessageType = 28
-	MsgCancelJob MessageType = 29
-	MsgFireJob   MessageType = 30
+	MsgSubmitJob  MessageType = 28
+	MsgCancelJob  MessageType = 29
+	MsgFireJob    MessageType = 30
+	MsgRerunStage MessageType = 31
 )
 
 // payloadVersion is the version byte written after the type. A replica
@@ -274,6 +275,8 @@ func (t MessageType) String() string {
 		return "cancel-job"
 	case MsgFireJob:
 		return "fire-job"
+	case MsgRerunStage:
+		return "rerun-stage"
 	}
 	return fmt.Sprintf("type-%d", uint8(t))
 }

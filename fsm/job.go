@@ -143,6 +143,8 @@ type StageStatus struct {
 	Name    string   `json:"name"`
 	State   string   `json:"state"`
 	TaskIDs []string `json:"task_ids,omitempty"`
+	// Gen counts the stage's reruns (its tasks' ids carry it).
+	Gen int `json:"gen,omitempty"`
 }
 
 func (j *Job) clone() *Job {
@@ -165,8 +167,8 @@ func JobTerminal(state string) bool {
 }
 
 // StageTaskID is the id of a stage instance's task (see stageid).
-func StageTaskID(jobID string, stage, instance int) string {
-	return stageid.TaskID(jobID, stage, instance)
+func StageTaskID(jobID string, stage, instance, gen int) string {
+	return stageid.TaskID(jobID, stage, instance, gen)
 }
 
 // JobOfTask returns the job, stage position and instance a task belongs

@@ -341,3 +341,80 @@ func TestScheduleAcrossLeaderKillAndFullRestart(t *testing.T) {
 		t.Fatal("no next firing shown")
 	}
 }
+
+// Finished stages are not rerun because the node holding their outputs
+// died, unless a later stage needs an output no live node holds: then the
+// stages that made it rerun, and the timeline says why.
+func TestJobRerunsTheProducerOfALostOutput(t *testing.T) {
+	c := NewClusterWith(t, 3, gossipSetup())
+	dirs := map[string]string{}
+	handles := map[string]*AgentHandle{}
+	for id, role := range map[string]string{"prep-1": "prep", "prep-2": "prep", "infer": "infer"} {
+		dirs[id] = t.TempDir()
+		handles[id] = c.StartAgent(agent.Config{ID: id, DataDir: dirs[id], Slots: 2, Labels: map[string]string{"role": role}})
+	}
+	WaitRegistered(t, handles["prep-1"], handles["prep-2"], handles["infer"])
+	time.Sleep(c.Replicas[0].Cfg.Liveness.LeaderGrace) // verdicts are not held back
+	cl := c.AllClient()
+	ctx := Ctx(t, time.Minute)
+	// The infer node takes nothing until the prep stages' node is gone.
+	if _, err := cl.DrainNode(ctx, "infer", true); err != nil {
+		t.Fatal(err)
+	}
+	on := func(role, script string) api.TaskSpec {
+		s := stageTask(script)
+		s.RequiredLabels = map[string]string{"role": role}
+		return s
+	}
+	res, err := cl.SubmitJob(ctx, api.JobSpec{Name: "lost", Stages: []api.StageSpec{
+		{Name: "acquire", Outputs: []string{"raw.bin"}, Task: on("prep", `printf 'frame-5' > raw.bin`)},
+		{Name: "preprocess", DependsOn: []string{"acquire"}, Inputs: []string{"acquire.raw.bin"}, Outputs: []string{"pre.bin"},
+			Task: on("prep", `tr a-z A-Z < "$HERD_INPUTS/acquire/raw.bin" > pre.bin`)},
+		{Name: "infer", DependsOn: []string{"preprocess"}, Inputs: []string{"preprocess.pre.bin"}, Outputs: []string{"labels.txt"},
+			Task: on("infer", `printf 'owl:%s' "$(cat "$HERD_INPUTS/preprocess/pre.bin")" > labels.txt`)},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var holder string
+	if !Eventually(30*time.Second, func() bool {
+		j, _, err := cl.GetJob(ctx, res.ID, api.ReadOptions{})
+		if err != nil || j.Stages[1].State != "SUCCEEDED" {
+			return false
+		}
+		holder = j.Stages[1].Tasks[0].NodeID
+		return true
+	}) {
+		t.Fatal("the prep stages never succeeded")
+	}
+	handles[holder].Stop()
+	if !Eventually(30*time.Second, func() bool {
+		n, _, err := cl.GetNode(ctx, holder, api.ReadOptions{})
+		return err == nil && n.Liveness == api.LivenessDown
+	}) {
+		t.Fatalf("%s was never declared DOWN", holder)
+	}
+	if _, err := cl.DrainNode(ctx, "infer", false); err != nil {
+		t.Fatal(err)
+	}
+	j := waitJob(t, cl, res.ID)
+	if j.State != api.JobSucceeded {
+		t.Fatalf("job %s: %+v", j.State, j.Timeline)
+	}
+	reran := false
+	for _, e := range j.Timeline {
+		reran = reran || strings.HasPrefix(e.Message, "stage preprocess reruns") && strings.Contains(e.Message, "no live node holds")
+	}
+	if !reran {
+		t.Fatalf("the timeline does not say why preprocess reran: %+v", j.Timeline)
+	}
+	infer := j.Stages[2].Tasks[0]
+	if got := keptOutput(t, dirs, infer.NodeID, infer.ID, "labels.txt"); got != "owl:FRAME-5" {
+		t.Fatalf("output %q", got)
+	}
+	for _, s := range j.Stages[:2] {
+		if s.Tasks[0].NodeID == holder {
+			t.Fatalf("stage %s's latest run is still on the dead node: %+v", s.Name, s.Tasks[0])
+		}
+	}
+}

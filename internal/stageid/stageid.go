@@ -9,9 +9,15 @@ import (
 	"strings"
 )
 
-// TaskID is the id of instance of stage (by position) of job.
-func TaskID(job string, stage, instance int) string {
-	return job + "." + strconv.Itoa(stage) + "." + strconv.Itoa(instance)
+// TaskID is the id of instance of stage (by position) of job, in the
+// stage's generation (0 at first; each rerun of the stage makes a new
+// one, so a rerun's tasks never reuse an id).
+func TaskID(job string, stage, instance, gen int) string {
+	id := job + "." + strconv.Itoa(stage) + "." + strconv.Itoa(instance)
+	if gen > 0 {
+		id += "." + strconv.Itoa(gen)
+	}
+	return id
 }
 
 // Parse returns the job, stage position and instance of a stage task's
@@ -25,6 +31,12 @@ func Parse(taskID string) (job string, stage, instance int, ok bool) {
 	s, i, found := strings.Cut(rest, ".")
 	if !found {
 		return "", 0, 0, false
+	}
+	if inst, gen, hasGen := strings.Cut(i, "."); hasGen {
+		if _, err := strconv.Atoi(gen); err != nil {
+			return "", 0, 0, false
+		}
+		i = inst
 	}
 	stage, err1 := strconv.Atoi(s)
 	instance, err2 := strconv.Atoi(i)

@@ -184,3 +184,25 @@ func TestScheduledJobFiresEachSlotOnce(t *testing.T) {
 		t.Fatalf("a cancelled schedule fired: %v", res)
 	}
 }
+
+// A for_each stage makes one task per item, with the item in HERD_ITEM.
+func TestForEachStage(t *testing.T) {
+	h := newProfileHarness(t, "n1")
+	each := stage("resize")
+	each.ForEach = []string{"cam-1", "cam-2"}
+	res := h.apply(MsgSubmitJob, SubmitJobRequest{ID: "j1", SubmittedAt: h.now, Spec: JobSpec{Name: "each", Stages: []StageSpec{each}}}).(*JobResult)
+	if ids := res.Job.Stages[0].TaskIDs; len(ids) != 2 {
+		t.Fatalf("tasks %v", ids)
+	}
+	for k, item := range each.ForEach {
+		task, _ := h.f.State().Task(res.Job.Stages[0].TaskIDs[k])
+		if task.Spec.Env["HERD_ITEM"] != item || task.Spec.Name != "each/resize/"+strconv.Itoa(k) {
+			t.Fatalf("instance %d: env %v, name %q", k, task.Spec.Env, task.Spec.Name)
+		}
+	}
+	both := stage("both")
+	both.ForEach, both.Count = []string{"x"}, 2
+	if res := h.apply(MsgSubmitJob, SubmitJobRequest{ID: "j2", SubmittedAt: h.now, Spec: JobSpec{Name: "bad", Stages: []StageSpec{both}}}); !isRejection(res, RejectInvalid) {
+		t.Fatalf("count and for_each together: %v", res)
+	}
+}

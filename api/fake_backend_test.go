@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/http"
 	"strings"
 	"sync"
 	"time"
@@ -131,6 +132,12 @@ func (f *fakeBackend) SetNodeConditions(_ context.Context, id string, req NodeCo
 		types[i] = c.Type
 	}
 	return Node{ID: id}, f.call("SetNodeConditions", id, req.SessionGeneration, types)
+}
+func (f *fakeBackend) Metrics() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_ = f.call("Metrics")
+		_, _ = w.Write([]byte("# HELP herd_up Whether herd is up.\n# TYPE herd_up gauge\nherd_up 1\n"))
+	})
 }
 func (f *fakeBackend) SubmitJob(_ context.Context, spec JobSpec) (Job, bool, uint64, error) {
 	err := f.call("SubmitJob", spec.Name, len(spec.Stages))

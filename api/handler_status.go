@@ -11,6 +11,8 @@ type StatusBackend interface {
 	RaftStats() map[string]string
 	// SchedulerStatus is leader-only: only the leader schedules.
 	SchedulerStatus() SchedulerStatus
+	// Metrics serves the replica's metrics in Prometheus' text format.
+	Metrics() http.Handler
 }
 
 func (h *Handler) statusRoutes() []route {
@@ -21,7 +23,15 @@ func (h *Handler) statusRoutes() []route {
 		{http.MethodGet, "/v1/operator/raft/configuration", local, capRead, h.getRaftConfiguration},
 		{http.MethodGet, "/v1/operator/raft/stats", local, capRead, h.getRaftStats},
 		{http.MethodGet, "/v1/operator/scheduler", leaderOnly, capRead, h.getScheduler},
+		{http.MethodGet, "/metrics", local, capRead, h.getMetrics},
 	}
+}
+
+// getMetrics answers from this replica: each replica is scraped on its
+// own (its Raft state, its process).
+func (h *Handler) getMetrics(w http.ResponseWriter, r *http.Request) (any, error) {
+	h.backend.Metrics().ServeHTTP(w, r)
+	return written, nil
 }
 
 func (h *Handler) getLeader(http.ResponseWriter, *http.Request) (any, error) {

@@ -24,6 +24,7 @@ type handlerCase struct {
 	code           string // the error body's code, if any
 	contains       string // a substring of the body
 	call           string // the backend call made ("" for none)
+	contentType    string // the answer's type, when not JSON
 }
 
 func (c handlerCase) run(t *testing.T) *httptest.ResponseRecorder {
@@ -45,7 +46,7 @@ func (c handlerCase) run(t *testing.T) *httptest.ResponseRecorder {
 	if rec.Code != c.status {
 		t.Fatalf("%s %s: status %d, want %d: %s", c.method, c.target, rec.Code, c.status, rec.Body)
 	}
-	if ct := rec.Header().Get("Content-Type"); ct != "application/json" && c.contains != "archive" {
+	if ct := rec.Header().Get("Content-Type"); ct != "application/json" && c.contains != "archive" && c.contentType != ct {
 		t.Errorf("Content-Type %q, want application/json", ct)
 	}
 	if rec.Code >= 400 {
@@ -202,6 +203,7 @@ var handlerCases = []handlerCase{
 	{name: "conditions old session", method: "PUT", target: "/v1/nodes/n1/conditions", body: `{"session_generation":2,"conditions":[]}`, setup: failWith("SetNodeConditions", &CodedError{Code: "session_changed", Err: ErrConflict}), status: 409, code: "session_changed", call: "SetNodeConditions n1 2 []"},
 	{name: "conditions not a list", method: "PUT", target: "/v1/nodes/n1/conditions", body: `{"conditions":"full"}`, status: 400},
 	{name: "heartbeat bad id", method: "POST", target: "/v1/nodes/a%20b/heartbeat", body: `{}`, status: 400},
+	{name: "metrics", method: "GET", target: "/metrics", status: 200, call: "Metrics", contains: "herd_up 1", contentType: "text/plain; charset=utf-8"},
 	{name: "job", method: "POST", target: "/v1/jobs", body: `{"name":"p","stages":[{"name":"a","task":{"command":["true"]}}]}`, status: 201, call: "SubmitJob p 1"},
 	{name: "job again", method: "POST", target: "/v1/jobs", body: `{"name":"p","idempotency_key":"seen","stages":[{"name":"a","task":{"command":["true"]}}]}`, status: 200, call: "SubmitJob p 1"},
 	{name: "job unknown field", method: "POST", target: "/v1/jobs", body: `{"name":"p","stagez":[]}`, status: 400},
@@ -290,7 +292,7 @@ func TestEveryRouteHasHandlerCases(t *testing.T) {
 	}
 }
 
-var cannotFail = map[string]bool{"GET /v1/acl/policies": true, "GET /v1/status/self": true, "GET /v1/status/gossip": true, "GET /v1/operator/raft/stats": true}
+var cannotFail = map[string]bool{"GET /v1/acl/policies": true, "GET /v1/status/self": true, "GET /v1/status/gossip": true, "GET /v1/operator/raft/stats": true, "GET /metrics": true}
 
 // A method a path does not serve is a JSON 405 naming the allowed ones;
 // a path nobody serves is a JSON 404.

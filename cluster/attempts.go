@@ -25,6 +25,7 @@ func (s *Server) StartAttempt(ctx context.Context, id string, req api.AttemptSta
 		return api.AttemptReport{}, err
 	}
 	r := resp.(*fsm.AttemptResult)
+	s.metrics.observeStart(r)
 	return api.AttemptReport{Attempt: toAPIAttempt(r.Attempt), Duplicate: r.Duplicate}, nil
 }
 
@@ -41,6 +42,7 @@ func (s *Server) CompleteAttempt(ctx context.Context, id string, req api.Attempt
 		return api.AttemptReport{}, err
 	}
 	r := resp.(*fsm.AttemptResult)
+	s.metrics.observeEnd(r)
 	return api.AttemptReport{Attempt: toAPIAttempt(r.Attempt), Duplicate: r.Duplicate}, nil
 }
 
@@ -101,6 +103,11 @@ func (s *Server) ReportAttempts(ctx context.Context, reports []api.AttemptReport
 	for i, res := range results {
 		switch r := res.(type) {
 		case *fsm.AttemptResult:
+			if reports[i].Start != nil {
+				s.metrics.observeStart(r)
+			} else {
+				s.metrics.observeEnd(r)
+			}
 			out[i].Report = api.AttemptReport{Attempt: toAPIAttempt(r.Attempt), Duplicate: r.Duplicate}
 		case error:
 			out[i].Err = fsmErr(r)

@@ -20,6 +20,7 @@ type SchedulerStats struct {
 	Scanned      atomic.Uint64 // waiting tasks the passes looked at
 	Placements   atomic.Uint64
 	Entries      atomic.Uint64 // Raft entries carrying placements
+	Explains     atomic.Uint64 // waiting tasks explained
 	QueueDepth   atomic.Int64  // pending tasks at the last pass
 	OldestWaitMs atomic.Int64  // longest a pending task had waited at the last pass
 

@@ -82,6 +82,7 @@ type Server struct {
 	transport *raft.NetworkTransport
 	store     *raftboltdb.BoltStore
 	stable    *guardedStable // store, as raft's stable store
+	metrics   *serverMetrics
 	snaps     *raft.FileSnapshotStore
 	// proposals commits concurrent single commands together;
 	// entryWaiters are its goroutines waiting for entries in flight.
@@ -216,6 +217,7 @@ func newServer(cfg config.Server, opts Options, logger hclog.Logger, material *p
 		shutdownCtx:    ctx,
 		shutdownCancel: cancel,
 	}
+	s.metrics = newServerMetrics(s)
 	if opts.AfterApply != nil {
 		s.fsm.SetAfterApply(opts.AfterApply)
 	}

@@ -1,0 +1,107 @@
+package test
+
+import (
+	"io"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"herd/agent"
+	"herd/api"
+)
+
+// metricValue finds a sample's value in Prometheus' text format.
+func metricValue(t *testing.T, text, sample string) float64 {
+	t.Helper()
+	m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(sample) + ` (\S+)$`).FindStringSubmatch(text)
+	if m == nil {
+		t.Fatalf("no sample %s in:\n%s", sample, text)
+	}
+	v, err := strconv.ParseFloat(m[1], 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// Every replica serves /metrics, lint-clean by Prometheus' own rules, and
+// the counters, gauges and histograms move as the cluster works.
+func TestMetricsLintCleanAndMoving(t *testing.T) {
+	c := NewClusterWith(t, 3, agentSetup())
+	a := c.StartAgent(agent.Config{ID: "edge-1", Slots: 2})
+	WaitRegistered(t, a)
+	cl := c.AllClient()
+	var ids []string
+	for i := 0; i < 5; i++ {
+		ids = append(ids, submit(t, cl, shSpec("m-"+strconv.Itoa(i), "true")))
+	}
+	failing := shSpec("m-fail", "exit 3")
+	failing.MaxAttempts = ptrTo(1)
+	ids = append(ids, submit(t, cl, failing))
+	for _, id := range ids {
+		waitTaskState(t, cl, id, api.TaskSucceeded, api.TaskFailed)
+	}
+	leader := c.WaitForLeader()
+	for i := range c.Replicas {
+		problems, err := testutil.GatherAndLint(c.Server(i).Registry())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range problems {
+			t.Errorf("replica %d: %s: %s", i, p.Metric, p.Text)
+		}
+	}
+	scrape := func(i int) string {
+		t.Helper()
+		resp, err := http.Get("http://" + c.Replicas[i].Cfg.HTTPAddr + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/plain") {
+			t.Fatalf("GET /metrics: %s %s", resp.Status, resp.Header.Get("Content-Type"))
+		}
+		return string(b)
+	}
+	text := scrape(leader)
+	if v := metricValue(t, text, "herd_scheduler_placements_total"); v < 6 {
+		t.Errorf("placements %v, want at least 6", v)
+	}
+	// Ends are committed by whichever replica led when each was reported.
+	var succeeded, failed float64
+	for i := range c.Replicas {
+		other := scrape(i)
+		if strings.Contains(other, `herd_attempts_ended_total{outcome="SUCCEEDED"}`) {
+			succeeded += metricValue(t, other, `herd_attempts_ended_total{outcome="SUCCEEDED"}`)
+		}
+		if strings.Contains(other, `herd_attempts_ended_total{outcome="FAILED"}`) {
+			failed += metricValue(t, other, `herd_attempts_ended_total{outcome="FAILED"}`)
+		}
+	}
+	if succeeded != 5 || failed != 1 {
+		t.Errorf("attempts ended: %v succeeded, %v failed; want 5 and 1", succeeded, failed)
+	}
+	if v := metricValue(t, text, `herd_tasks{state="SUCCEEDED"}`); v != 5 {
+		t.Errorf("tasks SUCCEEDED %v", v)
+	}
+	if !regexp.MustCompile(`(?m)^herd_nodes\{liveness="READY",tier="L[123]"\} 1$`).MatchString(text) {
+		t.Errorf("no READY node counted by tier:\n%s", text)
+	}
+	if v := metricValue(t, text, `herd_raft_state{state="Leader"}`); v != 1 {
+		t.Errorf("the leader's raft state gauge is %v", v)
+	}
+	if v := metricValue(t, text, "herd_task_submit_to_start_seconds_count"); v < 1 {
+		t.Errorf("submit-to-start observations %v", v)
+	}
+	before := metricValue(t, text, "herd_scheduler_passes_total")
+	submit(t, cl, shSpec("m-more", "true"))
+	if !Eventually(10*time.Second, func() bool { return metricValue(t, scrape(leader), "herd_scheduler_passes_total") > before }) {
+		t.Error("the passes counter did not move")
+	}
+}

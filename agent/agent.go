@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"herd/api"
 	"herd/internal/pki"
@@ -43,6 +44,7 @@ type Agent struct {
 	// dataAddr is where the agent serves its datasets.
 	profile  *profiler
 	dataAddr string
+	metrics  *prometheus.Registry
 
 	session    atomic.Uint64
 	reregister chan struct{}
@@ -143,6 +145,7 @@ func New(cfg Config) (*Agent, error) {
 	}
 	a.conditions = newConditionWatch(a)
 	a.profile = newProfiler(a)
+	a.metrics = newAgentRegistry(a)
 	a.profile.loadOutputs()
 	return a, nil
 }

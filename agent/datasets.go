@@ -25,7 +25,8 @@ import (
 const HeaderSHA256 = "X-Herd-Sha256"
 
 // serveDatasets serves the outputs this node keeps to other agents that
-// need them as inputs: GET /v1/datasets/{name} with the file's SHA-256.
+// need them as inputs: GET /v1/datasets/{name} with the file's SHA-256;
+// and the agent's metrics, GET /metrics.
 // With TLS only agents and servers of the cluster are served. It returns
 // the address it listens on.
 func (a *Agent) serveDatasets(ctx context.Context) (string, error) {
@@ -58,6 +59,7 @@ func (a *Agent) serveDatasets(ctx context.Context) (string, error) {
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/datasets/{name}", a.handleDataset)
+	mux.Handle("GET /metrics", a.metricsHandler())
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		<-ctx.Done()

@@ -99,6 +99,25 @@ func TestMetricsLintCleanAndMoving(t *testing.T) {
 	if v := metricValue(t, text, "herd_task_submit_to_start_seconds_count"); v < 1 {
 		t.Errorf("submit-to-start observations %v", v)
 	}
+	problems, err := testutil.GatherAndLint(a.Agent.Registry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("agent: %s: %s", p.Metric, p.Text)
+	}
+	if n, err := testutil.GatherAndCount(a.Agent.Registry(), "herd_agent_attempts_started_total", "herd_agent_slots", "herd_agent_disk_bytes"); err != nil || n != 4 {
+		t.Errorf("agent metrics: %d samples (%v)", n, err)
+	}
+	families, err := a.Agent.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() == "herd_agent_attempts_started_total" && f.GetMetric()[0].GetCounter().GetValue() < 6 {
+			t.Errorf("the agent counted %v starts, want 6", f.GetMetric()[0].GetCounter().GetValue())
+		}
+	}
 	before := metricValue(t, text, "herd_scheduler_passes_total")
 	submit(t, cl, shSpec("m-more", "true"))
 	if !Eventually(10*time.Second, func() bool { return metricValue(t, scrape(leader), "herd_scheduler_passes_total") > before }) {

@@ -168,7 +168,7 @@ func runJobRun(e *env, args []string) error {
 	last := ""
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		j, _, err := cl.GetJob(ctx, res.ID, api.ReadOptions{})
+		j, _, err := cl.GetJob(ctx, res.ID, api.ReadOptions{Consistent: true})
 		cancel()
 		if err != nil {
 			return fmt.Errorf("job run: %w", err)

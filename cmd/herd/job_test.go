@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"herd/agent"
 	"herd/test"
 )
 
@@ -104,5 +105,27 @@ stage "b" {
 	}
 	if _, errOut, code = herd("job", "status", "nope"); code != 1 || !strings.Contains(errOut, "not found") {
 		t.Fatalf("status of an unknown job: exit %d, %s", code, errOut)
+	}
+}
+
+// task submit -wait follows the task and exits with its exit code: 0, and
+// 3 for a command that exits 3 on its every attempt.
+func TestCLISubmitWait(t *testing.T) {
+	c := test.NewClusterWith(t, 3, test.Setup{})
+	h := c.StartAgent(agent.Config{ID: "edge-1", Slots: 2})
+	test.WaitRegistered(t, h)
+	vars := map[string]string{"HERD_ADDR": c.Replicas[0].Cfg.HTTPAddr}
+	herd := func(args ...string) (string, string, int) {
+		e, out, errb := testEnv(vars)
+		code := run(e, args)
+		return out.String(), errb.String(), code
+	}
+	out, errOut, code := herd("task", "submit", "-wait", "--", "true")
+	if code != 0 || !strings.Contains(out, "SUCCEEDED") {
+		t.Fatalf("submit -wait of true: exit %d\n%s\n%s", code, out, errOut)
+	}
+	out, errOut, code = herd("task", "submit", "-wait", "-max-attempts", "2", "--", "sh", "-c", "exit 3")
+	if code != 3 || !strings.Contains(errOut, "ended FAILED") || !strings.Contains(out, "FAILED: failed: gave up after 2 attempts") {
+		t.Fatalf("submit -wait of exit 3: exit %d\n%s\n%s", code, out, errOut)
 	}
 }

@@ -83,6 +83,7 @@ func runTaskSubmit(e *env, args []string) error {
 	cf.register(e, fs, true)
 	build := specFlags(fs)
 	file := fs.String("f", "", "submit the task specs in this file (JSON lines; - for standard input) instead of one command")
+	wait := fs.Bool("wait", false, "follow the task to its end, its progress on one line, and exit with its exit code")
 	if err := parse(e, fs, args); err != nil {
 		return err
 	}
@@ -120,7 +121,62 @@ func runTaskSubmit(e *env, args []string) error {
 		verb = "Already submitted (same idempotency key):"
 	}
 	fmt.Fprintf(e.stdout, "%s task %s, state %s, committed at index %d\n", verb, res.ID, res.State, res.Index)
+	if *wait {
+		return waitTask(e, cl, res.ID)
+	}
 	return nil
+}
+
+// waitTask follows a task to its end, printing its progress (queued,
+// waiting because…, reserved on a node, running, finished) as it moves,
+// and returns its last attempt's exit code as the command's: 0 when it
+// SUCCEEDED, the code otherwise (1 when it has none).
+func waitTask(e *env, cl *api.Client, id string) error {
+	last := ""
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		// From the leader: a follower may not have applied the submit yet.
+		t, _, err := cl.GetTask(ctx, id, api.ReadOptions{Consistent: true})
+		cancel()
+		if err != nil {
+			return fmt.Errorf("wait: %w", err)
+		}
+		line := progressLine(t)
+		if line != last {
+			fmt.Fprintf(e.stdout, "%s %s\n", time.Now().Format(time.TimeOnly), line)
+			last = line
+		}
+		if terminalTask(t.State) {
+			if t.State == api.TaskSucceeded {
+				return nil
+			}
+			code := 1
+			if n := len(t.Attempts); n > 0 && t.Attempts[n-1].ExitCode > 0 {
+				code = t.Attempts[n-1].ExitCode
+			}
+			return &exitWith{code: code, msg: fmt.Sprintf("task %s ended %s", t.ID, t.State)}
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func terminalTask(state string) bool {
+	switch state {
+	case api.TaskSucceeded, api.TaskFailed, api.TaskTimedOut, api.TaskCancelled:
+		return true
+	}
+	return false
+}
+
+// progressLine says where a task stands, from its state and latest
+// timeline event: "PENDING: waiting: 0/3 nodes eligible: …".
+func progressLine(t api.Task) string {
+	line := t.State
+	if n := len(t.Timeline); n > 0 {
+		ev := t.Timeline[n-1]
+		line += ": " + ev.Kind + ": " + ev.Message
+	}
+	return line
 }
 
 func runTaskStatus(e *env, args []string) error {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"herd/scheduler"
@@ -219,6 +220,7 @@ func endAttempt(db *store, index uint64, a *Attempt, task *Task, r *AttemptEndRe
 	switch r.State {
 	case AttemptSucceeded:
 		n.HealthyIndex = index
+		n.Datasets = withOutputs(n.Datasets, task)
 	case AttemptCancelled:
 		next = TaskCancelled
 	default: // failed, timed out, lost: each one used an attempt
@@ -274,6 +276,29 @@ func endAttempt(db *store, index uint64, a *Attempt, task *Task, r *AttemptEndRe
 		}
 	}
 	return &AttemptResult{Attempt: &na, Task: t}, nil
+}
+
+// withOutputs adds to a node's datasets the outputs a task that succeeded
+// there left (its agent keeps them): known at once, so the stages reading
+// them are drawn to the node from the moment they start, before the
+// agent's next report gives their sizes. It returns ds itself when the
+// task declares no output.
+func withOutputs(ds []scheduler.Dataset, task *Task) []scheduler.Dataset {
+	if len(task.Spec.Outputs) == 0 {
+		return ds
+	}
+	out := slices.Clone(ds)
+	for _, o := range task.Spec.Outputs {
+		name := o
+		if _, _, _, stage := JobOfTask(task.ID); stage {
+			name = OutputDataset(task.ID, o)
+		}
+		i, found := slices.BinarySearchFunc(out, name, func(d scheduler.Dataset, name string) int { return strings.Compare(d.Name, name) })
+		if !found && len(out) < MaxDatasets {
+			out = slices.Insert(out, i, scheduler.Dataset{Name: name})
+		}
+	}
+	return out
 }
 
 // The messages of the events every attempt records (reserved, started,

@@ -26,7 +26,8 @@ const HeaderSHA256 = "X-Herd-Sha256"
 
 // serveDatasets serves the outputs this node keeps to other agents that
 // need them as inputs: GET /v1/datasets/{name} with the file's SHA-256;
-// and the agent's metrics, GET /metrics.
+// the agent's metrics, GET /metrics; and its attempts' logs,
+// GET /v1/logs/{attempt}.
 // With TLS only agents and servers of the cluster are served. It returns
 // the address it listens on.
 func (a *Agent) serveDatasets(ctx context.Context) (string, error) {
@@ -60,6 +61,7 @@ func (a *Agent) serveDatasets(ctx context.Context) (string, error) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/datasets/{name}", a.handleDataset)
 	mux.Handle("GET /metrics", a.metricsHandler())
+	mux.HandleFunc("GET /v1/logs/{attempt}", a.handleLog)
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		<-ctx.Done()

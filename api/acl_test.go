@@ -16,6 +16,7 @@ var routeCapabilities = map[string]Capability{
 	"GET /v1/operator/raft/configuration":       capRead,
 	"GET /v1/operator/raft/stats":               capRead,
 	"GET /metrics":                              capRead,
+	"GET /v1/tasks/{id}/logs":                   capRead,
 	"GET /v1/operator/scheduler":                capRead,
 	"DELETE /v1/operator/raft/peer":             capOperator,
 	"GET /v1/operator/gossip/keyring":           capAgentOrOperator,

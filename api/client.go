@@ -149,6 +149,11 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) (Meta
 }
 
 func (c *Client) once(ctx context.Context, method, u string, body []byte, out any) (Meta, error) {
+	return c.onceWith(c.http, ctx, method, u, body, out)
+}
+
+// onceWith is once through hc (a follow has no overall timeout).
+func (c *Client) onceWith(hc *http.Client, ctx context.Context, method, u string, body []byte, out any) (Meta, error) {
 	var rd io.Reader
 	if body != nil {
 		rd = bytes.NewReader(body)
@@ -163,7 +168,7 @@ func (c *Client) once(ctx context.Context, method, u string, body []byte, out an
 	if c.token != "" {
 		req.Header.Set(HeaderToken, c.token)
 	}
-	resp, err := c.http.Do(req)
+	resp, err := hc.Do(req)
 	if err != nil {
 		return Meta{}, fmt.Errorf("%s %s: %w", method, u, err)
 	}
@@ -689,4 +694,40 @@ func (c *Client) CancelJob(ctx context.Context, id, reason string) (Job, error) 
 	var out Job
 	_, err := c.do(ctx, http.MethodPost, "/v1/jobs/"+url.PathEscape(id)+"/cancel", CancelRequest{Reason: reason}, &out)
 	return out, err
+}
+
+// TaskLog writes an attempt's log (attempt 0: the latest) to w, as the
+// node that ran it keeps it: the last tail bytes when tail > 0, and with
+// follow what the attempt writes until it ends. A replica that cannot be
+// reached is left for the next only while nothing was written.
+func (c *Client) TaskLog(ctx context.Context, w io.Writer, taskID string, attempt int, tail int64, follow bool) error {
+	q := url.Values{}
+	if attempt > 0 {
+		q.Set("attempt", strconv.Itoa(attempt))
+	}
+	if tail > 0 {
+		q.Set("tail", strconv.FormatInt(tail, 10))
+	}
+	if follow {
+		q.Set("follow", "true")
+	}
+	hc := c.http
+	if follow {
+		// A followed log stays open as long as its attempt runs.
+		hc = &http.Client{Transport: c.http.Transport}
+	}
+	cw := &countingWriter{w: w}
+	var lastErr error
+	for _, base := range c.addrs {
+		_, err := c.onceWith(hc, ctx, http.MethodGet, base+"/v1/tasks/"+url.PathEscape(taskID)+"/logs?"+q.Encode(), nil, cw)
+		if err == nil {
+			return nil
+		}
+		lastErr = err
+		var se *StatusError
+		if cw.n > 0 || (errors.As(err, &se) && se.Code != http.StatusServiceUnavailable) {
+			return err
+		}
+	}
+	return lastErr
 }

@@ -133,6 +133,14 @@ func (f *fakeBackend) SetNodeConditions(_ context.Context, id string, req NodeCo
 	}
 	return Node{ID: id}, f.call("SetNodeConditions", id, req.SessionGeneration, types)
 }
+func (f *fakeBackend) TaskLog(_ context.Context, w http.ResponseWriter, id string, number int, tail int64, follow bool) error {
+	if err := f.call("TaskLog", id, number, tail, follow); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	_, _ = w.Write([]byte("line 1\n"))
+	return nil
+}
 func (f *fakeBackend) Metrics() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		_ = f.call("Metrics")

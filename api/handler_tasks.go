@@ -22,6 +22,9 @@ type TaskBackend interface {
 	ExplainSpec(req ExplainRequest) (Explanation, error)
 	// CancelTask is leader-only.
 	CancelTask(ctx context.Context, id string, reason string) (Task, error)
+	// TaskLog writes an attempt's log (number 0: the latest) to w as the
+	// node that ran it keeps it, or fails before writing anything.
+	TaskLog(ctx context.Context, w http.ResponseWriter, id string, number int, tail int64, follow bool) error
 }
 
 // Listing limits.
@@ -39,7 +42,40 @@ func (h *Handler) taskRoutes() []route {
 		{http.MethodGet, "/v1/tasks/{id}/explain", readable, capRead, h.getTaskExplain},
 		{http.MethodPost, "/v1/tasks/{id}/cancel", leaderOnly, capSubmit, h.postCancel},
 		{http.MethodPost, "/v1/explain", readable, capRead, h.postExplain},
+		{http.MethodGet, "/v1/tasks/{id}/logs", local, capRead, h.getTaskLog},
 	}
+}
+
+// getTaskLog streams an attempt's log from the node that keeps it:
+// ?attempt=N (default the latest), tail=BYTES, follow=true.
+func (h *Handler) getTaskLog(w http.ResponseWriter, r *http.Request) (any, error) {
+	id, err := pathID(r, "task")
+	if err != nil {
+		return nil, err
+	}
+	q := r.URL.Query()
+	number := 0
+	if v := q.Get("attempt"); v != "" {
+		if number, err = strconv.Atoi(v); err != nil || number < 1 {
+			return nil, badRequest("attempt %q must be a number from 1", v)
+		}
+	}
+	var tail int64
+	if v := q.Get("tail"); v != "" {
+		if tail, err = strconv.ParseInt(v, 10, 64); err != nil || tail < 0 {
+			return nil, badRequest("tail %q must be a number of bytes", v)
+		}
+	}
+	follow := false
+	if v := q.Get("follow"); v != "" {
+		if follow, err = strconv.ParseBool(v); err != nil {
+			return nil, badRequest("follow %q must be true or false", v)
+		}
+	}
+	if err := h.backend.TaskLog(r.Context(), w, id, number, tail, follow); err != nil {
+		return nil, err
+	}
+	return written, nil
 }
 
 func (h *Handler) postTask(w http.ResponseWriter, r *http.Request) (any, error) {

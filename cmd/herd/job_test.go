@@ -124,6 +124,11 @@ func TestCLISubmitWait(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "SUCCEEDED") {
 		t.Fatalf("submit -wait of true: exit %d\n%s\n%s", code, out, errOut)
 	}
+	out, _, code = herd("task", "submit", "-wait", "--", "sh", "-c", "echo hello-log")
+	id := strings.TrimSuffix(strings.Fields(out)[2], ",")
+	if logs, errLogs, code := herd("task", "logs", "-f", id); code != 0 || !strings.Contains(logs, "hello-log") {
+		t.Fatalf("task logs: exit %d\n%s\n%s", code, logs, errLogs)
+	}
 	out, errOut, code = herd("task", "submit", "-wait", "-max-attempts", "2", "--", "sh", "-c", "exit 3")
 	if code != 3 || !strings.Contains(errOut, "ended FAILED") || !strings.Contains(out, "FAILED: failed: gave up after 2 attempts") {
 		t.Fatalf("submit -wait of exit 3: exit %d\n%s\n%s", code, out, errOut)

@@ -212,7 +212,7 @@ func TestEveryCommandHasHelp(t *testing.T) {
 		{"operator", "scheduler", "-h"}, {"operator", "snapshot", "-h"}, {"operator", "snapshot", "save", "-h"}, {"operator", "snapshot", "restore", "-h"},
 		{"node", "-h"}, {"node", "list", "-h"}, {"node", "status", "-h"}, {"node", "drain", "-h"}, {"node", "eligibility", "-h"},
 		{"node", "register", "-h"}, {"node", "tier", "-h"}, {"node", "rebench", "-h"}, {"node", "check", "-h"},
-		{"job", "-h"}, {"job", "run", "-h"}, {"job", "status", "-h"}, {"job", "list", "-h"}, {"job", "cancel", "-h"}, {"explain", "-h"}, {"task", "cancel", "-h"}, {"agent", "-h"}, {"bench", "-h"},
+		{"task", "logs", "-h"}, {"job", "-h"}, {"job", "run", "-h"}, {"job", "status", "-h"}, {"job", "list", "-h"}, {"job", "cancel", "-h"}, {"explain", "-h"}, {"task", "cancel", "-h"}, {"agent", "-h"}, {"bench", "-h"},
 	} {
 		e, out, _ := testEnv(nil)
 		if code := run(e, args); code != 0 || !strings.Contains(out.String(), "Usage: herd") {

@@ -21,6 +21,7 @@ func runTask(e *env, args []string) error {
 		{"status", "show a task with its attempts and timeline", runTaskStatus},
 		{"list", "list tasks", runTaskList},
 		{"cancel", "cancel a task; its running process is killed", runTaskCancel},
+		{"logs", "print (-f: follow) an attempt's log from the node that ran it", runTaskLogs},
 	})
 }
 
@@ -410,4 +411,48 @@ func submitFile(e *env, cf *clientFlags, path string) error {
 	}
 	fmt.Fprintf(e.stdout, "Submitted %d tasks (%d already existed under their idempotency keys), committed by index %d\n", created, len(all)-created, index)
 	return nil
+}
+
+func runTaskLogs(e *env, args []string) error {
+	fs := newFlags(e, "task logs", "ID", "Print an attempt's log from the node that ran it (agents keep logs for\nlog_retention, 7 days). With -f, follow it while the attempt runs. When the\nnode is down or the log is gone, say so and print the last 64 KiB of output\nthe cluster keeps instead.")
+	var cf clientFlags
+	cf.register(e, fs, false)
+	attempt := fs.Int("attempt", 0, "attempt number (default: the latest)")
+	follow := fs.Bool("f", false, "follow the log while the attempt runs")
+	tail := fs.Int64("tail", 0, "only the last N bytes")
+	if err := parse(e, fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		return usagef("task logs takes exactly one task id")
+	}
+	if *attempt < 0 || *tail < 0 {
+		return usagef("-attempt and -tail must not be negative")
+	}
+	cl, err := cf.client()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	err = cl.TaskLog(ctx, e.stdout, fs.Arg(0), *attempt, *tail, *follow)
+	if err == nil {
+		return nil
+	}
+	if !errors.Is(err, api.ErrConflict) && !errors.Is(err, api.ErrNotFound) {
+		return fmt.Errorf("task logs: %w", err)
+	}
+	// The node cannot give it: fall back on the tail the cluster keeps.
+	t, _, terr := cl.GetTask(ctx, fs.Arg(0), api.ReadOptions{Consistent: true})
+	if terr != nil {
+		return fmt.Errorf("task logs: %w", err)
+	}
+	for _, a := range t.Attempts {
+		if (*attempt == 0 && a.Number == len(t.Attempts)) || a.Number == *attempt {
+			fmt.Fprintf(e.stderr, "herd: %v\nherd: the last %d bytes of attempt %d's output, as the cluster keeps them:\n", err, len(a.OutputTail), a.Number)
+			fmt.Fprint(e.stdout, a.OutputTail)
+			return nil
+		}
+	}
+	return fmt.Errorf("task logs: %w", err)
 }

@@ -62,7 +62,21 @@ func (g *agentGossip) learn(n *memberlist.Node) {
 // startGossip joins the pool if the cluster runs one; without one the
 // agent's liveness rests on HTTP heartbeats.
 func (a *Agent) startGossip(ctx context.Context) error {
+	// The servers may still be starting (a site's boxes boot together):
+	// ask again, with backoff, rather than give up on the first refusal.
 	info, err := a.client.GossipInfo(ctx)
+	for backoff := 200 * time.Millisecond; err != nil && ctx.Err() == nil; backoff = min(backoff*2, 10*time.Second) {
+		var se *api.StatusError
+		if errors.As(err, &se) && se.Code < 500 {
+			break // refused for good (a bad credential): say so
+		}
+		a.logger.Warn("the servers cannot be asked about gossip yet, retrying", "in", backoff, "error", err)
+		select {
+		case <-ctx.Done():
+		case <-time.After(backoff):
+		}
+		info, err = a.client.GossipInfo(ctx)
+	}
 	if err != nil {
 		return fmt.Errorf("ask the servers about gossip: %w", err)
 	}

@@ -72,14 +72,9 @@ func (h *Handler) postJobCancel(w http.ResponseWriter, r *http.Request) (any, er
 	if err != nil {
 		return nil, err
 	}
-	var req CancelRequest
-	if r.ContentLength != 0 {
-		if err := decodeBody(w, r, &req); err != nil {
-			return nil, err
-		}
-	}
-	if len(req.Reason) > MaxErrorText {
-		return nil, badRequest("reason is longer than %d bytes", MaxErrorText)
+	req, err := cancelBody(w, r)
+	if err != nil {
+		return nil, err
 	}
 	if p := PrincipalOf(r.Context()); len(p.Submitters) > 0 {
 		job, err := h.backend.GetJob(id)

@@ -154,19 +154,28 @@ func (h *Handler) postExplain(w http.ResponseWriter, r *http.Request) (any, erro
 	return h.backend.ExplainSpec(req)
 }
 
+// cancelBody reads a cancel's optional body, its reason bounded.
+func cancelBody(w http.ResponseWriter, r *http.Request) (CancelRequest, error) {
+	var req CancelRequest
+	if r.ContentLength != 0 {
+		if err := decodeBody(w, r, &req); err != nil {
+			return req, err
+		}
+	}
+	if len(req.Reason) > MaxErrorText {
+		return req, badRequest("reason is longer than %d bytes", MaxErrorText)
+	}
+	return req, nil
+}
+
 func (h *Handler) postCancel(w http.ResponseWriter, r *http.Request) (any, error) {
 	id, err := pathID(r, "task")
 	if err != nil {
 		return nil, err
 	}
-	var req CancelRequest
-	if r.ContentLength != 0 {
-		if err := decodeBody(w, r, &req); err != nil {
-			return nil, err
-		}
-	}
-	if len(req.Reason) > MaxErrorText {
-		return nil, badRequest("reason is longer than %d bytes", MaxErrorText)
+	req, err := cancelBody(w, r)
+	if err != nil {
+		return nil, err
 	}
 	if p := PrincipalOf(r.Context()); len(p.Submitters) > 0 {
 		task, err := h.backend.GetTask(id)

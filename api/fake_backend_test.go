@@ -141,6 +141,19 @@ func (f *fakeBackend) TaskLog(_ context.Context, w http.ResponseWriter, id strin
 	_, _ = w.Write([]byte("line 1\n"))
 	return nil
 }
+func (f *fakeBackend) ReadEvents(q EventQuery) (EventPage, error) {
+	if err := f.call("ReadEvents", q.From.Index, q.From.Offset, len(q.Topics)); err != nil {
+		return EventPage{}, err
+	}
+	// Two events at index 5; the stream holds everything from index 3.
+	page := EventPage{Next: EventPosition{Index: 6}, Complete: 3, Wait: func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() }}
+	for _, e := range []Event{{Index: 5, Topic: "task", Key: "t1", Kind: "queued"}, {Index: 5, Offset: 1, Topic: "node", Key: "n1", Kind: "ready"}} {
+		if !e.Position().less(q.From) && q.Matches(e.Topic, e.Key) {
+			page.Events = append(page.Events, e)
+		}
+	}
+	return page, nil
+}
 func (f *fakeBackend) Metrics() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		_ = f.call("Metrics")

@@ -59,6 +59,7 @@ type Backend interface {
 	JobBackend
 	AttemptBackend
 	ACLBackend
+	EventBackend
 }
 
 // Handler serves the API of one replica.
@@ -177,7 +178,7 @@ func (rt route) nodeScoped() bool {
 
 func (h *Handler) routes() []route {
 	var rs []route
-	for _, family := range [][]route{h.statusRoutes(), h.operatorRoutes(), h.taskRoutes(), h.nodeRoutes(), h.profileRoutes(), h.jobRoutes(), h.attemptRoutes(), h.aclRoutes()} {
+	for _, family := range [][]route{h.statusRoutes(), h.operatorRoutes(), h.taskRoutes(), h.nodeRoutes(), h.profileRoutes(), h.jobRoutes(), h.attemptRoutes(), h.aclRoutes(), h.eventRoutes()} {
 		rs = append(rs, family...)
 	}
 	return rs

@@ -204,6 +204,13 @@ var handlerCases = []handlerCase{
 	{name: "conditions not a list", method: "PUT", target: "/v1/nodes/n1/conditions", body: `{"conditions":"full"}`, status: 400},
 	{name: "heartbeat bad id", method: "POST", target: "/v1/nodes/a%20b/heartbeat", body: `{}`, status: 400},
 	{name: "task log", method: "GET", target: "/v1/tasks/t1/logs?attempt=2&tail=100&follow=true", status: 200, call: "TaskLog t1 2 100 true", contains: "line 1", contentType: "text/plain; charset=utf-8"},
+	{name: "events", method: "GET", target: "/v1/events?follow=false", status: 200, call: "ReadEvents 0 0 0", contains: `"kind":"ready"`, contentType: "application/x-ndjson"},
+	{name: "events of a topic", method: "GET", target: "/v1/events?index=5&offset=1&topic=node:n1&follow=false", status: 200, call: "ReadEvents 5 1 1", contains: `"key":"n1"`, contentType: "application/x-ndjson"},
+	{name: "events lost", method: "GET", target: "/v1/events?index=1&follow=false", status: 200, call: "ReadEvents 1 0 0", contains: `"lost":{"from_index":1,"to_index":2}`, contentType: "application/x-ndjson"},
+	{name: "events bad index", method: "GET", target: "/v1/events?index=x", status: 400},
+	{name: "events bad topic", method: "GET", target: "/v1/events?topic=attempt", status: 400},
+	{name: "events bad follow", method: "GET", target: "/v1/events?follow=maybe", status: 400},
+	{name: "events fail", method: "GET", target: "/v1/events", setup: failWith("ReadEvents", errors.New("disk")), status: 500, call: "ReadEvents 0 0 0"},
 	{name: "task log bad attempt", method: "GET", target: "/v1/tasks/t1/logs?attempt=0", status: 400},
 	{name: "task log node down", method: "GET", target: "/v1/tasks/t1/logs", setup: failWith("TaskLog", fmt.Errorf("node edge-1 is DOWN: %w", ErrConflict)), status: 409, call: "TaskLog t1 0 0 false"},
 	{name: "metrics", method: "GET", target: "/metrics", status: 200, call: "Metrics", contains: "herd_up 1", contentType: "text/plain; charset=utf-8"},
@@ -373,6 +380,10 @@ func TestFollowerForwardsWhatOnlyTheLeaderAnswers(t *testing.T) {
 	h := NewHandler(f, nil)
 	for _, rt := range h.routes() {
 		target := strings.ReplaceAll(rt.pattern, "{id}", "x1")
+		query := ""
+		if rt.pattern == "/v1/events" {
+			query = "follow=false&" // the stream ends once it has sent what there is
+		}
 		body := ""
 		for k, b := range bodies {
 			if strings.HasPrefix(k, rt.method+" "+target) {
@@ -381,8 +392,11 @@ func TestFollowerForwardsWhatOnlyTheLeaderAnswers(t *testing.T) {
 		}
 		for _, consistent := range []bool{false, true} {
 			path := target
+			if query != "" {
+				path += "?" + strings.TrimSuffix(query, "&")
+			}
 			if consistent {
-				path += "?consistent"
+				path = target + "?" + query + "consistent"
 			}
 			rec := httptest.NewRecorder()
 			h.ServeHTTP(rec, httptest.NewRequest(rt.method, path, strings.NewReader(body)))

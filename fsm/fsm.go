@@ -79,6 +79,7 @@ func (f *FSM) Index() uint64 { return f.index.Load() }
 // entries are not delivered here by hashicorp/raft.
 func (f *FSM) Apply(l *raft.Log) any {
 	f.mu.Lock()
+	f.db.w.index = l.Index
 	resp := f.applyEntry(f.db, l.Index, l.Data)
 	f.index.Store(l.Index)
 	f.view = nil
@@ -258,6 +259,7 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	if err != nil {
 		return fmt.Errorf("restore snapshot: %w", err)
 	}
+	db.eventsFrom = index + 1
 	f.mu.Lock()
 	f.db = db
 	f.index.Store(index)

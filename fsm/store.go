@@ -56,6 +56,11 @@ type store struct {
 	feedBase uint64 // feed position of changes[0]
 	changes  []PendingChange
 
+	// The event stream (see recordEvents): events in apply order, and the
+	// first index from which it holds every event.
+	events     []StreamEvent
+	eventsFrom uint64
+
 	// Writer only (nil in views): records by id for the writer's own
 	// lookups, which are most of what applying a command reads, and the
 	// watch topics changed by the entry being applied.
@@ -70,6 +75,8 @@ type writerMaps struct {
 	nodes    map[string]*Node
 	touched  map[string]struct{}
 	interner *interner
+	// index is the entry being applied (0 while restoring a snapshot).
+	index uint64
 }
 
 // btreeDegree sets the fan-out: nodes of up to 63 items keep a 1M-record
@@ -137,6 +144,7 @@ func (s *store) clone() *store {
 		endedByNode: s.endedByNode.Clone(), acl: s.acl.clone(), keyring: s.keyring,
 		classes: s.classes.Clone(), profile: s.profile, jobs: s.jobs.Clone(), jobsByKey: s.jobsByKey.Clone(),
 		feed: s.feed, feedBase: s.feedBase, changes: s.changes,
+		events: s.events, eventsFrom: s.eventsFrom,
 	}
 }
 
@@ -203,7 +211,12 @@ func (s *store) jobByKey(key string) (*Job, bool) {
 }
 
 func (s *store) putJob(j *Job) {
-	s.jobs.ReplaceOrInsert(j)
+	old, _ := s.jobs.ReplaceOrInsert(j)
+	if old != nil {
+		s.recordEvents(TopicJob, j.ID, j.State, old.Timeline, j.Timeline)
+	} else {
+		s.recordEvents(TopicJob, j.ID, j.State, nil, j.Timeline)
+	}
 	if j.Spec.IdempotencyKey != "" {
 		s.jobsByKey.ReplaceOrInsert(j)
 	}
@@ -229,7 +242,12 @@ func (s *store) putServer(v *Server) { s.servers.ReplaceOrInsert(v) }
 func (s *store) deleteServer(v *Server) { s.servers.Delete(v) }
 
 func (s *store) putNode(n *Node) {
-	s.nodes.ReplaceOrInsert(n)
+	old, _ := s.nodes.ReplaceOrInsert(n)
+	if old != nil {
+		s.recordEvents(TopicNode, n.ID, string(n.Liveness), old.Events, n.Events)
+	} else {
+		s.recordEvents(TopicNode, n.ID, string(n.Liveness), nil, n.Events)
+	}
 	s.w.nodes[n.ID] = n
 	s.touch(topicNodes)
 }
@@ -238,6 +256,11 @@ func (s *store) putNode(n *Node) {
 func (s *store) putTask(t *Task) {
 	old, existed := s.tasks.ReplaceOrInsert(t)
 	s.w.tasks.Put(t)
+	if existed {
+		s.recordEvents(TopicTask, t.ID, t.State.String(), old.Timeline, t.Timeline)
+	} else {
+		s.recordEvents(TopicTask, t.ID, t.State.String(), nil, t.Timeline)
+	}
 	if existed && old.State != t.State && indexedByState(old.State) {
 		s.tasksByStat.Delete(old)
 	}

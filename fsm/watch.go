@@ -40,6 +40,7 @@ const (
 	topicPending = "pending"   // the set of pending tasks, or one of them, changed
 	topicNodes   = "nodes"     // a node record changed
 	topicJobs    = "jobs"      // a job record changed
+	topicEvents  = "events"    // the event stream grew
 	topicNodePre = "attempts/" // + node id: an attempt on that node changed
 )
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -132,5 +133,38 @@ func TestCLISubmitWait(t *testing.T) {
 	out, errOut, code = herd("task", "submit", "-wait", "-max-attempts", "2", "--", "sh", "-c", "exit 3")
 	if code != 3 || !strings.Contains(errOut, "ended FAILED") || !strings.Contains(out, "FAILED: failed: gave up after 2 attempts") {
 		t.Fatalf("submit -wait of exit 3: exit %d\n%s\n%s", code, out, errOut)
+	}
+	// The monitor prints that task's events, in order, ending with its end
+	// (once the replica asked has applied it).
+	failedID := strings.Fields(strings.Split(errOut, "task ")[1])[0]
+	var lines []string
+	test.Eventually(30*time.Second, func() bool {
+		out, errOut, code = herd("monitor", "-no-follow", "-topic", "task:"+failedID)
+		lines = strings.Split(strings.TrimSpace(out), "\n")
+		return code != 0 || strings.Contains(out, "gave up")
+	})
+	if code != 0 || len(lines) < 6 || !strings.Contains(lines[0], "task "+failedID+" queued [PENDING]") ||
+		!strings.Contains(lines[len(lines)-1], "failed [FAILED]: gave up after 2 attempts") {
+		t.Fatalf("monitor of task %s: exit %d\n%s\n%s", failedID, code, out, errOut)
+	}
+	if _, errOut, code = herd("monitor", "-topic", "attempt"); code != 2 || !strings.Contains(errOut, "unknown event topic") {
+		t.Fatalf("monitor of a bad topic: exit %d, %s", code, errOut)
+	}
+
+	// submit -f -wait follows every task: exit 1 when one fails.
+	specs := filepath.Join(t.TempDir(), "specs.jsonl")
+	var lines5 []string
+	for i := range 5 {
+		cmd := `["true"]`
+		if i == 3 {
+			cmd = `["sh","-c","exit 4"]`
+		}
+		lines5 = append(lines5, fmt.Sprintf(`{"name":"b%d","command":%s,"max_attempts":1}`, i, cmd))
+	}
+	_ = os.WriteFile(specs, []byte(strings.Join(lines5, "\n")), 0o600)
+	out, errOut, code = herd("task", "submit", "-f", specs, "-wait")
+	if code != 1 || !strings.Contains(out, "5 tasks finished: 4 succeeded, 1 did not") || !strings.Contains(errOut, "1 of 5 tasks did not succeed") ||
+		!strings.Contains(errOut, "finished 5/5 (1 failed)") {
+		t.Fatalf("submit -f -wait: exit %d\n%s\n%s", code, out, errOut)
 	}
 }

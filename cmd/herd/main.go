@@ -45,6 +45,7 @@ func commands() []command {
 		{"task", "submit, inspect and list tasks", runTask},
 		{"job", "run pipelines: DAGs of stages that pass outputs to each other", runJob},
 		{"node", "list, inspect, drain and register worker nodes", runNode},
+		{"monitor", "print the cluster's events as they happen (tasks, nodes, jobs)", runMonitor},
 		{"explain", "say why a task waits, node by node (or what-if for a spec)", runExplain},
 		{"operator", "inspect and manage raft and snapshots", runOperator},
 		{"tls", "create the cluster CA and certificates", runTLS},

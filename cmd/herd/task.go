@@ -10,6 +10,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"herd/api"
@@ -84,7 +85,7 @@ func runTaskSubmit(e *env, args []string) error {
 	cf.register(e, fs, true)
 	build := specFlags(fs)
 	file := fs.String("f", "", "submit the task specs in this file (JSON lines; - for standard input) instead of one command")
-	wait := fs.Bool("wait", false, "follow the task to its end, its progress on one line, and exit with its exit code")
+	wait := fs.Bool("wait", false, "follow the task to its end, its progress on one line, and exit with its exit code\n(with -f: follow every task, with a progress bar, and exit 1 unless all succeed)")
 	if err := parse(e, fs, args); err != nil {
 		return err
 	}
@@ -92,7 +93,7 @@ func runTaskSubmit(e *env, args []string) error {
 		if fs.NArg() > 0 {
 			return usagef("task submit takes either -f FILE or a command, not both")
 		}
-		return submitFile(e, &cf, *file)
+		return submitFile(e, &cf, *file, *wait)
 	}
 	if fs.NArg() == 0 {
 		return usagef("task submit needs a command after --, e.g. herd task submit -- echo hello")
@@ -123,7 +124,7 @@ func runTaskSubmit(e *env, args []string) error {
 	}
 	fmt.Fprintf(e.stdout, "%s task %s, state %s, committed at index %d\n", verb, res.ID, res.State, res.Index)
 	if *wait {
-		return waitTask(e, cl, res.ID)
+		return waitTask(e, cl, res.ID, res.Index)
 	}
 	return nil
 }
@@ -132,22 +133,25 @@ func runTaskSubmit(e *env, args []string) error {
 // waiting because…, reserved on a node, running, finished) as it moves,
 // and returns its last attempt's exit code as the command's: 0 when it
 // SUCCEEDED, the code otherwise (1 when it has none).
-func waitTask(e *env, cl *api.Client, id string) error {
-	last := ""
+func waitTask(e *env, cl *api.Client, id string, from uint64) error {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	// The task's events wake the loop; a slow poll covers a stream that
+	// cannot be had.
+	wake := wakeOnEvents(ctx, cl, from, []api.EventTopicFilter{{Topic: "task", Key: id}}, nil)
+	line := newStatusLine(e.stdout)
 	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		rctx, rcancel := context.WithTimeout(ctx, 30*time.Second)
 		// From the leader: a follower may not have applied the submit yet.
-		t, _, err := cl.GetTask(ctx, id, api.ReadOptions{Consistent: true})
-		cancel()
+		t, _, err := cl.GetTask(rctx, id, api.ReadOptions{Consistent: true})
+		rcancel()
 		if err != nil {
+			line.done()
 			return fmt.Errorf("wait: %w", err)
 		}
-		line := progressLine(t)
-		if line != last {
-			fmt.Fprintf(e.stdout, "%s %s\n", time.Now().Format(time.TimeOnly), line)
-			last = line
-		}
+		line.show(progressLine(t))
 		if terminalTask(t.State) {
+			line.done()
 			if t.State == api.TaskSucceeded {
 				return nil
 			}
@@ -157,7 +161,10 @@ func waitTask(e *env, cl *api.Client, id string) error {
 			}
 			return &exitWith{code: code, msg: fmt.Sprintf("task %s ended %s", t.ID, t.State)}
 		}
-		time.Sleep(200 * time.Millisecond)
+		select {
+		case <-wake:
+		case <-time.After(2 * time.Second):
+		}
 	}
 }
 
@@ -353,7 +360,7 @@ func runTaskCancel(e *env, args []string) error {
 // submitFile submits the task specs of a JSON-lines file in batches of
 // api.MaxBatchTasks. A spec without an idempotency key gets a random one,
 // so a batch retried after an unknown outcome creates nothing twice.
-func submitFile(e *env, cf *clientFlags, path string) error {
+func submitFile(e *env, cf *clientFlags, path string, wait bool) error {
 	in := e.stdin
 	if path != "-" {
 		f, err := os.Open(path)
@@ -389,6 +396,11 @@ func submitFile(e *env, cf *clientFlags, path string) error {
 	}
 	var all []api.BatchSubmitResult
 	var index uint64
+	progress := newStatusLine(e.stderr)
+	if cf.json {
+		progress = &statusLine{w: io.Discard}
+	}
+	var follow *batchFollower
 	for start := 0; start < len(specs); start += api.MaxBatchTasks {
 		end := min(start+api.MaxBatchTasks, len(specs))
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -399,6 +411,17 @@ func submitFile(e *env, cf *clientFlags, path string) error {
 		}
 		all = append(all, res.Tasks...)
 		index = res.Index
+		if wait && follow == nil {
+			follow = followBatch(cl, res.Index)
+			defer follow.stop()
+		}
+		if progress.tty {
+			progress.show(fmt.Sprintf("submitted %d/%d [%s]", len(all), len(specs), bar(len(all), len(specs), 30)))
+		}
+	}
+	progress.done()
+	if wait {
+		return follow.wait(e, cf, all)
 	}
 	if cf.json {
 		return printJSON(e.stdout, api.BatchSubmitResponse{Tasks: all, Index: index})
@@ -411,6 +434,113 @@ func submitFile(e *env, cf *clientFlags, path string) error {
 	}
 	fmt.Fprintf(e.stdout, "Submitted %d tasks (%d already existed under their idempotency keys), committed by index %d\n", created, len(all)-created, index)
 	return nil
+}
+
+// batchFollower keeps the latest state of tasks from the event stream.
+type batchFollower struct {
+	cl     *api.Client
+	cancel context.CancelFunc
+	wake   <-chan struct{}
+	mu     sync.Mutex
+	states map[string]string
+}
+
+// followBatch follows the task events from index from (the first batch's
+// commit): tasks of later batches may move before their batch answers, so
+// every task's state is kept, not only those known yet.
+func followBatch(cl *api.Client, from uint64) *batchFollower {
+	ctx, cancel := context.WithCancel(context.Background())
+	f := &batchFollower{cl: cl, cancel: cancel, states: map[string]string{}}
+	f.wake = wakeOnEvents(ctx, cl, from, []api.EventTopicFilter{{Topic: "task"}}, func(l api.EventLine) {
+		if l.Lost == nil && l.State != "" {
+			f.mu.Lock()
+			f.states[l.Key] = l.State
+			f.mu.Unlock()
+		}
+	})
+	return f
+}
+
+func (f *batchFollower) stop() { f.cancel() }
+
+// count says how many of the tasks are placed (or further) and finished,
+// and lists the unfinished ones.
+func (f *batchFollower) count(tasks []api.BatchSubmitResult) (placed, finished, failed int, open []string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, t := range tasks {
+		st := f.states[t.ID]
+		if st == "" {
+			st = t.State
+		}
+		switch {
+		case terminalTask(st):
+			placed++
+			finished++
+			if st != api.TaskSucceeded {
+				failed++
+			}
+		case st == api.TaskScheduled || st == api.TaskRunning:
+			placed++
+			open = append(open, t.ID)
+		default:
+			open = append(open, t.ID)
+		}
+	}
+	return placed, finished, failed, open
+}
+
+// wait follows the tasks to their ends with a progress bar (a line per
+// change off a terminal) and fails unless all succeed. When the stream
+// says nothing for a while, the unfinished tasks are read directly (a
+// stream that lost events, or a server without one).
+func (f *batchFollower) wait(e *env, cf *clientFlags, tasks []api.BatchSubmitResult) error {
+	line := newStatusLine(e.stderr)
+	total := len(tasks)
+	quiet := time.Now()
+	for {
+		placed, finished, failed, open := f.count(tasks)
+		line.show(fmt.Sprintf("submitted %d, placed %d, finished %d/%d (%d failed) [%s]", total, placed, finished, total, failed, bar(finished, total, 30)))
+		if finished == total {
+			line.done()
+			if cf.json {
+				f.mu.Lock()
+				out := make([]api.BatchSubmitResult, len(tasks))
+				for i, t := range tasks {
+					out[i] = t
+					out[i].State = f.states[t.ID]
+				}
+				f.mu.Unlock()
+				if err := printJSON(e.stdout, out); err != nil {
+					return err
+				}
+			} else {
+				fmt.Fprintf(e.stdout, "%d tasks finished: %d succeeded, %d did not\n", total, total-failed, failed)
+			}
+			if failed > 0 {
+				return &exitWith{code: 1, msg: fmt.Sprintf("%d of %d tasks did not succeed", failed, total)}
+			}
+			return nil
+		}
+		select {
+		case <-f.wake:
+			quiet = time.Now()
+		case <-time.After(250 * time.Millisecond):
+		}
+		if time.Since(quiet) > 5*time.Second {
+			quiet = time.Now()
+			for _, id := range open[:min(len(open), 200)] {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				t, _, err := f.cl.GetTask(ctx, id, api.ReadOptions{Consistent: true})
+				cancel()
+				if err == nil {
+					f.mu.Lock()
+					f.states[id] = t.State
+					f.mu.Unlock()
+				}
+			}
+		}
+	}
 }
 
 func runTaskLogs(e *env, args []string) error {

@@ -3,6 +3,7 @@ package cluster
 import (
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -97,6 +98,7 @@ var (
 	descApplyLag    = prometheus.NewDesc("herd_raft_apply_lag_entries", "Committed entries not yet applied here.", nil, nil)
 	descLastContact = prometheus.NewDesc("herd_raft_last_contact_seconds", "Since this follower last heard from the leader (0 on the leader).", nil, nil)
 	descSnapshot    = prometheus.NewDesc("herd_raft_entries_since_snapshot", "Entries applied since the last snapshot.", nil, nil)
+	descSnapAge     = prometheus.NewDesc("herd_raft_snapshot_age_seconds", "Since this replica's latest snapshot on disk was taken (absent before its first).", nil, nil)
 	descJobs        = prometheus.NewDesc("herd_jobs", "Jobs in the replicated state, by state.", []string{"state"}, nil)
 )
 
@@ -106,7 +108,7 @@ type stateCollector struct{ s *Server }
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descPasses, descScanned, descPlacements, descEntries, descRefusals, descExplains, descQueueDepth, descOldestWait,
 		descTasks, descNodes, descQuarantined, descHBInterval, descHBLoss, descGossip, descRaftState, descRaftTerm, descCommit, descApplied, descApplyLag,
-		descLastContact, descSnapshot, descJobs} {
+		descLastContact, descSnapshot, descSnapAge, descJobs} {
 		ch <- d
 	}
 }
@@ -186,6 +188,27 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	gauge(descLastContact, contact)
 	gauge(descSnapshot, max(num("applied_index")-num("last_snapshot_index"), 0))
+	if taken, ok := s.latestSnapshotTime(); ok {
+		gauge(descSnapAge, max(time.Since(taken).Seconds(), 0))
+	}
+}
+
+// latestSnapshotTime is when the newest snapshot in the store was taken:
+// hashicorp/raft names each one term-index-milliseconds.
+func (s *Server) latestSnapshotTime() (time.Time, bool) {
+	if s.snaps == nil {
+		return time.Time{}, false
+	}
+	metas, err := s.snaps.List()
+	if err != nil || len(metas) == 0 {
+		return time.Time{}, false
+	}
+	id := metas[0].ID
+	ms, err := strconv.ParseInt(id[strings.LastIndexByte(id, '-')+1:], 10, 64)
+	if err != nil {
+		return time.Time{}, false
+	}
+	return time.UnixMilli(ms), true
 }
 
 // gossipMembers is how many members this replica's gossip pool holds (0

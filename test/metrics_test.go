@@ -118,6 +118,16 @@ func TestMetricsLintCleanAndMoving(t *testing.T) {
 			t.Errorf("the agent counted %v starts, want 6", f.GetMetric()[0].GetCounter().GetValue())
 		}
 	}
+	// The snapshot's age appears once the leader has taken one.
+	if strings.Contains(text, "herd_raft_snapshot_age_seconds ") {
+		t.Error("a snapshot age before any snapshot")
+	}
+	if err := cl.SnapshotSave(Ctx(t, time.Minute), io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	if age := metricValue(t, scrape(leader), "herd_raft_snapshot_age_seconds"); age < 0 || age > 60 {
+		t.Errorf("snapshot age %v s just after a snapshot", age)
+	}
 	before := metricValue(t, text, "herd_scheduler_passes_total")
 	submit(t, cl, shSpec("m-more", "true"))
 	if !Eventually(10*time.Second, func() bool { return metricValue(t, scrape(leader), "herd_scheduler_passes_total") > before }) {

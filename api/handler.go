@@ -178,7 +178,7 @@ func (rt route) nodeScoped() bool {
 
 func (h *Handler) routes() []route {
 	var rs []route
-	for _, family := range [][]route{h.statusRoutes(), h.operatorRoutes(), h.taskRoutes(), h.nodeRoutes(), h.profileRoutes(), h.jobRoutes(), h.attemptRoutes(), h.aclRoutes(), h.eventRoutes()} {
+	for _, family := range [][]route{h.statusRoutes(), h.operatorRoutes(), h.taskRoutes(), h.nodeRoutes(), h.profileRoutes(), h.jobRoutes(), h.attemptRoutes(), h.aclRoutes(), h.eventRoutes(), h.uiRoutes()} {
 		rs = append(rs, family...)
 	}
 	return rs

@@ -57,6 +57,7 @@ func printDevBanner(w io.Writer, c *localcluster.Cluster, dir string) {
 	}
 	addr := "http://" + c.Config(0).HTTPAddr
 	fmt.Fprintln(w)
+	fmt.Fprintf(w, "Dashboard: %s/ui/\n\n", addr)
 	fmt.Fprintln(w, "Next, in another terminal:")
 	fmt.Fprintf(w, "  export HERD_ADDR=%s\n", addr)
 	fmt.Fprintln(w, "  go run ./cmd/herd operator raft list-peers")

@@ -56,7 +56,26 @@ type TaskSpec struct {
 	// InputPaths, for a job's stage, is where under $HERD_INPUTS the
 	// command finds each input (set by the cluster, in Inputs' order).
 	InputPaths []string `json:"input_paths,omitempty"`
+	// Driver runs the task: "exec" (the default), a process on the node,
+	// or "oci", a container from Image in its own root filesystem and
+	// namespaces, on nodes with the capability oci@1. A spec with an
+	// image and no driver is an oci task.
+	Driver string `json:"driver,omitempty"`
+	// Image is an OCI image: a registry reference (host/repo:tag or
+	// @sha256:digest), or oci-layout:PATH[:TAG] for an image layout on the
+	// node's disk.
+	Image string `json:"image,omitempty"`
+	// Network of an oci task: "host" (the default) or "none".
+	Network string `json:"network,omitempty"`
 }
+
+// The drivers and networks of a task spec.
+const (
+	DriverExec  = "exec"
+	DriverOCI   = "oci"
+	NetworkHost = "host"
+	NetworkNone = "none"
+)
 
 // InputSource says where an attempt's input is held: the dataset, its
 // node, and the address the node's agent serves datasets at.
@@ -101,6 +120,9 @@ func (s TaskSpec) WithDefaults() TaskSpec {
 	}
 	if s.Submitter == "" {
 		s.Submitter = DefaultSubmitter
+	}
+	if s.Driver == "" && s.Image != "" {
+		s.Driver = DriverOCI
 	}
 	return s
 }

@@ -21,7 +21,24 @@ func toFSMSpec(in api.TaskSpec) fsm.TaskSpec {
 		TimeoutSeconds: *in.TimeoutSeconds, MaxAttempts: *in.MaxAttempts, Submitter: in.Submitter,
 		OnDisconnect: onDisconnect(in.OnDisconnect),
 		Class:        in.Class, Size: in.Size, Tiers: parseTiers(in.Tiers), Inputs: in.Inputs, Outputs: in.Outputs, InputPaths: in.InputPaths,
+		Driver: driver(in.Driver), Image: in.Image, Network: network(in.Network),
 	}}
+}
+
+// driver is the replicated form: "exec", the default, is empty.
+func driver(v string) string {
+	if v == api.DriverExec {
+		return ""
+	}
+	return v
+}
+
+// network is the replicated form: "host", the default, is empty.
+func network(v string) string {
+	if v == api.NetworkHost {
+		return ""
+	}
+	return v
 }
 
 // parseTiers reads tier names; an unknown one becomes TierUnknown, which
@@ -83,6 +100,7 @@ func toAPISpec(in fsm.TaskSpec) api.TaskSpec {
 		},
 		TimeoutSeconds: &timeout, MaxAttempts: &maxAttempts, Submitter: in.Submitter, OnDisconnect: in.OnDisconnect,
 		Class: in.Class, Size: in.Size, Tiers: tierNames(in.Tiers), Inputs: in.Inputs, Outputs: in.Outputs, InputPaths: in.InputPaths,
+		Driver: in.Driver, Image: in.Image, Network: in.Network,
 	}
 }
 

@@ -22,9 +22,9 @@ import (
 //
 // Version 3 added a task shape's on_disconnect, after its other fields;
 // version 4 its class, size, tiers, inputs, outputs and input paths,
-// after that. A
-// submission of an older version is read as before, without them.
-const binaryVersion = 4
+// after that; version 5 its driver, image and network. A submission of an
+// older version is read as before, without them.
+const binaryVersion = 5
 
 // oldBinaryVersion is the oldest binary form still read.
 const oldBinaryVersion = 2
@@ -101,7 +101,10 @@ func appendShape(buf []byte, s *TaskShape) []byte {
 	buf = appendString(buf, string(tiers))
 	buf = appendStrings(buf, s.Inputs)
 	buf = appendStrings(buf, s.Outputs)
-	return appendStrings(buf, s.InputPaths)
+	buf = appendStrings(buf, s.InputPaths)
+	buf = appendString(buf, s.Driver)
+	buf = appendString(buf, s.Image)
+	return appendString(buf, s.Network)
 }
 
 func decodeSubmitTask(payload []byte) (*SubmitTaskRequest, error) {
@@ -141,6 +144,9 @@ func decodeSubmitTaskWith(payload []byte, in *interner, version byte) (*SubmitTa
 			}
 		}
 		r.Spec.Inputs, r.Spec.Outputs, r.Spec.InputPaths = d.strings(), d.strings(), d.strings()
+	}
+	if version >= 5 {
+		r.Spec.Driver, r.Spec.Image, r.Spec.Network = d.string(), d.string(), d.string()
 	}
 	if err := d.finish(); err != nil {
 		return nil, fmt.Errorf("%w: submit: %v", ErrMalformedCommand, err)

@@ -83,7 +83,7 @@ func TestBinaryFormsCoverEveryField(t *testing.T) {
 	for _, c := range []struct {
 		typ    any
 		fields int
-	}{{SubmitTaskRequest{}, 3}, {TaskSpec{}, 3}, {TaskShape{}, 18}, {scheduler.Resources{}, 4}, {ReserveRequest{}, 8}, {AttemptStartRequest{}, 3}, {AttemptEndRequest{}, 8}, {ExplainRequest{}, 3}} {
+	}{{SubmitTaskRequest{}, 3}, {TaskSpec{}, 3}, {TaskShape{}, 21}, {scheduler.Resources{}, 4}, {ReserveRequest{}, 8}, {AttemptStartRequest{}, 3}, {AttemptEndRequest{}, 8}, {ExplainRequest{}, 3}} {
 		if n := exported(reflect.TypeOf(c.typ)); n != c.fields {
 			t.Errorf("%T has %d fields, its binary form %d: update binary.go, then this test", c.typ, n, c.fields)
 		}
@@ -108,6 +108,8 @@ func TestSubmitBinaryRoundTrip(t *testing.T) {
 			Submitter: rapid.String().Draw(rt, "submitter"), OnDisconnect: rapid.SampledFrom([]string{"", OnDisconnectKeepRunning, "x"}).Draw(rt, "ondisconnect"),
 			Class: rapid.String().Draw(rt, "class"), Size: rapid.SampledFrom([]string{"", "small", "large"}).Draw(rt, "size"),
 			Tiers: drawTiers(rt), Inputs: drawNames(rt, "inputs"), Outputs: drawNames(rt, "outputs"), InputPaths: drawNames(rt, "paths"),
+			Driver: rapid.SampledFrom([]string{"", DriverOCI}).Draw(rt, "driver"), Image: rapid.String().Draw(rt, "image"),
+			Network: rapid.SampledFrom([]string{"", NetworkNone}).Draw(rt, "network"),
 		}}}
 		// The decoded request also carries its shape's encoding, the key
 		// replicas share shapes by: it must be exactly the shape's.
@@ -228,19 +230,20 @@ func TestBinaryAndJSONCommandsApplyAlike(t *testing.T) {
 	}
 }
 
-// Submissions in the binary forms of version 2 (before on_disconnect)
-// and 3 (before class, size, tiers, inputs and outputs) are still read,
-// and applied as today's without those fields.
+// Submissions in the binary forms of version 2 (before on_disconnect),
+// 3 (before class, size, tiers, inputs and outputs) and 4 (before driver,
+// image and network) are still read, and applied as today's without
+// those fields.
 func TestSubmitOlderBinaryVersionsAreRead(t *testing.T) {
 	r := SubmitTaskRequest{ID: "t1", SubmittedAt: epoch, Spec: testSpec("k")}
 	v4 := EncodeSubmitTask(r)
-	if !bytes.Equal(v4[len(v4)-7:], make([]byte, 7)) {
-		t.Fatalf("today's form does not end with seven empty fields: %x", v4[len(v4)-8:])
+	if !bytes.Equal(v4[len(v4)-10:], make([]byte, 10)) {
+		t.Fatalf("today's form does not end with ten empty fields: %x", v4[len(v4)-11:])
 	}
 	for _, c := range []struct {
 		version byte
 		cut     int
-	}{{2, 7}, {3, 6}} {
+	}{{2, 10}, {3, 9}, {4, 3}} {
 		old := append([]byte{v4[0], c.version}, v4[2:len(v4)-c.cut]...)
 		f := New(nil)
 		res, ok := f.ApplyBytes(1, old).(*SubmitResult)

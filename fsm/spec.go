@@ -96,6 +96,24 @@ func (s *TaskSpec) Validate() error {
 			errs = append(errs, fmt.Errorf("dataset name %q: want 1 to %d bytes without '=', '/', spaces or NUL", d, maxDatasetNameBytes))
 		}
 	}
+	switch s.Driver {
+	case "":
+		if s.Image != "" || s.Network != "" {
+			errs = append(errs, errors.New("image and network are for the oci driver"))
+		}
+	case DriverOCI:
+		if s.Image == "" {
+			errs = append(errs, errors.New("the oci driver needs an image"))
+		}
+		if s.Network != "" && s.Network != NetworkNone {
+			errs = append(errs, fmt.Errorf("network %q must be host or %s", s.Network, NetworkNone))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("driver %q must be exec or %s", s.Driver, DriverOCI))
+	}
+	if len(s.Image) > MaxImageRefLen || strings.ContainsAny(s.Image, " \x00\n") {
+		errs = append(errs, fmt.Errorf("image reference must be at most %d bytes without spaces, newlines or NUL", MaxImageRefLen))
+	}
 	if len(s.RequiredLabels) > MaxLabelEntries || len(s.PreferredLabels) > MaxLabelEntries {
 		errs = append(errs, fmt.Errorf("at most %d required and %d preferred labels allowed", MaxLabelEntries, MaxLabelEntries))
 	}

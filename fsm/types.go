@@ -142,7 +142,24 @@ type TaskShape struct {
 	// command finds each input (the same order as Inputs), which its
 	// agent fetches from the node holding it when that is another.
 	InputPaths []string `json:"input_paths,omitempty"`
+	// Driver is "" (exec: a process on the node) or DriverOCI (a container
+	// from Image, on nodes with the capability oci@1); Network is "" (the
+	// host's) or NetworkNone for an oci task.
+	Driver  string `json:"driver,omitempty"`
+	Image   string `json:"image,omitempty"`
+	Network string `json:"network,omitempty"`
 }
+
+// The values of TaskShape.Driver and Network besides the default "".
+const (
+	DriverOCI   = "oci"
+	NetworkNone = "none"
+	// OCICapability is what a node running oci tasks advertises.
+	OCICapability        = "oci"
+	OCICapabilityVersion = "1"
+	// MaxImageRefLen bounds an image reference.
+	MaxImageRefLen = 1024
+)
 
 // OnDisconnectKeepRunning: the attempt runs on when its agent is cut off,
 // and is re-placed as soon as its node is DOWN, so two may overlap.

@@ -57,7 +57,7 @@ func (t *Task) Request(now time.Time, ttl time.Duration) scheduler.Request {
 		Resources: t.Spec.Resources, Now: now, HeartbeatTTL: ttl,
 		FailedOn: failedOn(t.NodeFailures),
 		Class:    t.Spec.ClassOf(), Size: t.Spec.Size, Tiers: t.Spec.Tiers, Inputs: inputs(t.Spec.Inputs),
-		Seed: seedOf(t.ID, t.Attempts),
+		Seed: seedOf(t.ID, t.Attempts), Driver: t.Spec.Driver,
 	}
 }
 

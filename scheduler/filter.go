@@ -110,6 +110,13 @@ func evaluate(n *Node, c *compiled, out *[]Reason) bool {
 		}
 		fail(ReasonMissingCapability, c.missingCapability, detail)
 	}
+	if req.Driver != "" && !slices.Contains(n.Capabilities[req.Driver], DriverCapabilityVersion) {
+		detail := "the task's driver runs only there"
+		if !c.summaryOnly {
+			detail = "no working " + req.Driver + " runtime on the node; the task's driver needs " + req.Driver + "@" + DriverCapabilityVersion
+		}
+		fail(ReasonMissingCapability, "missing capability "+req.Driver+"@"+DriverCapabilityVersion, detail)
+	}
 	if !labelsMatch(n.Labels, c.required) {
 		detail := ""
 		if !c.summaryOnly {
@@ -190,7 +197,8 @@ func eligible(n *Node, c *compiled) bool {
 		}
 	}
 	return labelsMatch(n.Labels, c.required) &&
-		(req.Capability == "" || slices.Contains(n.Capabilities[req.Capability], req.CapabilityVersion))
+		(req.Capability == "" || slices.Contains(n.Capabilities[req.Capability], req.CapabilityVersion)) &&
+		(req.Driver == "" || slices.Contains(n.Capabilities[req.Driver], DriverCapabilityVersion))
 }
 
 // tierAllowed reports whether a node of tier t may take a task allowed on

@@ -638,13 +638,17 @@ func BenchmarkQueueFootprint(b *testing.B) {
 // drawNode draws a node for which each check passes more often than
 // not, so that runs where all pass but one are common.
 func drawNode(rt *rapid.T, id string) *Node {
+	caps := map[string][]string{"exec": {rapid.SampledFrom([]string{"1", "1", "1", "2"}).Draw(rt, "capv")}}
+	if rapid.Bool().Draw(rt, "oci") {
+		caps["oci"] = []string{"1"}
+	}
 	return &Node{
 		ID:              id,
 		Management:      rapid.SampledFrom([]Management{ManagementActive, ManagementActive, ManagementActive, ManagementDraining}).Draw(rt, "mgmt"),
 		Liveness:        rapid.SampledFrom([]Liveness{LivenessReady, LivenessReady, LivenessReady, LivenessDown}).Draw(rt, "live"),
 		Scheduling:      rapid.SampledFrom([]Scheduling{SchedulingEligible, SchedulingEligible, SchedulingEligible, SchedulingIneligible}).Draw(rt, "sched"),
 		LastHeartbeat:   now.Add(-time.Duration(rapid.IntRange(0, 80).Draw(rt, "hbAge")) * time.Second),
-		Capabilities:    map[string][]string{"exec": {rapid.SampledFrom([]string{"1", "1", "1", "2"}).Draw(rt, "capv")}},
+		Capabilities:    caps,
 		Labels:          map[string]string{"zone": rapid.SampledFrom([]string{"a", "a", "a", "b"}).Draw(rt, "zone")},
 		Resources:       drawResources(rt, "have", 2, 3),
 		Reserved:        drawResources(rt, "reserved", 0, 1),
@@ -667,6 +671,7 @@ func drawRequest(rt *rapid.T) *Request {
 	req := &Request{
 		Capability: rapid.SampledFrom([]string{"", "exec", "gpu"}).Draw(rt, "cap"), CapabilityVersion: "1",
 		Resources: drawResources(rt, "want", 0, 2), Now: now, HeartbeatTTL: time.Duration(rapid.IntRange(0, 90).Draw(rt, "ttl")) * time.Second,
+		Driver: rapid.SampledFrom([]string{"", "", "oci"}).Draw(rt, "driver"),
 	}
 	if rapid.Bool().Draw(rt, "required") {
 		req.RequiredLabels = map[string]string{"zone": "a"}
@@ -729,5 +734,26 @@ func TestSummarizeIsExplainsSummary(t *testing.T) {
 func TestQueueEntryStaysSmall(t *testing.T) {
 	if size := unsafe.Sizeof(queueEntry{}); size > 64 {
 		t.Fatalf("queueEntry is %d bytes, want at most 64", size)
+	}
+}
+
+// A task with a driver needs a node advertising it: the reason names the
+// capability, so a wait on nodes without a container runtime explains
+// itself.
+func TestDriverNeedsItsCapability(t *testing.T) {
+	bare := &Node{ID: "bare", Management: ManagementActive, Liveness: LivenessReady, Scheduling: SchedulingEligible,
+		Resources: Resources{CPUMillis: 1000, MemoryMB: 1024}, Slots: 2, Capabilities: map[string][]string{"exec": {"1"}}}
+	oci := *bare
+	oci.ID, oci.Capabilities = "oci", map[string][]string{"exec": {"1"}, "oci": {"1"}}
+	req := &Request{TaskID: "t", Now: now, Capability: "exec", CapabilityVersion: "1", Driver: "oci"}
+	if Eligible(bare, req) || !Eligible(&oci, req) {
+		t.Fatalf("Eligible: bare %v, oci %v", Eligible(bare, req), Eligible(&oci, req))
+	}
+	reasons := Check(bare, req)
+	if len(reasons) != 1 || reasons[0].Code != ReasonMissingCapability || reasons[0].Summary != "missing capability oci@1" {
+		t.Fatalf("reasons for the node without a runtime: %+v", reasons)
+	}
+	if s := Summarize([]*Node{bare, &oci}, req); !strings.Contains(s, "1/2 nodes eligible") || !strings.Contains(s, "missing capability oci@1") {
+		t.Fatalf("summary %q", s)
 	}
 }

@@ -118,14 +118,21 @@ func ParseTier(s string) (Tier, bool) {
 	return TierUnknown, false
 }
 
+// DriverCapabilityVersion is the capability version a node advertises for
+// a task driver it runs (oci@1).
+const DriverCapabilityVersion = "1"
+
 // Request is one task's placement question at a point in time.
 type Request struct {
 	TaskID            string
 	Capability        string
 	CapabilityVersion string
-	RequiredLabels    map[string]string
-	PreferredLabels   map[string]string
-	Resources         Resources
+	// Driver, when set, is a driver the task runs under besides a plain
+	// process: the node needs the capability Driver@1 too.
+	Driver          string
+	RequiredLabels  map[string]string
+	PreferredLabels map[string]string
+	Resources       Resources
 	// Class is the task's class (its history is kept per class); its
 	// fleet median run time, when known, is ClassMedianMillis.
 	Class             string

@@ -68,6 +68,9 @@ type hclTask struct {
 	Submitter       string            `hcl:"submitter,optional"`
 	Class           string            `hcl:"class,optional"`
 	Size            string            `hcl:"size,optional"`
+	Driver          string            `hcl:"driver,optional"`
+	Image           string            `hcl:"image,optional"`
+	Network         string            `hcl:"network,optional"`
 }
 
 // parseJobFile reads a job from HCL, or JSON in the API's form (a file
@@ -100,6 +103,7 @@ func parseJobFile(name string, src []byte) (api.JobSpec, error) {
 			Command: t.Command, Env: t.Env, Priority: t.Priority, RequiredLabels: t.RequiredLabels, PreferredLabels: t.PreferredLabels,
 			Resources:   api.Resources{CPUMillis: t.CPUMillis, MemoryMB: t.MemoryMB, GPU: t.GPU, DiskMB: t.DiskMB},
 			MaxAttempts: t.MaxAttempts, Submitter: t.Submitter, Class: t.Class, Size: t.Size,
+			Driver: t.Driver, Image: t.Image, Network: t.Network,
 		}
 		if t.Capability != "" {
 			name, version, ok := strings.Cut(t.Capability, "@")

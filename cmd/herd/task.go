@@ -43,6 +43,9 @@ func specFlags(fs *flag.FlagSet) func(command []string) (api.TaskSpec, error) {
 	onDisconnect := fs.String("on-disconnect", api.OnDisconnectStop, "when the node is cut off past its lease: stop the attempt, or keep_running (work safe to run twice)")
 	class := fs.String("class", "", "task class: run times compare within a class (default: the task's name)")
 	size := fs.String("size", "", "small, medium or large: the tiers the task may run on (server settings scheduler.size_*)")
+	image := fs.String("image", "", "run the command in a container from this OCI image: a registry reference, or oci-layout:PATH[:TAG] on the node")
+	drv := fs.String("driver", "", "exec (a process on the node) or oci (a container; the default with -image)")
+	netMode := fs.String("network", "", "an oci task's network: host (the default) or none")
 	var inputs, outputs listFlag
 	fs.Var(&inputs, "input", "dataset the task reads; nodes holding it are preferred (repeatable)")
 	fs.Var(&outputs, "output", "file the task leaves in its working directory, kept on its node as a dataset (repeatable)")
@@ -65,6 +68,7 @@ func specFlags(fs *flag.FlagSet) func(command []string) (api.TaskSpec, error) {
 			Resources:      api.Resources{CPUMillis: *cpu, MemoryMB: *mem, GPU: *gpu, DiskMB: *disk},
 			TimeoutSeconds: &secs, MaxAttempts: maxAttempts, Submitter: *submitter, OnDisconnect: *onDisconnect,
 			Class: *class, Size: *size, Inputs: inputs, Outputs: outputs,
+			Driver: *drv, Image: *image, Network: *netMode,
 		}
 		if len(labels) > 0 {
 			spec.RequiredLabels = labels
@@ -221,6 +225,13 @@ func runTaskStatus(e *env, args []string) error {
 	tb.add("Command", strings.Join(quoteArgs(s.Command), " "))
 	tb.add("Priority", strconv.Itoa(deref(s.Priority)))
 	tb.add("Capability", s.Capability+"@"+s.CapabilityVersion)
+	if s.Driver == api.DriverOCI {
+		network := s.Network
+		if network == "" {
+			network = api.NetworkHost
+		}
+		tb.add("Image", s.Image+" (driver oci, network "+network+")")
+	}
 	tb.add("Resources", fmt.Sprintf("cpu %dm, memory %d MB, gpu %d, disk %d MB", s.Resources.CPUMillis, s.Resources.MemoryMB, s.Resources.GPU, s.Resources.DiskMB))
 	tb.add("Timeout", fmt.Sprintf("%ds", deref(s.TimeoutSeconds)))
 	tb.add("Attempts", fmt.Sprintf("%d of at most %d", len(t.Attempts), deref(s.MaxAttempts)))

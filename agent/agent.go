@@ -45,6 +45,11 @@ type Agent struct {
 	profile  *profiler
 	dataAddr string
 	metrics  *prometheus.Registry
+	// oci runs containers (nil: none works here, ociProblem says why);
+	// images is the image cache.
+	oci        *ociRuntime
+	ociProblem string
+	images     *imageCache
 
 	session    atomic.Uint64
 	reregister chan struct{}
@@ -142,6 +147,9 @@ func New(cfg Config) (*Agent, error) {
 		wakeCh:     make(chan struct{}, 1),
 		running:    map[string]*execution{}, finished: map[string]bool{},
 		clock: steady.New(cfg.Clock, nil), startDeadline: 30 * time.Second,
+	}
+	if err := a.setUpContainers(); err != nil {
+		return nil, err
 	}
 	a.conditions = newConditionWatch(a)
 	a.profile = newProfiler(a)

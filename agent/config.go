@@ -116,7 +116,20 @@ type Config struct {
 	// HealthCheck is the site's health check, run through /bin/sh -c when
 	// the cluster asks (a quarantine); empty: the built-in check.
 	HealthCheck string
+
+	// OCIRuntime picks the runtime of oci tasks: "auto" (crun, then runc:
+	// the first that runs a probe container), "crun", "runc" or "none".
+	// A node with one advertises the capability oci@1.
+	OCIRuntime string
+	// ImageCacheMB caps the unpacked images kept (default 4096);
+	// InsecureRegistries are registry hosts reached over plain HTTP
+	// (loopback ones always are).
+	ImageCacheMB       int64
+	InsecureRegistries []string
 }
+
+// DefaultImageCacheMB is the image cache's default cap.
+const DefaultImageCacheMB = 4096
 
 // RunRecord is one attempt's process as the agent ran it.
 type RunRecord struct {
@@ -171,6 +184,12 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.Capabilities == nil {
 		c.Capabilities = map[string][]string{"exec": {"1"}}
+	}
+	if c.OCIRuntime == "" {
+		c.OCIRuntime = "auto"
+	}
+	if c.ImageCacheMB == 0 {
+		c.ImageCacheMB = DefaultImageCacheMB
 	}
 	if c.Resources.CPUMillis == 0 {
 		c.Resources.CPUMillis = int64(runtime.NumCPU()) * 1000
@@ -227,6 +246,14 @@ func (c Config) Validate() error {
 	r := c.Resources
 	if r.CPUMillis < 0 || r.MemoryMB < 0 || r.GPU < 0 || r.DiskMB < 0 || c.Slots < 0 || c.Weight < 0 {
 		errs = append(errs, errors.New("resources, slots and weight must not be negative"))
+	}
+	switch c.OCIRuntime {
+	case "auto", "crun", "runc", "none":
+	default:
+		errs = append(errs, fmt.Errorf("oci runtime %q must be auto, crun, runc or none", c.OCIRuntime))
+	}
+	if c.ImageCacheMB < 0 {
+		errs = append(errs, errors.New("image cache size must not be negative"))
 	}
 	switch c.Limits {
 	case "auto", "cgroup-v2", "cgroup-v1", "rlimit", "none":

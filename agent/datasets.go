@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"crypto/tls"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -62,6 +63,10 @@ func (a *Agent) serveDatasets(ctx context.Context) (string, error) {
 	mux.HandleFunc("GET /v1/datasets/{name}", a.handleDataset)
 	mux.Handle("GET /metrics", a.metricsHandler())
 	mux.HandleFunc("GET /v1/logs/{attempt}", a.handleLog)
+	mux.HandleFunc("GET /v1/images", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(a.imageStatus())
+	})
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		<-ctx.Done()

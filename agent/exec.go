@@ -88,13 +88,32 @@ func (a *Agent) runProcess(ctx context.Context, as api.Assignment) outcome {
 		logFile.Note("--- herd: "+msg+"\n", true)
 		return outcome{state: api.AttemptFailed, exitCode: -1, err: msg}
 	}
-	cmd := a.taskCommand(att, spec, workDir)
-	if inputs != "" {
-		cmd.Env = append(cmd.Env, "HERD_INPUTS="+inputs)
-	}
-	limits, err := a.limiter.Prepare(att.ID, spec.Resources, cmd.SysProcAttr)
-	if err != nil {
-		return outcome{state: api.AttemptFailed, exitCode: -1, err: fmt.Sprintf("set up %s limits: %v", a.limiter.Name(), err)}
+	var (
+		cmd    *exec.Cmd
+		limits limitHandle
+	)
+	if spec.Driver == api.DriverOCI {
+		// The container runtime applies the limits, from the spec it is
+		// given; the runtime's run is the attempt's process.
+		c, ccmd, note, err := a.prepareContainer(ctx, att, spec, workDir, inputs, a.taskEnv(att, spec))
+		if err != nil {
+			msg := pullFailure(err)
+			logFile.Note("--- herd: "+msg+"\n", true)
+			return outcome{state: api.AttemptFailed, exitCode: -1, err: msg}
+		}
+		logFile.Note("--- herd: "+note+"\n", false)
+		cmd, limits = ccmd, c
+		if f, err := devNull(); err == nil {
+			cmd.Stdin = f
+		}
+	} else {
+		cmd = a.taskCommand(att, spec, workDir)
+		if inputs != "" {
+			cmd.Env = append(cmd.Env, "HERD_INPUTS="+inputs)
+		}
+		if limits, err = a.limiter.Prepare(att.ID, spec.Resources, cmd.SysProcAttr); err != nil {
+			return outcome{state: api.AttemptFailed, exitCode: -1, err: fmt.Sprintf("set up %s limits: %v", a.limiter.Name(), err)}
+		}
 	}
 	defer limits.Release()
 	r, w, err := os.Pipe()
@@ -171,8 +190,18 @@ func (a *Agent) runProcess(ctx context.Context, as api.Assignment) outcome {
 func (a *Agent) taskCommand(att api.Attempt, spec api.TaskSpec, workDir string) *exec.Cmd {
 	cmd := a.paths.command(spec.Command[0], spec.Command[1:]...)
 	cmd.Dir = workDir
-	cmd.Env = append(os.Environ(), envList(spec.Env)...)
-	cmd.Env = append(cmd.Env,
+	cmd.Env = append(os.Environ(), a.taskEnv(att, spec)...)
+	cmd.SysProcAttr = groupLeader()
+	if f, err := devNull(); err == nil {
+		cmd.Stdin = f
+	}
+	return cmd
+}
+
+// taskEnv is the task's environment and the HERD_* variables (without
+// the agent's own environment, which only a plain process inherits).
+func (a *Agent) taskEnv(att api.Attempt, spec api.TaskSpec) []string {
+	env := append(envList(spec.Env),
 		"HERD_TASK_ID="+att.TaskID,
 		"HERD_ATTEMPT_ID="+att.ID,
 		"HERD_ATTEMPT_NUMBER="+strconv.Itoa(att.Number),
@@ -180,14 +209,9 @@ func (a *Agent) taskCommand(att api.Attempt, spec api.TaskSpec, workDir string) 
 		"HERD_LEASE="+strconv.FormatUint(att.LeaseVersion, 10),
 	)
 	if addr := a.LeaseAddr(); addr != "" {
-		cmd.Env = append(cmd.Env, "HERD_AGENT_ADDR="+addr)
+		env = append(env, "HERD_AGENT_ADDR="+addr)
 	}
-	cmd.Env = append(cmd.Env, a.profile.inputEnv(spec.Inputs)...)
-	cmd.SysProcAttr = groupLeader()
-	if f, err := devNull(); err == nil {
-		cmd.Stdin = f
-	}
-	return cmd
+	return append(env, a.profile.inputEnv(spec.Inputs)...)
 }
 
 // awaitEnd waits for the attempt's main process to end, stopping its
@@ -224,7 +248,11 @@ func (a *Agent) judge(out *outcome, timedOut bool, timeout time.Duration, limits
 		out.err = "stopped: the attempt was taken back"
 	case limits.OOMKilled():
 		out.state = api.AttemptFailed
-		out.err = fmt.Sprintf("killed by the memory limit (%d MB, %s)", spec.Resources.MemoryMB, a.limiter.Name())
+		method := a.limiter.Name()
+		if c, ok := limits.(*container); ok {
+			method = c.rt.name + " container"
+		}
+		out.err = fmt.Sprintf("killed: memory limit %d MB reached (%s)", spec.Resources.MemoryMB, method)
 	case out.exitCode == 0:
 		out.state = api.AttemptSucceeded
 	default:

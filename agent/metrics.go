@@ -18,14 +18,16 @@ var (
 	descRejected  = prometheus.NewDesc("herd_agent_results_rejected_total", "Results the cluster refused as stale.", nil, nil)
 	descFences    = prometheus.NewDesc("herd_agent_fences_total", "Attempts this agent stopped because its lease on them ran out.", nil, nil)
 	descLapses    = prometheus.NewDesc("herd_agent_lease_lapses_total", "Times this agent's lease ran out.", nil, nil)
-	descDisk      = prometheus.NewDesc("herd_agent_disk_bytes", "Bytes under the agent's data directory, by use (logs, outputs kept as datasets).", []string{"use"}, nil)
+	descDisk      = prometheus.NewDesc("herd_agent_disk_bytes", "Bytes under the agent's data directory, by use (logs, outputs kept as datasets, unpacked images).", []string{"use"}, nil)
+	descPulls     = prometheus.NewDesc("herd_agent_image_resolutions_total", "Images asked of the cache, by outcome: cached (nothing fetched), pulled, failed.", []string{"outcome"}, nil)
+	descCacheMax  = prometheus.NewDesc("herd_agent_image_cache_max_bytes", "The image cache's cap on unpacked layers.", nil, nil)
 )
 
 // agentCollector reads the agent's counters and disk use at each scrape.
 type agentCollector struct{ a *Agent }
 
 func (c agentCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descRunning, descSlots, descLimits, descStarted, descCompleted, descRejected, descFences, descLapses, descDisk} {
+	for _, d := range []*prometheus.Desc{descRunning, descSlots, descLimits, descStarted, descCompleted, descRejected, descFences, descLapses, descDisk, descPulls, descCacheMax} {
 		ch <- d
 	}
 }
@@ -49,6 +51,14 @@ func (c agentCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descLapses, a.LeaseLapses())
 	for _, use := range []string{"logs", "outputs"} {
 		gauge(descDisk, float64(dirBytes(filepath.Join(a.cfg.DataDir, use))), use)
+	}
+	if a.images != nil {
+		used, maxBytes, pulls, hits, failures, _ := a.images.status()
+		gauge(descDisk, float64(used), "images")
+		gauge(descCacheMax, float64(maxBytes))
+		for outcome, n := range map[string]int64{"cached": hits, "pulled": pulls - failures, "failed": failures} {
+			ch <- prometheus.MustNewConstMetric(descPulls, prometheus.CounterValue, float64(n), outcome)
+		}
 	}
 }
 

@@ -19,6 +19,7 @@ var routeCapabilities = map[string]Capability{
 	"GET /v1/tasks/{id}/logs":                   capRead,
 	"GET /v1/events":                            capRead,
 	"GET /ui/":                                  capPublic,
+	"GET /v1/nodes/{id}/images":                 capRead,
 	"GET /v1/operator/scheduler":                capRead,
 	"DELETE /v1/operator/raft/peer":             capOperator,
 	"GET /v1/operator/gossip/keyring":           capAgentOrOperator,

@@ -550,6 +550,14 @@ func (c *Client) ListNodes(ctx context.Context, o ReadOptions) ([]Node, Meta, er
 	return out.Nodes, meta, err
 }
 
+// NodeImages asks a node's agent, through a replica, about its container
+// runtime and image cache.
+func (c *Client) NodeImages(ctx context.Context, id string) (ImageCache, error) {
+	var out ImageCache
+	_, err := c.do(ctx, http.MethodGet, "/v1/nodes/"+url.PathEscape(id)+"/images", nil, &out)
+	return out, err
+}
+
 // ExplainTask says why a task waits (or where it would go), node by node.
 func (c *Client) ExplainTask(ctx context.Context, id string, o ReadOptions) (Explanation, error) {
 	var ex Explanation

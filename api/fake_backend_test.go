@@ -199,6 +199,9 @@ func (f *fakeBackend) SetNodeEligibility(_ context.Context, id string, eligible 
 }
 func (f *fakeBackend) GetNode(id string) (Node, error) { return Node{ID: id}, f.call("GetNode", id) }
 func (f *fakeBackend) ListNodes() ([]Node, error)      { return []Node{{ID: "n1"}}, f.call("ListNodes") }
+func (f *fakeBackend) NodeImages(_ context.Context, id string) (ImageCache, error) {
+	return ImageCache{Runtime: "runc 1.1.5"}, f.call("NodeImages", id)
+}
 func (f *fakeBackend) Assignments(_ context.Context, id string, q AssignmentsQuery) (Assignments, error) {
 	return Assignments{NodeID: id, Index: 9}, f.call("Assignments", id, q.Index, q.Wait, q.Known)
 }

@@ -23,6 +23,9 @@ type NodeBackend interface {
 	// (and, with q.Known, differ from that set), or q.Wait passed, then
 	// answers from the local state.
 	Assignments(ctx context.Context, nodeID string, q AssignmentsQuery) (Assignments, error)
+	// NodeImages asks the node's agent about its container runtime and
+	// image cache.
+	NodeImages(ctx context.Context, nodeID string) (ImageCache, error)
 }
 
 // MaxWait bounds a blocking query.
@@ -38,7 +41,18 @@ func (h *Handler) nodeRoutes() []route {
 		{http.MethodPut, "/v1/nodes/{id}/conditions", leaderOnly, capAgent, h.putConditions},
 		{http.MethodPost, "/v1/nodes/{id}/drain", leaderOnly, capOperator, h.postDrain},
 		{http.MethodPost, "/v1/nodes/{id}/eligibility", leaderOnly, capOperator, h.postEligibility},
+		{http.MethodGet, "/v1/nodes/{id}/images", local, capRead, h.getNodeImages},
 	}
+}
+
+// getNodeImages answers what the node's agent says of its runtime and
+// image cache (asked by this replica, whichever it is).
+func (h *Handler) getNodeImages(_ http.ResponseWriter, r *http.Request) (any, error) {
+	id, err := pathID(r, "node")
+	if err != nil {
+		return nil, err
+	}
+	return h.backend.NodeImages(r.Context(), id)
 }
 
 func (h *Handler) postRegisterNode(w http.ResponseWriter, r *http.Request) (any, error) {

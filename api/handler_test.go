@@ -204,6 +204,8 @@ var handlerCases = []handlerCase{
 	{name: "conditions not a list", method: "PUT", target: "/v1/nodes/n1/conditions", body: `{"conditions":"full"}`, status: 400},
 	{name: "heartbeat bad id", method: "POST", target: "/v1/nodes/a%20b/heartbeat", body: `{}`, status: 400},
 	{name: "task log", method: "GET", target: "/v1/tasks/t1/logs?attempt=2&tail=100&follow=true", status: 200, call: "TaskLog t1 2 100 true", contains: "line 1", contentType: "text/plain; charset=utf-8"},
+	{name: "node images", method: "GET", target: "/v1/nodes/n1/images", status: 200, call: "NodeImages n1", contains: `"runtime":"runc 1.1.5"`},
+	{name: "node images of a DOWN node", method: "GET", target: "/v1/nodes/n1/images", setup: failWith("NodeImages", fmt.Errorf("n1 is DOWN: %w", ErrConflict)), status: 409, call: "NodeImages n1"},
 	{name: "dashboard", method: "GET", target: "/ui/", status: 200, contains: "<title>herd</title>", contentType: "text/html; charset=utf-8"},
 	{name: "dashboard script", method: "GET", target: "/ui/app.js", status: 200, contains: "/v1/events", contentType: "text/javascript; charset=utf-8"},
 	{name: "dashboard file missing", method: "GET", target: "/ui/nope.js", status: 404},

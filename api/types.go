@@ -77,6 +77,31 @@ const (
 	NetworkNone = "none"
 )
 
+// ImageCache is what a node's agent tells of its container runtime and
+// image cache (GET /v1/nodes/{id}/images).
+type ImageCache struct {
+	// Runtime is the OCI runtime the agent found working ("runc 1.1.5"),
+	// or empty with RuntimeProblem saying why there is none.
+	Runtime        string        `json:"runtime,omitempty"`
+	RuntimeProblem string        `json:"runtime_problem,omitempty"`
+	UsedBytes      int64         `json:"used_bytes"`
+	MaxBytes       int64         `json:"max_bytes"`
+	Pulls          int64         `json:"pulls"`
+	Hits           int64         `json:"hits"`
+	Failures       int64         `json:"failures"`
+	Images         []CachedImage `json:"images"`
+}
+
+// CachedImage is one image in a node's cache.
+type CachedImage struct {
+	Ref      string    `json:"ref"`
+	Digest   string    `json:"digest"`
+	Bytes    int64     `json:"bytes"`
+	Layers   int       `json:"layers"`
+	LastUsed time.Time `json:"last_used"`
+	InUse    int       `json:"in_use"`
+}
+
 // InputSource says where an attempt's input is held: the dataset, its
 // node, and the address the node's agent serves datasets at.
 type InputSource struct {

@@ -18,6 +18,9 @@ import (
 type agentSettings struct {
 	ID, DataDir, Capabilities, Limits, LogLevel, GossipAddr, GossipKey string
 	TLSCAFile, TLSCertFile, TLSKeyFile, Token, HealthCheck, DataAddr   string
+	OCIRuntime                                                         string
+	InsecureRegistries                                                 []string
+	ImageCacheMB                                                       int64
 	Insecure, NoBench                                                  bool
 	Servers                                                            []string
 	Labels, Datasets                                                   map[string]string
@@ -34,7 +37,7 @@ var agentTable = config.Table[agentSettings]{
 	Defaults: func() agentSettings {
 		return agentSettings{Capabilities: "exec@1", Limits: "auto", LogLevel: "info",
 			LogRetention: agent.DefaultLogRetention, HeartbeatInterval: agent.DefaultHeartbeatInterval, MinFreeDiskMB: agent.DefaultMinFreeDiskMB,
-			RebenchInterval: agent.DefaultRebenchInterval}
+			RebenchInterval: agent.DefaultRebenchInterval, OCIRuntime: "auto", ImageCacheMB: agent.DefaultImageCacheMB}
 	},
 	Settings: []agentSetting{
 		config.Field("id", "HERD_NODE_ID", "id", "node id, unique in the cluster", func(c *agentSettings) *string { return &c.ID }),
@@ -65,6 +68,9 @@ var agentTable = config.Table[agentSettings]{
 		config.Field("profile.rebench_interval", "", "rebench-interval", "how often the node is measured again; negative: only at registration and on herd node rebench", func(c *agentSettings) *time.Duration { return &c.RebenchInterval }),
 		config.Field("datasets", "", "dataset", "data the node holds, NAME=PATH (a file or directory; the flag repeats): tasks naming NAME among their inputs prefer this node", func(c *agentSettings) *map[string]string { return &c.Datasets }),
 		config.Field("data_addr", "", "data-addr", "where the agent serves the outputs it keeps to other agents (a later stage's inputs); empty for the local address towards the servers, on a free port", func(c *agentSettings) *string { return &c.DataAddr }),
+		config.Field("oci_runtime", "", "oci-runtime", "runtime of oci tasks (containers from images): auto (crun, then runc: the first that runs a probe container), crun, runc or none; a node with one advertises oci@1", func(c *agentSettings) *string { return &c.OCIRuntime }),
+		config.Field("image_cache_mb", "", "image-cache-mb", "MB of unpacked images kept on the node; the least recently used go first", func(c *agentSettings) *int64 { return &c.ImageCacheMB }),
+		config.Field("insecure_registries", "", "insecure-registries", "comma-separated registry hosts reached over plain HTTP (loopback ones always are)", func(c *agentSettings) *[]string { return &c.InsecureRegistries }),
 		config.Field("health_check", "", "health-check", "the site's health check, run through /bin/sh -c when the cluster asks (a quarantine); empty: data directory writable, a process starts, clock sane", func(c *agentSettings) *string { return &c.HealthCheck }),
 	},
 }
@@ -105,6 +111,7 @@ func runAgent(e *env, args []string) error {
 		TLS:   pki.Files{CA: set.TLSCAFile, Cert: set.TLSCertFile, Key: set.TLSKeyFile},
 		Token: set.Token, Insecure: set.Insecure,
 		NoBench: set.NoBench, RebenchInterval: set.RebenchInterval, Datasets: set.Datasets, HealthCheck: set.HealthCheck, DataAddr: set.DataAddr,
+		OCIRuntime: set.OCIRuntime, ImageCacheMB: set.ImageCacheMB, InsecureRegistries: set.InsecureRegistries,
 	})
 	if err != nil {
 		return err

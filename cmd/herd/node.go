@@ -167,7 +167,30 @@ func runNodeStatus(e *env, args []string) error {
 		}
 		tb.add("Datasets", strings.Join(parts, ", "))
 	}
+	// The runtime and image cache are the agent's to tell, asked live.
+	var images []api.CachedImage
+	if ic, err := cl.NodeImages(ctx, n.ID); err != nil {
+		tb.add("Containers", fmt.Sprintf("unknown: %v", err))
+	} else {
+		rt := ic.Runtime + " (capability oci@1)"
+		if ic.Runtime == "" {
+			rt = ic.RuntimeProblem
+		}
+		tb.add("Containers", rt)
+		tb.add("Image cache", fmt.Sprintf("%s of %s used, %d images; %d pulled, %d from the cache, %d failed",
+			humanBytes(ic.UsedBytes), humanBytes(ic.MaxBytes), len(ic.Images), ic.Pulls-ic.Failures, ic.Hits, ic.Failures))
+		images = ic.Images
+	}
 	tb.write(e.stdout)
+	if len(images) > 0 {
+		fmt.Fprintln(e.stdout, "\nImages")
+		it := &table{}
+		it.add("REF", "DIGEST", "SIZE", "LAYERS", "LAST USED", "IN USE")
+		for _, im := range images {
+			it.add(im.Ref, im.Digest, humanBytes(im.Bytes), strconv.Itoa(im.Layers), ago(im.LastUsed), strconv.Itoa(im.InUse))
+		}
+		it.write(e.stdout)
+	}
 	if len(n.History) > 0 {
 		fmt.Fprintln(e.stdout, "\nHistory by class")
 		ht := &table{}

@@ -1,0 +1,603 @@
+package agent
+
+import (
+	"archive/tar"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net"
+	"os"
+	"path"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
+
+	"herd/api"
+)
+
+// imageCache keeps OCI images on the node's disk, content-addressed:
+// each layer unpacked once under layers/<digest>, and each image's root
+// filesystem assembled from its layers with hard links under
+// roots/<digest> (no data is copied, and images sharing a layer share
+// its files). Containers get the root read-only, so one tree serves every
+// attempt of the image at once. The cache holds at most maxBytes of
+// unpacked layers; when a pull needs room, the least recently used
+// images not in use are evicted with the layers only they hold.
+//
+// A reference once resolved is not asked of its registry again (as
+// Kubernetes' IfNotPresent): the second run of an image pulls and unpacks
+// nothing. Its state is in index.json, written after every change.
+type imageCache struct {
+	dir      string
+	maxBytes int64
+	// insecure lists registry hosts reached over plain HTTP; loopback
+	// registries always are.
+	insecure []string
+
+	mu    sync.Mutex
+	state cacheState
+	inUse map[string]int // image digest -> running attempts
+	// pulls and hits count resolutions since the agent started.
+	pulls, hits, failures int64
+}
+
+type cacheState struct {
+	Refs   map[string]string       `json:"refs"`   // reference -> image digest
+	Images map[string]*cachedImage `json:"images"` // by digest
+	Layers map[string]*cachedLayer `json:"layers"` // by digest
+}
+
+type cachedImage struct {
+	Ref        string    `json:"ref"`
+	Layers     []string  `json:"layers"`
+	Env        []string  `json:"env,omitempty"`
+	Entrypoint []string  `json:"entrypoint,omitempty"`
+	LastUsed   time.Time `json:"last_used"`
+}
+
+type cachedLayer struct {
+	Bytes int64 `json:"bytes"`
+}
+
+// pulledImage is an image ready to run.
+type pulledImage struct {
+	Digest     string
+	Root       string // the read-only root filesystem
+	Env        []string
+	Entrypoint []string
+	// Hit: nothing was fetched or unpacked.
+	Hit bool
+}
+
+// errCacheFull is a pull that does not fit even with everything else
+// evicted.
+var errCacheFull = errors.New("image cache full")
+
+func newImageCache(dir string, maxBytes int64, insecure []string) (*imageCache, error) {
+	c := &imageCache{dir: dir, maxBytes: maxBytes, insecure: insecure, inUse: map[string]int{}}
+	for _, d := range []string{"layers", "roots", "tmp"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o700); err != nil {
+			return nil, fmt.Errorf("image cache: %w", err)
+		}
+	}
+	// Unfinished unpacks of a previous run are garbage.
+	_ = os.RemoveAll(filepath.Join(dir, "tmp"))
+	_ = os.MkdirAll(filepath.Join(dir, "tmp"), 0o700)
+	c.state = cacheState{Refs: map[string]string{}, Images: map[string]*cachedImage{}, Layers: map[string]*cachedLayer{}}
+	if b, err := os.ReadFile(filepath.Join(dir, "index.json")); err == nil {
+		if err := json.Unmarshal(b, &c.state); err != nil {
+			return nil, fmt.Errorf("image cache index: %w", err)
+		}
+	}
+	if c.state.Refs == nil {
+		c.state.Refs = map[string]string{}
+	}
+	if c.state.Images == nil {
+		c.state.Images = map[string]*cachedImage{}
+	}
+	if c.state.Layers == nil {
+		c.state.Layers = map[string]*cachedLayer{}
+	}
+	return c, nil
+}
+
+func (c *imageCache) saveLocked() error {
+	b, err := json.Marshal(c.state)
+	if err != nil {
+		return err
+	}
+	tmp := filepath.Join(c.dir, "index.json.tmp")
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, filepath.Join(c.dir, "index.json"))
+}
+
+// acquire returns the image named ref, pulling and unpacking what the
+// cache lacks, and holds it in use until release.
+func (c *imageCache) acquire(ctx context.Context, ref string) (pulledImage, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if d, ok := c.state.Refs[ref]; ok && c.completeLocked(d) {
+		img := c.state.Images[d]
+		img.LastUsed = time.Now()
+		c.inUse[d]++
+		c.hits++
+		_ = c.saveLocked()
+		return pulledImage{Digest: d, Root: c.rootDir(d), Env: img.Env, Entrypoint: img.Entrypoint, Hit: true}, nil
+	}
+	c.pulls++
+	out, err := c.pullLocked(ctx, ref)
+	if err != nil {
+		c.failures++
+		return pulledImage{}, err
+	}
+	c.inUse[out.Digest]++
+	return out, nil
+}
+
+// release ends one use of an image.
+func (c *imageCache) release(digest string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.inUse[digest]--; c.inUse[digest] <= 0 {
+		delete(c.inUse, digest)
+	}
+}
+
+func (c *imageCache) completeLocked(digest string) bool {
+	img, ok := c.state.Images[digest]
+	if !ok {
+		return false
+	}
+	for _, l := range img.Layers {
+		if _, ok := c.state.Layers[l]; !ok {
+			return false
+		}
+	}
+	_, err := os.Stat(c.rootDir(digest))
+	return err == nil
+}
+
+func (c *imageCache) rootDir(digest string) string {
+	return filepath.Join(c.dir, "roots", strings.ReplaceAll(digest, ":", "-"))
+}
+
+func (c *imageCache) layerDir(digest string) string {
+	return filepath.Join(c.dir, "layers", strings.ReplaceAll(digest, ":", "-"))
+}
+
+// resolve finds the image a reference names: in an OCI image layout on
+// disk (oci-layout:PATH[:TAG]) or in a registry.
+func (c *imageCache) resolve(ctx context.Context, ref string) (v1.Image, error) {
+	if rest, ok := strings.CutPrefix(ref, "oci-layout:"); ok {
+		return layoutImage(rest)
+	}
+	var opts []name.Option
+	if c.insecureHost(ref) {
+		opts = append(opts, name.Insecure)
+	}
+	r, err := name.ParseReference(ref, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("image reference %q: %w", ref, err)
+	}
+	img, err := remote.Image(r, remote.WithContext(ctx), remote.WithPlatform(v1.Platform{OS: "linux", Architecture: runtime.GOARCH}))
+	if err != nil {
+		var te *transport.Error
+		switch {
+		case errors.As(err, &te) && te.StatusCode == 404:
+			return nil, fmt.Errorf("pull %s: unknown image or tag: %w", ref, err)
+		case errors.As(err, &te):
+			return nil, fmt.Errorf("pull %s: the registry refused: %w", ref, err)
+		default:
+			return nil, fmt.Errorf("pull %s: registry unreachable: %w", ref, err)
+		}
+	}
+	return img, nil
+}
+
+// insecureHost reports whether ref's registry is reached over HTTP.
+func (c *imageCache) insecureHost(ref string) bool {
+	host, _, _ := strings.Cut(ref, "/")
+	if slices.Contains(c.insecure, host) {
+		return true
+	}
+	h, _, err := net.SplitHostPort(host)
+	if err != nil {
+		h = host
+	}
+	if h == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(h)
+	return ip != nil && ip.IsLoopback()
+}
+
+// layoutImage reads PATH[:TAG] of an OCI image layout: the manifest whose
+// ref.name annotation is TAG, or the only one.
+func layoutImage(spec string) (v1.Image, error) {
+	dir, tag := spec, ""
+	if i := strings.LastIndexByte(spec, ':'); i > 0 {
+		if _, err := os.Stat(filepath.Join(spec, "index.json")); err != nil {
+			dir, tag = spec[:i], spec[i+1:]
+		}
+	}
+	p, err := layout.FromPath(dir)
+	if err != nil {
+		return nil, fmt.Errorf("image layout %s: %w", dir, err)
+	}
+	idx, err := p.ImageIndex()
+	if err != nil {
+		return nil, fmt.Errorf("image layout %s: %w", dir, err)
+	}
+	m, err := idx.IndexManifest()
+	if err != nil {
+		return nil, fmt.Errorf("image layout %s: %w", dir, err)
+	}
+	var found []v1.Descriptor
+	for _, d := range m.Manifests {
+		if tag == "" || d.Annotations["org.opencontainers.image.ref.name"] == tag {
+			found = append(found, d)
+		}
+	}
+	switch {
+	case len(found) == 0 && tag != "":
+		return nil, fmt.Errorf("image layout %s has no image tagged %q", dir, tag)
+	case len(found) != 1:
+		return nil, fmt.Errorf("image layout %s holds %d images: name one with oci-layout:%s:TAG", dir, len(found), dir)
+	}
+	return idx.Image(found[0].Digest)
+}
+
+// pullLocked fetches and unpacks an image, evicting others to make room.
+func (c *imageCache) pullLocked(ctx context.Context, ref string) (pulledImage, error) {
+	img, err := c.resolve(ctx, ref)
+	if err != nil {
+		return pulledImage{}, err
+	}
+	digest, err := img.Digest()
+	if err != nil {
+		return pulledImage{}, fmt.Errorf("pull %s: %w", ref, err)
+	}
+	cfg, err := img.ConfigFile()
+	if err != nil {
+		return pulledImage{}, fmt.Errorf("pull %s: image config: %w", ref, err)
+	}
+	layers, err := img.Layers()
+	if err != nil {
+		return pulledImage{}, fmt.Errorf("pull %s: layers: %w", ref, err)
+	}
+	d := digest.String()
+	entry := &cachedImage{Ref: ref, Env: cfg.Config.Env, Entrypoint: cfg.Config.Entrypoint, LastUsed: time.Now()}
+	// A pull that fails takes back the layers it unpacked, unless another
+	// image holds them.
+	var added []string
+	ok := false
+	defer func() {
+		if !ok {
+			c.dropUnheldLocked(added)
+		}
+	}()
+	for _, l := range layers {
+		ld, err := l.Digest()
+		if err != nil {
+			return pulledImage{}, fmt.Errorf("pull %s: layer digest: %w", ref, err)
+		}
+		entry.Layers = append(entry.Layers, ld.String())
+		if _, ok := c.state.Layers[ld.String()]; ok {
+			continue
+		}
+		if size, err := l.Size(); err == nil {
+			if err := c.makeRoomLocked(size, d); err != nil {
+				return pulledImage{}, fmt.Errorf("pull %s: %w", ref, err)
+			}
+		}
+		n, err := c.unpackLayer(l, ld.String())
+		if err != nil {
+			return pulledImage{}, fmt.Errorf("pull %s: layer %s: %w", ref, ld, err)
+		}
+		c.state.Layers[ld.String()] = &cachedLayer{Bytes: n}
+		added = append(added, ld.String())
+		if err := c.makeRoomLocked(0, d); err != nil {
+			return pulledImage{}, fmt.Errorf("pull %s: %w", ref, err)
+		}
+	}
+	if _, err := os.Stat(c.rootDir(d)); err != nil {
+		if err := c.assemble(entry.Layers, d); err != nil {
+			return pulledImage{}, fmt.Errorf("pull %s: assemble root: %w", ref, err)
+		}
+	}
+	c.state.Images[d] = entry
+	c.state.Refs[ref] = d
+	if err := c.saveLocked(); err != nil {
+		return pulledImage{}, fmt.Errorf("image cache index: %w", err)
+	}
+	ok = true
+	return pulledImage{Digest: d, Root: c.rootDir(d), Env: entry.Env, Entrypoint: entry.Entrypoint}, nil
+}
+
+// usedLocked is the unpacked bytes the cache holds.
+func (c *imageCache) usedLocked() int64 {
+	var n int64
+	for _, l := range c.state.Layers {
+		n += l.Bytes
+	}
+	return n
+}
+
+// makeRoomLocked evicts least recently used images, not in use and other
+// than keep, until need more bytes fit under the cap.
+func (c *imageCache) makeRoomLocked(need int64, keep string) error {
+	if c.maxBytes <= 0 {
+		return nil
+	}
+	for c.usedLocked()+need > c.maxBytes {
+		var victim string
+		for d, img := range c.state.Images {
+			if d == keep || c.inUse[d] > 0 {
+				continue
+			}
+			if victim == "" || img.LastUsed.Before(c.state.Images[victim].LastUsed) {
+				victim = d
+			}
+		}
+		if victim == "" {
+			return fmt.Errorf("%w: %d of %d MiB used by images in use or being pulled", errCacheFull, (c.usedLocked()+need)>>20, c.maxBytes>>20)
+		}
+		c.evictLocked(victim)
+	}
+	return nil
+}
+
+func (c *imageCache) evictLocked(digest string) {
+	img := c.state.Images[digest]
+	delete(c.state.Images, digest)
+	for r, d := range c.state.Refs {
+		if d == digest {
+			delete(c.state.Refs, r)
+		}
+	}
+	_ = os.RemoveAll(c.rootDir(digest))
+	c.dropUnheldLocked(img.Layers)
+}
+
+// dropUnheldLocked removes the layers of ls that no cached image holds.
+func (c *imageCache) dropUnheldLocked(ls []string) {
+	held := map[string]bool{}
+	for _, other := range c.state.Images {
+		for _, l := range other.Layers {
+			held[l] = true
+		}
+	}
+	for _, l := range ls {
+		if !held[l] {
+			delete(c.state.Layers, l)
+			_ = os.RemoveAll(c.layerDir(l))
+		}
+	}
+	_ = c.saveLocked()
+}
+
+// unpackLayer extracts a layer into its directory and returns the bytes
+// written. Reading the layer to its end verifies its digest.
+func (c *imageCache) unpackLayer(l v1.Layer, digest string) (int64, error) {
+	rc, err := l.Uncompressed()
+	if err != nil {
+		return 0, err
+	}
+	defer rc.Close()
+	tmp, err := os.MkdirTemp(filepath.Join(c.dir, "tmp"), "layer-")
+	if err != nil {
+		return 0, err
+	}
+	defer os.RemoveAll(tmp)
+	n, err := untar(rc, tmp)
+	if err != nil {
+		return 0, err
+	}
+	if _, err := io.Copy(io.Discard, rc); err != nil {
+		return 0, fmt.Errorf("digest check: %w", err)
+	}
+	if err := rc.Close(); err != nil {
+		return 0, fmt.Errorf("digest check: %w", err)
+	}
+	dst := c.layerDir(digest)
+	_ = os.RemoveAll(dst)
+	if err := os.Rename(tmp, dst); err != nil {
+		return 0, err
+	}
+	return n, nil
+}
+
+// untar writes a tar stream under root, refusing entries that would land
+// outside it through a symbolic link ("..", cleaned against the root,
+// cannot climb above it). Whiteouts
+// (.wh.NAME) are kept as they are: assemble applies them.
+func untar(r io.Reader, root string) (int64, error) {
+	tr := tar.NewReader(r)
+	var total int64
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return total, nil
+		}
+		if err != nil {
+			return total, fmt.Errorf("read layer: %w", err)
+		}
+		rel := path.Clean("/" + h.Name)[1:]
+		if rel == "" {
+			continue
+		}
+		target := filepath.Join(root, filepath.FromSlash(rel))
+		if err := noLinkInPath(root, filepath.Dir(target)); err != nil {
+			return total, fmt.Errorf("layer entry %q: %w", h.Name, err)
+		}
+		mode := fs.FileMode(h.Mode).Perm() | fs.FileMode(h.Mode)&(fs.ModeSetuid|fs.ModeSetgid|fs.ModeSticky)
+		switch h.Typeflag {
+		case tar.TypeDir:
+			if err := os.MkdirAll(target, 0o755); err != nil {
+				return total, err
+			}
+			_ = os.Chmod(target, mode|0o700)
+		case tar.TypeReg:
+			if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
+				return total, err
+			}
+			_ = os.Remove(target)
+			f, err := os.OpenFile(target, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, mode)
+			if err != nil {
+				return total, err
+			}
+			n, err := io.Copy(f, tr)
+			total += n
+			if cerr := f.Close(); err == nil {
+				err = cerr
+			}
+			if err != nil {
+				return total, err
+			}
+			_ = os.Chmod(target, mode)
+		case tar.TypeSymlink:
+			if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
+				return total, err
+			}
+			_ = os.Remove(target)
+			// A link is resolved inside the container's root, not here.
+			if err := os.Symlink(h.Linkname, target); err != nil {
+				return total, err
+			}
+		case tar.TypeLink:
+			src := path.Clean("/" + h.Linkname)[1:]
+			if err := noLinkInPath(root, filepath.Join(root, filepath.FromSlash(src))); err != nil {
+				return total, fmt.Errorf("layer entry %q: %w", h.Name, err)
+			}
+			_ = os.Remove(target)
+			if err := os.Link(filepath.Join(root, filepath.FromSlash(src)), target); err != nil {
+				return total, err
+			}
+		default:
+			// Devices, FIFOs and the like are not kept: containers get
+			// their /dev from the runtime.
+		}
+	}
+}
+
+// noLinkInPath fails when a component of dir below root is a symbolic
+// link: writing through it could land outside the root.
+func noLinkInPath(root, dir string) error {
+	rel, err := filepath.Rel(root, dir)
+	if err != nil || strings.HasPrefix(rel, "..") {
+		return fmt.Errorf("path %s leaves the root", dir)
+	}
+	if rel == "." {
+		return nil
+	}
+	p := root
+	for _, part := range strings.Split(rel, string(filepath.Separator)) {
+		p = filepath.Join(p, part)
+		fi, err := os.Lstat(p)
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if fi.Mode()&fs.ModeSymlink != 0 {
+			return fmt.Errorf("path goes through the symbolic link %s", p)
+		}
+	}
+	return nil
+}
+
+// assemble builds an image's root from its layers, lowest first: files
+// hard-linked from the layer directories, whiteouts removing what lower
+// layers put there, an opaque whiteout emptying its directory.
+func (c *imageCache) assemble(layers []string, digest string) error {
+	tmp, err := os.MkdirTemp(filepath.Join(c.dir, "tmp"), "root-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	for _, l := range layers {
+		src := c.layerDir(l)
+		err := filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			rel, _ := filepath.Rel(src, p)
+			if rel == "." {
+				return nil
+			}
+			base := filepath.Base(rel)
+			dst := filepath.Join(tmp, rel)
+			switch {
+			case base == ".wh..wh..opq":
+				entries, _ := os.ReadDir(filepath.Dir(dst))
+				for _, e := range entries {
+					_ = os.RemoveAll(filepath.Join(filepath.Dir(dst), e.Name()))
+				}
+				return nil
+			case strings.HasPrefix(base, ".wh."):
+				return os.RemoveAll(filepath.Join(filepath.Dir(dst), strings.TrimPrefix(base, ".wh.")))
+			}
+			info, err := d.Info()
+			if err != nil {
+				return err
+			}
+			if d.IsDir() {
+				if fi, err := os.Lstat(dst); err == nil && !fi.IsDir() {
+					_ = os.Remove(dst)
+				}
+				if err := os.MkdirAll(dst, 0o755); err != nil {
+					return err
+				}
+				return os.Chmod(dst, info.Mode().Perm()|info.Mode()&(fs.ModeSetuid|fs.ModeSetgid|fs.ModeSticky))
+			}
+			_ = os.RemoveAll(dst)
+			if info.Mode()&fs.ModeSymlink != 0 {
+				target, err := os.Readlink(p)
+				if err != nil {
+					return err
+				}
+				return os.Symlink(target, dst)
+			}
+			return os.Link(p, dst)
+		})
+		if err != nil {
+			return err
+		}
+	}
+	for _, d := range []string{"proc", "sys", "dev", "tmp", "work", "inputs", "datasets"} {
+		_ = os.MkdirAll(filepath.Join(tmp, d), 0o755)
+	}
+	return os.Rename(tmp, c.rootDir(digest))
+}
+
+func (c *imageCache) status() (used, max int64, pulls, hits, failures int64, images []api.CachedImage) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for d, img := range c.state.Images {
+		var n int64
+		for _, l := range img.Layers {
+			if cl := c.state.Layers[l]; cl != nil {
+				n += cl.Bytes
+			}
+		}
+		images = append(images, api.CachedImage{Ref: img.Ref, Digest: d, Bytes: n, Layers: len(img.Layers), LastUsed: img.LastUsed, InUse: c.inUse[d]})
+	}
+	sort.Slice(images, func(i, j int) bool { return images[i].LastUsed.After(images[j].LastUsed) })
+	return c.usedLocked(), c.maxBytes, c.pulls, c.hits, c.failures, images
+}

@@ -16,7 +16,6 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"herd/api"
@@ -363,7 +362,7 @@ func (a *Agent) healthCheck(ctx context.Context) (bool, string) {
 	if a.cfg.HealthCheck != "" {
 		cmd := exec.CommandContext(ctx, "/bin/sh", "-c", a.cfg.HealthCheck)
 		cmd.Dir = a.cfg.DataDir
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		cmd.SysProcAttr = groupLeader()
 		out, err := cmd.CombinedOutput()
 		text := strings.TrimSpace(string(out))
 		if len(text) > 400 {

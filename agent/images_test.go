@@ -21,9 +21,10 @@ import (
 type entry struct {
 	name, body, link string
 	typ              byte
+	mode             int64 // default 0644 (0755 for directories)
 }
 
-func layerOf(t *testing.T, entries ...entry) v1.Layer {
+func layerOf(t testing.TB, entries ...entry) v1.Layer {
 	t.Helper()
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
@@ -37,6 +38,9 @@ func layerOf(t *testing.T, entries ...entry) v1.Layer {
 		}
 		if h.Typeflag == tar.TypeDir {
 			h.Mode = 0o755
+		}
+		if e.mode != 0 {
+			h.Mode = e.mode
 		}
 		if err := tw.WriteHeader(h); err != nil {
 			t.Fatal(err)
@@ -60,7 +64,7 @@ func layerOf(t *testing.T, entries ...entry) v1.Layer {
 
 // layoutWith writes images into an OCI layout, tagged, and returns its
 // directory.
-func layoutWith(t *testing.T, images map[string]v1.Image) string {
+func layoutWith(t testing.TB, images map[string]v1.Image) string {
 	t.Helper()
 	dir := t.TempDir()
 	p, err := layout.Write(dir, empty.Index)
@@ -75,7 +79,7 @@ func layoutWith(t *testing.T, images map[string]v1.Image) string {
 	return dir
 }
 
-func imageOf(t *testing.T, layers ...v1.Layer) v1.Image {
+func imageOf(t testing.TB, layers ...v1.Layer) v1.Image {
 	t.Helper()
 	img, err := mutate.AppendLayers(empty.Image, layers...)
 	if err != nil {

@@ -320,7 +320,19 @@ type container struct {
 	bundle string
 	cache  *imageCache
 	digest string
-	killed bool
+	cmd    *exec.Cmd
+}
+
+// runtimeExited reports that the runtime's run ended by itself: the
+// container's first process exited and was reaped, and with it every
+// process of its PID namespace (the kernel kills them when it ends).
+func (c *container) runtimeExited() bool {
+	ps := c.cmd.ProcessState
+	if ps == nil {
+		return false
+	}
+	_, sig := signalled(ps)
+	return !sig
 }
 
 // command is the runtime's foreground run of the container, kept after it
@@ -328,6 +340,7 @@ type container struct {
 func (c *container) command() *exec.Cmd {
 	cmd := exec.Command(c.rt.path, "--root", c.rt.root, "run", "--keep", "--bundle", c.bundle, c.id)
 	cmd.SysProcAttr = groupLeader()
+	c.cmd = cmd
 	return cmd
 }
 
@@ -338,7 +351,9 @@ func (c *container) Started(int) error { return nil }
 // KillAll kills every process of the container: its PID namespace dies
 // with its first process, whatever escaped the runtime's process group.
 func (c *container) KillAll() {
-	c.killed = true
+	if c.runtimeExited() {
+		return
+	}
 	_ = exec.Command(c.rt.path, "--root", c.rt.root, "kill", "--all", c.id, "KILL").Run()
 }
 
@@ -369,6 +384,9 @@ func (c *container) OOMKilled() bool {
 // Contained: once the runtime's state says the container stopped (or it
 // is gone), none of its processes is left.
 func (c *container) Contained() bool {
+	if c.runtimeExited() {
+		return true
+	}
 	out, err := exec.Command(c.rt.path, "--root", c.rt.root, "state", c.id).Output()
 	if err != nil {
 		return true // no such container: nothing is left

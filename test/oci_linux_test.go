@@ -124,6 +124,24 @@ func attemptOf(t *testing.T, cl *api.Client, id string) api.Attempt {
 	return task.Attempts[len(task.Attempts)-1]
 }
 
+// sleepers lists the host's processes running "sleep 3600" (a
+// container's processes are the host's too, in their own namespace).
+func sleepers(t *testing.T) []string {
+	t.Helper()
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range entries {
+		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if err == nil && string(b) == "sleep\x003600\x00" {
+			out = append(out, e.Name())
+		}
+	}
+	return out
+}
+
 // endedWith is the message of the task's latest finished event: how its
 // last attempt ended.
 func endedWith(t *testing.T, cl *api.Client, id string) string {
@@ -156,14 +174,18 @@ func TestOCITasks(t *testing.T) {
 	refA := pushImage(t, host, "test/alpha:1", busyboxImage(t, bb, "alpha-only"))
 	refB := pushImage(t, host, "test/beta:1", busyboxImage(t, bb, "beta-only"))
 
+	photos := t.TempDir()
+	if err := os.WriteFile(photos+"/cat.jpg", []byte("meow"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	c := NewClusterWith(t, 3, gossipSetup())
-	h := c.StartAgent(agent.Config{ID: "edge-1", Slots: 2})
+	h := c.StartAgent(agent.Config{ID: "edge-1", Slots: 2, Datasets: map[string]string{"photos": photos}})
 	WaitRegistered(t, h)
 	if rt, why := h.Agent.ContainerRuntime(); rt == "" {
 		t.Skipf("this machine runs no containers: %s", why)
 	}
 	cl := c.AllClient()
-	node, _, err := cl.GetNode(Ctx(t, time.Minute), "edge-1", api.ReadOptions{})
+	node, _, err := cl.GetNode(Ctx(t, time.Minute), "edge-1", api.ReadOptions{Consistent: true})
 	if err != nil || len(node.Capabilities["oci"]) == 0 {
 		t.Fatalf("the node does not advertise oci@1: %v %v", node.Capabilities, err)
 	}
@@ -180,6 +202,29 @@ func TestOCITasks(t *testing.T) {
 			if !strings.Contains(out, want) {
 				t.Fatalf("the container's output lacks %q:\n%s", want, out)
 			}
+		}
+	})
+
+	t.Run("datasets in, outputs out", func(t *testing.T) {
+		spec := ociSpec("thumb", refA, `cat "$HERD_INPUT_PHOTOS/cat.jpg" > /work/thumb.jpg && echo "input at $HERD_INPUT_PHOTOS"
+			touch "$HERD_INPUT_PHOTOS/x" 2>/dev/null && echo input-writable || echo input-readonly`)
+		spec.Inputs = []string{"photos"}
+		spec.Outputs = []string{"thumb.jpg"}
+		id := submit(t, cl, spec)
+		waitTaskState(t, cl, id, api.TaskSucceeded)
+		if out := attemptOf(t, cl, id).OutputTail; !strings.Contains(out, "input at /datasets/photos") || !strings.Contains(out, "input-readonly") {
+			t.Fatalf("output %q", out)
+		}
+		if !Eventually(30*time.Second, func() bool {
+			n, _, err := cl.GetNode(Ctx(t, time.Minute), "edge-1", api.ReadOptions{})
+			for _, d := range n.Datasets {
+				if err == nil && strings.HasSuffix(d.Name, "thumb.jpg") && d.Bytes == 4 {
+					return true
+				}
+			}
+			return false
+		}) {
+			t.Fatal("the container's output did not become a dataset of its node")
 		}
 	})
 
@@ -257,6 +302,21 @@ func TestOCITasks(t *testing.T) {
 		}
 	})
 
+	t.Run("cancel kills the container", func(t *testing.T) {
+		id := submit(t, cl, ociSpec("long", refA, `echo started; sleep 3600`))
+		waitTaskState(t, cl, id, api.TaskRunning)
+		if !Eventually(30*time.Second, func() bool { return len(sleepers(t)) > 0 }) {
+			t.Fatal("the container's sleep never showed up among the host's processes")
+		}
+		if _, err := cl.CancelTask(Ctx(t, time.Minute), id, "test"); err != nil {
+			t.Fatal(err)
+		}
+		waitTaskState(t, cl, id, api.TaskCancelled)
+		if !Eventually(30*time.Second, func() bool { return len(sleepers(t)) == 0 && len(h.Agent.Running()) == 0 }) {
+			t.Fatalf("the cancelled container's processes live on: %v", sleepers(t))
+		}
+	})
+
 	t.Run("no network", func(t *testing.T) {
 		spec := ociSpec("offline", refA, `ls /sys/class/net`)
 		spec.Network = api.NetworkNone
@@ -277,7 +337,7 @@ func TestOCITaskWaitsForANodeWithARuntime(t *testing.T) {
 	WaitRegistered(t, h)
 	cl := c.AllClient()
 	ctx := Ctx(t, time.Minute)
-	node, _, err := cl.GetNode(ctx, "edge-1", api.ReadOptions{})
+	node, _, err := cl.GetNode(ctx, "edge-1", api.ReadOptions{Consistent: true})
 	if err != nil || len(node.Capabilities["oci"]) != 0 {
 		t.Fatalf("a node without a runtime advertises %v (%v)", node.Capabilities, err)
 	}

@@ -27,14 +27,17 @@ type benchSizes struct {
 	footTasks      int
 	failoverTrials int
 	finishedTasks  int
+	processTasks   int
+	agentsN        int
+	agentsWindow   time.Duration
 }
 
 func fullSizes() benchSizes {
-	return benchSizes{ceiling: 10 * time.Second, nodes: 1000, backlog: 100_000, e2eTasks: 20_000, footNodes: 1000, footIdle: 20 * time.Second, footTasks: 100_000, failoverTrials: 20, finishedTasks: 1_000_000}
+	return benchSizes{ceiling: 10 * time.Second, nodes: 1000, backlog: 100_000, e2eTasks: 20_000, footNodes: 1000, footIdle: 20 * time.Second, footTasks: 100_000, failoverTrials: 20, finishedTasks: 1_000_000, processTasks: 3000, agentsN: 1000, agentsWindow: 30 * time.Second}
 }
 
 func quickSizes() benchSizes {
-	return benchSizes{ceiling: 2 * time.Second, nodes: 100, backlog: 3000, e2eTasks: 200, footNodes: 100, footIdle: time.Second, footTasks: 2000, failoverTrials: 2, finishedTasks: 20_000}
+	return benchSizes{ceiling: 2 * time.Second, nodes: 100, backlog: 3000, e2eTasks: 200, footNodes: 100, footIdle: time.Second, footTasks: 2000, failoverTrials: 2, finishedTasks: 20_000, processTasks: 300, agentsN: 50, agentsWindow: 3 * time.Second}
 }
 
 // Result is what one run measured; the JSON keys are stable.
@@ -154,9 +157,39 @@ type Result struct {
 	FootprintNodes     int     `json:"footprint_nodes"`
 	FootprintTasks     int     `json:"footprint_tasks"`
 	FootprintIdle      string  `json:"footprint_idle_window"`
-	E2ETasks           int     `json:"e2e_tasks"`
-	PlacementBacklog   int     `json:"placement_backlog"`
-	PlacementNodes     int     `json:"placement_nodes"`
+	// The real deployment: three server processes and two agent
+	// processes of 64 slots, and one agent alone; herd's CPU per task is
+	// every server's and agent's together.
+	ProcessesTasksPerSec              float64 `json:"e2e_processes_tasks_per_sec"`
+	ProcessesToCeiling                float64 `json:"e2e_processes_to_ceiling_ratio"`
+	ProcessesOneAgentTasksPerSec      float64 `json:"e2e_processes_one_agent_tasks_per_sec"`
+	ProcessesStartP50                 float64 `json:"e2e_processes_submit_to_start_p50_ms"`
+	ProcessesStartP99                 float64 `json:"e2e_processes_submit_to_start_p99_ms"`
+	HerdCPUPerTaskMs                  float64 `json:"herd_cpu_per_task_ms"`
+	ProcessesOneAgentHerdCPUPerTaskMs float64 `json:"e2e_processes_one_agent_herd_cpu_per_task_ms"`
+	ProcessesServerCPUPerTaskMs       float64 `json:"e2e_processes_servers_cpu_per_task_ms"`
+	ProcessesLeaderCPUPerTaskMs       float64 `json:"e2e_processes_leader_cpu_per_task_ms"`
+	ProcessesAgentCPUPerTaskMs        float64 `json:"e2e_processes_agents_cpu_per_task_ms"`
+	ProcessesTaskCPUPerTaskMs         float64 `json:"e2e_processes_task_process_cpu_per_task_ms"`
+	ProcessesServerRSSMiB             float64 `json:"e2e_processes_server_rss_mib"`
+	ProcessesAgentRSSMiB              float64 `json:"e2e_processes_agent_rss_mib"`
+	ProcessesTasks                    int     `json:"e2e_processes_tasks"`
+	// Many agents in one process, each a real memberlist member and the
+	// agent's heartbeat and assignment protocol, against three server
+	// processes: the leader's CPU idle and while placing, the servers'
+	// memory, heartbeat loss and false SUSPECT/DOWN verdicts.
+	Agents                  int     `json:"agents"`
+	AgentsLeaderCPUPct      float64 `json:"agents_1000_leader_cpu_pct"`
+	AgentsLeaderPlacingCPU  float64 `json:"agents_1000_leader_placing_cpu_pct"`
+	AgentsFalseVerdicts     int     `json:"agents_1000_false_verdicts"`
+	AgentsHeartbeatLoss     float64 `json:"agents_1000_heartbeat_loss"`
+	AgentsServerRSSMiB      float64 `json:"agents_1000_server_rss_mib"`
+	AgentsProcessCPUPct     float64 `json:"agents_1000_agents_process_cpu_pct"`
+	AgentsRegisterSeconds   float64 `json:"agents_1000_register_seconds"`
+	AgentsPlacedTasksPerSec float64 `json:"agents_1000_placing_tasks_per_sec"`
+	E2ETasks                int     `json:"e2e_tasks"`
+	PlacementBacklog        int     `json:"placement_backlog"`
+	PlacementNodes          int     `json:"placement_nodes"`
 }
 
 // Options choose what one run measures and where it writes.
@@ -190,7 +223,7 @@ type Options struct {
 }
 
 // Steps are the steps of a run, in the order they run.
-var Steps = []string{"decision", "placement", "e2e", "e2e-secure", "footprint", "failover", "retention"}
+var Steps = []string{"decision", "placement", "e2e", "e2e-secure", "e2e-processes", "agents", "footprint", "failover", "retention"}
 
 // Validate checks options that would fail only later in a run.
 func (o Options) Validate() error {
@@ -266,6 +299,8 @@ func Run(o Options, out io.Writer) error {
 		"e2e-secure": func() error {
 			return benchE2ESecure(filepath.Join(dir, "e2e-secure"), o.AgentDir, sz, &r)
 		},
+		"e2e-processes": func() error { return benchProcesses(o.Executable, filepath.Join(dir, "processes"), sz, &r) },
+		"agents":        func() error { return benchAgents(o.Executable, filepath.Join(dir, "agents"), sz, &r) },
 		"footprint": func() error {
 			return benchFootprint(o.Executable, filepath.Join(dir, "footprint"), sz, o.HeapProfile, &r)
 		},
@@ -309,6 +344,9 @@ func Print(w io.Writer, r *Result) {
 	row(tb, "end to end", fmt.Sprintf("%.0f tasks/s, submit→start p50 %.1f ms, p99 %.1f ms", r.E2ETasksPerSec, r.E2ESaturatedStartP50, r.E2ESaturatedStartP99), fmt.Sprintf("%d × true at once (batches of %d), 3 replicas + 4 agents", r.E2ETasks, e2eSubmitBatch))
 	row(tb, "process ceiling", fmt.Sprintf("%.0f tasks/s (one at a time %.0f, %d at once %.0f), %.2f ms of CPU in each; end to end reached %.2f× of it", r.ProcessCeiling, r.ProcessSequential, e2eAgents*e2eSlotsPerAgent, r.ProcessConcurrent, r.ProcessCPUPerTaskMs, r.E2EToProcessCeiling), "true started and reaped, no scheduler; the better rate is the ceiling")
 	row(tb, "end to end, CPU per task", fmt.Sprintf("%.2f ms in herd, %.2f ms in the task's process; %.2f Raft entries", r.E2ECPUPerTaskMs, r.E2EChildCPUPerTaskMs, r.E2EEntriesPerTask), "same run; herd is 3 replicas, 4 agents and the client in one process")
+	row(tb, "end to end, processes", fmt.Sprintf("%.0f tasks/s (%.2f× the process ceiling; one agent alone %.0f /s), submit→start p50 %.1f ms, p99 %.1f ms", r.ProcessesTasksPerSec, r.ProcessesToCeiling, r.ProcessesOneAgentTasksPerSec, r.ProcessesStartP50, r.ProcessesStartP99), fmt.Sprintf("%d × true in batches of 1,000; 3 herd server processes, 2 herd agent processes of %d slots", r.ProcessesTasks, processSlots))
+	row(tb, "processes, CPU per task", fmt.Sprintf("herd %.2f ms (servers %.2f, of it the leader %.2f; agents %.2f; one agent alone: herd %.2f), the task's process %.2f ms; RSS server %.0f MiB, agent %.0f MiB", r.HerdCPUPerTaskMs, r.ProcessesServerCPUPerTaskMs, r.ProcessesLeaderCPUPerTaskMs, r.ProcessesAgentCPUPerTaskMs, r.ProcessesOneAgentHerdCPUPerTaskMs, r.ProcessesTaskCPUPerTaskMs, r.ProcessesServerRSSMiB, r.ProcessesAgentRSSMiB), "same run, from /proc of each process")
+	row(tb, "many agents", fmt.Sprintf("leader %.1f%% of a core idle, %.1f%% placing %.0f tasks/s; %d false verdicts, heartbeat loss %.3f; server RSS %.0f MiB; agents' process %.0f%% of a core; registered in %.1f s", r.AgentsLeaderCPUPct, r.AgentsLeaderPlacingCPU, r.AgentsPlacedTasksPerSec, r.AgentsFalseVerdicts, r.AgentsHeartbeatLoss, r.AgentsServerRSSMiB, r.AgentsProcessCPUPct, r.AgentsRegisterSeconds), fmt.Sprintf("%d agents in one process (memberlist members with their own UDP sockets, heartbeats, assignment long polls) against 3 server processes", r.Agents))
 	row(tb, "submit→start, light load", fmt.Sprintf("p50 %.1f ms, p99 %.1f ms", r.E2ESubmitToStartP50, r.E2ESubmitToStartP99), fmt.Sprintf("%.0f tasks/s steady, same cluster", r.E2ELightRate))
 	row(tb, "end to end, TLS and ACLs", fmt.Sprintf("%.0f tasks/s (%.2f× open), %.2f ms of herd CPU per task; light load p50 %.1f ms, p99 %.1f ms", r.E2ESecureTasksPerSec, r.E2ESecureThroughputRatio, r.E2ESecureCPUPerTaskMs, r.E2ESecureSubmitToStartP50, r.E2ESecureSubmitToStartP99), "the same two workloads on a cluster with mutual TLS on every link and ACLs on every request")
 	row(tb, "decision", fmt.Sprintf("%.3f / %.3f / %.3f ms", r.Decision100Nodes, r.Decision1kNodes, r.Decision10kNodes), "filter+score+select over 100 / 1k / 10k nodes")

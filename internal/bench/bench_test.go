@@ -21,6 +21,7 @@ func TestBenchJSONHasTheRequiredKeys(t *testing.T) {
 		"e2e_submit_to_start_p99_ms", "decision_10k_nodes_ms", "queue_select_100k_ms", "replica_rss_mib", "failover_p99_ms",
 		"snapshot_bytes", "snapshot_save_ms", "snapshot_restore_ms", "restart_to_ready_ms", "replica_idle_backlog_cpu_percent",
 		"process_ceiling_tasks_per_sec", "e2e_to_process_ceiling_ratio",
+		"e2e_processes_tasks_per_sec", "e2e_processes_to_ceiling_ratio", "herd_cpu_per_task_ms", "agents_1000_leader_cpu_pct", "agents_1000_false_verdicts",
 	} {
 		if _, numeric := got[key].(float64); !numeric {
 			t.Errorf("bench JSON: %q is %v (%T), want a number", key, got[key], got[key])

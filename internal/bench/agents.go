@@ -1,0 +1,162 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"herd/agent"
+	"herd/api"
+)
+
+// benchAgents runs many agents in this process against three server
+// processes: each is the real agent (a memberlist member with its own
+// UDP socket, heartbeats, the assignment long poll), without benchmarks
+// or containers, one slot each. It measures the servers while the fleet
+// is idle and while it places `true` at a low rate, and counts the
+// SUSPECT and DOWN verdicts the leader reached meanwhile: every agent is
+// alive, so each one is false.
+func benchAgents(exe, dir string, sz benchSizes, r *Result) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	s, err := startSite(exe, dir)
+	if err != nil {
+		return err
+	}
+	defer s.stop()
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	defer func() { cancel(); wg.Wait() }()
+	n := sz.agentsN
+	r.Agents = n
+	t0 := time.Now()
+	for i := range n {
+		id := fmt.Sprintf("many-%04d", i)
+		servers := []string{s.http[i%3], s.http[(i+1)%3], s.http[(i+2)%3]}
+		a, err := agent.New(agent.Config{
+			ID: id, Servers: servers, DataDir: filepath.Join(dir, "agents", id), Slots: 1,
+			Resources: api.Resources{CPUMillis: 1000, MemoryMB: 1024, DiskMB: 1024},
+			NoBench:   true, OCIRuntime: "none", Limits: "none", Logger: hclog.NewNullLogger(),
+		})
+		if err != nil {
+			return fmt.Errorf("agent %s: %w", id, err)
+		}
+		wg.Add(1)
+		go func() { defer wg.Done(); _ = a.Run(ctx) }()
+	}
+	if err := waitFleetReady(ctx, s.cl, n, 5*time.Minute); err != nil {
+		return err
+	}
+	r.AgentsRegisterSeconds = time.Since(t0).Seconds()
+	// Settle: the registrations' tail (profiles, first heartbeats).
+	time.Sleep(sz.agentsWindow / 2)
+	li := s.leaderIndex()
+	if li < 0 {
+		return errors.New("no leader")
+	}
+	from, err := eventsEnd(ctx, s.cl)
+	if err != nil {
+		return err
+	}
+	leaderPid, self := s.servers[li].Process.Pid, os.Getpid()
+
+	// Idle.
+	l0, a0, w0 := procCPUSeconds(leaderPid), procCPUSeconds(self), time.Now()
+	time.Sleep(sz.agentsWindow)
+	window := time.Since(w0).Seconds()
+	r.AgentsLeaderCPUPct = 100 * (procCPUSeconds(leaderPid) - l0) / window
+	r.AgentsProcessCPUPct = 100 * (procCPUSeconds(self) - a0) / window
+
+	// Placing: `true` at a steady low rate through the window.
+	rate := max(n/10, 10)
+	l0, w0 = procCPUSeconds(leaderPid), time.Now()
+	tick := time.NewTicker(100 * time.Millisecond)
+	submitted := 0
+	for time.Since(w0) < sz.agentsWindow {
+		<-tick.C
+		batch := rate / 10
+		if err := submitTrue(ctx, s.cl, "many", submitted, batch); err != nil {
+			tick.Stop()
+			return err
+		}
+		submitted += batch
+	}
+	tick.Stop()
+	window = time.Since(w0).Seconds()
+	r.AgentsLeaderPlacingCPU = 100 * (procCPUSeconds(leaderPid) - l0) / window
+	r.AgentsPlacedTasksPerSec = float64(submitted) / window
+	if err := waitSucceeded(s.http[li], submitted, 2*time.Minute); err != nil {
+		return err
+	}
+
+	for _, p := range s.servers {
+		r.AgentsServerRSSMiB = max(r.AgentsServerRSSMiB, procRSSMiB(p.Process.Pid, "VmRSS"))
+	}
+	nodes, _, err := s.cl.ListNodes(ctx, api.ReadOptions{Consistent: true})
+	if err != nil {
+		return err
+	}
+	loss := 0.0
+	for _, nd := range nodes {
+		loss += nd.Observation.Loss
+	}
+	r.AgentsHeartbeatLoss = loss / float64(max(len(nodes), 1))
+	r.AgentsFalseVerdicts, err = countVerdicts(ctx, s.cl, from)
+	return err
+}
+
+// waitFleetReady waits until n nodes are READY.
+func waitFleetReady(ctx context.Context, cl *api.Client, n int, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	ready := 0
+	for time.Now().Before(deadline) {
+		nodes, _, err := cl.ListNodes(ctx, api.ReadOptions{})
+		if err == nil {
+			ready = 0
+			for _, nd := range nodes {
+				if nd.Liveness == api.LivenessReady {
+					ready++
+				}
+			}
+			if ready >= n {
+				return nil
+			}
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	return fmt.Errorf("%d of %d agents READY after %s", ready, n, limit)
+}
+
+// eventsEnd is the position just past the last event a server holds.
+func eventsEnd(ctx context.Context, cl *api.Client) (api.EventPosition, error) {
+	var pos api.EventPosition
+	err := cl.Events(ctx, api.EventQuery{Topics: []api.EventTopicFilter{{Topic: "node"}}}, false, func(l api.EventLine) error {
+		if l.Lost == nil {
+			pos = l.Position().After()
+		}
+		return nil
+	})
+	return pos, err
+}
+
+// countVerdicts counts the SUSPECT and DOWN verdicts since from.
+func countVerdicts(ctx context.Context, cl *api.Client, from api.EventPosition) (int, error) {
+	n := 0
+	err := cl.Events(ctx, api.EventQuery{From: from, Topics: []api.EventTopicFilter{{Topic: "node"}}}, false, func(l api.EventLine) error {
+		if l.Lost != nil {
+			return fmt.Errorf("the node events to count verdicts in were let go: %s", l.Message)
+		}
+		if l.Kind == "suspect" || l.Kind == "down" {
+			n++
+		}
+		return nil
+	})
+	return n, err
+}

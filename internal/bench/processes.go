@@ -1,0 +1,391 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"herd/api"
+	"herd/internal/localcluster"
+)
+
+// site is the deployment users run: three `herd server` processes and
+// `herd agent` processes, each its own process, on loopback.
+type site struct {
+	exe     string
+	dir     string
+	servers []*exec.Cmd
+	http    []string
+	gossip  []string
+	agents  []*exec.Cmd
+	cl      *api.Client
+}
+
+// startSite starts three servers (with gossip) and waits for a leader.
+func startSite(exe, dir string) (*site, error) {
+	s := &site{exe: exe, dir: dir}
+	var raft []string
+	for range 3 {
+		h, err1 := localcluster.FreeAddr()
+		r, err2 := localcluster.FreeAddr()
+		g, err3 := localcluster.FreeAddr()
+		if err := errors.Join(err1, err2, err3); err != nil {
+			return nil, err
+		}
+		s.http, raft, s.gossip = append(s.http, h), append(raft, r), append(s.gossip, g)
+	}
+	for i := range 3 {
+		args := []string{"server", "-id", fmt.Sprintf("s%d", i+1), "-data-dir", filepath.Join(dir, fmt.Sprintf("s%d", i+1)),
+			"-http-addr", s.http[i], "-raft-addr", raft[i], "-gossip-addr", s.gossip[i],
+			"-bootstrap-expect", "3", "-join", strings.Join(s.http, ","), "-log-level", "error"}
+		cmd, err := s.spawn(fmt.Sprintf("s%d", i+1), args)
+		if err != nil {
+			s.stop()
+			return nil, err
+		}
+		s.servers = append(s.servers, cmd)
+	}
+	cl, err := api.NewClient(s.http...)
+	if err != nil {
+		s.stop()
+		return nil, err
+	}
+	cl.Retries, cl.RetryWait = 100, 100*time.Millisecond
+	s.cl = cl
+	if err := waitReady(context.Background(), cl, time.Minute); err != nil {
+		s.stop()
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *site) spawn(name string, args []string) (*exec.Cmd, error) {
+	log, err := os.Create(filepath.Join(s.dir, name+".log"))
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(s.exe, args...)
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		log.Close()
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	go func() { _ = cmd.Wait(); log.Close() }()
+	return cmd, nil
+}
+
+// startAgent starts one `herd agent` process with slots, and waits until
+// the cluster lists it.
+func (s *site) startAgent(id string, slots int) error {
+	args := []string{"agent", "-id", id, "-servers", strings.Join(s.http, ","), "-data-dir", filepath.Join(s.dir, id),
+		"-slots", strconv.Itoa(slots), "-cpu-millis", strconv.Itoa(slots * 1000), "-memory-mb", strconv.Itoa(slots * 1024),
+		"-no-bench", "-oci-runtime", "none", "-log-level", "error"}
+	cmd, err := s.spawn(id, args)
+	if err != nil {
+		return err
+	}
+	s.agents = append(s.agents, cmd)
+	deadline := time.Now().Add(time.Minute)
+	for time.Now().Before(deadline) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		n, _, err := s.cl.GetNode(ctx, id, api.ReadOptions{Consistent: true})
+		cancel()
+		if err == nil && n.Liveness == api.LivenessReady {
+			return nil
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return fmt.Errorf("agent %s did not become READY", id)
+}
+
+// stop ends every process (SIGTERM, then SIGKILL after 10 s).
+func (s *site) stop() {
+	for _, c := range append(append([]*exec.Cmd(nil), s.agents...), s.servers...) {
+		if c.Process != nil {
+			_ = c.Process.Signal(syscall.SIGTERM)
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for _, c := range append(append([]*exec.Cmd(nil), s.agents...), s.servers...) {
+		for c.Process != nil && time.Now().Before(deadline) && processAlive(c.Process.Pid) {
+			time.Sleep(20 * time.Millisecond)
+		}
+		if c.Process != nil {
+			_ = c.Process.Kill()
+		}
+	}
+}
+
+func processAlive(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	return len(f) > 0 && f[0] != "Z"
+}
+
+// leaderIndex is which server leads (-1 when none answers).
+func (s *site) leaderIndex() int {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	l, err := s.cl.Leader(ctx)
+	if err != nil {
+		return -1
+	}
+	for i, h := range s.http {
+		if strings.TrimPrefix(l.HTTPAddress, "http://") == h {
+			return i
+		}
+	}
+	return -1
+}
+
+// procChildCPUSeconds is the CPU of process pid's reaped children
+// (cutime and cstime): an agent's tasks.
+func procChildCPUSeconds(pid int) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(f) < 15 {
+		return 0
+	}
+	cu, _ := strconv.ParseFloat(f[13], 64)
+	cs, _ := strconv.ParseFloat(f[14], 64)
+	return (cu + cs) / 100
+}
+
+// metricSample reads one sample of a replica's /metrics.
+func metricSample(httpAddr, sample string) (float64, error) {
+	resp, err := http.Get("http://" + httpAddr + "/metrics")
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 4<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, sample+" ") {
+			return strconv.ParseFloat(strings.TrimSpace(strings.TrimPrefix(line, sample)), 64)
+		}
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	return 0, nil
+}
+
+// processRun is what one multi-process run measured.
+type processRun struct {
+	tasksPerSec          float64
+	startP50, startP99   float64
+	serverCPU, agentCPU  float64 // seconds, all servers, all agents
+	leaderCPU, taskCPU   float64
+	tasks                int
+	serverRSS, agentRSS  float64 // MiB, the largest
+	herdCPUPerTaskMs     float64
+	agentCPUPerTaskMs    float64
+	serverCPUPerTaskMs   float64
+	taskCPUPerTaskMs     float64
+	leaderCPUPerTaskMs   float64
+	submitAllMs          float64
+	entriesPerTaskApprox float64
+}
+
+// benchProcesses runs the real deployment end to end: three server
+// processes and agent processes, `true` submitted in batches of 1,000.
+// One agent with 64 slots first, then two: the deployment's rate against
+// the process ceiling measured in the same run.
+func benchProcesses(exe, dir string, sz benchSizes, r *Result) error {
+	if r.ProcessCeiling == 0 {
+		if err := benchProcessCeiling(sz.ceiling, 2*processSlots, r); err != nil {
+			return err
+		}
+	}
+	one, err := runProcessSite(exe, filepath.Join(dir, "one"), 1, sz.processTasks)
+	if err != nil {
+		return fmt.Errorf("one agent: %w", err)
+	}
+	two, err := runProcessSite(exe, filepath.Join(dir, "two"), 2, sz.processTasks)
+	if err != nil {
+		return fmt.Errorf("two agents: %w", err)
+	}
+	r.ProcessesOneAgentTasksPerSec = one.tasksPerSec
+	r.ProcessesTasksPerSec = two.tasksPerSec
+	r.ProcessesToCeiling = two.tasksPerSec / r.ProcessCeiling
+	r.ProcessesStartP50, r.ProcessesStartP99 = two.startP50, two.startP99
+	r.HerdCPUPerTaskMs = two.herdCPUPerTaskMs
+	r.ProcessesServerCPUPerTaskMs, r.ProcessesLeaderCPUPerTaskMs = two.serverCPUPerTaskMs, two.leaderCPUPerTaskMs
+	r.ProcessesAgentCPUPerTaskMs, r.ProcessesTaskCPUPerTaskMs = two.agentCPUPerTaskMs, two.taskCPUPerTaskMs
+	r.ProcessesOneAgentHerdCPUPerTaskMs = one.herdCPUPerTaskMs
+	r.ProcessesServerRSSMiB, r.ProcessesAgentRSSMiB = two.serverRSS, two.agentRSS
+	r.ProcessesTasks = sz.processTasks
+	return nil
+}
+
+// processSlots is each agent's slots in the multi-process step.
+const processSlots = 64
+
+func runProcessSite(exe, dir string, agents, tasks int) (processRun, error) {
+	var out processRun
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return out, err
+	}
+	s, err := startSite(exe, dir)
+	if err != nil {
+		return out, err
+	}
+	defer s.stop()
+	for i := range agents {
+		if err := s.startAgent(fmt.Sprintf("pa-%d", i+1), processSlots); err != nil {
+			return out, err
+		}
+	}
+	li := s.leaderIndex()
+	if li < 0 {
+		return out, errors.New("no leader")
+	}
+	pids := func(cs []*exec.Cmd) []int {
+		var p []int
+		for _, c := range cs {
+			p = append(p, c.Process.Pid)
+		}
+		return p
+	}
+	sum := func(ps []int, f func(int) float64) float64 {
+		t := 0.0
+		for _, p := range ps {
+			t += f(p)
+		}
+		return t
+	}
+	sp, ap := pids(s.servers), pids(s.agents)
+	ctx := context.Background()
+	// Warm up: a batch the size of the slots, so connections, pools and
+	// the leader's caches are in their running state.
+	if err := submitTrue(ctx, s.cl, "warm", 0, 2*processSlots*agents); err != nil {
+		return out, err
+	}
+	if err := waitSucceeded(s.http[li], 2*processSlots*agents, 2*time.Minute); err != nil {
+		return out, err
+	}
+	base, _ := metricSample(s.http[li], `herd_tasks{state="SUCCEEDED"}`)
+	srv0, ag0, ch0, ld0 := sum(sp, procCPUSeconds), sum(ap, procCPUSeconds), sum(ap, procChildCPUSeconds), procCPUSeconds(sp[li])
+	t0 := time.Now()
+	if err := submitTrue(ctx, s.cl, "run", 0, tasks); err != nil {
+		return out, err
+	}
+	out.submitAllMs = float64(time.Since(t0).Microseconds()) / 1000
+	if err := waitSucceeded(s.http[li], int(base)+tasks, 10*time.Minute); err != nil {
+		return out, err
+	}
+	elapsed := time.Since(t0)
+	out.tasks = tasks
+	out.tasksPerSec = float64(tasks) / elapsed.Seconds()
+	out.serverCPU, out.agentCPU = sum(sp, procCPUSeconds)-srv0, sum(ap, procCPUSeconds)-ag0
+	out.taskCPU, out.leaderCPU = sum(ap, procChildCPUSeconds)-ch0, procCPUSeconds(sp[li])-ld0
+	per := func(sec float64) float64 { return sec * 1000 / float64(tasks) }
+	out.serverCPUPerTaskMs, out.agentCPUPerTaskMs = per(out.serverCPU), per(out.agentCPU)
+	out.taskCPUPerTaskMs, out.leaderCPUPerTaskMs = per(out.taskCPU), per(out.leaderCPU)
+	out.herdCPUPerTaskMs = per(out.serverCPU + out.agentCPU)
+	for _, p := range sp {
+		out.serverRSS = max(out.serverRSS, procRSSMiB(p, "VmRSS"))
+	}
+	for _, p := range ap {
+		out.agentRSS = max(out.agentRSS, procRSSMiB(p, "VmRSS"))
+	}
+	out.startP50, out.startP99, err = startLatencies(ctx, s.cl, "run-")
+	return out, err
+}
+
+// submitTrue submits n `true` tasks named prefix-i in batches of 1,000.
+func submitTrue(ctx context.Context, cl *api.Client, prefix string, from, n int) error {
+	one := 1
+	for start := from; start < from+n; start += api.MaxBatchTasks {
+		end := min(start+api.MaxBatchTasks, from+n)
+		specs := make([]api.TaskSpec, 0, end-start)
+		for i := start; i < end; i++ {
+			specs = append(specs, api.TaskSpec{Name: fmt.Sprintf("%s-%d", prefix, i), IdempotencyKey: fmt.Sprintf("%s-%d", prefix, i),
+				Command: []string{"true"}, MaxAttempts: &one, Resources: api.Resources{CPUMillis: 10, MemoryMB: 1}})
+		}
+		if _, err := cl.SubmitTasks(ctx, specs); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// waitSucceeded waits until the replica counts n succeeded tasks.
+func waitSucceeded(httpAddr string, n int, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	for time.Now().Before(deadline) {
+		if v, err := metricSample(httpAddr, `herd_tasks{state="SUCCEEDED"}`); err == nil && int(v) >= n {
+			return nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return fmt.Errorf("%d tasks did not succeed within %s", n, limit)
+}
+
+// startLatencies reads every task whose name starts with prefix (16 at
+// a time) and returns the submit→start p50 and p99 in ms.
+func startLatencies(ctx context.Context, cl *api.Client, prefix string) (p50, p99 float64, err error) {
+	var ids []string
+	after := ""
+	for {
+		list, _, err := cl.ListTasks(ctx, api.TaskQuery{After: after, Limit: api.MaxListLimit}, api.ReadOptions{Consistent: true})
+		if err != nil {
+			return 0, 0, err
+		}
+		for _, t := range list.Tasks {
+			if strings.HasPrefix(t.Name, prefix) {
+				ids = append(ids, t.ID)
+			}
+		}
+		if list.Next == "" {
+			break
+		}
+		after = list.Next
+	}
+	lat := make([]float64, len(ids))
+	errs := make(chan error, 16)
+	next := make(chan int)
+	for range 16 {
+		go func() {
+			for i := range next {
+				t, _, err := cl.GetTask(ctx, ids[i], api.ReadOptions{})
+				if err != nil {
+					errs <- err
+					continue
+				}
+				if len(t.Attempts) > 0 && !t.Attempts[0].StartedAt.IsZero() {
+					lat[i] = float64(t.Attempts[0].StartedAt.Sub(t.SubmittedAt).Microseconds()) / 1000
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for i := range ids {
+		next <- i
+	}
+	close(next)
+	for range 16 {
+		if e := <-errs; e != nil && err == nil {
+			err = e
+		}
+	}
+	return percentile(lat, 0.5), percentile(lat, 0.99), err
+}

@@ -78,14 +78,25 @@ func Create(o Options) (*memberlist.Memberlist, error) {
 	if o.Tune != nil {
 		o.Tune(mc)
 	}
+	host := o.BindHost
+	if host == "" {
+		host = "0.0.0.0"
+	}
+	nt, err := newTransport(host, o.BindPort, mc.Logger)
+	if err != nil {
+		return nil, err
+	}
+	mc.BindPort = nt.port()
+	mc.Transport = nt
 	if o.WrapTransport != nil {
-		nt, err := memberlist.NewNetTransport(&memberlist.NetTransportConfig{BindAddrs: []string{o.BindHost}, BindPort: o.BindPort, Logger: mc.Logger})
-		if err != nil {
-			return nil, fmt.Errorf("gossip transport: %w", err)
-		}
 		mc.Transport = o.WrapTransport(nt)
 	}
-	return memberlist.Create(mc)
+	m, err := memberlist.Create(mc)
+	if err != nil {
+		_ = nt.Shutdown()
+		return nil, err
+	}
+	return m, nil
 }
 
 // SetKeys makes kr hold exactly keys, with primary the key in use: new

@@ -43,7 +43,9 @@ func TestTransportHandsOverPacketsOfTheirOwnSize(t *testing.T) {
 
 // Two members on this transport find each other.
 func TestMembersJoinOverTheTransport(t *testing.T) {
-	tune := func(c *memberlist.Config) { c.ProbeInterval, c.GossipInterval = 100*time.Millisecond, 20*time.Millisecond }
+	tune := func(c *memberlist.Config) {
+		c.ProbeInterval, c.GossipInterval = 100*time.Millisecond, 20*time.Millisecond
+	}
 	m1, err := Create(Options{Name: "one", BindHost: "127.0.0.1", Tune: tune})
 	if err != nil {
 		t.Fatal(err)

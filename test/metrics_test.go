@@ -106,7 +106,10 @@ func TestMetricsLintCleanAndMoving(t *testing.T) {
 	for _, p := range problems {
 		t.Errorf("agent: %s: %s", p.Metric, p.Text)
 	}
-	if n, err := testutil.GatherAndCount(a.Agent.Registry(), "herd_agent_attempts_started_total", "herd_agent_slots", "herd_agent_disk_bytes"); err != nil || n != 4 {
+	// One started counter, one slots gauge, disk bytes for logs, outputs
+	// and images, the image cache's cap and its three outcomes.
+	if n, err := testutil.GatherAndCount(a.Agent.Registry(), "herd_agent_attempts_started_total", "herd_agent_slots", "herd_agent_disk_bytes",
+		"herd_agent_image_cache_max_bytes", "herd_agent_image_resolutions_total"); err != nil || n != 9 {
 		t.Errorf("agent metrics: %d samples (%v)", n, err)
 	}
 	families, err := a.Agent.Registry().Gather()

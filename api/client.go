@@ -27,6 +27,10 @@ type Client struct {
 	// preferred is the index of the address that answered last; requests
 	// start there, so a dead replica costs one failure, not one per call.
 	preferred atomic.Int32
+	// leader is the index of the address a follower last named as the
+	// leader's (HeaderLeaderAddress), plus one (0: none known). Writes
+	// start there; reads stay where they are, any replica answers them.
+	leader atomic.Int32
 	// OnFailover, when set, is told when a request moves to another
 	// replica because the previous one failed.
 	OnFailover func(from, to string, err error)
@@ -89,6 +93,17 @@ func NewClient(addrs ...string) (*Client, error) {
 	return c, nil
 }
 
+// noteLeader remembers which of the client's addresses is the leader's
+// HTTP address (host:port), when one is.
+func (c *Client) noteLeader(hostport string) {
+	for i, a := range c.addrs {
+		if u, err := url.Parse(a); err == nil && u.Host == hostport {
+			c.leader.Store(int32(i) + 1)
+			return
+		}
+	}
+}
+
 // Addresses returns the base URLs the client uses.
 func (c *Client) Addresses() []string { return append([]string(nil), c.addrs...) }
 
@@ -101,6 +116,9 @@ type Meta struct {
 	LastContact time.Duration
 	KnownLeader bool
 	Status      int
+	// LeaderAddress is the leader's HTTP address when a follower
+	// forwarded the request (HeaderLeaderAddress).
+	LeaderAddress string
 }
 
 func (c *Client) do(ctx context.Context, method, path string, in, out any) (Meta, error) {
@@ -122,11 +140,19 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) (Meta
 			}
 		}
 		start := int(c.preferred.Load())
+		if l := int(c.leader.Load()) - 1; l >= 0 && method != http.MethodGet {
+			start = l
+		}
 		for i := range c.addrs {
 			k := (start + i) % len(c.addrs)
 			base := c.addrs[k]
 			meta, err := c.once(ctx, method, base+path, body, out)
 			if err == nil {
+				if method != http.MethodGet && meta.LeaderAddress == "" && k != start {
+					// Answered without forwarding elsewhere than the
+					// leader we knew: that one is stale.
+					c.leader.Store(0)
+				}
 				if k != start {
 					c.preferred.Store(int32(k))
 					if c.OnFailover != nil {
@@ -174,6 +200,9 @@ func (c *Client) onceWith(hc *http.Client, ctx context.Context, method, u string
 	}
 	defer resp.Body.Close()
 	meta := parseMeta(resp)
+	if meta.LeaderAddress != "" {
+		c.noteLeader(meta.LeaderAddress)
+	}
 	if resp.StatusCode >= 300 {
 		return meta, decodeError(resp)
 	}
@@ -220,6 +249,7 @@ func parseMeta(resp *http.Response) Meta {
 		m.LastContact = time.Duration(ms) * time.Millisecond
 	}
 	m.KnownLeader, _ = strconv.ParseBool(resp.Header.Get(HeaderKnownLeader))
+	m.LeaderAddress = resp.Header.Get(HeaderLeaderAddress)
 	return m
 }
 

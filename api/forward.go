@@ -37,6 +37,10 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request) {
 				pr.Out.Header.Set(HeaderIdentity, id.String())
 			}
 		},
+		ModifyResponse: func(resp *http.Response) error {
+			resp.Header.Set(HeaderLeaderAddress, addr)
+			return nil
+		},
 		FlushInterval: -1,
 		Transport:     h.forwardTransport,
 		BufferPool:    proxyBuffers{},

@@ -20,6 +20,10 @@ const (
 	HeaderLastContact = "X-Herd-Last-Contact"
 	HeaderKnownLeader = "X-Herd-Known-Leader"
 	HeaderForwarded   = "X-Herd-Forwarded-By"
+	// HeaderLeaderAddress, on an answer a follower forwarded, is the
+	// leader's HTTP address: a client that knows it sends its next writes
+	// there directly, sparing the follower and a hop.
+	HeaderLeaderAddress = "X-Herd-Leader-Address"
 )
 
 // ReadMeta describes the replica's view when it answered a read.

@@ -18,6 +18,7 @@ func runBench(e *env, args []string) error {
 	fs.StringVar(&o.HeapProfile, "heapprofile", "", "write the footprint replica's heap profile, taken once loaded, to this file")
 	only := fs.String("only", "", "run only these steps (comma-separated: "+strings.Join(bench.Steps, ",")+")")
 	fs.IntVar(&o.Backlog, "backlog", 0, "override the placement backlog size")
+	fs.IntVar(&o.Agents, "agents", 0, "override how many agents the agents step starts (1,000; 50 with -quick)")
 	fs.DurationVar(&o.FootprintIdle, "footprint-idle", 0, "override the footprint replica's settling time and idle window (each; 20s by default):\n30m lets a loaded leader explain every waiting task once before the settled RSS is read")
 	fs.StringVar(&o.AgentDir, "agent-dir", "", "put the end-to-end agents' data (attempt logs and working directories) under this directory\ninstead of the run's temporary one: a tmpfs leaves out the disk's cost of creating them")
 	if err := parse(e, fs, args); err != nil {

@@ -51,9 +51,9 @@ func benchAgents(exe, dir string, sz benchSizes, r *Result) error {
 		wg.Add(1)
 		go func() { defer wg.Done(); _ = a.Run(ctx) }()
 	}
-	if err := waitFleetReady(ctx, s.cl, n, 5*time.Minute); err != nil {
-		return err
-	}
+	// A machine that cannot carry the fleet is measured as it stands,
+	// with how many agents it got READY.
+	r.AgentsReady = waitFleetReady(ctx, s.cl, n, 5*time.Minute)
 	r.AgentsRegisterSeconds = time.Since(t0).Seconds()
 	// Settle: the registrations' tail (profiles, first heartbeats).
 	time.Sleep(sz.agentsWindow / 2)
@@ -112,8 +112,9 @@ func benchAgents(exe, dir string, sz benchSizes, r *Result) error {
 	return err
 }
 
-// waitFleetReady waits until n nodes are READY.
-func waitFleetReady(ctx context.Context, cl *api.Client, n int, limit time.Duration) error {
+// waitFleetReady waits until n nodes are READY, or limit passes, and
+// returns how many are.
+func waitFleetReady(ctx context.Context, cl *api.Client, n int, limit time.Duration) int {
 	deadline := time.Now().Add(limit)
 	ready := 0
 	for time.Now().Before(deadline) {
@@ -126,12 +127,12 @@ func waitFleetReady(ctx context.Context, cl *api.Client, n int, limit time.Durat
 				}
 			}
 			if ready >= n {
-				return nil
+				return ready
 			}
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	return fmt.Errorf("%d of %d agents READY after %s", ready, n, limit)
+	return ready
 }
 
 // eventsEnd is the position just past the last event a server holds.

@@ -179,6 +179,7 @@ type Result struct {
 	// processes: the leader's CPU idle and while placing, the servers'
 	// memory, heartbeat loss and false SUSPECT/DOWN verdicts.
 	Agents                  int     `json:"agents"`
+	AgentsReady             int     `json:"agents_ready"`
 	AgentsLeaderCPUPct      float64 `json:"agents_1000_leader_cpu_pct"`
 	AgentsLeaderPlacingCPU  float64 `json:"agents_1000_leader_placing_cpu_pct"`
 	AgentsFalseVerdicts     int     `json:"agents_1000_false_verdicts"`
@@ -209,6 +210,8 @@ type Options struct {
 	Only []string
 	// Backlog overrides the placement backlog size when positive.
 	Backlog int
+	// Agents overrides the agents step's fleet size when positive.
+	Agents int
 	// FootprintIdle overrides the footprint replica's settling time and
 	// idle window (each) when positive.
 	FootprintIdle time.Duration
@@ -227,6 +230,9 @@ var Steps = []string{"decision", "placement", "e2e", "e2e-secure", "e2e-processe
 
 // Validate checks options that would fail only later in a run.
 func (o Options) Validate() error {
+	if o.Agents < 0 {
+		return fmt.Errorf("agents %d must not be negative", o.Agents)
+	}
 	if o.FootprintIdle < 0 {
 		return fmt.Errorf("footprint idle window %v must not be negative", o.FootprintIdle)
 	}
@@ -265,6 +271,9 @@ func Run(o Options, out io.Writer) error {
 	}
 	if o.Backlog > 0 {
 		sz.backlog = o.Backlog
+	}
+	if o.Agents > 0 {
+		sz.agentsN = o.Agents
 	}
 	if o.FootprintIdle > 0 {
 		sz.footIdle = o.FootprintIdle
@@ -346,7 +355,7 @@ func Print(w io.Writer, r *Result) {
 	row(tb, "end to end, CPU per task", fmt.Sprintf("%.2f ms in herd, %.2f ms in the task's process; %.2f Raft entries", r.E2ECPUPerTaskMs, r.E2EChildCPUPerTaskMs, r.E2EEntriesPerTask), "same run; herd is 3 replicas, 4 agents and the client in one process")
 	row(tb, "end to end, processes", fmt.Sprintf("%.0f tasks/s (%.2f× the process ceiling; one agent alone %.0f /s), submit→start p50 %.1f ms, p99 %.1f ms", r.ProcessesTasksPerSec, r.ProcessesToCeiling, r.ProcessesOneAgentTasksPerSec, r.ProcessesStartP50, r.ProcessesStartP99), fmt.Sprintf("%d × true in batches of 1,000; 3 herd server processes, 2 herd agent processes of %d slots", r.ProcessesTasks, processSlots))
 	row(tb, "processes, CPU per task", fmt.Sprintf("herd %.2f ms (servers %.2f, of it the leader %.2f; agents %.2f; one agent alone: herd %.2f), the task's process %.2f ms; RSS server %.0f MiB, agent %.0f MiB", r.HerdCPUPerTaskMs, r.ProcessesServerCPUPerTaskMs, r.ProcessesLeaderCPUPerTaskMs, r.ProcessesAgentCPUPerTaskMs, r.ProcessesOneAgentHerdCPUPerTaskMs, r.ProcessesTaskCPUPerTaskMs, r.ProcessesServerRSSMiB, r.ProcessesAgentRSSMiB), "same run, from /proc of each process")
-	row(tb, "many agents", fmt.Sprintf("leader %.1f%% of a core idle, %.1f%% placing %.0f tasks/s; %d false verdicts, heartbeat loss %.3f; server RSS %.0f MiB; agents' process %.0f%% of a core; registered in %.1f s", r.AgentsLeaderCPUPct, r.AgentsLeaderPlacingCPU, r.AgentsPlacedTasksPerSec, r.AgentsFalseVerdicts, r.AgentsHeartbeatLoss, r.AgentsServerRSSMiB, r.AgentsProcessCPUPct, r.AgentsRegisterSeconds), fmt.Sprintf("%d agents in one process (memberlist members with their own UDP sockets, heartbeats, assignment long polls) against 3 server processes", r.Agents))
+	row(tb, "many agents", fmt.Sprintf("%d READY; leader %.1f%% of a core idle, %.1f%% placing %.0f tasks/s; %d false verdicts, heartbeat loss %.3f; server RSS %.0f MiB; agents' process %.0f%% of a core; registered in %.1f s", r.AgentsReady, r.AgentsLeaderCPUPct, r.AgentsLeaderPlacingCPU, r.AgentsPlacedTasksPerSec, r.AgentsFalseVerdicts, r.AgentsHeartbeatLoss, r.AgentsServerRSSMiB, r.AgentsProcessCPUPct, r.AgentsRegisterSeconds), fmt.Sprintf("%d agents in one process (memberlist members with their own UDP sockets, heartbeats, assignment long polls) against 3 server processes", r.Agents))
 	row(tb, "submit→start, light load", fmt.Sprintf("p50 %.1f ms, p99 %.1f ms", r.E2ESubmitToStartP50, r.E2ESubmitToStartP99), fmt.Sprintf("%.0f tasks/s steady, same cluster", r.E2ELightRate))
 	row(tb, "end to end, TLS and ACLs", fmt.Sprintf("%.0f tasks/s (%.2f× open), %.2f ms of herd CPU per task; light load p50 %.1f ms, p99 %.1f ms", r.E2ESecureTasksPerSec, r.E2ESecureThroughputRatio, r.E2ESecureCPUPerTaskMs, r.E2ESecureSubmitToStartP50, r.E2ESecureSubmitToStartP99), "the same two workloads on a cluster with mutual TLS on every link and ACLs on every request")
 	row(tb, "decision", fmt.Sprintf("%.3f / %.3f / %.3f ms", r.Decision100Nodes, r.Decision1kNodes, r.Decision10kNodes), "filter+score+select over 100 / 1k / 10k nodes")

@@ -400,10 +400,9 @@ func (c *container) Contained() bool {
 // Release deletes the container (its cgroup with it) and its bundle, and
 // ends its use of the image.
 func (c *container) Release() {
-	if err := exec.Command(c.rt.path, "--root", c.rt.root, "delete", "-f", c.id).Run(); err != nil {
-		// A container never created leaves nothing to delete.
-		_ = err
-	}
+	// A container never created leaves nothing to delete: the error is
+	// the runtime saying so.
+	_ = exec.Command(c.rt.path, "--root", c.rt.root, "delete", "-f", c.id).Run()
 	_ = os.RemoveAll(c.bundle)
 	c.cache.release(c.digest)
 }

@@ -79,4 +79,3 @@ func staticBusyboxForBench(b *testing.B) []byte {
 	b.Skip("no static busybox (Debian: busybox-static)")
 	return nil
 }
-

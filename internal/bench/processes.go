@@ -127,12 +127,7 @@ func (s *site) stop() {
 }
 
 func processAlive(pid int) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	s := string(b)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	f := procStat(pid)
 	return len(f) > 0 && f[0] != "Z"
 }
 
@@ -154,20 +149,7 @@ func (s *site) leaderIndex() int {
 
 // procChildCPUSeconds is the CPU of process pid's reaped children
 // (cutime and cstime): an agent's tasks.
-func procChildCPUSeconds(pid int) float64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	s := string(b)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	if len(f) < 15 {
-		return 0
-	}
-	cu, _ := strconv.ParseFloat(f[13], 64)
-	cs, _ := strconv.ParseFloat(f[14], 64)
-	return (cu + cs) / 100
-}
+func procChildCPUSeconds(pid int) float64 { return procTicks(pid, 13, 14) / 100 }
 
 // metricSample reads one sample of a replica's /metrics.
 func metricSample(httpAddr, sample string) (float64, error) {

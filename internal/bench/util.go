@@ -77,20 +77,30 @@ func procRSSMiB(pid int, field string) float64 {
 // procCPUSeconds is the user and system CPU time process pid has used,
 // from /proc/PID/stat (in the kernel's fixed 100 ticks per second).
 func procCPUSeconds(pid int) float64 {
+	// utime and stime are the 12th and 13th fields after the name.
+	return procTicks(pid, 11, 12) / 100
+}
+
+// procStat is /proc/PID/stat's fields after the command name (which is
+// in parentheses and may hold anything): the state first.
+func procStat(pid int) []string {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
-		return 0
+		return nil
 	}
-	// Fields after the command name (in parentheses, and it may hold
-	// any): state is the first, utime the 12th, stime the 13th.
 	s := string(b)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	if len(f) < 13 {
+	return strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+}
+
+// procTicks sums the two clock-tick fields i and j of procStat.
+func procTicks(pid, i, j int) float64 {
+	f := procStat(pid)
+	if len(f) <= max(i, j) {
 		return 0
 	}
-	utime, _ := strconv.ParseFloat(f[11], 64)
-	stime, _ := strconv.ParseFloat(f[12], 64)
-	return (utime + stime) / 100
+	a, _ := strconv.ParseFloat(f[i], 64)
+	b, _ := strconv.ParseFloat(f[j], 64)
+	return a + b
 }
 
 // heapFromStats reads the replica's Go heap from its raft stats endpoint.

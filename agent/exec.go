@@ -150,6 +150,9 @@ func (a *Agent) runProcess(ctx context.Context, as api.Assignment) outcome {
 
 	timeout := time.Duration(derefInt64(spec.TimeoutSeconds, api.DefaultTimeoutSeconds)) * time.Second
 	waitErr, timedOut, abandoned := a.awaitEnd(ctx, pid, limits, timeout, waited)
+	if c, ok := limits.(*container); ok {
+		c.reaped(cmd.ProcessState) // Wait has returned: safe to read
+	}
 	// Whatever the main process left behind in its group dies with it.
 	killGroup(pid)
 	limits.KillAll()

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"herd/api"
@@ -320,14 +321,19 @@ type container struct {
 	bundle string
 	cache  *imageCache
 	digest string
-	cmd    *exec.Cmd
+	// reaped is the runtime's exit status once the agent has waited for
+	// it (set by reaped, read by the stop path too, hence atomic).
+	reapedState atomic.Pointer[os.ProcessState]
 }
+
+// reaped records the runtime's exit status, after its Wait returned.
+func (c *container) reaped(ps *os.ProcessState) { c.reapedState.Store(ps) }
 
 // runtimeExited reports that the runtime's run ended by itself: the
 // container's first process exited and was reaped, and with it every
 // process of its PID namespace (the kernel kills them when it ends).
 func (c *container) runtimeExited() bool {
-	ps := c.cmd.ProcessState
+	ps := c.reapedState.Load()
 	if ps == nil {
 		return false
 	}
@@ -340,7 +346,6 @@ func (c *container) runtimeExited() bool {
 func (c *container) command() *exec.Cmd {
 	cmd := exec.Command(c.rt.path, "--root", c.rt.root, "run", "--keep", "--bundle", c.bundle, c.id)
 	cmd.SysProcAttr = groupLeader()
-	c.cmd = cmd
 	return cmd
 }
 

@@ -3,7 +3,6 @@ package agent
 import (
 	"archive/tar"
 	"context"
-	"debug/elf"
 	"os"
 	"strconv"
 	"testing"
@@ -12,6 +11,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
 	"herd/api"
+	"herd/internal/testbin"
 )
 
 // BenchmarkOCIStart measures an attempt of "true" in a container from a
@@ -24,7 +24,10 @@ func BenchmarkOCIStart(b *testing.B) {
 	if os.Geteuid() != 0 {
 		b.Skip("containers need root")
 	}
-	bb := staticBusyboxForBench(b)
+	bb := testbin.StaticBusybox()
+	if bb == nil {
+		b.Skip("no static busybox (Debian: busybox-static)")
+	}
 	a := agentForTest(b, "none", func() (limiter, error) { return noLimits{}, nil })
 	if err := a.setUpContainers(); err != nil {
 		b.Fatal(err)
@@ -55,27 +58,4 @@ func BenchmarkOCIStart(b *testing.B) {
 	}
 	b.ReportMetric(float64((selfCPU()-cpu0).Nanoseconds())/float64(b.N), "agent-cpu-ns/op")
 	b.ReportMetric(float64(first.Milliseconds()), "first-run-ms")
-}
-
-func staticBusyboxForBench(b *testing.B) []byte {
-	for _, p := range []string{"/bin/busybox", "/usr/bin/busybox"} {
-		f, err := elf.Open(p)
-		if err != nil {
-			continue
-		}
-		static := true
-		for _, prog := range f.Progs {
-			static = static && prog.Type != elf.PT_INTERP
-		}
-		f.Close()
-		if static {
-			body, err := os.ReadFile(p)
-			if err != nil {
-				b.Fatal(err)
-			}
-			return body
-		}
-	}
-	b.Skip("no static busybox (Debian: busybox-static)")
-	return nil
 }

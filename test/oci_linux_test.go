@@ -5,7 +5,6 @@ package test
 import (
 	"archive/tar"
 	"bytes"
-	"debug/elf"
 	"fmt"
 	"io"
 	"log"
@@ -26,33 +25,17 @@ import (
 
 	"herd/agent"
 	"herd/api"
+	"herd/internal/testbin"
 )
 
 // staticBusybox is Debian's busybox-static, or the test skips.
 func staticBusybox(t *testing.T) []byte {
 	t.Helper()
-	for _, p := range []string{"/bin/busybox", "/usr/bin/busybox"} {
-		f, err := elf.Open(p)
-		if err != nil {
-			continue
-		}
-		static := true
-		for _, prog := range f.Progs {
-			if prog.Type == elf.PT_INTERP {
-				static = false
-			}
-		}
-		f.Close()
-		if static {
-			b, err := os.ReadFile(p)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return b
-		}
+	b := testbin.StaticBusybox()
+	if b == nil {
+		t.Skip("no static busybox to build a test image from (Debian: apt-get install busybox-static)")
 	}
-	t.Skip("no static busybox to build a test image from (Debian: apt-get install busybox-static)")
-	return nil
+	return b
 }
 
 // busyboxImage is a one-layer image: busybox and its applets under /bin,

@@ -329,12 +329,18 @@ func (c *Client) TransferLeadership(ctx context.Context, targetID string) (Leade
 
 // SnapshotSave streams a snapshot archive from the leader into w.
 func (c *Client) SnapshotSave(ctx context.Context, w io.Writer) error {
-	// The body is streamed into w, so retrying after a partial copy would
-	// corrupt it: a failed attempt is retried only when nothing was written.
+	return c.streamInto(ctx, c.http, "/v1/operator/snapshot", w)
+}
+
+// streamInto copies a GET of path into w from the first replica that
+// answers it. The body is streamed, so retrying after a partial copy
+// would corrupt w: another replica is asked only while nothing was
+// written and the last one could not answer (503 or unreachable).
+func (c *Client) streamInto(ctx context.Context, hc *http.Client, path string, w io.Writer) error {
 	cw := &countingWriter{w: w}
 	var lastErr error
 	for _, base := range c.addrs {
-		_, err := c.once(ctx, http.MethodGet, base+"/v1/operator/snapshot", nil, cw)
+		_, err := c.onceWith(hc, ctx, http.MethodGet, base+path, nil, cw)
 		if err == nil {
 			return nil
 		}
@@ -754,18 +760,5 @@ func (c *Client) TaskLog(ctx context.Context, w io.Writer, taskID string, attemp
 		// A followed log stays open as long as its attempt runs.
 		hc = &http.Client{Transport: c.http.Transport}
 	}
-	cw := &countingWriter{w: w}
-	var lastErr error
-	for _, base := range c.addrs {
-		_, err := c.onceWith(hc, ctx, http.MethodGet, base+"/v1/tasks/"+url.PathEscape(taskID)+"/logs?"+q.Encode(), nil, cw)
-		if err == nil {
-			return nil
-		}
-		lastErr = err
-		var se *StatusError
-		if cw.n > 0 || (errors.As(err, &se) && se.Code != http.StatusServiceUnavailable) {
-			return err
-		}
-	}
-	return lastErr
+	return c.streamInto(ctx, hc, "/v1/tasks/"+url.PathEscape(taskID)+"/logs?"+q.Encode(), w)
 }

@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"sort"
 	"strings"
 	"syscall"
@@ -67,7 +68,35 @@ func main() {
 			return ch, func() { signal.Stop(ch) }
 		},
 	}
-	os.Exit(run(e, os.Args[1:]))
+	stopProfile := startCPUProfile()
+	code := run(e, os.Args[1:])
+	stopProfile()
+	os.Exit(code)
+}
+
+// startCPUProfile writes a CPU profile of this process, from now until it
+// exits through main, to the file HERD_CPU_PROFILE names (when set): how
+// the servers and agents of a real deployment are profiled (herd bench
+// -process-profiles sets it for the processes it starts).
+func startCPUProfile() (stop func()) {
+	path := os.Getenv("HERD_CPU_PROFILE")
+	if path == "" {
+		return func() {}
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "herd: HERD_CPU_PROFILE:", err)
+		return func() {}
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		fmt.Fprintln(os.Stderr, "herd: HERD_CPU_PROFILE:", err)
+		f.Close()
+		return func() {}
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}
 }
 
 func run(e *env, args []string) int {

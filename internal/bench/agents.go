@@ -26,7 +26,7 @@ func benchAgents(exe, dir string, sz benchSizes, r *Result) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	s, err := startSite(exe, dir)
+	s, err := startSite(exe, dir, "")
 	if err != nil {
 		return err
 	}

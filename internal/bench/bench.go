@@ -218,6 +218,10 @@ type Options struct {
 	// AgentDir puts the end-to-end agents' data under this directory
 	// instead of the run's temporary one.
 	AgentDir string
+	// ProcessProfiles, when set, is a directory the multi-process step's
+	// servers and agents each write a CPU profile of their whole run to
+	// (HERD_CPU_PROFILE), named by run and process: one/s1.pprof, …
+	ProcessProfiles string
 	// Executable is the herd binary the footprint step runs its replica
 	// with; the running executable when empty.
 	Executable string
@@ -308,8 +312,10 @@ func Run(o Options, out io.Writer) error {
 		"e2e-secure": func() error {
 			return benchE2ESecure(filepath.Join(dir, "e2e-secure"), o.AgentDir, sz, &r)
 		},
-		"e2e-processes": func() error { return benchProcesses(o.Executable, filepath.Join(dir, "processes"), sz, &r) },
-		"agents":        func() error { return benchAgents(o.Executable, filepath.Join(dir, "agents"), sz, &r) },
+		"e2e-processes": func() error {
+			return benchProcesses(o.Executable, filepath.Join(dir, "processes"), o.ProcessProfiles, sz, &r)
+		},
+		"agents": func() error { return benchAgents(o.Executable, filepath.Join(dir, "agents"), sz, &r) },
 		"footprint": func() error {
 			return benchFootprint(o.Executable, filepath.Join(dir, "footprint"), sz, o.HeapProfile, &r)
 		},

@@ -22,18 +22,21 @@ import (
 // site is the deployment users run: three `herd server` processes and
 // `herd agent` processes, each its own process, on loopback.
 type site struct {
-	exe     string
-	dir     string
-	servers []*exec.Cmd
-	http    []string
-	gossip  []string
-	agents  []*exec.Cmd
-	cl      *api.Client
+	exe string
+	dir string
+	// profiles, when set, is a directory each process writes a CPU
+	// profile of its run to.
+	profiles string
+	servers  []*exec.Cmd
+	http     []string
+	gossip   []string
+	agents   []*exec.Cmd
+	cl       *api.Client
 }
 
 // startSite starts three servers (with gossip) and waits for a leader.
-func startSite(exe, dir string) (*site, error) {
-	s := &site{exe: exe, dir: dir}
+func startSite(exe, dir, profiles string) (*site, error) {
+	s := &site{exe: exe, dir: dir, profiles: profiles}
 	var raft []string
 	for range 3 {
 		h, err1 := localcluster.FreeAddr()
@@ -76,6 +79,9 @@ func (s *site) spawn(name string, args []string) (*exec.Cmd, error) {
 	}
 	cmd := exec.Command(s.exe, args...)
 	cmd.Stdout, cmd.Stderr = log, log
+	if s.profiles != "" {
+		cmd.Env = append(os.Environ(), "HERD_CPU_PROFILE="+filepath.Join(s.profiles, name+".pprof"))
+	}
 	if err := cmd.Start(); err != nil {
 		log.Close()
 		return nil, fmt.Errorf("start %s: %w", name, err)
@@ -153,7 +159,14 @@ func procChildCPUSeconds(pid int) float64 { return procTicks(pid, 13, 14) / 100 
 
 // metricSample reads one sample of a replica's /metrics.
 func metricSample(httpAddr, sample string) (float64, error) {
-	resp, err := http.Get("http://" + httpAddr + "/metrics")
+	// Uncompressed: the bench polls while it measures, and compressing
+	// every scrape would be the bench's cost counted as the leader's.
+	req, err := http.NewRequest(http.MethodGet, "http://"+httpAddr+"/metrics", nil)
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("Accept-Encoding", "identity")
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return 0, err
 	}
@@ -191,17 +204,23 @@ type processRun struct {
 // processes and agent processes, `true` submitted in batches of 1,000.
 // One agent with 64 slots first, then two: the deployment's rate against
 // the process ceiling measured in the same run.
-func benchProcesses(exe, dir string, sz benchSizes, r *Result) error {
+func benchProcesses(exe, dir, profiles string, sz benchSizes, r *Result) error {
 	if r.ProcessCeiling == 0 {
 		if err := benchProcessCeiling(sz.ceiling, 2*processSlots, r); err != nil {
 			return err
 		}
 	}
-	one, err := runProcessSite(exe, filepath.Join(dir, "one"), 1, sz.processTasks)
+	prof := func(run string) string {
+		if profiles == "" {
+			return ""
+		}
+		return filepath.Join(profiles, run)
+	}
+	one, err := runProcessSite(exe, filepath.Join(dir, "one"), prof("one"), 1, sz.processTasks)
 	if err != nil {
 		return fmt.Errorf("one agent: %w", err)
 	}
-	two, err := runProcessSite(exe, filepath.Join(dir, "two"), 2, sz.processTasks)
+	two, err := runProcessSite(exe, filepath.Join(dir, "two"), prof("two"), 2, sz.processTasks)
 	if err != nil {
 		return fmt.Errorf("two agents: %w", err)
 	}
@@ -221,12 +240,17 @@ func benchProcesses(exe, dir string, sz benchSizes, r *Result) error {
 // processSlots is each agent's slots in the multi-process step.
 const processSlots = 64
 
-func runProcessSite(exe, dir string, agents, tasks int) (processRun, error) {
+func runProcessSite(exe, dir, profiles string, agents, tasks int) (processRun, error) {
 	var out processRun
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return out, err
+	for _, d := range []string{dir, profiles} {
+		if d == "" {
+			continue
+		}
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return out, err
+		}
 	}
-	s, err := startSite(exe, dir)
+	s, err := startSite(exe, dir, profiles)
 	if err != nil {
 		return out, err
 	}
@@ -317,7 +341,7 @@ func waitSucceeded(httpAddr string, n int, limit time.Duration) error {
 		if v, err := metricSample(httpAddr, `herd_tasks{state="SUCCEEDED"}`); err == nil && int(v) >= n {
 			return nil
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond)
 	}
 	return fmt.Errorf("%d tasks did not succeed within %s", n, limit)
 }
@@ -343,6 +367,7 @@ func startLatencies(ctx context.Context, cl *api.Client, prefix string) (p50, p9
 		after = list.Next
 	}
 	lat := make([]float64, len(ids))
+	toStart, toFinish := make([]float64, len(ids)), make([]float64, len(ids))
 	errs := make(chan error, 16)
 	next := make(chan int)
 	for range 16 {
@@ -354,7 +379,9 @@ func startLatencies(ctx context.Context, cl *api.Client, prefix string) (p50, p9
 					continue
 				}
 				if len(t.Attempts) > 0 && !t.Attempts[0].StartedAt.IsZero() {
-					lat[i] = float64(t.Attempts[0].StartedAt.Sub(t.SubmittedAt).Microseconds()) / 1000
+					a := t.Attempts[0]
+					ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+					lat[i], toStart[i], toFinish[i] = ms(a.StartedAt.Sub(t.SubmittedAt)), ms(a.StartedAt.Sub(a.ReservedAt)), ms(a.FinishedAt.Sub(a.StartedAt))
 				}
 			}
 			errs <- nil
@@ -369,5 +396,7 @@ func startLatencies(ctx context.Context, cl *api.Client, prefix string) (p50, p9
 			err = e
 		}
 	}
+	fmt.Fprintf(os.Stderr, "bench: e2e-processes: medians: reserved→started %.1f ms, started→finished %.1f ms\n",
+		percentile(toStart, 0.5), percentile(toFinish, 0.5))
 	return percentile(lat, 0.5), percentile(lat, 0.99), err
 }

@@ -94,7 +94,7 @@ func (s *site) spawn(name string, args []string) (*exec.Cmd, error) {
 // the cluster lists it.
 func (s *site) startAgent(id string, slots int) error {
 	args := []string{"agent", "-id", id, "-servers", strings.Join(s.http, ","), "-data-dir", filepath.Join(s.dir, id),
-		"-slots", strconv.Itoa(slots), "-cpu-millis", strconv.Itoa(slots * 1000), "-memory-mb", strconv.Itoa(slots * 1024),
+		"-slots", strconv.Itoa(slots), "-cpu-millis", strconv.Itoa(slots * processTaskCPUMillis), "-memory-mb", strconv.Itoa(slots * 1024),
 		"-no-bench", "-oci-runtime", "none", "-log-level", "error"}
 	cmd, err := s.spawn(id, args)
 	if err != nil {
@@ -240,6 +240,14 @@ func benchProcesses(exe, dir, profiles string, sz benchSizes, r *Result) error {
 // processSlots is each agent's slots in the multi-process step.
 const processSlots = 64
 
+// processTaskCPUMillis is what each task of the step asks for: a core.
+// The agent enforces it as a CFS quota per 100 ms period, so a task that
+// asked for 10 millicores would be throttled to 1 ms of CPU per period,
+// and starting `true` (exec, the dynamic loader) takes about that much:
+// the step would measure the kernel's throttling of the task rather than
+// herd.
+const processTaskCPUMillis = 1000
+
 func runProcessSite(exe, dir, profiles string, agents, tasks int) (processRun, error) {
 	var out processRun
 	for _, d := range []string{dir, profiles} {
@@ -325,7 +333,7 @@ func submitTrue(ctx context.Context, cl *api.Client, prefix string, from, n int)
 		specs := make([]api.TaskSpec, 0, end-start)
 		for i := start; i < end; i++ {
 			specs = append(specs, api.TaskSpec{Name: fmt.Sprintf("%s-%d", prefix, i), IdempotencyKey: fmt.Sprintf("%s-%d", prefix, i),
-				Command: []string{"true"}, MaxAttempts: &one, Resources: api.Resources{CPUMillis: 10, MemoryMB: 1}})
+				Command: []string{"true"}, MaxAttempts: &one, Resources: api.Resources{CPUMillis: processTaskCPUMillis, MemoryMB: 64}})
 		}
 		if _, err := cl.SubmitTasks(ctx, specs); err != nil {
 			return err

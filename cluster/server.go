@@ -115,6 +115,9 @@ type Server struct {
 	shutdownCancel context.CancelFunc
 	wg             sync.WaitGroup
 	shutdownOnce   sync.Once
+	// halting makes Shutdown stop as a crash looks to clients and peers
+	// (Halt).
+	halting atomic.Bool
 }
 
 // Start opens the data directory, starts Raft and the HTTP API, and
@@ -314,12 +317,20 @@ func (s *Server) Shutdown() error {
 	s.shutdownOnce.Do(func() {
 		s.logger.Info("shutting down")
 		s.shutdownCancel()
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if e := s.httpServer.Shutdown(ctx); e != nil {
+		if s.halting.Load() {
+			// As a crash: requests in flight are cut off, entries in flight
+			// are left unanswered, nothing is handed over.
 			_ = s.httpServer.Close()
+			s.gate.close()
+		} else {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if e := s.httpServer.Shutdown(ctx); e != nil {
+				_ = s.httpServer.Close()
+			}
+			s.drainRaft()
+			s.handOver()
 		}
-		s.drainRaft()
 		if e := s.raft.Shutdown().Error(); e != nil {
 			err = fmt.Errorf("raft shutdown: %w", e)
 		}
@@ -337,6 +348,16 @@ func (s *Server) Shutdown() error {
 		}
 	})
 	return err
+}
+
+// Halt stops the replica as a crash looks from outside: requests in
+// flight are cut off, entries in flight are not waited for, and a leader
+// does not hand its leadership over, so its peers elect a new one after
+// their heartbeat timeout. What is on disk is what Shutdown leaves. The
+// bench and the tests use it to measure and exercise that failover.
+func (s *Server) Halt() error {
+	s.halting.Store(true)
+	return s.Shutdown()
 }
 
 // ID is this replica's server id.
@@ -494,6 +515,49 @@ func (s *Server) selfJoinRequest() api.JoinRequest {
 // finite) and gives up after drainStall without progress: a leader that
 // cannot commit steps down within its lease, which answers what it had
 // in flight.
+// handOver, on a leader that stops, asks the most up-to-date follower to
+// stand for election at once (Raft's leadership transfer): the cluster
+// then has a leader again within a round trip or two, instead of after
+// the followers' heartbeat timeout and an election. It waits at most
+// handOverWait; a follower that cannot take over (none reachable, or it
+// lags) leaves the cluster to elect one after the heartbeat timeout, as
+// when a leader crashes.
+func (s *Server) handOver() {
+	if s.raft.State() != raft.Leader {
+		return
+	}
+	f := s.raft.GetConfiguration()
+	if f.Error() != nil {
+		return
+	}
+	voters := 0
+	for _, srv := range f.Configuration().Servers {
+		if srv.Suffrage == raft.Voter {
+			voters++
+		}
+	}
+	if voters < 2 {
+		return
+	}
+	done := make(chan error, 1)
+	go func() { done <- s.raft.LeadershipTransfer().Error() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			s.logger.Info("leadership not handed over before stopping", "error", err)
+			return
+		}
+		_, to := s.raft.LeaderWithID()
+		s.logger.Info("leadership handed over before stopping", "to", string(to))
+	case <-time.After(handOverWait):
+		s.logger.Info("leadership not handed over before stopping: no follower took over in time", "waited", handOverWait)
+	}
+}
+
+// handOverWait bounds how long a stopping leader waits for a follower to
+// take over.
+const handOverWait = 2 * time.Second
+
 func (s *Server) drainRaft() {
 	s.gate.close()
 	// Raft's own view: IsLeader also asks for the leader's loops, which

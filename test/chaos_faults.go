@@ -73,7 +73,7 @@ func (ch *chaos) inject(kind string, hold time.Duration) {
 		if kind == FaultFollowerCrash {
 			i = follower
 		}
-		ch.c.Stop(i)
+		ch.c.Crash(i)
 		ch.injected(kind, kind == FaultLeaderCrash)
 		time.Sleep(hold)
 		ch.c.Start(i)

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/raft"
+
 	"herd/api"
 	"herd/config"
 )
@@ -94,6 +96,60 @@ func TestLeaderFailoverAndCatchUp(t *testing.T) {
 	if c.Replicas[old].Server.FSM().Index() < after[len(after)-1].Index {
 		t.Fatal("restarted replica did not catch up")
 	}
+}
+
+// A leader that crashes (no handover) is replaced by an election, and
+// nothing acknowledged is lost.
+func TestLeaderCrashFailoverAndCatchUp(t *testing.T) {
+	c := NewCluster(t, 3)
+	cl := c.AllClient()
+	before := submitN(t, cl, "before", 20)
+	old := c.WaitForLeader()
+	c.Crash(old)
+	if next := c.WaitForLeader(); next == old {
+		t.Fatal("crashed replica still reported as leader")
+	}
+	after := submitN(t, cl, "after", 20)
+	c.Start(old)
+	requireTasks(t, c, append(before, after...))
+}
+
+// A leader that stops hands its leadership over: once every replica's
+// heartbeat and election timeouts are far longer than the test waits,
+// only a handover can give the others a leader.
+func TestStoppingLeaderHandsLeadershipOver(t *testing.T) {
+	c := NewCluster(t, 3)
+	cl := c.AllClient()
+	before := submitN(t, cl, "before", 5)
+	old := c.WaitForLeader()
+	for i := range c.Replicas {
+		r := c.Replicas[i].Cfg.Raft
+		if err := c.Server(i).Raft().ReloadConfig(raft.ReloadableConfig{
+			TrailingLogs: r.TrailingLogs, SnapshotInterval: r.SnapshotInterval, SnapshotThreshold: r.SnapshotThreshold,
+			HeartbeatTimeout: 10 * time.Minute, ElectionTimeout: 10 * time.Minute,
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	term := c.Server(old).Raft().CurrentTerm()
+	c.Stop(old)
+	next := -1
+	if !Eventually(time.Minute, func() bool {
+		for i := range c.Replicas {
+			if s := c.Server(i); s != nil && s.IsLeader() {
+				next = i
+				return true
+			}
+		}
+		return false
+	}) {
+		t.Fatal("no replica took over from the stopping leader")
+	}
+	if got := c.Server(next).Raft().CurrentTerm(); got <= term {
+		t.Fatalf("new leader in term %d, the stopped one led term %d", got, term)
+	}
+	after := submitN(t, cl, "after", 5)
+	requireTasks(t, c, append(before, after...))
 }
 
 // Test 3: every acknowledged task survives a full stop of all replicas.

@@ -262,6 +262,22 @@ func (c *Cluster) Stop(i int) {
 	}
 }
 
+// Crash stops replica i as a crash looks from outside: requests in
+// flight cut off, no leadership handover (see cluster.Server.Halt).
+func (c *Cluster) Crash(i int) {
+	c.t.Helper()
+	r := c.Replicas[i]
+	if r.Server == nil {
+		return
+	}
+	c.mu.Lock()
+	r.Server = nil
+	c.mu.Unlock()
+	if err := c.lc.HaltReplica(i); err != nil {
+		c.t.Errorf("crash %s: %v", r.Cfg.ID, err)
+	}
+}
+
 // Server returns replica i's running server or nil; unlike reading
 // Replicas[i].Server it is safe while other goroutines stop and start
 // replicas.

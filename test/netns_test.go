@@ -15,7 +15,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -25,10 +24,10 @@ import (
 	"time"
 
 	"github.com/anishathalye/porcupine"
-	"golang.org/x/sys/unix"
 
 	"herd/api"
 	"herd/fsm"
+	"herd/internal/netns"
 )
 
 var (
@@ -56,13 +55,7 @@ type nsNode struct {
 	log                    *os.File
 }
 
-func run(args ...string) error {
-	out, err := exec.Command(args[0], args[1:]...).CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("%s: %v: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
-	}
-	return nil
-}
+func run(args ...string) error { return netns.Run(args...) }
 
 // newNetnsLab skips the test unless it runs as root with iproute2 and the
 // kernel lets it create namespaces.
@@ -163,39 +156,9 @@ func (l *netnsLab) destroy() {
 	_ = run("ip", "netns", "del", l.bridge)
 }
 
-// dialer dials from inside n's namespace: a socket belongs to the
-// namespace of the thread that creates it, so a locked thread enters the
-// namespace, connects, and is thrown away (never returned to the pool).
+// dialer dials from inside n's namespace.
 func (n *nsNode) dialer() func(ctx context.Context, network, addr string) (net.Conn, error) {
-	return func(ctx context.Context, network, addr string) (net.Conn, error) {
-		type result struct {
-			c   net.Conn
-			err error
-		}
-		ch := make(chan result, 1)
-		go func() {
-			runtime.LockOSThread() // not unlocked: the thread exits with the goroutine
-			f, err := os.Open("/run/netns/" + n.ns)
-			if err != nil {
-				ch <- result{nil, err}
-				return
-			}
-			defer f.Close()
-			if err := unix.Unshare(unix.CLONE_FS); err != nil {
-				ch <- result{nil, fmt.Errorf("unshare: %w", err)}
-				return
-			}
-			if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
-				ch <- result{nil, fmt.Errorf("setns %s: %w", n.ns, err)}
-				return
-			}
-			var d net.Dialer
-			c, err := d.DialContext(ctx, network, addr)
-			ch <- result{c, err}
-		}()
-		r := <-ch
-		return r.c, r.err
-	}
+	return netns.Dialer(n.ns)
 }
 
 // firewall drops everything between n and the given addresses, both ways,

@@ -159,6 +159,11 @@ func procChildCPUSeconds(pid int) float64 { return procTicks(pid, 13, 14) / 100 
 
 // metricSample reads one sample of a replica's /metrics.
 func metricSample(httpAddr, sample string) (float64, error) {
+	return metricSampleWith(http.DefaultClient, httpAddr, sample)
+}
+
+// metricSampleWith is metricSample through the given client.
+func metricSampleWith(hc *http.Client, httpAddr, sample string) (float64, error) {
 	// Uncompressed: the bench polls while it measures, and compressing
 	// every scrape would be the bench's cost counted as the leader's.
 	req, err := http.NewRequest(http.MethodGet, "http://"+httpAddr+"/metrics", nil)
@@ -166,7 +171,7 @@ func metricSample(httpAddr, sample string) (float64, error) {
 		return 0, err
 	}
 	req.Header.Set("Accept-Encoding", "identity")
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := hc.Do(req)
 	if err != nil {
 		return 0, err
 	}

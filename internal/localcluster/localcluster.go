@@ -281,6 +281,19 @@ func (c *Cluster) StopReplica(i int) error {
 	return srv.Shutdown()
 }
 
+// HaltReplica stops replica i as a crash would look to its peers (no
+// leadership handover; see cluster.Server.Halt).
+func (c *Cluster) HaltReplica(i int) error {
+	c.mu.Lock()
+	srv := c.servers[i]
+	c.servers[i] = nil
+	c.mu.Unlock()
+	if srv == nil {
+		return nil
+	}
+	return srv.Halt()
+}
+
 // WaitForLeader waits until every running replica knows a leader.
 func (c *Cluster) WaitForLeader(ctx context.Context) error {
 	for _, s := range c.Servers() {

@@ -173,10 +173,10 @@ type Attempt struct {
 	ID           string    `json:"id"`
 	TaskID       string    `json:"task_id"`
 	Number       int       `json:"number"`
-	NodeID       string    `json:"node_id"`
+	NodeID       string    `json:"node_id,omitempty"`
 	State        string    `json:"state"`
 	LeaseVersion uint64    `json:"lease_version"`
-	ReservedAt   time.Time `json:"reserved_at"`
+	ReservedAt   time.Time `json:"reserved_at,omitzero"`
 	StartedAt    time.Time `json:"started_at,omitzero"`
 	FinishedAt   time.Time `json:"finished_at,omitzero"`
 	ExitCode     int       `json:"exit_code"`
@@ -750,7 +750,11 @@ type Assignment struct {
 }
 
 // Assignments is a node's live attempts at Index. Attempts that vanish
-// from the list were cancelled or reclaimed: the agent stops them.
+// from the list were cancelled or reclaimed: the agent stops them. An
+// attempt still to start comes whole, with its spec; one already started
+// comes as its identity alone (id, task id, number, state, lease
+// version): the agent running it knows the rest, and with every slot busy
+// those attempts are most of every answer.
 // AppliedIndex is how far the answering replica's state had got (0 from a
 // server older than the field): an answer from a replica behind one the
 // agent already heard from is older than what it knows, not news.

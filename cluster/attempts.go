@@ -169,12 +169,13 @@ func (s *Server) Assignments(ctx context.Context, nodeID string, q api.Assignmen
 			HealthCheck: node.HealthCheck.Requested, Rebench: node.RebenchRequested}
 		for _, a := range attempts {
 			out.Index = max(out.Index, a.ModifyIndex)
-			x := api.Assignment{Attempt: toAPIAttempt(a)}
-			// Only an attempt still to start needs its spec: the agent
-			// running one has it, and with every slot busy the running
-			// attempts' specs would be most of each answer's encoding
-			// here and decoding at the agent.
+			// Only an attempt still to start needs its spec and times: the
+			// agent running one has them, and with every slot busy the
+			// running attempts would be most of each answer's encoding here
+			// and decoding at the agent.
+			x := api.Assignment{Attempt: api.Attempt{ID: a.ID, TaskID: a.TaskID, Number: a.Number, State: string(a.State), LeaseVersion: a.LeaseVersion}}
 			if a.State == fsm.AttemptReserved {
+				x.Attempt = toAPIAttempt(a)
 				t, err := st.Task(a.TaskID)
 				if err != nil {
 					continue

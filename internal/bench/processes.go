@@ -153,6 +153,18 @@ func (s *site) leaderIndex() int {
 	return -1
 }
 
+// highestTerm is the highest Raft term a server answers with (0 when none
+// answers): its growth over a step is the elections held meanwhile.
+func (s *site) highestTerm() int {
+	best := 0
+	for _, h := range s.http {
+		if v, err := metricSample(h, "herd_raft_term"); err == nil {
+			best = max(best, int(v))
+		}
+	}
+	return best
+}
+
 // procChildCPUSeconds is the CPU of process pid's reaped children
 // (cutime and cstime): an agent's tasks.
 func procChildCPUSeconds(pid int) float64 { return procTicks(pid, 13, 14) / 100 }

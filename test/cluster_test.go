@@ -372,11 +372,13 @@ func TestReadFreshnessAndConsistentReads(t *testing.T) {
 	if meta.LastContact != 0 {
 		t.Fatalf("a consistent read is answered by the leader (last contact 0), got %v", meta.LastContact)
 	}
-	// Losing the quorum makes the survivor refuse writes and consistent reads.
+	// Losing the quorum makes the survivor refuse writes and consistent
+	// reads. The others crash: stopped, a leader would hand its
+	// leadership to the survivor, which would then step down by itself.
 	c.WaitApplied(res.Index)
 	for i := range c.Replicas {
 		if i != f {
-			c.Stop(i)
+			c.Crash(i)
 		}
 	}
 	if !Eventually(20*time.Second, func() bool {

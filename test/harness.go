@@ -250,21 +250,18 @@ func (c *Cluster) networkOptions(cfg config.Server, opts *cluster.Options) error
 // Stop shuts replica i down, keeping its data directory.
 func (c *Cluster) Stop(i int) {
 	c.t.Helper()
-	r := c.Replicas[i]
-	if r.Server == nil {
-		return
-	}
-	c.mu.Lock()
-	r.Server = nil
-	c.mu.Unlock()
-	if err := c.lc.StopReplica(i); err != nil {
-		c.t.Errorf("stop %s: %v", r.Cfg.ID, err)
-	}
+	c.take(i, "stop", c.lc.StopReplica)
 }
 
 // Crash stops replica i as a crash looks from outside: requests in
 // flight cut off, no leadership handover (see cluster.Server.Halt).
 func (c *Cluster) Crash(i int) {
+	c.t.Helper()
+	c.take(i, "crash", c.lc.HaltReplica)
+}
+
+// take stops running replica i with stop (nothing when it is not running).
+func (c *Cluster) take(i int, what string, stop func(int) error) {
 	c.t.Helper()
 	r := c.Replicas[i]
 	if r.Server == nil {
@@ -273,8 +270,8 @@ func (c *Cluster) Crash(i int) {
 	c.mu.Lock()
 	r.Server = nil
 	c.mu.Unlock()
-	if err := c.lc.HaltReplica(i); err != nil {
-		c.t.Errorf("crash %s: %v", r.Cfg.ID, err)
+	if err := stop(i); err != nil {
+		c.t.Errorf("%s %s: %v", what, r.Cfg.ID, err)
 	}
 }
 

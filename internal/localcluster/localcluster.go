@@ -271,19 +271,18 @@ func (c *Cluster) startOnce(cfg config.Server) (*cluster.Server, error) {
 // StopReplica shuts replica i down, keeping its data directory; a stopped
 // replica's stop does nothing.
 func (c *Cluster) StopReplica(i int) error {
-	c.mu.Lock()
-	srv := c.servers[i]
-	c.servers[i] = nil
-	c.mu.Unlock()
-	if srv == nil {
-		return nil
-	}
-	return srv.Shutdown()
+	return c.takeReplica(i, (*cluster.Server).Shutdown)
 }
 
 // HaltReplica stops replica i as a crash would look to its peers (no
 // leadership handover; see cluster.Server.Halt).
 func (c *Cluster) HaltReplica(i int) error {
+	return c.takeReplica(i, (*cluster.Server).Halt)
+}
+
+// takeReplica removes replica i from the running ones and stops it with
+// stop (nothing when it is not running).
+func (c *Cluster) takeReplica(i int, stop func(*cluster.Server) error) error {
 	c.mu.Lock()
 	srv := c.servers[i]
 	c.servers[i] = nil
@@ -291,7 +290,7 @@ func (c *Cluster) HaltReplica(i int) error {
 	if srv == nil {
 		return nil
 	}
-	return srv.Halt()
+	return stop(srv)
 }
 
 // WaitForLeader waits until every running replica knows a leader.

@@ -507,14 +507,6 @@ func (s *Server) selfJoinRequest() api.JoinRequest {
 	return api.JoinRequest{ID: s.cfg.ID, RaftAddress: s.cfg.RaftAdvertise, HTTPAddress: s.cfg.HTTPAdvertise, GossipAddress: s.cfg.GossipAdvertise, CommandForms: s.commandForms}
 }
 
-// drainRaft closes the proposal gate and, on a leader, waits for a
-// barrier (elsewhere, for what is committed to be applied): once it is applied, every entry proposed before the gate
-// closed has been applied and answered, and raft can stop without
-// leaving an entry unanswered. The wait lasts as long as the FSM works
-// through what is committed (no new proposal is admitted, so that is
-// finite) and gives up after drainStall without progress: a leader that
-// cannot commit steps down within its lease, which answers what it had
-// in flight.
 // handOver, on a leader that stops, asks the most up-to-date follower to
 // stand for election at once (Raft's leadership transfer): the cluster
 // then has a leader again within a round trip or two, instead of after
@@ -558,6 +550,14 @@ func (s *Server) handOver() {
 // take over.
 const handOverWait = 2 * time.Second
 
+// drainRaft closes the proposal gate and, on a leader, waits for a
+// barrier (elsewhere, for what is committed to be applied): once it is applied, every entry proposed before the gate
+// closed has been applied and answered, and raft can stop without
+// leaving an entry unanswered. The wait lasts as long as the FSM works
+// through what is committed (no new proposal is admitted, so that is
+// finite) and gives up after drainStall without progress: a leader that
+// cannot commit steps down within its lease, which answers what it had
+// in flight.
 func (s *Server) drainRaft() {
 	s.gate.close()
 	// Raft's own view: IsLeader also asks for the leader's loops, which

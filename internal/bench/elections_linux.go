@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -131,22 +132,16 @@ func electionsUnderLoss(exe, dir, ns string, t config.Raft, window time.Duration
 	if err := waitReady(ctx, cl, time.Minute); err != nil {
 		return 0, 0, err
 	}
-	termNow := func() int {
-		best := 0
-		for _, a := range httpAddrs {
-			if v, err := metricSampleWith(hc, a, "herd_raft_term"); err == nil {
-				best = max(best, int(v))
-			}
-		}
-		return best
-	}
-	before := termNow()
+	before := highestTerm(hc, httpAddrs)
 	if err := netns.Nft(ns, fmt.Sprintf(`table inet herdbenchloss {
   chain out { type filter hook output priority 0; policy accept; oifname "lo" numgen random mod 100 < %d drop; }
 }`, electionsLossPct)); err != nil {
 		return 0, 0, err
 	}
-	var acked atomic.Int64
+	var (
+		acked   atomic.Int64
+		writers sync.WaitGroup
+	)
 	wctx, stop := context.WithTimeout(ctx, window)
 	defer stop()
 	tick := time.NewTicker(50 * time.Millisecond)
@@ -157,7 +152,9 @@ func electionsUnderLoss(exe, dir, ns string, t config.Raft, window time.Duration
 			continue
 		case <-tick.C:
 		}
+		writers.Add(1)
 		go func() {
+			defer writers.Done()
 			sctx, cancel := context.WithTimeout(wctx, 2*time.Second)
 			defer cancel()
 			if _, _, err := cl.SubmitTask(sctx, api.TaskSpec{Name: "loss", IdempotencyKey: fmt.Sprint("loss-", i), Command: []string{"true"}}); err == nil {
@@ -165,11 +162,12 @@ func electionsUnderLoss(exe, dir, ns string, t config.Raft, window time.Duration
 			}
 		}()
 	}
+	writers.Wait() // each ends with the window
 	if err := netns.Run("ip", "netns", "exec", ns, "nft", "delete", "table", "inet", "herdbenchloss"); err != nil {
 		return 0, 0, err
 	}
 	if err := waitReady(ctx, cl, time.Minute); err != nil {
 		return 0, 0, err
 	}
-	return termNow() - before, float64(acked.Load()) / window.Seconds(), nil
+	return highestTerm(hc, httpAddrs) - before, float64(acked.Load()) / window.Seconds(), nil
 }

@@ -155,10 +155,14 @@ func (s *site) leaderIndex() int {
 
 // highestTerm is the highest Raft term a server answers with (0 when none
 // answers): its growth over a step is the elections held meanwhile.
-func (s *site) highestTerm() int {
+func (s *site) highestTerm() int { return highestTerm(http.DefaultClient, s.http) }
+
+// highestTerm is the highest Raft term any of the servers at httpAddrs
+// answers with through hc (0 when none answers).
+func highestTerm(hc *http.Client, httpAddrs []string) int {
 	best := 0
-	for _, h := range s.http {
-		if v, err := metricSample(h, "herd_raft_term"); err == nil {
+	for _, h := range httpAddrs {
+		if v, err := metricSampleWith(hc, h, "herd_raft_term"); err == nil {
 			best = max(best, int(v))
 		}
 	}

@@ -22,11 +22,18 @@ import (
 // is idle and while it places `true` at a low rate, and counts the
 // SUSPECT and DOWN verdicts the leader reached meanwhile: every agent is
 // alive, so each one is false.
-func benchAgents(exe, dir string, sz benchSizes, r *Result) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
+func benchAgents(exe, dir, profiles string, sz benchSizes, r *Result) error {
+	for _, d := range []string{dir, profiles} {
+		if d == "" {
+			continue
+		}
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return err
+		}
 	}
-	s, err := startSite(exe, dir, "")
+	// Profiles here are the leader's, of the idle and the placing
+	// windows: the whole run's would be mostly registrations.
+	s, err := (&site{exe: exe, dir: dir, debug: profiles != ""}).start()
 	if err != nil {
 		return err
 	}
@@ -70,15 +77,32 @@ func benchAgents(exe, dir string, sz benchSizes, r *Result) error {
 	leaderPid, self := s.servers[li].Process.Pid, os.Getpid()
 
 	// Idle.
+	profile := func(name string) <-chan error {
+		done := make(chan error, 1)
+		if profiles == "" {
+			done <- nil
+			return done
+		}
+		go func() {
+			which := fmt.Sprintf("profile?seconds=%d", int(sz.agentsWindow.Seconds()))
+			done <- saveProfile(ctx, s.http[li], which, filepath.Join(profiles, name))
+		}()
+		return done
+	}
 	l0, a0, w0 := procCPUSeconds(leaderPid), procCPUSeconds(self), time.Now()
+	idleProfile := profile("leader-idle.pprof")
 	time.Sleep(sz.agentsWindow)
 	window := time.Since(w0).Seconds()
+	if err := <-idleProfile; err != nil {
+		return err
+	}
 	r.AgentsLeaderCPUPct = 100 * (procCPUSeconds(leaderPid) - l0) / window
 	r.AgentsProcessCPUPct = 100 * (procCPUSeconds(self) - a0) / window
 
 	// Placing: `true` at a steady low rate through the window.
 	rate := max(n/10, 10)
 	l0, w0 = procCPUSeconds(leaderPid), time.Now()
+	placingProfile := profile("leader-placing.pprof")
 	tick := time.NewTicker(100 * time.Millisecond)
 	submitted := 0
 	for time.Since(w0) < sz.agentsWindow {
@@ -94,6 +118,9 @@ func benchAgents(exe, dir string, sz benchSizes, r *Result) error {
 	window = time.Since(w0).Seconds()
 	r.AgentsLeaderPlacingCPU = 100 * (procCPUSeconds(leaderPid) - l0) / window
 	r.AgentsPlacedTasksPerSec = float64(submitted) / window
+	if err := <-placingProfile; err != nil {
+		return err
+	}
 	// A fleet the machine cannot carry may not finish them: how many did
 	// is part of the measurement, not a failure of the run.
 	if err := waitSucceeded(s.http[li], submitted, 2*time.Minute); err != nil {

@@ -241,9 +241,11 @@ type Options struct {
 	// AgentDir puts the end-to-end agents' data under this directory
 	// instead of the run's temporary one.
 	AgentDir string
-	// ProcessProfiles, when set, is a directory the multi-process step's
+	// ProcessProfiles, when set, is a directory the multi-process steps'
 	// servers and agents each write a CPU profile of their whole run to
-	// (HERD_CPU_PROFILE), named by run and process: one/s1.pprof, …
+	// (HERD_CPU_PROFILE), named by run and process: one/s1.pprof, …; the
+	// many-agents step's leader writes one of its idle and one of its
+	// placing window (agents/leader-idle.pprof, agents/leader-placing.pprof).
 	ProcessProfiles string
 	// Executable is the herd binary the footprint step runs its replica
 	// with; the running executable when empty.
@@ -338,7 +340,13 @@ func Run(o Options, out io.Writer) error {
 		"e2e-processes": func() error {
 			return benchProcesses(o.Executable, filepath.Join(dir, "processes"), o.ProcessProfiles, sz, &r)
 		},
-		"agents": func() error { return benchAgents(o.Executable, filepath.Join(dir, "agents"), sz, &r) },
+		"agents": func() error {
+			profiles := ""
+			if o.ProcessProfiles != "" {
+				profiles = filepath.Join(o.ProcessProfiles, "agents")
+			}
+			return benchAgents(o.Executable, filepath.Join(dir, "agents"), profiles, sz, &r)
+		},
 		"footprint": func() error {
 			return benchFootprint(o.Executable, filepath.Join(dir, "footprint"), sz, o.HeapProfile, &r)
 		},

@@ -42,7 +42,7 @@ func benchFootprint(exe, dir string, sz benchSizes, heapProfile string, r *Resul
 	r.ReplicaSettledRSSMiB, r.ReplicaPeakRSSMiB = procRSSMiB(pid, "VmRSS"), procRSSMiB(pid, "VmHWM")
 	r.FootprintIdle = sz.footIdle.String()
 	if heapProfile != "" {
-		if err := saveHeapProfile(ctx, rep.httpAddr, heapProfile); err != nil {
+		if err := saveProfile(ctx, rep.httpAddr, "heap", heapProfile); err != nil {
 			return err
 		}
 	}
@@ -176,20 +176,21 @@ func loadFootprint(ctx context.Context, cl *api.Client, sz benchSizes) (float64,
 // benchMemoryLimitMiB is the soft limit the footprint step also measures.
 const benchMemoryLimitMiB = 100
 
-// saveHeapProfile fetches a replica's heap profile (it runs with
-// -enable-debug) into path.
-func saveHeapProfile(ctx context.Context, httpAddr, path string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+httpAddr+"/debug/pprof/heap", nil)
+// saveProfile fetches one of a replica's profiles (it runs with
+// -enable-debug) into path: "heap", or "profile?seconds=N" for its CPU
+// over the next N seconds.
+func saveProfile(ctx context.Context, httpAddr, which, path string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+httpAddr+"/debug/pprof/"+which, nil)
 	if err != nil {
 		return err
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return fmt.Errorf("fetch heap profile: %w", err)
+		return fmt.Errorf("fetch the %s profile: %w", which, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("fetch heap profile: %s", resp.Status)
+		return fmt.Errorf("fetch the %s profile: %s", which, resp.Status)
 	}
 	f, err := os.Create(path)
 	if err != nil {
@@ -197,7 +198,7 @@ func saveHeapProfile(ctx context.Context, httpAddr, path string) error {
 	}
 	if _, err := io.Copy(f, resp.Body); err != nil {
 		f.Close()
-		return fmt.Errorf("write heap profile: %w", err)
+		return fmt.Errorf("write the %s profile: %w", which, err)
 	}
 	return f.Close()
 }

@@ -27,16 +27,22 @@ type site struct {
 	// profiles, when set, is a directory each process writes a CPU
 	// profile of its run to.
 	profiles string
-	servers  []*exec.Cmd
-	http     []string
-	gossip   []string
-	agents   []*exec.Cmd
-	cl       *api.Client
+	// debug starts the servers with their debug endpoints, for profiles
+	// of chosen windows (see saveProfile).
+	debug   bool
+	servers []*exec.Cmd
+	http    []string
+	gossip  []string
+	agents  []*exec.Cmd
+	cl      *api.Client
 }
 
 // startSite starts three servers (with gossip) and waits for a leader.
 func startSite(exe, dir, profiles string) (*site, error) {
-	s := &site{exe: exe, dir: dir, profiles: profiles}
+	return (&site{exe: exe, dir: dir, profiles: profiles}).start()
+}
+
+func (s *site) start() (*site, error) {
 	var raft []string
 	for range 3 {
 		h, err1 := localcluster.FreeAddr()
@@ -48,9 +54,9 @@ func startSite(exe, dir, profiles string) (*site, error) {
 		s.http, raft, s.gossip = append(s.http, h), append(raft, r), append(s.gossip, g)
 	}
 	for i := range 3 {
-		args := []string{"server", "-id", fmt.Sprintf("s%d", i+1), "-data-dir", filepath.Join(dir, fmt.Sprintf("s%d", i+1)),
+		args := []string{"server", "-id", fmt.Sprintf("s%d", i+1), "-data-dir", filepath.Join(s.dir, fmt.Sprintf("s%d", i+1)),
 			"-http-addr", s.http[i], "-raft-addr", raft[i], "-gossip-addr", s.gossip[i],
-			"-bootstrap-expect", "3", "-join", strings.Join(s.http, ","), "-log-level", "error"}
+			"-bootstrap-expect", "3", "-join", strings.Join(s.http, ","), "-log-level", "error", fmt.Sprintf("-enable-debug=%t", s.debug)}
 		cmd, err := s.spawn(fmt.Sprintf("s%d", i+1), args)
 		if err != nil {
 			s.stop()

@@ -80,6 +80,15 @@ func (m *monitor) heartbeat(msg api.GossipHeartbeatMsg, now time.Time) time.Dura
 	return m.leaseLocked(o)
 }
 
+// hears reports whether this replica received a gossip heartbeat of the
+// node's session within the last period.
+func (m *monitor) hears(id string, session uint64, period time.Duration, now time.Time) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	o := m.nodes[id]
+	return o != nil && o.session == session && !o.lastHeard.IsZero() && now.Sub(o.lastHeard) < period
+}
+
 // lease is the lease an acknowledgement gives the node now.
 func (m *monitor) lease(id string) time.Duration {
 	m.mu.Lock()

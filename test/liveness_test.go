@@ -2,7 +2,9 @@ package test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -443,5 +445,69 @@ func TestRefutedSuspicionReclaimsNothing(t *testing.T) {
 	}
 	if _, _, rejected := h.Agent.Stats(); rejected != 0 {
 		t.Fatalf("no result should have been refused, got %d", rejected)
+	}
+}
+
+// A gossiping node's HTTP heartbeats are answered from the leader's state
+// once a quorum confirms its leadership: they add nothing to the Raft log
+// (the liveness loop commits gossip heartbeats in batches). A node whose
+// gossip the leader does not hear has each one committed, as before.
+func TestHTTPHeartbeatsOfGossipingNodesWriteNoEntries(t *testing.T) {
+	c := NewClusterWith(t, 3, gossipSetup())
+	ag := c.StartAgent(agent.Config{ID: "gossiper", Slots: 1})
+	WaitRegistered(t, ag)
+	cl := c.AllClient()
+	if !Eventually(20*time.Second, func() bool { return gossiping(cl, "gossiper") }) {
+		t.Fatal("the agent never gossiped")
+	}
+	ctx := Ctx(t, time.Minute)
+	silent, err := cl.RegisterNode(ctx, api.NodeRegistration{ID: "silent", Capabilities: map[string][]string{"exec": {"1"}},
+		Resources: api.Resources{CPUMillis: 1000, MemoryMB: 1024}, Slots: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const beats = 20
+	// entriesFor sends the heartbeats one after another (none shares an
+	// entry with another) and returns how far the leader's log moved.
+	entriesFor := func(id string, session uint64) uint64 {
+		t.Helper()
+		leader := c.Client(c.WaitForLeader())
+		lastIndex := func() uint64 {
+			st, err := leader.RaftStats(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			v, err := strconv.ParseUint(st["last_log_index"], 10, 64)
+			if err != nil {
+				t.Fatalf("last_log_index %q: %v", st["last_log_index"], err)
+			}
+			return v
+		}
+		before := lastIndex()
+		for range beats {
+			hb, err := leader.Heartbeat(ctx, id, session)
+			if err != nil {
+				t.Fatalf("heartbeat of %s: %v", id, err)
+			}
+			if hb.SessionGeneration != session || hb.LeaseMs <= 0 {
+				t.Fatalf("heartbeat of %s: %+v, want session %d and a lease", id, hb, session)
+			}
+		}
+		return lastIndex() - before
+	}
+	if n := entriesFor("silent", silent.SessionGeneration); n < beats {
+		t.Errorf("%d heartbeats of a node without gossip moved the log by %d entries, want one each", beats, n)
+	}
+	// The liveness loop's own batches may land meanwhile: a few entries,
+	// not one per heartbeat.
+	if n := entriesFor("gossiper", ag.Agent.Session()); n >= beats/2 {
+		t.Errorf("%d heartbeats of a gossiping node moved the log by %d entries", beats, n)
+	}
+	// A heartbeat for another session is still refused as the agent
+	// expects (it registers again).
+	_, err = c.Client(c.WaitForLeader()).Heartbeat(ctx, "gossiper", ag.Agent.Session()+1)
+	var se *api.StatusError
+	if !errors.As(err, &se) || se.Reason != "session_changed" {
+		t.Errorf("heartbeat for a session that is not the node's: %v, want session_changed", err)
 	}
 }

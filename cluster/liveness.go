@@ -80,13 +80,22 @@ func (m *monitor) heartbeat(msg api.GossipHeartbeatMsg, now time.Time) time.Dura
 	return m.leaseLocked(o)
 }
 
-// hears reports whether this replica received a gossip heartbeat of the
-// node's session within the last period.
-func (m *monitor) hears(id string, session uint64, period time.Duration, now time.Time) bool {
+// heardFrom records a proof of life of the node's session that came
+// another way than gossip (an HTTP heartbeat answered without a commit),
+// if this replica received a gossip heartbeat of that session within the
+// last period; it reports whether it did. The liveness loop's sync then
+// commits it with the gossip heartbeats.
+func (m *monitor) heardFrom(id string, session uint64, period time.Duration, now time.Time) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	o := m.nodes[id]
-	return o != nil && o.session == session && !o.lastHeard.IsZero() && now.Sub(o.lastHeard) < period
+	if o == nil || o.session != session || o.lastHeard.IsZero() || now.Sub(o.lastHeard) >= period {
+		return false
+	}
+	if now.After(o.lastHeard) {
+		o.lastHeard = now
+	}
+	return true
 }
 
 // lease is the lease an acknowledgement gives the node now.

@@ -168,20 +168,19 @@ func (s *Server) Heartbeat(ctx context.Context, nodeID string, req api.Heartbeat
 // heartbeatNode is the node record a heartbeat of session answers from.
 // A heartbeat is committed (the replicated last heartbeat moves) unless
 // this leader hears the session's gossip: the liveness loop then commits
-// those heartbeats in batches, and the HTTP one only has to check the
-// session. That check reads the ready leader's state once a quorum
-// confirms it still leads, which is what the commit proved, without a log
-// write and an fsync on every replica for each of a fleet's heartbeats.
+// those heartbeats in batches, this one among them, and the HTTP one only
+// checks the session against the ready leader's state, as the gossip
+// acknowledgement does, without a log write and an fsync on every replica
+// for each of a fleet's heartbeats. A leader deposed without knowing it yet may answer so for
+// up to its leader lease; the lease it gives is one its successor already
+// assumes a predecessor gave (see replaceAfter).
 func (s *Server) heartbeatNode(ctx context.Context, nodeID string, session uint64) (*fsm.Node, error) {
-	if !s.monitor.hears(nodeID, session, 2*s.cfg.Liveness.HeartbeatInterval, s.now()) {
+	if !s.monitor.heardFrom(nodeID, session, 2*s.cfg.Liveness.HeartbeatInterval, s.now()) {
 		resp, _, err := s.apply(ctx, fsm.MsgHeartbeat, fsm.HeartbeatRequest{NodeID: nodeID, SessionGeneration: session, Now: s.now().UTC()})
 		if err != nil {
 			return nil, err
 		}
 		return resp.(*fsm.Node), nil
-	}
-	if err := s.ConsistentRead(ctx); err != nil {
-		return nil, err
 	}
 	n, err := s.fsm.State().Node(nodeID)
 	if err != nil {

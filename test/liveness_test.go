@@ -448,9 +448,9 @@ func TestRefutedSuspicionReclaimsNothing(t *testing.T) {
 	}
 }
 
-// A gossiping node's HTTP heartbeats are answered from the leader's state
-// once a quorum confirms its leadership: they add nothing to the Raft log
-// (the liveness loop commits gossip heartbeats in batches). A node whose
+// A gossiping node's HTTP heartbeats are answered from the leader's
+// state: they add nothing to the Raft log (the liveness loop commits
+// gossip heartbeats in batches). A node whose
 // gossip the leader does not hear has each one committed, as before.
 func TestHTTPHeartbeatsOfGossipingNodesWriteNoEntries(t *testing.T) {
 	c := NewClusterWith(t, 3, gossipSetup())

@@ -89,10 +89,14 @@ func benchAgents(exe, dir, profiles string, sz benchSizes, r *Result) error {
 		}()
 		return done
 	}
+	i0, _ := metricSample(s.http[li], "herd_raft_commit_index")
 	l0, a0, w0 := procCPUSeconds(leaderPid), procCPUSeconds(self), time.Now()
 	idleProfile := profile("leader-idle.pprof")
 	time.Sleep(sz.agentsWindow)
 	window := time.Since(w0).Seconds()
+	if i1, err := metricSample(s.http[li], "herd_raft_commit_index"); err == nil {
+		r.AgentsIdleEntriesPerSec = (i1 - i0) / window
+	}
 	if err := <-idleProfile; err != nil {
 		return err
 	}

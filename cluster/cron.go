@@ -90,9 +90,16 @@ func (s *Server) cronLoop(ctx context.Context) {
 	for ctx.Err() == nil {
 		sleepCtx(ctx, scheduleTick)
 		st := s.fsm.State()
-		for _, j := range st.Jobs("", 0) {
+		// Only the scheduled and running jobs: a schedule's finished runs
+		// accumulate, and a tick must not cost more as they do.
+		active := st.ActiveJobs()
+		var outputs *outputHolders
+		for _, j := range active {
 			if j.State == fsm.JobRunning {
-				s.rerunLostOutputs(ctx, st, j)
+				if outputs == nil {
+					outputs = holdersOf(st)
+				}
+				s.rerunLostOutputs(ctx, st, j, outputs)
 			}
 			if j.State != fsm.JobScheduled || j.Spec.Schedule == nil {
 				continue
@@ -121,6 +128,19 @@ func (s *Server) cronLoop(ctx context.Context) {
 				s.logger.Warn("could not fire a schedule", "job", j.ID, "slot", slot, "error", err)
 			}
 		}
+		if len(parsed) > len(active) {
+			// Schedules of jobs no longer scheduled are not needed again.
+			keep := make(map[string]bool, len(active))
+			for _, j := range active {
+				keep[j.ID] = true
+			}
+			for id := range parsed {
+				if !keep[id] {
+					delete(parsed, id)
+					delete(zones, id)
+				}
+			}
+		}
 	}
 }
 
@@ -136,26 +156,37 @@ func nextFiring(j *fsm.Job) time.Time {
 	return s.Next(j.LastSlot.Time().In(loc)).UTC()
 }
 
+// outputHolders is what the fleet holds of the jobs' outputs, read once
+// per tick for every running job: the datasets some live node holds, and
+// the nodes that are DOWN.
+type outputHolders struct {
+	live map[string]bool
+	down []string
+}
+
+func holdersOf(st *fsm.State) *outputHolders {
+	h := &outputHolders{live: map[string]bool{}}
+	nodes, err := st.Nodes()
+	if err != nil {
+		return h
+	}
+	for _, n := range nodes {
+		if n.Liveness == scheduler.LivenessDown {
+			h.down = append(h.down, n.ID)
+			continue
+		}
+		for _, d := range n.Datasets {
+			h.live[d.Name] = true
+		}
+	}
+	return h
+}
+
 // rerunLostOutputs asks for the rerun of finished stage instances whose
 // outputs a waiting stage task needs while no live node holds them (the
 // node that made them is DOWN). Apply checks it again.
-func (s *Server) rerunLostOutputs(ctx context.Context, st *fsm.State, j *fsm.Job) {
-	nodes, err := st.Nodes()
-	if err != nil {
-		return
-	}
-	live := map[string]bool{}
-	var down []string
-	for _, n := range nodes {
-		for _, d := range n.Datasets {
-			if n.Liveness != scheduler.LivenessDown {
-				live[d.Name] = true
-			}
-		}
-		if n.Liveness == scheduler.LivenessDown {
-			down = append(down, n.ID)
-		}
-	}
+func (s *Server) rerunLostOutputs(ctx context.Context, st *fsm.State, j *fsm.Job, h *outputHolders) {
+	live, down := h.live, h.down
 	if len(down) == 0 {
 		return
 	}

@@ -471,6 +471,17 @@ func (s *State) Jobs(after string, limit int) []*Job {
 	return out
 }
 
+// ActiveJobs lists the scheduled and running jobs in id order: the ones
+// a leader fires or watches, without the finished ones beside them.
+func (s *State) ActiveJobs() []*Job {
+	out := make([]*Job, 0, s.st.activeJobs.Len())
+	s.st.activeJobs.Ascend(func(j *Job) bool {
+		out = append(out, j)
+		return true
+	})
+	return out
+}
+
 // RerunStageRequest reruns instances of a finished stage whose outputs a
 // live stage needs but no live node holds any more (its node is DOWN).
 type RerunStageRequest struct {

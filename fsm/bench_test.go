@@ -222,3 +222,46 @@ func BenchmarkFootprint(b *testing.B) {
 		})
 	})
 }
+
+// BenchmarkActiveJobs measures what the leader's schedule loop reads on
+// each of its ten ticks a second from a state holding a schedule beside
+// 10,000 finished jobs (a minutely schedule's week of runs): every job,
+// as the loop read them ("all", keeping the active ones), or the active
+// ones alone.
+func BenchmarkActiveJobs(b *testing.B) {
+	f := New(nil)
+	index := uint64(0)
+	apply := func(mt MessageType, v any) {
+		index++
+		if err, ok := f.ApplyBytes(index, mustEncode(b, mt, v)).(error); ok {
+			b.Fatal(err)
+		}
+	}
+	one := []StageSpec{stage("a")}
+	apply(MsgSubmitJob, SubmitJobRequest{ID: "schedule", SubmittedAt: epoch, Spec: JobSpec{Name: "tick", Stages: one, Schedule: &Schedule{Cron: "@every 1m"}}})
+	for i := range 10_000 {
+		id := fmt.Sprintf("run-%05d", i)
+		apply(MsgSubmitJob, SubmitJobRequest{ID: id, SubmittedAt: epoch, Spec: JobSpec{Name: "run", Stages: one}})
+		apply(MsgCancelJob, CancelJobRequest{JobID: id, Now: epoch})
+	}
+	b.Run("all", func(b *testing.B) {
+		for b.Loop() {
+			n := 0
+			for _, j := range f.State().Jobs("", 0) {
+				if j.State == JobScheduled || j.State == JobRunning {
+					n++
+				}
+			}
+			if n != 1 {
+				b.Fatalf("%d active jobs", n)
+			}
+		}
+	})
+	b.Run("active", func(b *testing.B) {
+		for b.Loop() {
+			if n := len(f.State().ActiveJobs()); n != 1 {
+				b.Fatalf("%d active jobs", n)
+			}
+		}
+	})
+}

@@ -1,6 +1,9 @@
 package fsm
 
 import (
+	"bytes"
+	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -183,6 +186,32 @@ func TestScheduledJobFiresEachSlotOnce(t *testing.T) {
 	if res := fire(10*time.Second, true); !isRejection(res, RejectConflict) {
 		t.Fatalf("a cancelled schedule fired: %v", res)
 	}
+	// The active jobs are the schedule still standing and its live run,
+	// not the cancelled schedule and runs beside them; a restore rebuilds
+	// the same list.
+	want := []string{"s2", r2.Job.LastRun}
+	if got := jobIDs(h.f.State().ActiveJobs()); !slices.Equal(got, want) {
+		t.Fatalf("active jobs %v, want %v (all: %v)", got, want, jobIDs(h.f.State().Jobs("", 0)))
+	}
+	var buf bytes.Buffer
+	if err := h.f.State().Dump(&buf); err != nil {
+		t.Fatal(err)
+	}
+	g := New(nil)
+	if err := g.Restore(io.NopCloser(&buf)); err != nil {
+		t.Fatal(err)
+	}
+	if got := jobIDs(g.State().ActiveJobs()); !slices.Equal(got, want) {
+		t.Fatalf("active jobs after a restore %v, want %v", got, want)
+	}
+}
+
+func jobIDs(jobs []*Job) []string {
+	out := make([]string, len(jobs))
+	for i, j := range jobs {
+		out[i] = j.ID
+	}
+	return out
 }
 
 // A for_each stage makes one task per item, with the item in HERD_ITEM.

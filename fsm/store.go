@@ -42,9 +42,13 @@ type store struct {
 	// profile settings (nil: DefaultProfileSettings).
 	classes *btree.BTreeG[*ClassStats]
 	profile *ProfileSettings
-	// jobs by id, and by idempotency key (jobs without one left out).
-	jobs      *btree.BTreeG[*Job]
-	jobsByKey *btree.BTreeG[*Job]
+	// jobs by id, and by idempotency key (jobs without one left out);
+	// activeJobs by id, the scheduled and running ones alone: the
+	// leader's loops visit those every tick, while a schedule's finished
+	// runs pile up beside them.
+	jobs       *btree.BTreeG[*Job]
+	jobsByKey  *btree.BTreeG[*Job]
+	activeJobs *btree.BTreeG[*Job]
 
 	// The pending feed: tasks that entered, left or changed in the pending
 	// set, in apply order, so that the leader can keep its queue current
@@ -99,6 +103,7 @@ func newStore() *store {
 		classes:        btree.NewG(btreeDegree, func(a, b *ClassStats) bool { return a.Class < b.Class }),
 		jobs:           btree.NewG(btreeDegree, func(a, b *Job) bool { return a.ID < b.ID }),
 		jobsByKey:      btree.NewG(btreeDegree, func(a, b *Job) bool { return a.Spec.IdempotencyKey < b.Spec.IdempotencyKey }),
+		activeJobs:     btree.NewG(btreeDegree, func(a, b *Job) bool { return a.ID < b.ID }),
 		feed:           &feedToken{},
 		w: &writerMaps{
 			tasks:    idtable.New(func(t *Task) string { return t.ID }),
@@ -143,7 +148,8 @@ func (s *store) clone() *store {
 		attempts: s.attempts.Clone(), attemptsByTask: s.attemptsByTask.Clone(), liveByNode: s.liveByNode.Clone(),
 		endedByNode: s.endedByNode.Clone(), acl: s.acl.clone(), keyring: s.keyring,
 		classes: s.classes.Clone(), profile: s.profile, jobs: s.jobs.Clone(), jobsByKey: s.jobsByKey.Clone(),
-		feed: s.feed, feedBase: s.feedBase, changes: s.changes,
+		activeJobs: s.activeJobs.Clone(),
+		feed:       s.feed, feedBase: s.feedBase, changes: s.changes,
 		events: s.events, eventsFrom: s.eventsFrom,
 	}
 }
@@ -219,6 +225,11 @@ func (s *store) putJob(j *Job) {
 	}
 	if j.Spec.IdempotencyKey != "" {
 		s.jobsByKey.ReplaceOrInsert(j)
+	}
+	if j.State == JobScheduled || j.State == JobRunning {
+		s.activeJobs.ReplaceOrInsert(j)
+	} else {
+		s.activeJobs.Delete(j)
 	}
 	s.touch(topicJobs)
 }

@@ -151,9 +151,39 @@ func (l *netnsLab) destroy() {
 	}
 	for _, n := range l.nodes {
 		n.kill()
+		n.killRest()
 		_ = run("ip", "netns", "del", n.ns)
 	}
 	_ = run("ip", "netns", "del", l.bridge)
+}
+
+// killRest ends every process still in n's namespace: the tasks of an
+// agent killed with SIGKILL outlive it (without cgroups nothing else
+// stops them) and would keep writing into the test's directory after the
+// test. A process that is not the test's child cannot be waited for, so
+// the namespace is read again until it is empty (for a second at most).
+func (n *nsNode) killRest() {
+	for range 50 {
+		out, err := exec.Command("ip", "netns", "pids", n.ns).Output()
+		pids := strings.Fields(string(out))
+		if err != nil || len(pids) == 0 {
+			return
+		}
+		mine := 0
+		for _, p := range pids {
+			// The test's own process is listed too while a thread of it
+			// dials from inside the namespace.
+			if pid, err := strconv.Atoi(p); err == nil && pid != os.Getpid() {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			} else if err == nil {
+				mine++
+			}
+		}
+		if mine == len(pids) {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // dialer dials from inside n's namespace.

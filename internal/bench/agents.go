@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"sync"
 	"time"
 
@@ -92,8 +93,15 @@ func benchAgents(exe, dir, profiles string, sz benchSizes, r *Result) error {
 	i0, _ := metricSample(s.http[li], "herd_raft_commit_index")
 	l0, a0, w0 := procCPUSeconds(leaderPid), procCPUSeconds(self), time.Now()
 	idleProfile := profile("leader-idle.pprof")
+	stopSelf, err := profileSelf(profiles, "agents-idle.pprof")
+	if err != nil {
+		return err
+	}
 	time.Sleep(sz.agentsWindow)
 	window := time.Since(w0).Seconds()
+	if err := stopSelf(); err != nil {
+		return err
+	}
 	if i1, err := metricSample(s.http[li], "herd_raft_commit_index"); err == nil {
 		r.AgentsIdleEntriesPerSec = (i1 - i0) / window
 	}
@@ -196,4 +204,29 @@ func countVerdicts(ctx context.Context, cl *api.Client, from api.EventPosition) 
 		return nil
 	})
 	return n, err
+}
+
+// profileSelf profiles this process's CPU (the in-process agents) into
+// dir/name until the returned stop is called; nothing when dir is empty
+// or the process is profiled already.
+func profileSelf(dir, name string) (stop func() error, err error) {
+	if dir == "" {
+		return func() error { return nil }, nil
+	}
+	f, err := os.Create(filepath.Join(dir, name))
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		// Already profiled as a whole (HERD_CPU_PROFILE): that profile
+		// has the agents in it.
+		f.Close()
+		_ = os.Remove(f.Name())
+		fmt.Fprintf(os.Stderr, "bench: agents: not profiling the agents' idle window: %v\n", err)
+		return func() error { return nil }, nil
+	}
+	return func() error {
+		pprof.StopCPUProfile()
+		return f.Close()
+	}, nil
 }

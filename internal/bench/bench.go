@@ -249,7 +249,9 @@ type Options struct {
 	// servers and agents each write a CPU profile of their whole run to
 	// (HERD_CPU_PROFILE), named by run and process: one/s1.pprof, …; the
 	// many-agents step's leader writes one of its idle and one of its
-	// placing window (agents/leader-idle.pprof, agents/leader-placing.pprof).
+	// placing window (agents/leader-idle.pprof, agents/leader-placing.pprof),
+	// and the bench's process, running that step's agents, one of the idle
+	// window (agents/agents-idle.pprof).
 	ProcessProfiles string
 	// Executable is the herd binary the footprint step runs its replica
 	// with; the running executable when empty.

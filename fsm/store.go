@@ -261,6 +261,12 @@ func (s *store) putNode(n *Node) {
 	}
 	s.w.nodes[n.ID] = n
 	s.touch(topicNodes)
+	if old == nil || old.SessionGeneration != n.SessionGeneration || old.Liveness != n.Liveness {
+		// The node's assignments answer carries both: its agent's watch
+		// wakes (a registration a follower applies after the agent asked,
+		// a verdict), as it does for its attempts.
+		s.touch(topicNodePre + n.ID)
+	}
 }
 
 // putTask inserts or replaces a task and keeps its indexes.

@@ -67,7 +67,10 @@ type Agent struct {
 	mu       sync.Mutex
 	running  map[string]*execution // attempt id → what runs it
 	finished map[string]bool       // attempts this agent ended (or gave up on)
-	last     *api.Assignments      // latest assignments, to start more when slots free up
+	// leftovers counts, per attempt, the processes an earlier run of the
+	// agent left running, which the first reconcile killed (nil before it).
+	leftovers map[string]int
+	last      *api.Assignments // latest assignments, to start more when slots free up
 
 	wg sync.WaitGroup
 	// Stats for tests and the node's view of itself.

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"herd/api"
@@ -130,6 +131,23 @@ func (a *Agent) reconcile(ctx context.Context, as *api.Assignments) {
 	if a.last == nil {
 		return
 	}
+	if a.leftovers == nil {
+		// The first list since the agent started, before it starts
+		// anything: what an earlier run left running goes first.
+		listed := map[string]bool{}
+		for _, x := range a.last.Attempts {
+			if x.Attempt.State == api.AttemptRunning {
+				listed[x.Attempt.ID] = true
+			}
+		}
+		a.leftovers = killLeftovers(a.cfg.ID, a.workDirs.root, listed)
+		if a.leftovers == nil {
+			a.leftovers = map[string]int{}
+		}
+		for id, n := range a.leftovers {
+			a.logger.Warn("killed what an earlier run of the agent left running", "attempt", id, "processes", n)
+		}
+	}
 	live := make(map[string]struct{}, len(a.last.Attempts))
 	for _, x := range a.last.Attempts {
 		live[x.Attempt.ID] = struct{}{}
@@ -156,13 +174,19 @@ func (a *Agent) reconcile(ctx context.Context, as *api.Assignments) {
 		x := a.last.Attempts[i]
 		if x.Attempt.State == api.AttemptRunning {
 			// Started by an earlier run of this agent, which is gone: the
-			// process is lost. Report it so the task is retried now rather
-			// than when a timeout notices.
+			// attempt is lost (what that run left of it was killed above,
+			// so the run the cluster places next cannot overlap it).
+			// Report it so the task is retried now rather than when a
+			// timeout notices.
 			a.finished[id] = true
+			why := "the agent restarted; the process is gone"
+			if n := a.leftovers[id]; n > 0 {
+				why = fmt.Sprintf("the agent restarted; the %d processes its earlier run left running were killed", n)
+			}
 			a.wg.Add(1)
 			go func() {
 				defer a.wg.Done()
-				a.report(ctx, x, outcome{state: api.AttemptLost, exitCode: -1, err: "the agent restarted; the process is gone"})
+				a.report(ctx, x, outcome{state: api.AttemptLost, exitCode: -1, err: why})
 			}()
 			continue
 		}

@@ -69,9 +69,14 @@ func benchAgents(exe, dir, profiles string, sz benchSizes, r *Result) error {
 	r.AgentsRegisterSeconds = time.Since(t0).Seconds()
 	// Settle: the registrations' tail (profiles, first heartbeats).
 	time.Sleep(sz.agentsWindow / 2)
+	// A fleet the servers cannot carry may cost them their leader for a
+	// while (the step counts the elections): wait a minute for one.
 	li := s.leaderIndex()
+	for deadline := time.Now().Add(time.Minute); li < 0 && time.Now().Before(deadline); li = s.leaderIndex() {
+		time.Sleep(time.Second)
+	}
 	if li < 0 {
-		return errors.New("no leader")
+		return errors.New("no leader for a minute after the fleet registered")
 	}
 	from, err := eventsEnd(ctx, s.cl)
 	if err != nil {

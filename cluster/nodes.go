@@ -171,9 +171,9 @@ func (s *Server) Heartbeat(ctx context.Context, nodeID string, req api.Heartbeat
 // those heartbeats in batches, this one among them, and the HTTP one only
 // checks the session against the ready leader's state, as the gossip
 // acknowledgement does, without a log write and an fsync on every replica
-// for each of a fleet's heartbeats. A leader deposed without knowing it yet may answer so for
-// up to its leader lease; the lease it gives is one its successor already
-// assumes a predecessor gave (see replaceAfter).
+// for each of a fleet's heartbeats. A leader deposed without knowing it
+// yet may answer so for up to its leader lease; the lease it gives is one
+// its successor already assumes a predecessor gave (see replaceAfter).
 func (s *Server) heartbeatNode(ctx context.Context, nodeID string, session uint64) (*fsm.Node, error) {
 	if !s.monitor.heardFrom(nodeID, session, 2*s.cfg.Liveness.HeartbeatInterval, s.now()) {
 		resp, _, err := s.apply(ctx, fsm.MsgHeartbeat, fsm.HeartbeatRequest{NodeID: nodeID, SessionGeneration: session, Now: s.now().UTC()})

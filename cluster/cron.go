@@ -186,8 +186,7 @@ func holdersOf(st *fsm.State) *outputHolders {
 // outputs a waiting stage task needs while no live node holds them (the
 // node that made them is DOWN). Apply checks it again.
 func (s *Server) rerunLostOutputs(ctx context.Context, st *fsm.State, j *fsm.Job, h *outputHolders) {
-	live, down := h.live, h.down
-	if len(down) == 0 {
+	if len(h.down) == 0 {
 		return
 	}
 	lost := map[string][]int{} // producing stage → instances
@@ -202,7 +201,7 @@ func (s *Server) rerunLostOutputs(ctx context.Context, st *fsm.State, j *fsm.Job
 				continue
 			}
 			for _, in := range t.Spec.Inputs {
-				if live[in] {
+				if h.live[in] {
 					continue
 				}
 				producer, _, _ := strings.Cut(in, ":")
@@ -211,7 +210,7 @@ func (s *Server) rerunLostOutputs(ctx context.Context, st *fsm.State, j *fsm.Job
 					continue
 				}
 				lost[j.Stages[p].Name] = append(lost[j.Stages[p].Name], k)
-				why[j.Stages[p].Name] = fmt.Sprintf("stage %s needs %s, which no live node holds (down: %s)", stage.Name, in, strings.Join(down, ", "))
+				why[j.Stages[p].Name] = fmt.Sprintf("stage %s needs %s, which no live node holds (down: %s)", stage.Name, in, strings.Join(h.down, ", "))
 			}
 		}
 	}

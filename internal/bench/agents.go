@@ -25,13 +25,8 @@ import (
 // SUSPECT and DOWN verdicts the leader reached meanwhile: every agent is
 // alive, so each one is false.
 func benchAgents(exe, dir, profiles string, sz benchSizes, r *Result) error {
-	for _, d := range []string{dir, profiles} {
-		if d == "" {
-			continue
-		}
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			return err
-		}
+	if err := mkdirs(dir, profiles); err != nil {
+		return err
 	}
 	// Profiles here are the leader's, of the idle and the placing
 	// windows: the whole run's would be mostly registrations.

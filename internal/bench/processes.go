@@ -277,13 +277,8 @@ const processTaskCPUMillis = 1000
 
 func runProcessSite(exe, dir, profiles string, agents, tasks int) (processRun, error) {
 	var out processRun
-	for _, d := range []string{dir, profiles} {
-		if d == "" {
-			continue
-		}
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			return out, err
-		}
+	if err := mkdirs(dir, profiles); err != nil {
+		return out, err
 	}
 	s, err := startSite(exe, dir, profiles)
 	if err != nil {

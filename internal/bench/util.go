@@ -192,3 +192,16 @@ func inChunks(n, size, workers int, fn func(start, end int) error) error {
 	}
 	return nil
 }
+
+// mkdirs makes each directory named (an empty name is skipped).
+func mkdirs(dirs ...string) error {
+	for _, d := range dirs {
+		if d == "" {
+			continue
+		}
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -6,7 +6,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"runtime/pprof"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -35,6 +38,7 @@ func benchAgents(exe, dir, profiles string, sz benchSizes, r *Result) error {
 		return err
 	}
 	defer s.stop()
+	defer fleetHeap()()
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	defer func() { cancel(); wg.Wait() }()
@@ -100,7 +104,9 @@ func benchAgents(exe, dir, profiles string, sz benchSizes, r *Result) error {
 		return err
 	}
 	time.Sleep(sz.agentsWindow)
-	window := time.Since(w0).Seconds()
+	// The window's CPU is read as it ends: waiting for the profiles
+	// below may take a while and must not count.
+	l1, a1, window := procCPUSeconds(leaderPid), procCPUSeconds(self), time.Since(w0).Seconds()
 	if err := stopSelf(); err != nil {
 		return err
 	}
@@ -111,8 +117,8 @@ func benchAgents(exe, dir, profiles string, sz benchSizes, r *Result) error {
 		// A leader too busy to serve its profile is measured all the same.
 		fmt.Fprintf(os.Stderr, "bench: agents: no profile of the leader's idle window: %v\n", err)
 	}
-	r.AgentsLeaderCPUPct = 100 * (procCPUSeconds(leaderPid) - l0) / window
-	r.AgentsProcessCPUPct = 100 * (procCPUSeconds(self) - a0) / window
+	r.AgentsLeaderCPUPct = 100 * (l1 - l0) / window
+	r.AgentsProcessCPUPct = 100 * (a1 - a0) / window
 
 	// Placing: `true` at a steady low rate through the window.
 	rate := max(n/10, 10)
@@ -246,4 +252,40 @@ func profileSelf(dir, name string) (stop func() error, err error) {
 // usual interval.
 func manyMembersTune(c *memberlist.Config) {
 	c.ProbeInterval, c.ProbeTimeout = 3*time.Second, 2*time.Second
+}
+
+// fleetHeap sets this process's collector for hosting the fleet and
+// returns what puts the earlier setting back. Each of the fleet's
+// memberlist members knows every other one, so one process hosting n of
+// them holds n² member records that a real fleet spreads over n
+// machines; with Go's default of a collection each time the heap
+// doubles, scanning that heap was half of the process's CPU at a
+// thousand agents, which starved the agents of their own heartbeats. The
+// collector here runs only as the heap nears half the machine's memory.
+func fleetHeap() (restore func()) {
+	limit := int64(1) << 30
+	if kb := memTotalKiB(); kb > 0 {
+		limit = max(limit, kb<<10/2)
+	}
+	oldLimit := debug.SetMemoryLimit(limit)
+	oldPercent := debug.SetGCPercent(-1)
+	return func() {
+		debug.SetGCPercent(oldPercent)
+		debug.SetMemoryLimit(oldLimit)
+	}
+}
+
+// memTotalKiB is the machine's memory from /proc/meminfo (0 if unknown).
+func memTotalKiB() int64 {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	for line := range strings.Lines(string(b)) {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "MemTotal:" {
+			kb, _ := strconv.ParseInt(f[1], 10, 64)
+			return kb
+		}
+	}
+	return 0
 }

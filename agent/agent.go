@@ -71,6 +71,7 @@ type Agent struct {
 	// agent left running, which the first reconcile killed (nil before it).
 	leftovers map[string]int
 	last      *api.Assignments // latest assignments, to start more when slots free up
+	lastAt    time.Time        // when last arrived (its StartWithinMs count from then)
 
 	wg sync.WaitGroup
 	// Stats for tests and the node's view of itself.

@@ -126,7 +126,7 @@ func (a *Agent) reconcile(ctx context.Context, as *api.Assignments) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if as != nil {
-		a.last = as
+		a.last, a.lastAt = as, time.Now()
 	}
 	if a.last == nil {
 		return
@@ -136,7 +136,7 @@ func (a *Agent) reconcile(ctx context.Context, as *api.Assignments) {
 		// anything: what an earlier run left running goes first.
 		listed := map[string]bool{}
 		for _, x := range a.last.Attempts {
-			if x.Attempt.State == api.AttemptRunning {
+			if x.Attempt.State == api.AttemptRunning || x.EarlierSession {
 				listed[x.Attempt.ID] = true
 			}
 		}
@@ -172,14 +172,19 @@ func (a *Agent) reconcile(ctx context.Context, as *api.Assignments) {
 			continue
 		}
 		x := a.last.Attempts[i]
-		if x.Attempt.State == api.AttemptRunning {
+		if x.Attempt.State == api.AttemptRunning || x.EarlierSession {
 			// Started by an earlier run of this agent, which is gone: the
 			// attempt is lost (what that run left of it was killed above,
 			// so the run the cluster places next cannot overlap it).
 			// Report it so the task is retried now rather than when a
-			// timeout notices.
+			// timeout notices. One still reserved, but for an earlier
+			// session, that run may have started before its start was
+			// committed (see execute): it is not started again.
 			a.finished[id] = true
 			why := "the agent restarted; the process is gone"
+			if x.Attempt.State != api.AttemptRunning {
+				why = "the agent restarted; its earlier run may have started the attempt, so it is not run again"
+			}
 			if n := a.leftovers[id]; n > 0 {
 				why = fmt.Sprintf("the agent restarted; the %d processes its earlier run left running were killed", n)
 			}
@@ -196,11 +201,15 @@ func (a *Agent) reconcile(ctx context.Context, as *api.Assignments) {
 		actx, cancel := context.WithCancelCause(ctx)
 		a.running[id] = &execution{assignment: x, cancel: cancel}
 		a.metaDirty.Store(true)
+		var startBy time.Time
+		if x.StartWithinMs > 0 {
+			startBy = a.lastAt.Add(time.Duration(x.StartWithinMs) * time.Millisecond)
+		}
 		a.wg.Add(1)
 		go func() {
 			defer a.wg.Done()
 			defer cancel(nil)
-			a.execute(ctx, actx, x)
+			a.execute(ctx, actx, cancel, x, startBy)
 			a.mu.Lock()
 			delete(a.running, id)
 			a.finished[id] = true

@@ -13,10 +13,14 @@ import (
 	"github.com/hashicorp/go-hclog"
 )
 
-// execute runs one attempt: report the start (fenced), run it under a
-// watchdog, report the result. agentCtx ends with the agent; attemptCtx
-// also ends when the cluster takes the attempt back.
-func (a *Agent) execute(agentCtx, attemptCtx context.Context, x api.Assignment) {
+// execute runs one attempt: have its start committed (fenced by its
+// lease), run it under a watchdog, report the result. agentCtx ends with
+// the agent; attemptCtx also ends when the cluster takes the attempt
+// back, or cancel ends it. startBy, when set, is how long the attempt may
+// run before its start is committed (see api.Assignment.StartWithinMs):
+// the process starts at once and the start is reported beside it.
+// Otherwise it starts only once the start is committed.
+func (a *Agent) execute(agentCtx, attemptCtx context.Context, cancel context.CancelCauseFunc, x api.Assignment, startBy time.Time) {
 	att := x.Attempt
 	log := a.logger.With("task", att.TaskID, "attempt", att.ID, "number", att.Number)
 	if ttl, left, _ := a.lease.state(time.Now()); ttl > 0 && left <= a.fenceGrace(ttl)+a.cfg.HeartbeatInterval/10 {
@@ -25,24 +29,30 @@ func (a *Agent) execute(agentCtx, attemptCtx context.Context, x api.Assignment) 
 		a.report(agentCtx, x, outcome{state: api.AttemptLost, exitCode: -1, err: "not started: the agent had no lease from the cluster"})
 		return
 	}
-	switch a.reportStart(attemptCtx, x, log) {
-	case startRefused:
-		return
-	case startUnconfirmed:
-		// The start may have been committed: the cluster would then wait
-		// on an attempt nothing runs. Say it did not run.
-		why := fmt.Sprintf("the start could not be confirmed with the cluster within %s; not run", a.startDeadline)
-		if fence := fenced(attemptCtx); fence != nil {
-			why = fence.msg + "; not run"
+	var early *earlyStart
+	if time.Until(startBy) >= minEarlyStart {
+		early = a.startEarly(attemptCtx, cancel, x, startBy, log)
+	} else {
+		switch a.reportStart(attemptCtx, x, time.Time{}, time.Now().Add(a.startDeadline), log) {
+		case startRefused:
+			return
+		case startUnconfirmed:
+			// The start may have been committed: the cluster would then wait
+			// on an attempt nothing runs. Say it did not run.
+			why := fmt.Sprintf("the start could not be confirmed with the cluster within %s; not run", a.startDeadline)
+			if fence := fenced(attemptCtx); fence != nil {
+				why = fence.msg + "; not run"
+			}
+			a.report(agentCtx, x, outcome{state: api.AttemptLost, exitCode: -1, err: why})
+			return
 		}
-		a.report(agentCtx, x, outcome{state: api.AttemptLost, exitCode: -1, err: why})
-		return
 	}
 	a.started.Add(1)
 	log.Info("attempt started", "command", x.Spec.Command)
 
 	timeout := time.Duration(derefInt64(x.Spec.TimeoutSeconds, api.DefaultTimeoutSeconds)) * time.Second
 	done := make(chan outcome, 1)
+	ran := time.Now()
 	go func() {
 		defer func() {
 			if p := recover(); p != nil {
@@ -63,6 +73,18 @@ func (a *Agent) execute(agentCtx, attemptCtx context.Context, x api.Assignment) 
 		log.Error("executor hung past the run timeout; giving the attempt up")
 		out = outcome{state: api.AttemptFailed, exitCode: -1, err: "executor hung past the run timeout"}
 	}
+	ranFor := time.Since(ran)
+	if early != nil {
+		switch early.ended() {
+		case startRefused:
+			// The cluster took the attempt back, or no longer knows its
+			// lease: there is nothing to report.
+			log.Info("attempt stopped: its start was refused")
+			return
+		case startUnreported:
+			out.startUnreported, out.ranFor = true, ranFor
+		}
+	}
 	if out.abandoned {
 		if agentCtx.Err() == nil {
 			log.Info("attempt stopped after the cluster took it back")
@@ -71,6 +93,83 @@ func (a *Agent) execute(agentCtx, attemptCtx context.Context, x api.Assignment) 
 		out.err = "the agent stopped"
 	}
 	a.report(agentCtx, x, out)
+}
+
+// minEarlyStart is the least time before its start must be committed for
+// which an attempt is started before that: less would not cover the
+// start report's way.
+const minEarlyStart = 300 * time.Millisecond
+
+// startCoalesce is how long an attempt started early runs before its
+// start is reported: one that ends sooner has its start committed with
+// its end, one request and one Raft entry for both.
+const startCoalesce = 250 * time.Millisecond
+
+// earlyStart reports the start of an attempt whose process is already
+// running, and stops the process when the start is refused or cannot
+// be committed in time. An attempt started early runs for a moment
+// without a committed start, and that is safe: its agent holds a lease
+// (it stops the process when the lease runs out, before the cluster can
+// re-place it), and the cluster reclaims a reserved attempt only after
+// the schedule-to-start timeout, of which startBy is what is left less
+// a margin: an attempt whose start is not committed by then is stopped
+// first. A cancel or reclaim committed meanwhile takes it back as it
+// would a running one.
+type earlyStart struct {
+	ran    chan struct{}    // closed when the process has ended
+	answer chan startAnswer // the start report's outcome, once
+}
+
+// startUnreported is an early start's outcome when the process ended
+// before the start was reported: the end carries it.
+const startUnreported startAnswer = -1
+
+func (a *Agent) startEarly(ctx context.Context, cancel context.CancelCauseFunc, x api.Assignment, startBy time.Time, log hclog.Logger) *earlyStart {
+	e := &earlyStart{ran: make(chan struct{}), answer: make(chan startAnswer, 1)}
+	// The process must be gone by startBy: reporting stops a kill grace
+	// before it.
+	began := time.Now()
+	within := startBy.Sub(began)
+	grace := min(a.cfg.KillGrace, within/4)
+	deadline := startBy.Add(-grace)
+	go func() {
+		wait := time.NewTimer(min(startCoalesce, within/4))
+		defer wait.Stop()
+		select {
+		case <-e.ran:
+			e.answer <- startUnreported
+			return
+		case <-ctx.Done():
+			e.answer <- whyStopped(ctx)
+			return
+		case <-wait.C:
+		}
+		rctx, stop := context.WithDeadline(ctx, deadline)
+		ans := a.reportStart(rctx, x, began, deadline, log)
+		stop()
+		if ans == startRefused && ctx.Err() == nil && !time.Now().Before(deadline) {
+			ans = startUnconfirmed // cut off by the deadline, not refused
+		}
+		switch ans {
+		case startRefused:
+			cancel(nil)
+		case startUnconfirmed:
+			if fenced(ctx) == nil {
+				log.Warn("stopping the attempt: its start could not be committed in time", "within", within.Round(time.Millisecond))
+				cancel(&fenceError{grace: grace, msg: fmt.Sprintf(
+					"stopped on %s: its start could not be committed within %s, before the cluster would reclaim it", a.cfg.ID, within.Round(100*time.Millisecond))})
+			}
+		}
+		e.answer <- ans
+	}()
+	return e
+}
+
+// ended tells an early start that the process has ended and returns how
+// its start report went.
+func (e *earlyStart) ended() startAnswer {
+	close(e.ran)
+	return <-e.answer
 }
 
 // startAnswer is how a start report ended.
@@ -82,13 +181,17 @@ const (
 	startUnconfirmed                    // no answer in time: it may or may not have been committed
 )
 
-// reportStart reports the start, retrying through failovers for up to
-// startDeadline.
-func (a *Agent) reportStart(ctx context.Context, x api.Assignment, log hclog.Logger) startAnswer {
-	deadline := time.Now().Add(a.startDeadline)
+// reportStart reports the start, retrying through failovers until
+// deadline. running is when the attempt started running, if it has
+// (started early), else zero.
+func (a *Agent) reportStart(ctx context.Context, x api.Assignment, running, deadline time.Time, log hclog.Logger) startAnswer {
 	backoff := 100 * time.Millisecond
 	for {
-		_, err := a.reports.report(ctx, api.AttemptReportItem{AttemptID: x.Attempt.ID, Start: &api.AttemptStartRequest{LeaseVersion: x.Attempt.LeaseVersion}})
+		start := &api.AttemptStartRequest{LeaseVersion: x.Attempt.LeaseVersion}
+		if !running.IsZero() {
+			start.RunningMs = time.Since(running).Milliseconds()
+		}
+		_, err := a.reports.report(ctx, api.AttemptReportItem{AttemptID: x.Attempt.ID, Start: start})
 		if err == nil {
 			return startConfirmed
 		}
@@ -138,6 +241,10 @@ func (a *Agent) report(ctx context.Context, x api.Assignment, out outcome) {
 	req := api.AttemptCompleteRequest{
 		LeaseVersion: x.Attempt.LeaseVersion, ExitCode: out.exitCode, OutputTail: truncate(out.tail, api.MaxOutputTail),
 		Error: truncate(out.err, api.MaxErrorText), State: out.state,
+		StartUnreported: out.startUnreported, RanMs: out.ranFor.Milliseconds(),
+	}
+	if !out.startUnreported {
+		req.RanMs = 0
 	}
 	backoff := 100 * time.Millisecond
 	for {

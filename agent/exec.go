@@ -26,6 +26,10 @@ type outcome struct {
 	// abandoned: the cluster took the attempt back (cancelled, reclaimed)
 	// or the agent is stopping; nobody waits for a result.
 	abandoned bool
+	// startUnreported: the attempt ended before its start was reported
+	// (see earlyStart), after running for ranFor; the end carries both.
+	startUnreported bool
+	ranFor          time.Duration
 }
 
 // copyBuffers lends the 32 KiB buffers that copy attempts' output to

@@ -651,6 +651,10 @@ const (
 // AttemptStartRequest reports that an attempt's process is starting.
 type AttemptStartRequest struct {
 	LeaseVersion uint64 `json:"lease_version"`
+	// RunningMs, for an attempt its agent started before reporting it
+	// (see Assignment.StartWithinMs), is how long it has run: the cluster
+	// dates the start that long before it commits it.
+	RunningMs int64 `json:"running_ms,omitempty"`
 }
 
 // AttemptCompleteRequest reports how an attempt ended. State defaults to
@@ -663,6 +667,11 @@ type AttemptCompleteRequest struct {
 	OutputTail   string `json:"output_tail,omitempty"`
 	Error        string `json:"error,omitempty"`
 	State        string `json:"state,omitempty"`
+	// StartUnreported says the attempt ran and ended before its start was
+	// reported (see Assignment.StartWithinMs): the cluster commits its
+	// start, RanMs before the end, in the same entry as the end.
+	StartUnreported bool  `json:"start_unreported,omitempty"`
+	RanMs           int64 `json:"ran_ms,omitempty"`
 }
 
 // AttemptReport answers an attempt report; Duplicate marks a report that
@@ -747,6 +756,19 @@ type Assignment struct {
 	// Inputs, for an attempt still to start, are where the inputs its node
 	// does not hold are.
 	Inputs []InputSource `json:"inputs,omitempty"`
+	// StartWithinMs, for an attempt still to start, is how long from this
+	// answer its agent may run it before the start is committed: the
+	// cluster reclaims an attempt not started within the schedule-to-start
+	// timeout, and this is what is left of it, less a margin for clocks
+	// and the answer's way. An agent that cannot have the start (or the
+	// end) committed within it stops the attempt and reports it LOST. 0:
+	// the agent runs the attempt only once its start is committed.
+	StartWithinMs int64 `json:"start_within_ms,omitempty"`
+	// EarlierSession marks an attempt still to start that was reserved
+	// under an earlier session of the node: an earlier run of its agent
+	// may have started it without the start reaching the cluster, so the
+	// agent does not start it again but reports it LOST.
+	EarlierSession bool `json:"earlier_session,omitempty"`
 }
 
 // Assignments is a node's live attempts at Index. Attempts that vanish

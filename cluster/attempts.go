@@ -20,7 +20,7 @@ func (s *Server) StartAttempt(ctx context.Context, id string, req api.AttemptSta
 	if !s.IsLeader() {
 		return api.AttemptReport{}, fmt.Errorf("%s: %w", s.cfg.ID, api.ErrNotLeader)
 	}
-	resp, _, err := s.apply(ctx, fsm.MsgAttemptStart, fsm.AttemptStartRequest{AttemptID: id, LeaseVersion: req.LeaseVersion, Now: s.now().UTC()})
+	resp, _, err := s.apply(ctx, fsm.MsgAttemptStart, s.attemptStart(id, req.LeaseVersion, s.now().UTC(), req.RunningMs))
 	if err != nil {
 		return api.AttemptReport{}, err
 	}
@@ -35,6 +35,14 @@ func (s *Server) StartAttempt(ctx context.Context, id string, req api.AttemptSta
 func (s *Server) CompleteAttempt(ctx context.Context, id string, req api.AttemptCompleteRequest) (api.AttemptReport, error) {
 	if !s.IsLeader() {
 		return api.AttemptReport{}, fmt.Errorf("%s: %w", s.cfg.ID, api.ErrNotLeader)
+	}
+	if req.StartUnreported {
+		// The start and the end in one entry, as in a batch.
+		out, err := s.ReportAttempts(ctx, []api.AttemptReportItem{{AttemptID: id, Complete: &req}})
+		if err != nil {
+			return api.AttemptReport{}, err
+		}
+		return out[0].Report, out[0].Err
 	}
 	end := s.attemptEnd(id, req)
 	resp, _, err := s.apply(ctx, fsm.MsgAttemptEnd, end)
@@ -76,32 +84,47 @@ func (s *Server) ReportAttempts(ctx context.Context, reports []api.AttemptReport
 	if !s.IsLeader() {
 		return nil, fmt.Errorf("%s: %w", s.cfg.ID, api.ErrNotLeader)
 	}
-	cmds := make([][]byte, len(reports))
+	cmds := make([][]byte, 0, len(reports))
+	// at[i] is the command that answers report i: a result whose start
+	// was never reported is two commands, its start and then its end.
+	at := make([]int, len(reports))
 	for i, r := range reports {
 		var err error
 		switch {
 		case r.Start != nil:
-			cmds[i], err = s.encode(fsm.MsgAttemptStart, fsm.AttemptStartRequest{AttemptID: r.AttemptID, LeaseVersion: r.Start.LeaseVersion, Now: s.now().UTC()})
+			cmds, err = s.appendEncoded(cmds, fsm.MsgAttemptStart, s.attemptStart(r.AttemptID, r.Start.LeaseVersion, s.now().UTC(), r.Start.RunningMs))
 		case r.Complete != nil:
-			cmds[i], err = s.encode(fsm.MsgAttemptEnd, s.attemptEnd(r.AttemptID, *r.Complete))
+			end := s.attemptEnd(r.AttemptID, *r.Complete)
+			if r.Complete.StartUnreported {
+				cmds, err = s.appendEncoded(cmds, fsm.MsgAttemptStart, s.attemptStart(end.AttemptID, end.LeaseVersion, end.Now, r.Complete.RanMs))
+			}
+			if err == nil {
+				cmds, err = s.appendEncoded(cmds, fsm.MsgAttemptEnd, end)
+			}
 		default:
 			err = fmt.Errorf("report %d has neither a start nor a result: %w", i, api.ErrBadRequest)
 		}
 		if err != nil {
 			return nil, err
 		}
+		at[i] = len(cmds) - 1
 	}
 	resp, _, err := s.applyRaw(ctx, fsm.EncodeBatch(cmds))
 	if err != nil {
 		return nil, err
 	}
 	results, ok := resp.(fsm.BatchResult)
-	if !ok || len(results) != len(reports) {
-		return nil, fmt.Errorf("report batch: the FSM answered %T for %d reports", resp, len(reports))
+	if !ok || len(results) != len(cmds) {
+		return nil, fmt.Errorf("report batch: the FSM answered %T for %d commands", resp, len(cmds))
 	}
-	out := make([]api.ReportOutcome, len(results))
-	for i, res := range results {
-		switch r := res.(type) {
+	out := make([]api.ReportOutcome, len(reports))
+	for i := range reports {
+		if reports[i].Complete != nil && reports[i].Complete.StartUnreported {
+			if r, ok := results[at[i]-1].(*fsm.AttemptResult); ok {
+				s.metrics.observeStart(r)
+			}
+		}
+		switch r := results[at[i]].(type) {
 		case *fsm.AttemptResult:
 			if reports[i].Start != nil {
 				s.metrics.observeStart(r)
@@ -112,10 +135,37 @@ func (s *Server) ReportAttempts(ctx context.Context, reports []api.AttemptReport
 		case error:
 			out[i].Err = fsmErr(r)
 		default:
-			out[i].Err = fmt.Errorf("report %d: unexpected answer %T", i, res)
+			out[i].Err = fmt.Errorf("report %d: unexpected answer %T", i, results[at[i]])
 		}
 	}
 	return out, nil
+}
+
+// appendEncoded appends a command in the form every server reads.
+func (s *Server) appendEncoded(cmds [][]byte, t fsm.MessageType, payload any) ([][]byte, error) {
+	b, err := s.encode(t, payload)
+	if err != nil {
+		return cmds, err
+	}
+	return append(cmds, b), nil
+}
+
+// attemptStart is the command for an attempt's start reported at now,
+// the attempt having run for ranMs by then (0 unless its agent started it
+// before reporting it): the start is dated that long before now, by the
+// agent's measure of the run (a duration, never its clock), kept within
+// what the cluster knows (after the reservation, not after now).
+func (s *Server) attemptStart(id string, lease uint64, now time.Time, ranMs int64) fsm.AttemptStartRequest {
+	at := now
+	if ranMs > 0 {
+		at = now.Add(-time.Duration(ranMs) * time.Millisecond)
+		if a, err := s.fsm.State().Attempt(id); err == nil {
+			if reserved := a.ReservedAt.Time(); at.Before(reserved) {
+				at = reserved
+			}
+		}
+	}
+	return fsm.AttemptStartRequest{AttemptID: id, LeaseVersion: lease, Now: at.UTC()}
 }
 
 // retryDelay is base * factor^(failures-1), capped.
@@ -127,6 +177,27 @@ func (s *Server) retryDelay(failures int) time.Duration {
 	}
 	return time.Duration(d)
 }
+
+// startWithin is how long from now an agent may run an attempt reserved
+// at reservedAt before its start must be committed: what is left of the
+// schedule-to-start timeout after which the leader reclaims it (see
+// reclaimLoop), less a quarter of the timeout (at least a second) for
+// this replica's clock against the leader's and for the answer's way to
+// the agent. 0 when too little is left: the agent then runs the attempt
+// only once its start is committed.
+func (s *Server) startWithin(reservedAt time.Time) time.Duration {
+	timeout := s.cfg.Scheduler.ScheduleToStartTimeout
+	left := timeout - s.now().Sub(reservedAt) - max(timeout/4, time.Second)
+	if left < minStartWithin {
+		return 0
+	}
+	return left
+}
+
+// minStartWithin is the least time to run an attempt before its start is
+// committed that is worth giving an agent: less would be used up by the
+// start report's own way.
+const minStartWithin = 500 * time.Millisecond
 
 // Assignments answers a node's blocking query from the local state: it
 // returns once an attempt on the node changed after q.Index (a new
@@ -182,6 +253,8 @@ func (s *Server) Assignments(ctx context.Context, nodeID string, q api.Assignmen
 				}
 				x.Spec = toAPISpec(t.Spec)
 				x.Inputs = inputSources(st, node.ID, t.Spec.Inputs)
+				x.StartWithinMs = s.startWithin(a.ReservedAt.Time()).Milliseconds()
+				x.EarlierSession = a.LeaseVersion < node.SessionIndex
 			}
 			out.Attempts = append(out.Attempts, x)
 		}

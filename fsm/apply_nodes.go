@@ -207,6 +207,7 @@ func applyRegisterNode(db *store, index uint64, r *RegisterNodeRequest) (any, er
 		return nil, err
 	}
 	n.Datasets = ds
+	n.SessionIndex = index
 	n.addEvent(index, r.Now, EventRegistered, fmt.Sprintf("registered, session %d", n.SessionGeneration))
 	if n.Profile != nil && (!exists || n.Profile != old.Profile) {
 		n.addEvent(index, r.Now, EventProfile, profileSummary(n.Profile))

@@ -276,6 +276,10 @@ type Node struct {
 	SessionGeneration uint64               `json:"session_generation"`
 	RegisteredAt      Stamp                `json:"registered_at"`
 	SessionStartedAt  Stamp                `json:"session_started_at"`
+	// SessionIndex is the index of the entry that began the session: an
+	// attempt reserved before it (its lease version is lower) was reserved
+	// for an earlier session.
+	SessionIndex uint64 `json:"session_index,omitempty"`
 	// RegistrationToken identifies one registration request, so that its
 	// retries do not start new sessions.
 	RegistrationToken string              `json:"registration_token,omitempty"`

@@ -28,15 +28,14 @@ func shSpec(name, script string) api.TaskSpec {
 	return api.TaskSpec{Name: name, IdempotencyKey: name, Command: []string{"sh", "-c", script}}
 }
 
-// waitAgentStarted waits until h's agent has heard that n of its starts
-// were recorded, and so runs their processes. RUNNING is committed before
-// the agent hears so: a test that cuts the agent off in between loses the
-// answer, the agent's retry after the heal is refused (the attempt is LOST
-// by then) and it never runs the process at all.
+// waitAgentStarted waits until h's agent has started n attempts (their
+// processes run, or are about to). A test that cuts the agent off before
+// that may find the attempt never ran: an agent without a lease starts
+// nothing, and one whose start cannot be committed in time stops it.
 func waitAgentStarted(t *testing.T, h *AgentHandle, n uint64) {
 	t.Helper()
 	if !Eventually(10*time.Second, func() bool { started, _, _ := h.Agent.Stats(); return started >= n }) {
-		t.Fatalf("the agent never heard that %d of its starts were recorded", n)
+		t.Fatalf("the agent never started %d attempts", n)
 	}
 }
 
@@ -400,5 +399,43 @@ func TestFinishedTasksAreForgottenAfterRetention(t *testing.T) {
 	}
 	if task, _, err := cl.GetTask(context.Background(), stuck, api.ReadOptions{Consistent: true}); err != nil || task.State != "PENDING" {
 		t.Fatalf("a pending task must be kept: %+v %v", task, err)
+	}
+}
+
+// An attempt that ends before its agent reports the start (the agent
+// runs it as soon as it is assigned, the cluster lets it run that long
+// without a committed start) has its start committed with its end, in
+// one entry: the timeline has both, the start dated by how long the
+// process ran, within the reservation and the end. One that runs longer
+// has its start committed while it runs.
+func TestAStartUnreportedAtTheEndIsCommittedWithIt(t *testing.T) {
+	c := NewClusterWith(t, 3, agentSetup())
+	a := c.StartAgent(agent.Config{ID: "edge-1", Resources: api.Resources{CPUMillis: 2000, MemoryMB: 1024}, Slots: 2}, 1, 0, 2)
+	WaitRegistered(t, a)
+	cl := c.AllClient()
+	short := submit(t, cl, shSpec("short", "true"))
+	long := submit(t, cl, shSpec("long", "sleep 1"))
+	for _, id := range []string{short, long} {
+		task := waitTaskState(t, cl, id, "SUCCEEDED")
+		var started, finished *api.TimelineEvent
+		for i, e := range task.Timeline {
+			switch e.Kind {
+			case "started":
+				started = &task.Timeline[i]
+			case "finished":
+				finished = &task.Timeline[i]
+			}
+		}
+		if started == nil || finished == nil {
+			t.Fatalf("%s: timeline %+v lacks its start or end", task.Name, task.Timeline)
+		}
+		at := task.Attempts[0]
+		if at.StartedAt.Before(at.ReservedAt) || at.FinishedAt.Before(at.StartedAt) {
+			t.Fatalf("%s: reserved %v, started %v, finished %v: out of order", task.Name, at.ReservedAt, at.StartedAt, at.FinishedAt)
+		}
+		sameEntry := started.Index == finished.Index
+		if task.Name == "short" && !sameEntry || task.Name == "long" && sameEntry {
+			t.Fatalf("%s: started at index %d, finished at %d", task.Name, started.Index, finished.Index)
+		}
 	}
 }

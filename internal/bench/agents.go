@@ -47,6 +47,7 @@ func benchAgents(exe, dir, profiles string, sz benchSizes, r *Result) error {
 	term0 := s.highestTerm()
 	defer func() { r.AgentsElections = s.highestTerm() - term0 }()
 	t0 := time.Now()
+	var failed sync.Map // agent id → why its Run ended early
 	for i := range n {
 		id := fmt.Sprintf("many-%04d", i)
 		servers := []string{s.http[i%3], s.http[(i+1)%3], s.http[(i+2)%3]}
@@ -60,12 +61,20 @@ func benchAgents(exe, dir, profiles string, sz benchSizes, r *Result) error {
 			return fmt.Errorf("agent %s: %w", id, err)
 		}
 		wg.Add(1)
-		go func() { defer wg.Done(); _ = a.Run(ctx) }()
+		go func() {
+			defer wg.Done()
+			if err := a.Run(ctx); err != nil && ctx.Err() == nil {
+				failed.Store(id, err)
+			}
+		}()
 	}
 	// A machine that cannot carry the fleet is measured as it stands,
-	// with how many agents it got READY.
+	// with how many agents it got READY, and why the others are not.
 	r.AgentsReady = waitFleetReady(ctx, s.cl, n, 5*time.Minute)
 	r.AgentsRegisterSeconds = time.Since(t0).Seconds()
+	if r.AgentsReady < n {
+		fmt.Fprintf(os.Stderr, "bench: agents: %d of %d READY after %.0f s; %s\n", r.AgentsReady, n, r.AgentsRegisterSeconds, notReady(ctx, s.cl, n, &failed))
+	}
 	// Settle: the registrations' tail (profiles, first heartbeats).
 	time.Sleep(sz.agentsWindow / 2)
 	// A fleet the servers cannot carry may cost them their leader for a
@@ -188,6 +197,28 @@ func waitFleetReady(ctx context.Context, cl *api.Client, n int, limit time.Durat
 	return ready
 }
 
+// notReady says which of the fleet's n agents are not READY: those the
+// cluster holds in another state, how many it does not know, and the
+// first of the agents that stopped with an error.
+func notReady(ctx context.Context, cl *api.Client, n int, failed *sync.Map) string {
+	nodes, _, err := cl.ListNodes(ctx, api.ReadOptions{})
+	if err != nil {
+		return fmt.Sprintf("nodes not listed: %v", err)
+	}
+	var others []string
+	for _, nd := range nodes {
+		if nd.Liveness != api.LivenessReady {
+			others = append(others, nd.ID+" "+nd.Liveness)
+		}
+	}
+	msg := fmt.Sprintf("not registered: %d; registered, not READY: %v", n-len(nodes), others)
+	failed.Range(func(id, err any) bool {
+		msg += fmt.Sprintf("; %v stopped: %v", id, err)
+		return false
+	})
+	return msg
+}
+
 // eventsEnd is the position just past the last event a server holds.
 func eventsEnd(ctx context.Context, cl *api.Client) (api.EventPosition, error) {
 	var pos api.EventPosition
@@ -246,12 +277,16 @@ func profileSelf(dir, name string) (stop func() error, err error) {
 // and answering, misses under its own load; each miss is a suspicion
 // broadcast to every member, and the refutation another, so the load
 // feeds itself. A probe every 3 s with 2 s to answer breaks that loop.
-// It changes only the agents' own probing (each member is probed about
-// once per interval whatever the fleet's size, the servers too); the
-// heartbeats the servers judge liveness by are the agent's own, at their
-// usual interval.
+// Gossip rounds every second instead of every 200 ms: each round walks
+// the member's broadcast queue, which a thousand joining members fill,
+// and that walk was a fifth of the process. It changes only the agents'
+// own probing and gossip (each member is probed about once per interval
+// whatever the fleet's size, the servers too); the heartbeats the
+// servers judge liveness by are the agent's own, at their usual
+// interval.
 func manyMembersTune(c *memberlist.Config) {
 	c.ProbeInterval, c.ProbeTimeout = 3*time.Second, 2*time.Second
+	c.GossipInterval = time.Second
 }
 
 // fleetHeap sets this process's collector for hosting the fleet and

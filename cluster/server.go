@@ -300,7 +300,7 @@ func (s *Server) setupRaft(ln net.Listener) error {
 		return fmt.Errorf("log cache: %w", err)
 	}
 	s.stable = &guardedStable{s: store}
-	r, err := raft.NewRaft(rc, s.fsm, logs, s.stable, snaps, s.transport)
+	r, err := raft.NewRaft(rc, s.fsm, logs, s.stable, snaps, unpipelined{s.transport})
 	if err != nil {
 		s.transport.Close()
 		store.Close()

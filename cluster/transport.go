@@ -39,3 +39,17 @@ func (s *streamLayer) Dial(address raft.ServerAddress, timeout time.Duration) (n
 func (s *streamLayer) Accept() (net.Conn, error) { return s.ln.Accept() }
 func (s *streamLayer) Close() error              { return s.ln.Close() }
 func (s *streamLayer) Addr() net.Addr            { return s.advertise }
+
+// unpipelined is raft's network transport without pipelined replication.
+// hashicorp/raft's pipeline can stall replication to a follower for good:
+// when the follower refuses an append (a full disk, a failed log write),
+// the pipeline's decoder stops reading answers while the sender may
+// already be parked handing it the next request, and the heartbeats,
+// which go on, keep the follower from ever calling an election that
+// would clear it. Without the pipeline, each follower is sent one batch
+// of entries at a time, and a refusal is answered by the next batch.
+type unpipelined struct{ *raft.NetworkTransport }
+
+func (unpipelined) AppendEntriesPipeline(raft.ServerID, raft.ServerAddress) (raft.AppendPipeline, error) {
+	return nil, raft.ErrPipelineReplicationNotSupported
+}

@@ -118,7 +118,7 @@ func (a *Agent) startGossip(ctx context.Context) error {
 	// Keep the port for the next start, so a restart keeps its address.
 	self := ml.LocalNode()
 	_ = os.WriteFile(filepath.Join(a.cfg.DataDir, "gossip-port"), []byte(strconv.Itoa(int(self.Port))), 0o640)
-	deadline := time.Now().Add(30 * time.Second)
+	started, backoff := time.Now(), time.Second
 	for {
 		g.dup.Store(nil)
 		_, err = ml.Join(info.Servers)
@@ -134,22 +134,26 @@ func (a *Agent) startGossip(ctx context.Context) error {
 			return fmt.Errorf("join the gossip pool: %w (is the gossip key the cluster's?)", err)
 		}
 		// memberlist flattens the merge error to text.
-		if strings.Contains(err.Error(), dupMarker) && time.Since(deadline.Add(-30*time.Second)) > dupWindow {
-			_ = ml.Shutdown()
-			return fmt.Errorf("join the gossip pool: %w", err)
-		}
-		if !time.Now().Before(deadline) {
+		if strings.Contains(err.Error(), dupMarker) && time.Since(started) > dupWindow {
 			_ = ml.Shutdown()
 			return fmt.Errorf("join the gossip pool: %w", err)
 		}
 		// A previous incarnation of this agent may still look alive for a
-		// few seconds, or the servers may be starting: retry a while; a
-		// conflict that persists is a real duplicate name.
+		// few seconds (a conflict that persists is a real duplicate name),
+		// or the servers may be starting or too busy to finish the join's
+		// state exchange in time: retry, for as long as it takes, as
+		// registration does.
+		if time.Since(started) > dupWindow {
+			a.logger.Warn("could not join the gossip pool yet, retrying", "in", backoff, "error", err)
+		}
 		select {
 		case <-ctx.Done():
 			_ = ml.Shutdown()
 			return ctx.Err()
-		case <-time.After(time.Second):
+		case <-time.After(backoff):
+		}
+		if time.Since(started) > dupWindow {
+			backoff = min(backoff*2, 10*time.Second)
 		}
 	}
 	a.gossip = g

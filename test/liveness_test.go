@@ -511,3 +511,38 @@ func TestHTTPHeartbeatsOfGossipingNodesWriteNoEntries(t *testing.T) {
 		t.Errorf("heartbeat for a session that is not the node's: %v, want session_changed", err)
 	}
 }
+
+// An agent that cannot join the gossip pool at first (the servers busy
+// or cut off from it) keeps trying, for longer than any fixed deadline a
+// start would allow, and joins and registers once the pool is reachable:
+// a fleet starting beside busy servers does not lose agents to it.
+func TestAgentKeepsTryingToJoinTheGossipPool(t *testing.T) {
+	c := NewClusterWith(t, 3, gossipSetup())
+	made := make(chan *FaultTransport, 1)
+	h := c.StartAgent(agent.Config{ID: "patient", Slots: 1, GossipTransport: func(inner memberlist.Transport) memberlist.Transport {
+		ft := NewFaultTransport(inner, 7)
+		ft.Cut(true)
+		made <- ft
+		return ft
+	}})
+	var ft *FaultTransport
+	select {
+	case ft = <-made:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the agent never started its gossip")
+	}
+	cl := c.AllClient()
+	// Cut off for longer than the 30 s an agent used to try for.
+	cutUntil := time.Now().Add(32 * time.Second)
+	for time.Now().Before(cutUntil) {
+		if gossiping(cl, "patient") {
+			t.Fatal("the agent joined through a cut link")
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	ft.Cut(false)
+	if !Eventually(30*time.Second, func() bool { return gossiping(cl, "patient") }) {
+		t.Fatal("the agent never joined once the pool was reachable")
+	}
+	WaitRegistered(t, h)
+}

@@ -30,8 +30,9 @@ func (a *Agent) execute(agentCtx, attemptCtx context.Context, cancel context.Can
 		return
 	}
 	var early *earlyStart
+	ran := time.Now()
 	if time.Until(startBy) >= minEarlyStart {
-		early = a.startEarly(attemptCtx, cancel, x, startBy, log)
+		early = a.startEarly(attemptCtx, cancel, x, ran, startBy, log)
 	} else {
 		switch a.reportStart(attemptCtx, x, time.Time{}, time.Now().Add(a.startDeadline), log) {
 		case startRefused:
@@ -52,7 +53,6 @@ func (a *Agent) execute(agentCtx, attemptCtx context.Context, cancel context.Can
 
 	timeout := time.Duration(derefInt64(x.Spec.TimeoutSeconds, api.DefaultTimeoutSeconds)) * time.Second
 	done := make(chan outcome, 1)
-	ran := time.Now()
 	go func() {
 		defer func() {
 			if p := recover(); p != nil {
@@ -73,7 +73,6 @@ func (a *Agent) execute(agentCtx, attemptCtx context.Context, cancel context.Can
 		log.Error("executor hung past the run timeout; giving the attempt up")
 		out = outcome{state: api.AttemptFailed, exitCode: -1, err: "executor hung past the run timeout"}
 	}
-	ranFor := time.Since(ran)
 	if early != nil {
 		switch early.ended() {
 		case startRefused:
@@ -82,7 +81,7 @@ func (a *Agent) execute(agentCtx, attemptCtx context.Context, cancel context.Can
 			log.Info("attempt stopped: its start was refused")
 			return
 		case startUnreported:
-			out.startUnreported, out.ranFor = true, ranFor
+			out.startUnreported, out.ranFor = true, time.Since(ran)
 		}
 	}
 	if out.abandoned {
@@ -124,11 +123,10 @@ type earlyStart struct {
 // before the start was reported: the end carries it.
 const startUnreported startAnswer = -1
 
-func (a *Agent) startEarly(ctx context.Context, cancel context.CancelCauseFunc, x api.Assignment, startBy time.Time, log hclog.Logger) *earlyStart {
+func (a *Agent) startEarly(ctx context.Context, cancel context.CancelCauseFunc, x api.Assignment, began, startBy time.Time, log hclog.Logger) *earlyStart {
 	e := &earlyStart{ran: make(chan struct{}), answer: make(chan startAnswer, 1)}
 	// The process must be gone by startBy: reporting stops a kill grace
 	// before it.
-	began := time.Now()
 	within := startBy.Sub(began)
 	grace := min(a.cfg.KillGrace, within/4)
 	deadline := startBy.Add(-grace)
@@ -241,10 +239,9 @@ func (a *Agent) report(ctx context.Context, x api.Assignment, out outcome) {
 	req := api.AttemptCompleteRequest{
 		LeaseVersion: x.Attempt.LeaseVersion, ExitCode: out.exitCode, OutputTail: truncate(out.tail, api.MaxOutputTail),
 		Error: truncate(out.err, api.MaxErrorText), State: out.state,
-		StartUnreported: out.startUnreported, RanMs: out.ranFor.Milliseconds(),
 	}
-	if !out.startUnreported {
-		req.RanMs = 0
+	if out.startUnreported {
+		req.StartUnreported, req.RanMs = true, out.ranFor.Milliseconds()
 	}
 	backoff := 100 * time.Millisecond
 	for {

@@ -65,3 +65,48 @@ func TestAssignmentWatchSkipsTheNodesOwnReports(t *testing.T) {
 		t.Fatal("the watch never answered the new reservation")
 	}
 }
+
+// A reservation comes with the time its agent may run it before its start
+// must be committed, and once the node registers again (a restarted
+// agent) the attempt still reserved for the earlier session is marked so,
+// while one reserved for the new session is not.
+func TestAssignmentsMarkAttemptsOfAnEarlierSession(t *testing.T) {
+	c := NewClusterWith(t, 3, Setup{CheckInvariants: true})
+	cl := c.AllClient()
+	ctx := Ctx(t, 60*time.Second)
+	registerNode(t, cl, "manual", 4000, 4096, 0, 4, nil) // no agent behind it
+	first := submit(t, cl, shSpec("first", "true"))
+	waitTaskState(t, cl, first, "SCHEDULED")
+	reserved := func(want int) api.Assignments {
+		t.Helper()
+		var as api.Assignments
+		if !Eventually(30*time.Second, func() bool {
+			var err error
+			as, err = cl.Assignments(ctx, "manual", api.AssignmentsQuery{})
+			return err == nil && len(as.Attempts) == want
+		}) {
+			t.Fatalf("want %d reserved attempts, got %+v", want, as)
+		}
+		return as
+	}
+	as := reserved(1)
+	if x := as.Attempts[0]; x.StartWithinMs <= 0 || x.EarlierSession {
+		t.Fatalf("a fresh reservation: start_within_ms %d, earlier_session %v", x.StartWithinMs, x.EarlierSession)
+	}
+	old := as.Attempts[0].Attempt.ID
+	res := registerNode(t, cl, "manual", 4000, 4096, 0, 4, nil) // the agent restarted
+	second := submit(t, cl, shSpec("second", "true"))
+	waitTaskState(t, cl, second, "SCHEDULED")
+	var again api.Assignments
+	if !Eventually(30*time.Second, func() bool {
+		again = reserved(2)
+		return again.SessionGeneration == res.SessionGeneration
+	}) {
+		t.Fatalf("the list never reached session %d: %+v", res.SessionGeneration, again)
+	}
+	for _, x := range again.Attempts {
+		if x.EarlierSession != (x.Attempt.ID == old) {
+			t.Errorf("attempt %s (the earlier session's: %v) marked earlier_session %v", x.Attempt.ID, x.Attempt.ID == old, x.EarlierSession)
+		}
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"runtime/debug"
 	"runtime/pprof"
 	"strconv"
@@ -157,6 +158,13 @@ func benchAgents(exe, dir, profiles string, sz benchSizes, r *Result) error {
 		done, _ := metricSample(s.http[li], `herd_tasks{state="SUCCEEDED"}`)
 		r.AgentsPlacedUnfinished = submitted - int(done)
 	}
+
+	// The fleet's live heap, collected once: what hosting n members that
+	// each know every other one holds, the measure for a larger fleet.
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	r.AgentsFleetLiveHeapMiB = float64(ms.HeapAlloc) / (1 << 20)
 
 	for _, p := range s.servers {
 		r.AgentsServerRSSMiB = max(r.AgentsServerRSSMiB, procRSSMiB(p.Process.Pid, "VmRSS"))

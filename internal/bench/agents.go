@@ -159,13 +159,6 @@ func benchAgents(exe, dir, profiles string, sz benchSizes, r *Result) error {
 		r.AgentsPlacedUnfinished = submitted - int(done)
 	}
 
-	// The fleet's live heap, collected once: what hosting n members that
-	// each know every other one holds, the measure for a larger fleet.
-	runtime.GC()
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
-	r.AgentsFleetLiveHeapMiB = float64(ms.HeapAlloc) / (1 << 20)
-
 	for _, p := range s.servers {
 		r.AgentsServerRSSMiB = max(r.AgentsServerRSSMiB, procRSSMiB(p.Process.Pid, "VmRSS"))
 	}
@@ -178,8 +171,18 @@ func benchAgents(exe, dir, profiles string, sz benchSizes, r *Result) error {
 		loss += nd.Observation.Loss
 	}
 	r.AgentsHeartbeatLoss = loss / float64(max(len(nodes), 1))
-	r.AgentsFalseVerdicts, err = countVerdicts(ctx, s.cl, from)
-	return err
+	if r.AgentsFalseVerdicts, err = countVerdicts(ctx, s.cl, from); err != nil {
+		return err
+	}
+	// The fleet's live heap, collected once: what hosting n members that
+	// each know every other one holds, the measure for a larger fleet.
+	// Read last: a collection of a heap this size holds the fleet's
+	// members back, and the verdicts are counted before it.
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	r.AgentsFleetLiveHeapMiB = float64(ms.HeapAlloc) / (1 << 20)
+	return nil
 }
 
 // waitFleetReady waits until n nodes are READY, or limit passes, and

@@ -33,10 +33,23 @@ type Queue struct {
 	// released holds the ready tasks that have a NotBefore, so that a
 	// clock that steps back can put them back to waiting.
 	released *btree.BTreeG[*queueEntry] // by (notBefore, id)
-	byQueued *btree.BTreeG[*queueEntry] // every task, by (queuedAt, id)
-	bases    map[int]int                // tasks in ready by base priority
-	clock    int64                      // the now of the last Head (ns)
+	// queuedMs counts every task by the millisecond it was queued in: a
+	// value per distinct millisecond instead of a pointer per task, since
+	// all it answers is the oldest (to a millisecond, the gauge's unit).
+	queuedMs *btree.BTreeG[queuedCount]
+	bases    map[int]int // tasks in ready by base priority
+	clock    int64       // the now of the last Head (ns)
 }
+
+// queuedCount is how many held tasks were queued in millisecond ms.
+type queuedCount struct {
+	ms int64
+	n  int
+}
+
+func lessQueuedCount(a, b queuedCount) bool { return a.ms < b.ms }
+
+func queuedMsOf(e *queueEntry) int64 { return floorDiv(e.queuedAt, int64(time.Millisecond)) }
 
 // queueEntry is one task as the queue keeps it: what ordering needs, in
 // 64 bytes (a leader holds one per pending task). Its base priority and
@@ -157,7 +170,7 @@ func NewQueue(cfg QueueConfig) *Queue {
 		byID:     idtable.New(func(e *queueEntry) string { return e.id }),
 		delayed:  btree.NewG(32, lessNotBefore),
 		released: btree.NewG(32, lessNotBefore),
-		byQueued: btree.NewG(32, lessQueued),
+		queuedMs: btree.NewG(32, lessQueuedCount),
 		bases:    map[int]int{},
 		clock:    math.MinInt64,
 	}
@@ -185,13 +198,6 @@ func lessNotBefore(a, b *queueEntry) bool {
 	return a.id < b.id
 }
 
-func lessQueued(a, b *queueEntry) bool {
-	if a.queuedAt != b.queuedAt {
-		return a.queuedAt < b.queuedAt
-	}
-	return a.id < b.id
-}
-
 // Len is how many tasks the queue holds, backing-off ones included.
 func (q *Queue) Len() int { return q.byID.Len() }
 
@@ -209,7 +215,8 @@ func (q *Queue) Put(t QueuedTask) {
 		e.notBefore = t.NotBefore.UnixNano()
 	}
 	q.byID.Put(e)
-	q.byQueued.ReplaceOrInsert(e)
+	c, _ := q.queuedMs.Get(queuedCount{ms: queuedMsOf(e)})
+	q.queuedMs.ReplaceOrInsert(queuedCount{ms: queuedMsOf(e), n: c.n + 1})
 	if e.notBefore != 0 && e.notBefore > q.clock {
 		q.delayed.ReplaceOrInsert(e)
 		return
@@ -224,7 +231,11 @@ func (q *Queue) Remove(id string) bool {
 		return false
 	}
 	q.subs.drop(e.sub)
-	q.byQueued.Delete(e)
+	if c, _ := q.queuedMs.Get(queuedCount{ms: queuedMsOf(e)}); c.n > 1 {
+		q.queuedMs.ReplaceOrInsert(queuedCount{ms: c.ms, n: c.n - 1})
+	} else {
+		q.queuedMs.Delete(c)
+	}
 	if _, waiting := q.delayed.Delete(e); !waiting {
 		q.unready(e)
 	}
@@ -290,14 +301,16 @@ func (q *Queue) NextDue() time.Time {
 	return q.task(e).NotBefore
 }
 
-// OldestQueuedAt is the earliest QueuedAt among the tasks held (zero if
-// the queue is empty).
+// OldestQueuedAt is the start of the millisecond holding the earliest
+// QueuedAt among the tasks held (zero if the queue is empty): a wait
+// worked out from it is never shorter than the oldest task's, and longer
+// by less than a millisecond.
 func (q *Queue) OldestQueuedAt() time.Time {
-	e, ok := q.byQueued.Min()
+	c, ok := q.queuedMs.Min()
 	if !ok {
 		return time.Time{}
 	}
-	return q.task(e).QueuedAt
+	return time.UnixMilli(c.ms).UTC()
 }
 
 // Head returns the first k tasks of Order over the queue's tasks at now

@@ -543,9 +543,10 @@ func TestQueueHeadIsOrderPrefix(t *testing.T) {
 					ID:        fmt.Sprintf("t%02d", rapid.IntRange(0, 40).Draw(rt, "id")),
 					Priority:  rapid.SampledFrom([]int{0, 10, 50, 50, 100}).Draw(rt, "prio"),
 					Submitter: rapid.SampledFrom([]string{"a", "b", "c"}).Draw(rt, "sub"),
-					QueuedAt:  clock.Add(-time.Duration(rapid.IntRange(0, 1500).Draw(rt, "age")) * time.Second),
-					Seq:       uint64(rapid.IntRange(1, 30).Draw(rt, "seq")),
-					Failures:  rapid.IntRange(0, 2).Draw(rt, "failures"),
+					QueuedAt: clock.Add(-time.Duration(rapid.IntRange(0, 1500).Draw(rt, "age"))*time.Second +
+						time.Duration(rapid.IntRange(0, 2_999_999).Draw(rt, "ns"))),
+					Seq:      uint64(rapid.IntRange(1, 30).Draw(rt, "seq")),
+					Failures: rapid.IntRange(0, 2).Draw(rt, "failures"),
 				}
 				if rapid.IntRange(0, 3).Draw(rt, "backoff") == 0 {
 					tk.NotBefore = clock.Add(time.Duration(rapid.IntRange(-30, 60).Draw(rt, "due")) * time.Second)
@@ -583,6 +584,19 @@ func TestQueueHeadIsOrderPrefix(t *testing.T) {
 			}
 			if q.Len() != len(model) {
 				rt.Fatalf("step %d: Len %d, want %d", step, q.Len(), len(model))
+			}
+			// The oldest task's millisecond, put, replaced and removed alike.
+			var oldest time.Time
+			for _, tk := range model {
+				if oldest.IsZero() || tk.QueuedAt.Before(oldest) {
+					oldest = tk.QueuedAt
+				}
+			}
+			if !oldest.IsZero() {
+				oldest = time.UnixMilli(floorDiv(oldest.UnixNano(), int64(time.Millisecond))).UTC()
+			}
+			if got := q.OldestQueuedAt(); !got.Equal(oldest) {
+				rt.Fatalf("step %d: OldestQueuedAt %v, want %v", step, got, oldest)
 			}
 		}
 	})

@@ -108,16 +108,16 @@ func toAPITask(t *fsm.Task, attempts []*fsm.Attempt) api.Task {
 	out := api.Task{
 		ID: t.ID, Name: t.Spec.Name, State: t.State.String(), Spec: toAPISpec(t.Spec),
 		SubmittedAt: t.SubmittedAt(), CreateIndex: t.CreateIndex, ModifyIndex: t.ModifyIndex,
-		CurrentAttempt: t.CurrentAttempt,
+		CurrentAttempt: t.CurrentAttempt(),
 		Attempts:       make([]api.Attempt, 0, len(attempts)),
-		Timeline:       make([]api.TimelineEvent, 0, len(t.Timeline)),
+		Timeline:       make([]api.TimelineEvent, 0, t.TimelineLen()),
 	}
 	sorted := slices.Clone(attempts)
 	slices.SortFunc(sorted, func(a, b *fsm.Attempt) int { return a.Number - b.Number })
 	for _, a := range sorted {
 		out.Attempts = append(out.Attempts, toAPIAttempt(a))
 	}
-	for _, e := range t.Timeline {
+	for _, e := range t.Timeline() {
 		out.Timeline = append(out.Timeline, api.TimelineEvent{Index: e.Index, Time: e.Time.Time(), Kind: e.Kind.String(), Message: e.Message})
 	}
 	return out

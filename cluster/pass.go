@@ -349,7 +349,7 @@ func (p *pass) explain(t *fsm.Task, req *scheduler.Request) {
 	p.explainN++
 	p.stats.Explains.Add(1)
 	p.ps.explained[t.ID] = p.now
-	if summary := p.placer.Summarize(req); summary != t.LastExplain {
+	if summary := p.placer.Summarize(req); summary != t.LastExplain() {
 		p.explains = append(p.explains, fsm.ExplainRequest{TaskID: t.ID, Summary: summary, Now: p.now})
 	}
 }

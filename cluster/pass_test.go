@@ -164,7 +164,7 @@ func (h *passHarness) taskState(id string) (fsm.TaskState, string) {
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	return t.State, t.LastExplain
+	return t.State, t.LastExplain()
 }
 
 // A pass decides up to MaxPassPlacements and hands them over in one

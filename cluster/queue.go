@@ -57,6 +57,6 @@ func (lq *leaderQueue) sync(st *fsm.State, left func(id string)) (rebuilt bool, 
 func queuedTask(t *fsm.Task) scheduler.QueuedTask {
 	return scheduler.QueuedTask{
 		ID: t.ID, Priority: t.Spec.Priority, Submitter: t.Spec.Submitter, QueuedAt: t.QueuedAt.Time(),
-		Seq: t.CreateIndex, Failures: int(t.Failures), NotBefore: t.NotBefore.Time(), Ref: t,
+		Seq: t.CreateIndex, Failures: int(t.Failures), NotBefore: t.NotBefore().Time(), Ref: t,
 	}
 }

@@ -38,8 +38,8 @@ func applyReserve(db *store, index uint64, r *ReserveRequest) (any, error) {
 	if task.State != TaskPending {
 		return nil, reject(RejectTaskNotPending, "task %s is %s", task.ID, task.State)
 	}
-	if StampOf(r.Now).Before(task.NotBefore) {
-		return nil, reject(RejectTaskBackoff, "task %s may not be retried before %s", task.ID, task.NotBefore.Time().Format(time.RFC3339))
+	if StampOf(r.Now).Before(task.NotBefore()) {
+		return nil, reject(RejectTaskBackoff, "task %s may not be retried before %s", task.ID, task.NotBefore().Time().Format(time.RFC3339))
 	}
 	if r.Number != int(task.Attempts)+1 {
 		return nil, reject(RejectAttemptNumber, "task %s: attempt %d proposed, next is %d", task.ID, r.Number, task.Attempts+1)
@@ -75,9 +75,9 @@ func applyReserve(db *store, index uint64, r *ReserveRequest) (any, error) {
 	t := task.clone()
 	t.State = TaskScheduled
 	t.Attempts = int16(r.Number)
-	t.CurrentAttempt = a.ID
+	t.setCurrentAttempt(a.ID)
 	t.ModifyIndex = index
-	t.LastExplain = ""
+	t.setLastExplain("")
 	t.addEvent(index, r.Now, EventNodeSelected, reservedMessage(a.Number, n.ID, r.Score, a.LeaseVersion))
 	db.putAttempt(a)
 	db.putNode(n)
@@ -123,7 +123,7 @@ func applyAttemptStart(db *store, index uint64, r *AttemptStartRequest) (any, er
 	if err != nil {
 		return nil, err
 	}
-	if task.CurrentAttempt != a.ID || !ValidTaskTransition(task.State, TaskRunning) {
+	if task.CurrentAttempt() != a.ID || !ValidTaskTransition(task.State, TaskRunning) {
 		return staleReport(db, index, a, r.LeaseVersion, r.Now, "not the task's current attempt")
 	}
 	na := *a
@@ -150,7 +150,7 @@ func agentSays(db *store, index uint64, a *Attempt, r *AttemptEndRequest) {
 		return
 	}
 	msg := fmt.Sprintf("attempt %d on %s, as its agent reports: %s", a.Number, a.NodeID, r.Error)
-	if slices.ContainsFunc(task.Timeline, func(e TimelineEvent) bool { return e.Message == msg }) {
+	if slices.ContainsFunc(task.Timeline(), func(e TimelineEvent) bool { return e.Message == msg }) {
 		return
 	}
 	t := task.clone()
@@ -183,7 +183,7 @@ func applyAttemptEnd(db *store, index uint64, r *AttemptEndRequest) (any, error)
 	if err != nil {
 		return nil, err
 	}
-	if task.CurrentAttempt != a.ID {
+	if task.CurrentAttempt() != a.ID {
 		return staleReport(db, index, a, r.LeaseVersion, r.Now, "not the task's current attempt")
 	}
 	return endAttempt(db, index, a, task, r)
@@ -214,7 +214,7 @@ func endAttempt(db *store, index uint64, a *Attempt, task *Task, r *AttemptEndRe
 
 	t := task.clone()
 	t.ModifyIndex = index
-	t.CurrentAttempt = ""
+	t.setCurrentAttempt("")
 	detail := endedMessage(a.Number, a.NodeID, r.State, r.Error, r.ExitCode)
 	next := TaskSucceeded
 	switch r.State {
@@ -229,21 +229,21 @@ func endAttempt(db *store, index uint64, a *Attempt, task *Task, r *AttemptEndRe
 		// whether the node can run this task: it does not count towards
 		// the node's blacklisting.
 		if r.State != AttemptLost {
-			f := t.NodeFailures[a.NodeID]
+			f := t.nodeFailures()[a.NodeID]
 			if n.HealthyIndex > f.LastIndex {
 				f.Count = 0 // the node proved healthy since: start counting afresh
 			}
 			f.Count++
 			f.LastIndex = index
-			if t.NodeFailures == nil {
-				t.NodeFailures = map[string]NodeFailure{}
+			if t.m().nodeFailures == nil {
+				t.more.nodeFailures = map[string]NodeFailure{}
 			}
-			t.NodeFailures[a.NodeID] = f
+			t.more.nodeFailures[a.NodeID] = f
 		}
 		switch {
 		case int(t.Attempts) < t.Spec.MaxAttempts:
 			next = TaskPending
-			t.NotBefore = StampOf(r.RetryAt)
+			t.setNotBefore(StampOf(r.RetryAt))
 			t.QueuedAt = StampOf(r.Now)
 		case r.State == AttemptTimedOut:
 			next = TaskTimedOut

@@ -253,12 +253,8 @@ func stageTask(j *Job, i, k int, now time.Time, index uint64) *Task {
 		name += "/" + strconv.Itoa(k)
 	}
 	id := StageTaskID(j.ID, i, k, j.Stages[i].Gen)
-	return &Task{
-		ID: id, Spec: TaskSpec{Name: name, TaskShape: &shape}, State: TaskPending, QueuedAt: StampOf(now),
-		CreateIndex: index, ModifyIndex: index,
-		Timeline: []TimelineEvent{{Index: index, Time: StampOf(now), Kind: EventQueued,
-			Message: fmt.Sprintf("stage %s of job %s (instance %d) by %s with priority %d", st.Name, j.ID, k, shape.Submitter, shape.Priority)}},
-	}
+	return newTask(id, TaskSpec{Name: name, TaskShape: &shape}, index, now,
+		fmt.Sprintf("stage %s of job %s (instance %d) by %s with priority %d", st.Name, j.ID, k, shape.Submitter, shape.Priority))
 }
 
 // jobTaskEnded moves a task's job on after the task reached a terminal

@@ -524,11 +524,11 @@ func quarantineIfStreak(db *store, n *Node, ps ProfileSettings, class string, in
 // nodes it failed on; most of a streak's tasks succeeding elsewhere
 // confirms the black hole.
 func confirmElsewhere(db *store, index uint64, succeededOn string, task *Task, ps ProfileSettings, now time.Time) {
-	if len(task.NodeFailures) == 0 {
+	if len(task.nodeFailures()) == 0 {
 		return
 	}
-	ids := make([]string, 0, len(task.NodeFailures))
-	for id := range task.NodeFailures {
+	ids := make([]string, 0, len(task.nodeFailures()))
+	for id := range task.nodeFailures() {
 		ids = append(ids, id)
 	}
 	slices.Sort(ids) // map order must not decide anything

@@ -10,7 +10,8 @@ import (
 const maxTimeline = 200
 
 func (t *Task) addEvent(index uint64, at time.Time, kind EventKind, msg string) {
-	t.Timeline = appendEvent(t.Timeline, TimelineEvent{Index: index, Time: StampOf(at), Kind: kind, Message: msg}, maxTimeline, 1)
+	// The submission event is kept apart, so the rest holds one fewer.
+	t.m().timeline = appendEvent(t.later(), TimelineEvent{Index: index, Time: StampOf(at), Kind: kind, Message: msg}, maxTimeline-1, 0)
 }
 
 func getTask(db *store, id string) (*Task, error) {
@@ -25,14 +26,14 @@ func applyExplain(db *store, index uint64, r *ExplainRequest) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	if task.State != TaskPending || task.LastExplain == r.Summary {
+	if task.State != TaskPending || task.LastExplain() == r.Summary {
 		return nil, nil
 	}
 	t := task.clone()
 	// Shared: a waiting backlog mostly waits for the same reasons.
-	t.LastExplain = internString(r.Summary)
+	t.setLastExplain(internString(r.Summary))
 	t.ModifyIndex = index
-	t.addEvent(index, r.Now, EventWaiting, t.LastExplain)
+	t.addEvent(index, r.Now, EventWaiting, t.LastExplain())
 	db.putTask(t)
 	return nil, nil
 }
@@ -68,8 +69,8 @@ func applyCancelTask(db *store, index uint64, r *CancelTaskRequest) (any, error)
 // cancelTask cancels a task not ended yet, stopping its live attempt,
 // and moves its job on.
 func cancelTask(db *store, index uint64, task *Task, reason string, now time.Time) (*Task, error) {
-	if task.CurrentAttempt != "" {
-		a, err := getAttempt(db, task.CurrentAttempt)
+	if task.CurrentAttempt() != "" {
+		a, err := getAttempt(db, task.CurrentAttempt())
 		if err != nil {
 			return nil, err
 		}
@@ -139,18 +140,8 @@ func applySubmitTask(db *store, index uint64, r *SubmitTaskRequest) (any, error)
 	if _, exists := db.task(r.ID); exists {
 		return nil, reject(RejectConflict, "task id %q already exists", r.ID)
 	}
-	t := &Task{
-		ID:          r.ID,
-		Spec:        r.Spec,
-		State:       TaskPending,
-		QueuedAt:    StampOf(r.SubmittedAt),
-		CreateIndex: index,
-		ModifyIndex: index,
-		Timeline: []TimelineEvent{{
-			Index: index, Time: StampOf(r.SubmittedAt), Kind: EventQueued,
-			Message: fmt.Sprintf("submitted by %s with priority %d", r.Spec.Submitter, r.Spec.Priority),
-		}},
-	}
+	t := newTask(r.ID, r.Spec, index, r.SubmittedAt,
+		fmt.Sprintf("submitted by %s with priority %d", r.Spec.Submitter, r.Spec.Priority))
 	db.w.interner.task(t, r.shapeKey, r.shapeShared)
 	db.putTask(t)
 	return &SubmitResult{Task: t, Created: true}, nil

@@ -67,28 +67,36 @@ func (e *StreamEvent) position() EventPosition {
 // resuming further back is told what it missed.
 const eventKeep = 1 << 13
 
-// recordEvents appends to the stream the events a record gained at the
-// entry being applied: the trailing events of cur at that index that old
-// did not have. Records only gain events at their end (appendEvent), so
-// comparing the counts of trailing events at the index finds them.
-func (s *store) recordEvents(topic EventTopic, key, state string, old, cur []TimelineEvent) {
+// applying is the index of the entry being applied, if one is.
+func (s *store) applying() (uint64, bool) {
 	if s.w == nil || s.w.index == 0 {
-		return
+		return 0, false
 	}
+	return s.w.index, true
+}
+
+// recordGained records the events a timeline gained at the entry being
+// applied: the trailing events of cur at that index that old did not
+// have.
+func (s *store) recordGained(topic EventTopic, key, state string, old, cur []TimelineEvent) {
+	if index, ok := s.applying(); ok {
+		if added := trailingAt(cur, index) - trailingAt(old, index); added > 0 {
+			s.recordEvents(topic, key, state, cur[len(cur)-added:])
+		}
+	}
+}
+
+// recordEvents appends to the stream the events a record gained at the
+// entry being applied. Records only gain events at their end
+// (appendEvent), so the callers find them by comparing the counts of
+// trailing events at the index before and after.
+func (s *store) recordEvents(topic EventTopic, key, state string, added []TimelineEvent) {
 	index := s.w.index
-	n := trailingAt(cur, index)
-	if n == 0 {
-		return
-	}
-	added := n - trailingAt(old, index)
-	if added <= 0 {
-		return
-	}
 	var offset uint32
 	if k := len(s.events); k > 0 && s.events[k-1].Event.Index == index {
 		offset = s.events[k-1].Offset + 1
 	}
-	for _, ev := range cur[len(cur)-added:] {
+	for _, ev := range added {
 		s.events = append(s.events, StreamEvent{Topic: topic, Offset: offset, Key: key, State: state, Event: ev})
 		offset++
 	}

@@ -82,8 +82,8 @@ func TestEventStreamHoldsEveryRecordEventInApplyOrder(t *testing.T) {
 	st := h.f.State()
 	tasks, _ := st.Tasks(TaskFilter{})
 	for _, task := range tasks {
-		if got := byKey["task/"+task.ID]; !reflect.DeepEqual(got, task.Timeline) {
-			t.Fatalf("task %s: stream %v, timeline %v", task.ID, got, task.Timeline)
+		if got := byKey["task/"+task.ID]; !reflect.DeepEqual(got, task.Timeline()) {
+			t.Fatalf("task %s: stream %v, timeline %v", task.ID, got, task.Timeline())
 		}
 		if s := lastState[task.ID]; s != task.State.String() {
 			t.Fatalf("task %s is %s, its last event says %s", task.ID, task.State, s)

@@ -268,7 +268,7 @@ func TestRestoreReadsOtherFramings(t *testing.T) {
 			if err := json.Unmarshal(rec.Record, &task); err != nil {
 				t.Fatal(err)
 			}
-			task.LastExplain = longExplain
+			task.setLastExplain(longExplain)
 			rec.Record, _ = json.Marshal(&task)
 		}
 		records = append(records, rec)
@@ -289,7 +289,7 @@ func TestRestoreReadsOtherFramings(t *testing.T) {
 		if err := g.Restore(io.NopCloser(strings.NewReader(text))); err != nil {
 			t.Fatalf("restore: %v", err)
 		}
-		if task, err := g.State().Task("t2"); err != nil || task.LastExplain != longExplain {
+		if task, err := g.State().Task("t2"); err != nil || task.LastExplain() != longExplain {
 			t.Fatalf("the long record was not restored whole: %v", err)
 		}
 		h, _ := g.State().Hash()

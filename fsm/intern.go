@@ -136,10 +136,13 @@ func (in *interner) task(t *Task, shapeKey []byte, shared bool) {
 	}
 	// Of the events' messages, the submission's and the reasons for
 	// waiting repeat (the others name attempts and nodes).
-	for i := range t.Timeline {
-		if i == 0 || t.Timeline[i].Kind == EventWaiting {
-			t.Timeline[i].Message = internString(t.Timeline[i].Message)
+	t.submitted = internString(t.submitted)
+	if t.more != nil {
+		for i := range t.more.timeline {
+			if t.more.timeline[i].Kind == EventWaiting {
+				t.more.timeline[i].Message = internString(t.more.timeline[i].Message)
+			}
 		}
+		t.more.lastExplain = internString(t.more.lastExplain)
 	}
-	t.LastExplain = internString(t.LastExplain)
 }

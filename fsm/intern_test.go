@@ -35,14 +35,15 @@ func TestWaitingTasksShareTheirSummary(t *testing.T) {
 		t.Helper()
 		a, _ := st.Task("t0")
 		b, _ := st.Task("t1")
-		if a.LastExplain != "0/3 nodes eligible: 3 not active" || a.LastExplain != b.LastExplain {
-			t.Fatalf("%s: summaries %q and %q", label, a.LastExplain, b.LastExplain)
+		if a.LastExplain() != "0/3 nodes eligible: 3 not active" || a.LastExplain() != b.LastExplain() {
+			t.Fatalf("%s: summaries %q and %q", label, a.LastExplain(), b.LastExplain())
 		}
-		ea, eb := a.Timeline[len(a.Timeline)-1], b.Timeline[len(b.Timeline)-1]
-		if ea.Kind != EventWaiting || ea.Message != a.LastExplain || eb.Message != b.LastExplain {
+		ea, _ := a.LastEvent()
+		eb, _ := b.LastEvent()
+		if ea.Kind != EventWaiting || ea.Message != a.LastExplain() || eb.Message != b.LastExplain() {
 			t.Fatalf("%s: last events %+v and %+v", label, ea, eb)
 		}
-		if unsafe.StringData(a.LastExplain) != unsafe.StringData(b.LastExplain) || unsafe.StringData(ea.Message) != unsafe.StringData(eb.Message) {
+		if unsafe.StringData(a.LastExplain()) != unsafe.StringData(b.LastExplain()) || unsafe.StringData(ea.Message) != unsafe.StringData(eb.Message) {
 			t.Fatalf("%s: the two tasks keep separate copies of one summary", label)
 		}
 	}

@@ -58,8 +58,8 @@ func (s *State) CheckInvariants() error {
 			errs = append(errs, fmt.Errorf("live attempt %s of missing task %s", ids[0], taskID))
 			continue
 		}
-		if t.CurrentAttempt != ids[0] {
-			errs = append(errs, fmt.Errorf("task %s: live attempt %s is not its current attempt %q", taskID, ids[0], t.CurrentAttempt))
+		if t.CurrentAttempt() != ids[0] {
+			errs = append(errs, fmt.Errorf("task %s: live attempt %s is not its current attempt %q", taskID, ids[0], t.CurrentAttempt()))
 		}
 		if indexedByState(t.State) {
 			errs = append(errs, fmt.Errorf("task %s is %s with live attempt %s", taskID, t.State, ids[0]))

@@ -60,8 +60,8 @@ func (h *profileHarness) runTask(id, class, node string, d time.Duration, state 
 	number := int(task.Attempts) + 1
 	attempt := fmt.Sprintf("%s-%d", id, number)
 	h.now = h.now.Add(time.Second)
-	if task.NotBefore.After(StampOf(h.now)) {
-		h.now = task.NotBefore.Time()
+	if task.NotBefore().After(StampOf(h.now)) {
+		h.now = task.NotBefore().Time()
 	}
 	res := h.apply(MsgReserve, ReserveRequest{TaskID: id, AttemptID: attempt, Number: number, NodeID: node, SessionGeneration: n.SessionGeneration, Now: h.now})
 	r, ok := res.(*ReserveResult)

@@ -190,7 +190,7 @@ func TestAttemptLifecycleRetryAndFencing(t *testing.T) {
 		t.Fatal("a duplicate report should be accepted as a duplicate")
 	}
 	task, _ := h.f.State().Task("t")
-	if task.State != TaskPending || task.Failures != 1 || !task.NotBefore.Time().Equal(retryAt) {
+	if task.State != TaskPending || task.Failures != 1 || !task.NotBefore().Time().Equal(retryAt) {
 		t.Fatalf("task should be requeued with backoff: %+v", task)
 	}
 	// Backoff is enforced by the FSM too.
@@ -228,7 +228,7 @@ func TestAttemptLifecycleRetryAndFencing(t *testing.T) {
 		t.Fatalf("task should be FAILED and n1 blacklisted: %+v", task)
 	}
 	var kinds []string
-	for _, e := range task.Timeline {
+	for _, e := range task.Timeline() {
 		kinds = append(kinds, e.Kind.String())
 	}
 	want := "queued,node_selected,started,finished,queued,node_selected,stale_result_rejected,stale_result_rejected,finished,failed"
@@ -365,8 +365,8 @@ func TestReservationInvariantsProperty(t *testing.T) {
 					}
 				}
 			case 2: // start the current attempt
-				if task.CurrentAttempt != "" {
-					a, _ := st.Attempt(task.CurrentAttempt)
+				if task.CurrentAttempt() != "" {
+					a, _ := st.Attempt(task.CurrentAttempt())
 					h.apply(MsgAttemptStart, AttemptStartRequest{AttemptID: a.ID, LeaseVersion: a.LeaseVersion, Now: now})
 				}
 			case 3, 9: // end some attempt, current or not, with a right or wrong lease
@@ -405,7 +405,7 @@ func TestNodeDownReclaimsAndCancelIsFinal(t *testing.T) {
 		t.Fatalf("node down: %#v", down)
 	}
 	st := h.f.State()
-	if task, _ := st.Task("run"); task.State != TaskPending || task.CurrentAttempt != "" {
+	if task, _ := st.Task("run"); task.State != TaskPending || task.CurrentAttempt() != "" {
 		t.Fatalf("reclaimed task must be requeued: %+v", task)
 	}
 	if a, _ := st.Attempt("a1"); a.State != AttemptLost {
@@ -517,8 +517,8 @@ func TestNodeDownWaitsForTheLeaseAndRecordsTheAgentsWord(t *testing.T) {
 	h.apply(MsgAttemptStart, AttemptStartRequest{AttemptID: "a1", LeaseVersion: lease, Now: epoch})
 	downAt, retryAt := epoch.Add(time.Minute), epoch.Add(time.Minute+20*time.Second)
 	h.apply(MsgNodeDown, NodeDownRequest{NodeID: "n1", Reason: "missed", Now: downAt, RetryAt: retryAt})
-	if task, _ := h.f.State().Task("run"); task.NotBefore != StampOf(retryAt) {
-		t.Fatalf("the reclaimed task may run again at %v, want %v", task.NotBefore.Time(), retryAt)
+	if task, _ := h.f.State().Task("run"); task.NotBefore() != StampOf(retryAt) {
+		t.Fatalf("the reclaimed task may run again at %v, want %v", task.NotBefore().Time(), retryAt)
 	}
 	report := AttemptEndRequest{AttemptID: "a1", LeaseVersion: lease, State: AttemptLost, ExitCode: -1,
 		Error: "stopped on n1: no contact with the cluster for 20s, lease 20s", Now: epoch.Add(2 * time.Minute)}
@@ -529,12 +529,12 @@ func TestNodeDownWaitsForTheLeaseAndRecordsTheAgentsWord(t *testing.T) {
 	}
 	task, _ := h.f.State().Task("run")
 	n := 0
-	for _, e := range task.Timeline {
+	for _, e := range task.Timeline() {
 		if strings.Contains(e.Message, "as its agent reports: stopped on n1") {
 			n++
 		}
 	}
 	if n != 1 {
-		t.Fatalf("the agent's word is in the timeline %d times: %+v", n, task.Timeline)
+		t.Fatalf("the agent's word is in the timeline %d times: %+v", n, task.Timeline())
 	}
 }

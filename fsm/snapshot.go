@@ -76,7 +76,7 @@ func writeSnapshot(w io.Writer, s *State) error {
 		s.st.nodes.Ascend(func(v *Node) bool { return write(tableNodes, v) })
 	}
 	if werr == nil {
-		s.st.tasks.Ascend(func(v *Task) bool { return write(tableTasks, v) })
+		s.st.tasks.Ascend(func(v *Task) bool { return write(tableTasks, v.toJSON()) })
 	}
 	if werr == nil {
 		s.st.attempts.Ascend(func(v *Attempt) bool { return write(tableAttempts, v) })
@@ -214,7 +214,18 @@ func decodeRecord(db *store, rec snapshotRecord) error {
 			db.putNode(n)
 		})
 	case tableTasks:
-		return decodeInto(rec, func(v *Task) string { return v.ID }, func(t *Task) { db.w.interner.task(t, nil, false); db.putTask(t) })
+		var err error
+		derr := decodeInto(rec, func(v *taskJSON) string { return v.ID }, func(j *taskJSON) {
+			t := new(Task)
+			if err = t.fromJSON(j); err == nil {
+				db.w.interner.task(t, nil, false)
+				db.putTask(t)
+			}
+		})
+		if derr == nil && err != nil {
+			derr = fmt.Errorf("decode %s record: %w", rec.Table, err)
+		}
+		return derr
 	case tableAttempts:
 		return decodeInto(rec, func(v *Attempt) string { return v.ID }, db.putAttempt)
 	case tableACL:

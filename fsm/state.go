@@ -211,7 +211,7 @@ func (s *State) FinishedTasks(cutoff time.Time, limit int) ([]string, error) {
 	var out []string
 	for _, st := range []TaskState{TaskSucceeded, TaskFailed, TaskTimedOut, TaskCancelled} {
 		s.st.tasksInState(st, "", func(t *Task) bool {
-			if n := len(t.Timeline); n > 0 && t.Timeline[n-1].Time.Before(StampOf(cutoff)) {
+			if last, ok := t.LastEvent(); ok && last.Time.Before(StampOf(cutoff)) {
 				out = append(out, t.ID)
 			}
 			return len(out) < limit

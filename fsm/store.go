@@ -219,9 +219,9 @@ func (s *store) jobByKey(key string) (*Job, bool) {
 func (s *store) putJob(j *Job) {
 	old, _ := s.jobs.ReplaceOrInsert(j)
 	if old != nil {
-		s.recordEvents(TopicJob, j.ID, j.State, old.Timeline, j.Timeline)
+		s.recordGained(TopicJob, j.ID, j.State, old.Timeline, j.Timeline)
 	} else {
-		s.recordEvents(TopicJob, j.ID, j.State, nil, j.Timeline)
+		s.recordGained(TopicJob, j.ID, j.State, nil, j.Timeline)
 	}
 	if j.Spec.IdempotencyKey != "" {
 		s.jobsByKey.ReplaceOrInsert(j)
@@ -255,9 +255,9 @@ func (s *store) deleteServer(v *Server) { s.servers.Delete(v) }
 func (s *store) putNode(n *Node) {
 	old, _ := s.nodes.ReplaceOrInsert(n)
 	if old != nil {
-		s.recordEvents(TopicNode, n.ID, string(n.Liveness), old.Events, n.Events)
+		s.recordGained(TopicNode, n.ID, string(n.Liveness), old.Events, n.Events)
 	} else {
-		s.recordEvents(TopicNode, n.ID, string(n.Liveness), nil, n.Events)
+		s.recordGained(TopicNode, n.ID, string(n.Liveness), nil, n.Events)
 	}
 	s.w.nodes[n.ID] = n
 	s.touch(topicNodes)
@@ -273,10 +273,14 @@ func (s *store) putNode(n *Node) {
 func (s *store) putTask(t *Task) {
 	old, existed := s.tasks.ReplaceOrInsert(t)
 	s.w.tasks.Put(t)
-	if existed {
-		s.recordEvents(TopicTask, t.ID, t.State.String(), old.Timeline, t.Timeline)
-	} else {
-		s.recordEvents(TopicTask, t.ID, t.State.String(), nil, t.Timeline)
+	if index, ok := s.applying(); ok {
+		added := t.trailingAt(index)
+		if existed {
+			added -= old.trailingAt(index)
+		}
+		if added > 0 {
+			s.recordEvents(TopicTask, t.ID, t.State.String(), t.lastEvents(added))
+		}
 	}
 	if existed && old.State != t.State && indexedByState(old.State) {
 		s.tasksByStat.Delete(old)
@@ -396,7 +400,7 @@ func (s *store) tasksInState(state TaskState, after string, fn func(*Task) bool)
 func (s *store) activeTasks(state TaskState, after string, fn func(*Task) bool) {
 	var active []*Task
 	s.liveByNode.Ascend(func(a *Attempt) bool {
-		if t, ok := s.task(a.TaskID); ok && t.State == state && t.CurrentAttempt == a.ID && t.ID > after {
+		if t, ok := s.task(a.TaskID); ok && t.State == state && t.CurrentAttempt() == a.ID && t.ID > after {
 			active = append(active, t)
 		}
 		return true

@@ -36,7 +36,7 @@ func (m *storeModel) checkAgainst(t *rapid.T, st *State, label string) {
 			inState++
 			// A scheduled or running task is listed through its live
 			// attempt; the FSM never has one without (CheckInvariants).
-			if a, ok := m.attempts[tk.CurrentAttempt]; indexedByState(s) || ok && a.State.Live() && a.TaskID == id {
+			if a, ok := m.attempts[tk.CurrentAttempt()]; indexedByState(s) || ok && a.State.Live() && a.TaskID == id {
 				want = append(want, id)
 			}
 		}
@@ -198,9 +198,9 @@ func TestStoreMatchesModelAndViewsStayFrozen(t *testing.T) {
 						}
 					}
 					slices.Sort(own)
-					tk.CurrentAttempt = fmt.Sprintf("a%03d", rapid.IntRange(0, 150).Draw(rt, "current"))
+					tk.setCurrentAttempt(fmt.Sprintf("a%03d", rapid.IntRange(0, 150).Draw(rt, "current")))
 					if len(own) > 0 && rapid.IntRange(0, 3).Draw(rt, "own") > 0 {
-						tk.CurrentAttempt = rapid.SampledFrom(own).Draw(rt, "current own")
+						tk.setCurrentAttempt(rapid.SampledFrom(own).Draw(rt, "current own"))
 					}
 				}
 				if old, ok := m.tasks[id]; ok {

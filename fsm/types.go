@@ -1,7 +1,9 @@
 package fsm
 
 import (
+	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 
 	"herd/scheduler"
@@ -175,52 +177,268 @@ type TimelineEvent struct {
 
 // Task is the replicated record of a submitted task. Records stored in the
 // state are immutable: every change copies the record first.
+//
+// A pending task is the bulk of a backlog, so its record keeps to a
+// 128-byte size class: what only some tasks have (an attempt, a backoff,
+// node failures, an explanation, events after the submission) lives in
+// a second record made on the first such change, and the submission
+// event is kept as its time and message (its index is CreateIndex). The
+// JSON form is the plain one, every field named, the timeline whole.
 type Task struct {
-	ID string `json:"id"`
+	ID string
 	// State sits next to ID: the state index compares both on every step
 	// of its searches, and one cache line per record is cheaper than two.
-	State TaskState `json:"state"`
+	State TaskState
 	// Attempts counts the attempts made; Failures the failed, timed-out
-	// and lost ones among them (at most MaxAttemptsLimit: small numbers
-	// keep the record, with State, in a 160-byte size class).
-	Attempts       int16    `json:"attempts"`
-	Failures       int16    `json:"failures"`
-	Spec           TaskSpec `json:"spec"`
-	CreateIndex    uint64   `json:"create_index"`
-	ModifyIndex    uint64   `json:"modify_index"`
-	CurrentAttempt string   `json:"current_attempt,omitempty"`
+	// and lost ones among them (at most MaxAttemptsLimit).
+	Attempts    int16
+	Failures    int16
+	Spec        TaskSpec
+	CreateIndex uint64
+	ModifyIndex uint64
 	// QueuedAt is when the task last entered PENDING (aging counts from
-	// it); the submission time is the first timeline event's.
-	QueuedAt Stamp `json:"queued_at"`
-	// NotBefore delays a retry (backoff); zero means schedulable now.
-	NotBefore Stamp `json:"not_before,omitzero"`
-	// NodeFailures counts this task's failures per node, for blacklisting.
-	NodeFailures map[string]NodeFailure `json:"node_failures,omitempty"`
-	// LastExplain is the latest "why is it waiting" summary recorded.
-	LastExplain string          `json:"last_explain,omitempty"`
-	Timeline    []TimelineEvent `json:"timeline"`
+	// it); submittedAt when it was submitted.
+	QueuedAt    Stamp
+	submittedAt Stamp
+	// submitted is the submission event's message; "" only for a record
+	// with an empty timeline, which the FSM itself never makes.
+	submitted string
+	more      *taskMore
+}
+
+// taskMore is the part of a task record that a task waiting for its
+// first placement does not have.
+type taskMore struct {
+	currentAttempt string
+	notBefore      Stamp
+	nodeFailures   map[string]NodeFailure
+	lastExplain    string
+	timeline       []TimelineEvent // after the submission event
+}
+
+// newTask is a pending task record submitted at index and at, its
+// timeline the submission event with msg.
+func newTask(id string, spec TaskSpec, index uint64, at time.Time, msg string) *Task {
+	return &Task{
+		ID: id, Spec: spec, State: TaskPending, QueuedAt: StampOf(at), CreateIndex: index, ModifyIndex: index,
+		submittedAt: StampOf(at), submitted: msg,
+	}
 }
 
 // SubmittedAt is when the task was submitted: the time of its first
 // timeline event, which the timeline always keeps.
 func (t *Task) SubmittedAt() time.Time {
-	if len(t.Timeline) == 0 {
+	if t.submitted == "" {
 		return time.Time{}
 	}
-	return t.Timeline[0].Time.Time()
+	return t.submittedAt.Time()
+}
+
+// CurrentAttempt is the attempt holding the task's reservation ("" when
+// none does).
+func (t *Task) CurrentAttempt() string {
+	if t.more == nil {
+		return ""
+	}
+	return t.more.currentAttempt
+}
+
+// NotBefore delays a retry (backoff); zero means schedulable now.
+func (t *Task) NotBefore() Stamp {
+	if t.more == nil {
+		return 0
+	}
+	return t.more.notBefore
+}
+
+// LastExplain is the latest "why is it waiting" summary recorded.
+func (t *Task) LastExplain() string {
+	if t.more == nil {
+		return ""
+	}
+	return t.more.lastExplain
+}
+
+// nodeFailures counts this task's failures per node, for blacklisting.
+// The map is the record's own: read it, never write it.
+func (t *Task) nodeFailures() map[string]NodeFailure {
+	if t.more == nil {
+		return nil
+	}
+	return t.more.nodeFailures
+}
+
+// later is the rest of the timeline, after the submission event.
+func (t *Task) later() []TimelineEvent {
+	if t.more == nil {
+		return nil
+	}
+	return t.more.timeline
+}
+
+// first is the submission event, if the timeline has one.
+func (t *Task) first() (TimelineEvent, bool) {
+	if t.submitted == "" {
+		return TimelineEvent{}, false
+	}
+	return TimelineEvent{Index: t.CreateIndex, Time: t.submittedAt, Kind: EventQueued, Message: t.submitted}, true
+}
+
+// TimelineLen is how many events the timeline holds.
+func (t *Task) TimelineLen() int {
+	n := len(t.later())
+	if t.submitted != "" {
+		n++
+	}
+	return n
+}
+
+// Timeline returns the task's timeline, oldest first, in a new slice.
+func (t *Task) Timeline() []TimelineEvent {
+	out := make([]TimelineEvent, 0, t.TimelineLen())
+	if ev, ok := t.first(); ok {
+		out = append(out, ev)
+	}
+	return append(out, t.later()...)
+}
+
+// LastEvent is the timeline's latest event.
+func (t *Task) LastEvent() (TimelineEvent, bool) {
+	if l := t.later(); len(l) > 0 {
+		return l[len(l)-1], true
+	}
+	return t.first()
+}
+
+// lastEvents is the timeline's last n events (n at most TimelineLen).
+func (t *Task) lastEvents(n int) []TimelineEvent {
+	if l := t.later(); n <= len(l) {
+		return l[len(l)-n:]
+	}
+	all := t.Timeline()
+	return all[len(all)-n:]
+}
+
+// trailingAt counts the events at the end of the timeline made at index.
+func (t *Task) trailingAt(index uint64) int {
+	l := t.later()
+	n := trailingAt(l, index)
+	if n == len(l) && t.submitted != "" && t.CreateIndex == index {
+		n++
+	}
+	return n
+}
+
+// m is the record's second part, made if it has none yet. Only a record
+// being changed (a clone, or one not yet stored) may call it.
+func (t *Task) m() *taskMore {
+	if t.more == nil {
+		t.more = &taskMore{}
+	}
+	return t.more
+}
+
+func (t *Task) setCurrentAttempt(id string) {
+	if id != "" || t.more != nil {
+		t.m().currentAttempt = id
+	}
+}
+
+func (t *Task) setNotBefore(s Stamp) {
+	if s != 0 || t.more != nil {
+		t.m().notBefore = s
+	}
+}
+
+func (t *Task) setLastExplain(s string) {
+	if s != "" || t.more != nil {
+		t.m().lastExplain = s
+	}
 }
 
 // clone copies a task for changing it. The timeline is shared: events are
 // only ever added through appendEvent, which writes a new array.
 func (t *Task) clone() *Task {
 	c := *t
-	if t.NodeFailures != nil {
-		c.NodeFailures = make(map[string]NodeFailure, len(t.NodeFailures))
-		for k, v := range t.NodeFailures {
-			c.NodeFailures[k] = v
+	if t.more != nil {
+		m := *t.more
+		if t.more.nodeFailures != nil {
+			m.nodeFailures = make(map[string]NodeFailure, len(t.more.nodeFailures))
+			for k, v := range t.more.nodeFailures {
+				m.nodeFailures[k] = v
+			}
 		}
+		c.more = &m
 	}
 	return &c
+}
+
+// taskJSON is a task's JSON form (snapshots, tests).
+type taskJSON struct {
+	ID             string                 `json:"id"`
+	State          TaskState              `json:"state"`
+	Attempts       int16                  `json:"attempts"`
+	Failures       int16                  `json:"failures"`
+	Spec           TaskSpec               `json:"spec"`
+	CreateIndex    uint64                 `json:"create_index"`
+	ModifyIndex    uint64                 `json:"modify_index"`
+	CurrentAttempt string                 `json:"current_attempt,omitempty"`
+	QueuedAt       Stamp                  `json:"queued_at"`
+	NotBefore      Stamp                  `json:"not_before,omitzero"`
+	NodeFailures   map[string]NodeFailure `json:"node_failures,omitempty"`
+	LastExplain    string                 `json:"last_explain,omitempty"`
+	Timeline       []TimelineEvent        `json:"timeline"`
+}
+
+// MarshalJSON writes the task with every field named and its whole
+// timeline.
+func (t Task) MarshalJSON() ([]byte, error) { return json.Marshal(t.toJSON()) }
+
+// UnmarshalJSON reads what MarshalJSON writes.
+func (t *Task) UnmarshalJSON(b []byte) error {
+	var j taskJSON
+	if err := json.Unmarshal(b, &j); err != nil {
+		return err
+	}
+	return t.fromJSON(&j)
+}
+
+// toJSON is the task's JSON form. Snapshots encode it directly: a type
+// with its own MarshalJSON has its output scanned once more.
+func (t *Task) toJSON() *taskJSON {
+	return &taskJSON{
+		ID: t.ID, State: t.State, Attempts: t.Attempts, Failures: t.Failures, Spec: t.Spec,
+		CreateIndex: t.CreateIndex, ModifyIndex: t.ModifyIndex, CurrentAttempt: t.CurrentAttempt(),
+		QueuedAt: t.QueuedAt, NotBefore: t.NotBefore(), NodeFailures: t.nodeFailures(), LastExplain: t.LastExplain(),
+		Timeline: t.Timeline(),
+	}
+}
+
+// fromJSON sets t from its JSON form. A timeline must begin with the
+// submission event (made at the task's CreateIndex, of kind queued), as
+// every timeline the FSM makes does.
+func (t *Task) fromJSON(j *taskJSON) error {
+	*t = Task{
+		ID: j.ID, State: j.State, Attempts: j.Attempts, Failures: j.Failures, Spec: j.Spec,
+		CreateIndex: j.CreateIndex, ModifyIndex: j.ModifyIndex, QueuedAt: j.QueuedAt,
+	}
+	if len(j.Timeline) > 0 {
+		first := j.Timeline[0]
+		if first.Index != j.CreateIndex || first.Kind != EventQueued || first.Message == "" {
+			return fmt.Errorf("task %q: its timeline does not begin with its submission at index %d", j.ID, j.CreateIndex)
+		}
+		t.submittedAt, t.submitted = first.Time, first.Message
+	}
+	t.setCurrentAttempt(j.CurrentAttempt)
+	t.setNotBefore(j.NotBefore)
+	t.setLastExplain(j.LastExplain)
+	if len(j.NodeFailures) > 0 {
+		t.m().nodeFailures = j.NodeFailures
+	}
+	if len(j.Timeline) > 1 {
+		t.m().timeline = slices.Clone(j.Timeline[1:])
+	}
+	return nil
 }
 
 // Live reports whether an attempt still holds its reservation.

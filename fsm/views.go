@@ -55,7 +55,7 @@ func (t *Task) Request(now time.Time, ttl time.Duration) scheduler.Request {
 		TaskID: t.ID, Capability: t.Spec.Capability, CapabilityVersion: t.Spec.CapabilityVersion,
 		RequiredLabels: t.Spec.RequiredLabels, PreferredLabels: t.Spec.PreferredLabels,
 		Resources: t.Spec.Resources, Now: now, HeartbeatTTL: ttl,
-		FailedOn: failedOn(t.NodeFailures),
+		FailedOn: failedOn(t.nodeFailures()),
 		Class:    t.Spec.ClassOf(), Size: t.Spec.Size, Tiers: t.Spec.Tiers, Inputs: inputs(t.Spec.Inputs),
 		Seed: seedOf(t.ID, t.Attempts), Driver: t.Spec.Driver,
 	}
@@ -101,14 +101,14 @@ func failedOn(m map[string]NodeFailure) map[string]int {
 // BlacklistedOn reports whether the task failed twice on the node since
 // the node last proved healthy (succeeded at any task).
 func (t *Task) BlacklistedOn(n *Node) bool {
-	f, ok := t.NodeFailures[n.ID]
+	f, ok := t.nodeFailures()[n.ID]
 	return ok && f.Count >= 2 && n.HealthyIndex < f.LastIndex
 }
 
 // Blacklist returns the set of nodes the task must avoid.
 func (t *Task) Blacklist(nodeByID func(string) *Node) map[string]bool {
 	var out map[string]bool
-	for id := range t.NodeFailures {
+	for id := range t.nodeFailures() {
 		if n := nodeByID(id); n != nil && t.BlacklistedOn(n) {
 			if out == nil {
 				out = map[string]bool{}

@@ -68,7 +68,7 @@ func (ch *chaos) quiesce() {
 				continue // an unknown submit that never happened
 			}
 			if !task.State.Terminal() {
-				last = fmt.Sprintf("task %s (key %s) is %s: %s", task.ID, k, task.State, task.LastExplain)
+				last = fmt.Sprintf("task %s (key %s) is %s: %s", task.ID, k, task.State, task.LastExplain())
 				return false
 			}
 		}

@@ -47,7 +47,7 @@ func stuckReport(c *Cluster, id string) string {
 		counts, _ := st.CountTasks()
 		stats := srv.SchedulerStats()
 		fmt.Fprintf(&b, "replica %d (leader %v, applied %d): task %s, %d attempts, not before %s; tasks by state %v; scheduler passes %d, queue depth %d\n",
-			i, srv.IsLeader(), st.Index(), task.State, task.Attempts, task.NotBefore.Time().Format(time.RFC3339Nano), counts, stats.Passes.Load(), stats.QueueDepth.Load())
+			i, srv.IsLeader(), st.Index(), task.State, task.Attempts, task.NotBefore().Time().Format(time.RFC3339Nano), counts, stats.Passes.Load(), stats.QueueDepth.Load())
 		if attempts, err := st.AttemptsOfTask(id); err == nil {
 			for _, a := range attempts {
 				fmt.Fprintf(&b, "  attempt %d on %s: %s, reserved %s, finished %s (index %d..%d)\n", a.Number, a.NodeID, a.State,
@@ -272,7 +272,7 @@ func TestConcurrentPlacementWithLeaderLoss(t *testing.T) {
 				}
 				tasks, _ := srv.FSM().State().Tasks(fsm.TaskFilter{State: fsm.TaskScheduled, Limit: 50})
 				for _, task := range tasks {
-					a, err := srv.FSM().State().Attempt(task.CurrentAttempt)
+					a, err := srv.FSM().State().Attempt(task.CurrentAttempt())
 					if err != nil {
 						continue
 					}

@@ -150,7 +150,7 @@ func agentSays(db *store, index uint64, a *Attempt, r *AttemptEndRequest) {
 		return
 	}
 	msg := fmt.Sprintf("attempt %d on %s, as its agent reports: %s", a.Number, a.NodeID, r.Error)
-	if slices.ContainsFunc(task.Timeline(), func(e TimelineEvent) bool { return e.Message == msg }) {
+	if slices.ContainsFunc(task.later(), func(e TimelineEvent) bool { return e.Message == msg }) { // never the submission
 		return
 	}
 	t := task.clone()

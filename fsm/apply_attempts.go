@@ -244,7 +244,7 @@ func endAttempt(db *store, index uint64, a *Attempt, task *Task, r *AttemptEndRe
 		case int(t.Attempts) < t.Spec.MaxAttempts:
 			next = TaskPending
 			t.setNotBefore(StampOf(r.RetryAt))
-			t.QueuedAt = StampOf(r.Now)
+			t.requeue(StampOf(r.Now))
 		case r.State == AttemptTimedOut:
 			next = TaskTimedOut
 		default:

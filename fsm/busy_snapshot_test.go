@@ -130,3 +130,37 @@ func TestTimelineKeepsSubmissionAndLatest(t *testing.T) {
 		t.Fatalf("the stream carries %d of the task's events, want %d", n, explains+1)
 	}
 }
+
+// A requeued task keeps its submission's time apart from its new queue
+// time, in the record, its timeline and a restored copy; a task never
+// requeued has one time for both.
+func TestRequeueKeepsSubmissionTime(t *testing.T) {
+	h := newHarness(t)
+	h.register("n0", scheduler.Resources{CPUMillis: 4000, MemoryMB: 4096}, 2)
+	h.submit("t1", scheduler.Resources{CPUMillis: 500, MemoryMB: 64}, 3)
+	h.submit("t2", scheduler.Resources{CPUMillis: 500, MemoryMB: 64}, 3)
+	n, _ := h.f.State().Node("n0")
+	h.applyBatch(reserveCmd(t, "t1", "a1", "n0", 1, n.SessionGeneration))
+	failedAt := epoch.Add(time.Minute)
+	h.apply(MsgAttemptEnd, AttemptEndRequest{AttemptID: "a1", LeaseVersion: leaseOf(t, h, "a1"), State: AttemptFailed, ExitCode: 1, Now: failedAt, RetryAt: failedAt})
+	for _, f := range []*FSM{h.f, restoredCopy(t, h.f)} {
+		st := f.State()
+		requeued, err := st.Task("t1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if requeued.State != TaskPending || !requeued.QueuedAt.Time().Equal(failedAt) {
+			t.Fatalf("t1: state %s, queued at %v; want PENDING, queued again at %v", requeued.State, requeued.QueuedAt.Time(), failedAt)
+		}
+		if !requeued.SubmittedAt().Equal(epoch) || !requeued.Timeline()[0].Time.Time().Equal(epoch) {
+			t.Fatalf("t1: submitted at %v, first event at %v; want both %v", requeued.SubmittedAt(), requeued.Timeline()[0].Time.Time(), epoch)
+		}
+		never, err := st.Task("t2")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if never.more != nil || !never.SubmittedAt().Equal(epoch) || !never.QueuedAt.Time().Equal(epoch) {
+			t.Fatalf("t2: submitted at %v, queued at %v, second record %v; want both %v and none", never.SubmittedAt(), never.QueuedAt.Time(), never.more != nil, epoch)
+		}
+	}
+}

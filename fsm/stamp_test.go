@@ -72,7 +72,7 @@ func TestRecordsStaySmall(t *testing.T) {
 		name       string
 		size, most uintptr
 	}{
-		{"Task", unsafe.Sizeof(Task{}), 320},
+		{"Task", unsafe.Sizeof(Task{}), 112},
 		{"TimelineEvent", unsafe.Sizeof(TimelineEvent{}), 40},
 		{"Attempt", unsafe.Sizeof(Attempt{}), 176},
 	} {

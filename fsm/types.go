@@ -179,10 +179,12 @@ type TimelineEvent struct {
 // state are immutable: every change copies the record first.
 //
 // A pending task is the bulk of a backlog, so its record keeps to a
-// 128-byte size class: what only some tasks have (an attempt, a backoff,
-// node failures, an explanation, events after the submission) lives in
-// a second record made on the first such change, and the submission
-// event is kept as its time and message (its index is CreateIndex). The
+// 112-byte size class: what only some tasks have (an attempt, a backoff,
+// node failures, an explanation, events after the submission, the
+// submission's time once it is requeued) lives in a second record made
+// on the first such change, and the submission event is kept as its
+// message, its time being QueuedAt's until a requeue (its index is
+// CreateIndex). The
 // JSON form is the plain one, every field named, the timeline whole.
 type Task struct {
 	ID string
@@ -191,15 +193,17 @@ type Task struct {
 	State TaskState
 	// Attempts counts the attempts made; Failures the failed, timed-out
 	// and lost ones among them (at most MaxAttemptsLimit).
-	Attempts    int16
-	Failures    int16
+	Attempts int16
+	Failures int16
+	// requeued is set once QueuedAt moved on from the submission, whose
+	// time more then keeps (the flag fits in the word State starts).
+	requeued    bool
 	Spec        TaskSpec
 	CreateIndex uint64
 	ModifyIndex uint64
 	// QueuedAt is when the task last entered PENDING (aging counts from
-	// it); submittedAt when it was submitted.
-	QueuedAt    Stamp
-	submittedAt Stamp
+	// it): its submission, until it is requeued (see requeue).
+	QueuedAt Stamp
 	// submitted is the submission event's message; "" only for a record
 	// with an empty timeline, which the FSM itself never makes.
 	submitted string
@@ -210,6 +214,7 @@ type Task struct {
 // first placement does not have.
 type taskMore struct {
 	currentAttempt string
+	submittedAt    Stamp // the submission's time, once requeued is set
 	notBefore      Stamp
 	nodeFailures   map[string]NodeFailure
 	lastExplain    string
@@ -220,9 +225,25 @@ type taskMore struct {
 // timeline the submission event with msg.
 func newTask(id string, spec TaskSpec, index uint64, at time.Time, msg string) *Task {
 	return &Task{
-		ID: id, Spec: spec, State: TaskPending, QueuedAt: StampOf(at), CreateIndex: index, ModifyIndex: index,
-		submittedAt: StampOf(at), submitted: msg,
+		ID: id, Spec: spec, State: TaskPending, QueuedAt: StampOf(at), CreateIndex: index, ModifyIndex: index, submitted: msg,
 	}
+}
+
+// submittedStamp is when the task was submitted.
+func (t *Task) submittedStamp() Stamp {
+	if t.requeued {
+		return t.more.submittedAt
+	}
+	return t.QueuedAt
+}
+
+// requeue sets QueuedAt to at, the time the task enters PENDING again,
+// keeping its submission's time. Only a record being changed may call it.
+func (t *Task) requeue(at Stamp) {
+	if !t.requeued {
+		t.m().submittedAt, t.requeued = t.QueuedAt, true
+	}
+	t.QueuedAt = at
 }
 
 // SubmittedAt is when the task was submitted: the time of its first
@@ -231,7 +252,7 @@ func (t *Task) SubmittedAt() time.Time {
 	if t.submitted == "" {
 		return time.Time{}
 	}
-	return t.submittedAt.Time()
+	return t.submittedStamp().Time()
 }
 
 // CurrentAttempt is the attempt holding the task's reservation ("" when
@@ -281,7 +302,7 @@ func (t *Task) first() (TimelineEvent, bool) {
 	if t.submitted == "" {
 		return TimelineEvent{}, false
 	}
-	return TimelineEvent{Index: t.CreateIndex, Time: t.submittedAt, Kind: EventQueued, Message: t.submitted}, true
+	return TimelineEvent{Index: t.CreateIndex, Time: t.submittedStamp(), Kind: EventQueued, Message: t.submitted}, true
 }
 
 // TimelineLen is how many events the timeline holds.
@@ -427,7 +448,10 @@ func (t *Task) fromJSON(j *taskJSON) error {
 		if first.Index != j.CreateIndex || first.Kind != EventQueued || first.Message == "" {
 			return fmt.Errorf("task %q: its timeline does not begin with its submission at index %d", j.ID, j.CreateIndex)
 		}
-		t.submittedAt, t.submitted = first.Time, first.Message
+		t.submitted = first.Message
+		if first.Time != j.QueuedAt {
+			t.m().submittedAt, t.requeued = first.Time, true
+		}
 	}
 	t.setCurrentAttempt(j.CurrentAttempt)
 	t.setNotBefore(j.NotBefore)

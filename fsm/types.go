@@ -184,8 +184,8 @@ type TimelineEvent struct {
 // submission's time once it is requeued) lives in a second record made
 // on the first such change, and the submission event is kept as its
 // message, its time being QueuedAt's until a requeue (its index is
-// CreateIndex). The
-// JSON form is the plain one, every field named, the timeline whole.
+// CreateIndex). The JSON form is the plain one, every field named, the
+// timeline whole.
 type Task struct {
 	ID string
 	// State sits next to ID: the state index compares both on every step

@@ -11,7 +11,12 @@ import (
 // reclaimLoop (leader-only) reclaims attempts that were reserved but not
 // started within the schedule-to-start timeout: their agent never saw
 // them or died before starting. The attempt becomes LOST and the task is
-// requeued.
+// requeued. The reclaim applies only to an attempt still RESERVED when it
+// commits, so an attempt whose start commits after the leader listed it
+// keeps running; while some server reads only older command forms the
+// leader writes JSON, which carries no condition, and such a start loses
+// its attempt as it did before (the agent's start is refused, and it
+// stops the process or never runs it).
 func (s *Server) reclaimLoop(ctx context.Context) {
 	timeout := s.cfg.Scheduler.ScheduleToStartTimeout
 	tick := time.NewTicker(min(timeout/4, time.Second))
@@ -42,6 +47,7 @@ func (s *Server) reclaimLoop(ctx context.Context) {
 			b, err := s.encode(fsm.MsgAttemptEnd, fsm.AttemptEndRequest{
 				AttemptID: a.ID, LeaseVersion: a.LeaseVersion, State: fsm.AttemptLost, ExitCode: -1,
 				Error: fmt.Sprintf("reclaimed: not started within %s", timeout), Now: now, RetryAt: now,
+				OnlyReserved: true,
 			})
 			if err == nil {
 				cmds = append(cmds, b)

@@ -179,6 +179,10 @@ func applyAttemptEnd(db *store, index uint64, r *AttemptEndRequest) (any, error)
 		}
 		return staleReport(db, index, a, r.LeaseVersion, r.Now, "attempt already ended "+string(a.State))
 	}
+	if r.OnlyReserved && a.State != AttemptReserved {
+		// Nothing happened to the task: its attempt started, as it should.
+		return nil, reject(RejectStale, "attempt %s (number %d) is %s: it is not reclaimed", a.ID, a.Number, a.State)
+	}
 	task, err := getTask(db, a.TaskID)
 	if err != nil {
 		return nil, err

@@ -23,8 +23,15 @@ import (
 // Version 3 added a task shape's on_disconnect, after its other fields;
 // version 4 its class, size, tiers, inputs, outputs and input paths,
 // after that; version 5 its driver, image and network. A submission of an
-// older version is read as before, without them.
-const binaryVersion = 5
+// older version is read as before, without them. Version 6 added an
+// attempt end's OnlyReserved, after its other fields; an end of an older
+// version is read as an unconditional one.
+const binaryVersion = 6
+
+// shapeFormVersion is the newest version that changed how a submission's
+// shape encodes: from it on, the shape's bytes in a submission are the
+// key replicas share shapes by.
+const shapeFormVersion = 5
 
 // oldBinaryVersion is the oldest binary form still read.
 const oldBinaryVersion = 2
@@ -120,7 +127,7 @@ func decodeSubmitTaskWith(payload []byte, in *interner, version byte) (*SubmitTa
 	r.Spec.Name, r.Spec.IdempotencyKey = d.string(), d.string()
 	// A version 2 shape is not its encoding in today's form: the interner
 	// computes that key itself.
-	if d.err == nil && version >= binaryVersion {
+	if d.err == nil && version >= shapeFormVersion {
 		r.shapeKey = d.buf
 		if sh := in.known(d.buf); sh != nil {
 			r.Spec.TaskShape, r.shapeShared = sh, true
@@ -183,14 +190,24 @@ func EncodeAttemptEnd(r AttemptEndRequest) []byte {
 	buf = appendString(buf, r.OutputTail)
 	buf = appendString(buf, r.Error)
 	buf = appendTime(buf, r.Now)
-	return appendTime(buf, r.RetryAt)
+	buf = appendTime(buf, r.RetryAt)
+	return append(buf, boolByte(r.OnlyReserved))
 }
 
 func decodeAttemptEnd(payload []byte) (*AttemptEndRequest, error) {
+	return decodeAttemptEndVersion(payload, binaryVersion)
+}
+
+// decodeAttemptEndVersion decodes an attempt's end written in the binary
+// form of the given version.
+func decodeAttemptEndVersion(payload []byte, version byte) (*AttemptEndRequest, error) {
 	d := decoder{buf: payload}
 	r := &AttemptEndRequest{
 		AttemptID: d.string(), LeaseVersion: d.uvarint(), State: AttemptState(d.string()), ExitCode: int(d.varint()),
 		OutputTail: d.string(), Error: d.string(), Now: d.time(), RetryAt: d.time(),
+	}
+	if version >= 6 {
+		r.OnlyReserved = d.bool()
 	}
 	if err := d.finish(); err != nil {
 		return nil, fmt.Errorf("%w: attempt end: %v", ErrMalformedCommand, err)
@@ -297,6 +314,27 @@ func (d *decoder) varint() int64 {
 	}
 	d.buf = d.buf[n:]
 	return v
+}
+
+// bool reads a flag written by boolByte: a byte 0 or 1, any other
+// refused so that a flag has one encoding.
+func (d *decoder) bool() bool {
+	switch v := d.uvarint(); {
+	case d.err != nil:
+		return false
+	case v > 1:
+		d.fail("flag")
+		return false
+	default:
+		return v == 1
+	}
+}
+
+func boolByte(b bool) byte {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 func (d *decoder) string() string {

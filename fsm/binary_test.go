@@ -3,6 +3,7 @@ package fsm
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"reflect"
 	"testing"
@@ -83,7 +84,7 @@ func TestBinaryFormsCoverEveryField(t *testing.T) {
 	for _, c := range []struct {
 		typ    any
 		fields int
-	}{{SubmitTaskRequest{}, 3}, {TaskSpec{}, 3}, {TaskShape{}, 21}, {scheduler.Resources{}, 4}, {ReserveRequest{}, 8}, {AttemptStartRequest{}, 3}, {AttemptEndRequest{}, 8}, {ExplainRequest{}, 3}} {
+	}{{SubmitTaskRequest{}, 3}, {TaskSpec{}, 3}, {TaskShape{}, 21}, {scheduler.Resources{}, 4}, {ReserveRequest{}, 8}, {AttemptStartRequest{}, 3}, {AttemptEndRequest{}, 9}, {ExplainRequest{}, 3}} {
 		if n := exported(reflect.TypeOf(c.typ)); n != c.fields {
 			t.Errorf("%T has %d fields, its binary form %d: update binary.go, then this test", c.typ, n, c.fields)
 		}
@@ -146,7 +147,7 @@ func TestTaskCommandsBinaryRoundTrip(t *testing.T) {
 			AttemptID: rapid.String().Draw(rt, "id"), LeaseVersion: rapid.Uint64().Draw(rt, "lease"),
 			State: AttemptState(rapid.String().Draw(rt, "state")), ExitCode: rapid.Int().Draw(rt, "exit"),
 			OutputTail: rapid.String().Draw(rt, "tail"), Error: rapid.String().Draw(rt, "error"),
-			Now: drawTime(rt, "now"), RetryAt: drawTime(rt, "retry"),
+			Now: drawTime(rt, "now"), RetryAt: drawTime(rt, "retry"), OnlyReserved: rapid.Bool().Draw(rt, "only-reserved"),
 		}
 		checkBinary(rt, EncodeAttemptEnd(r), MsgAttemptEnd, decodeAttemptEnd, r)
 	})
@@ -231,9 +232,10 @@ func TestBinaryAndJSONCommandsApplyAlike(t *testing.T) {
 }
 
 // Submissions in the binary forms of version 2 (before on_disconnect),
-// 3 (before class, size, tiers, inputs and outputs) and 4 (before driver,
-// image and network) are still read, and applied as today's without
-// those fields.
+// 3 (before class, size, tiers, inputs and outputs), 4 (before driver,
+// image and network) and 5 (today's submission, before attempt ends
+// carried a condition) are still read, and applied as today's without
+// the fields they lack.
 func TestSubmitOlderBinaryVersionsAreRead(t *testing.T) {
 	r := SubmitTaskRequest{ID: "t1", SubmittedAt: epoch, Spec: testSpec("k")}
 	v4 := EncodeSubmitTask(r)
@@ -243,7 +245,7 @@ func TestSubmitOlderBinaryVersionsAreRead(t *testing.T) {
 	for _, c := range []struct {
 		version byte
 		cut     int
-	}{{2, 10}, {3, 9}, {4, 3}} {
+	}{{2, 10}, {3, 9}, {4, 3}, {5, 0}} {
 		old := append([]byte{v4[0], c.version}, v4[2:len(v4)-c.cut]...)
 		f := New(nil)
 		res, ok := f.ApplyBytes(1, old).(*SubmitResult)
@@ -279,4 +281,31 @@ func drawNames(rt *rapid.T, label string) []string {
 		out[i] = rapid.String().Draw(rt, label+"-name")
 	}
 	return out
+}
+
+// An attempt end in the binary form of version 5 (before OnlyReserved)
+// is read as an unconditional one, and a flag other than 0 or 1 is
+// refused.
+func TestAttemptEndOlderBinaryVersionIsRead(t *testing.T) {
+	r := AttemptEndRequest{AttemptID: "a1", LeaseVersion: 7, State: AttemptLost, ExitCode: -1, Error: "reclaimed", Now: epoch, RetryAt: epoch, OnlyReserved: true}
+	enc := EncodeAttemptEnd(r)
+	if enc[len(enc)-1] != 1 {
+		t.Fatalf("today's form does not end with the flag: %x", enc[len(enc)-2:])
+	}
+	old := append([]byte{enc[0], 5}, enc[2:len(enc)-1]...)
+	h, payload, err := decodeHeader(old)
+	if err != nil || !h.binary {
+		t.Fatalf("a version 5 end: %+v, %v", h, err)
+	}
+	got, err := decodeAttemptEndVersion(payload, h.version)
+	want := r
+	want.OnlyReserved = false
+	if err != nil || !reflect.DeepEqual(*got, want) {
+		t.Fatalf("a version 5 end decoded as %+v (%v), want %+v", got, err, want)
+	}
+	bad := bytes.Clone(enc)
+	bad[len(bad)-1] = 2
+	if _, err := decodeAttemptEnd(bad[2:]); !errors.Is(err, ErrMalformedCommand) {
+		t.Fatalf("a flag of 2 decoded: %v", err)
+	}
 }

@@ -350,6 +350,13 @@ type AttemptEndRequest struct {
 	Error        string       `json:"error,omitempty"`
 	Now          time.Time    `json:"now"`
 	RetryAt      time.Time    `json:"retry_at"`
+	// OnlyReserved makes the end apply only to an attempt still RESERVED:
+	// the leader reclaims an attempt its agent never started, and a start
+	// that commits between the leader's look and the reclaim's commit
+	// keeps its attempt. Only the binary form (version 6) carries it, so
+	// a replica that reads JSON alone never sees a condition it would
+	// ignore; in JSON the end is unconditional.
+	OnlyReserved bool `json:"-"`
 }
 
 // NodeDrainRequest stops (or resumes) new placements on a node.

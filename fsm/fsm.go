@@ -153,7 +153,8 @@ func (f *FSM) applyOne(db *store, index uint64, h header, payload []byte) any {
 	case MsgAttemptStart:
 		resp, err = applyEncoded(h, payload, decodeAttemptStart, func(r *AttemptStartRequest) (any, error) { return applyAttemptStart(db, index, r) })
 	case MsgAttemptEnd:
-		resp, err = applyEncoded(h, payload, decodeAttemptEnd, func(r *AttemptEndRequest) (any, error) { return applyAttemptEnd(db, index, r) })
+		decode := func(p []byte) (*AttemptEndRequest, error) { return decodeAttemptEndVersion(p, h.version) }
+		resp, err = applyEncoded(h, payload, decode, func(r *AttemptEndRequest) (any, error) { return applyAttemptEnd(db, index, r) })
 	case MsgNodeDrain:
 		resp, err = applyJSON(payload, func(r *NodeDrainRequest) (any, error) { return applyNodeDrain(db, index, r) })
 	case MsgNodeEligible:

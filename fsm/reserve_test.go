@@ -538,3 +538,52 @@ func TestNodeDownWaitsForTheLeaseAndRecordsTheAgentsWord(t *testing.T) {
 		t.Fatalf("the agent's word is in the timeline %d times: %+v", n, task.Timeline())
 	}
 }
+
+// TestReclaimSparesAStartedAttempt: a reclaim made only for a RESERVED
+// attempt leaves one whose start committed first running, without a word
+// in its timeline, and still reclaims one that never started. In JSON the
+// condition is not carried, and the end applies as before.
+func TestReclaimSparesAStartedAttempt(t *testing.T) {
+	h := newHarness(t)
+	res := scheduler.Resources{CPUMillis: 100, MemoryMB: 64}
+	n1 := h.register("n1", scheduler.Resources{CPUMillis: 1000, MemoryMB: 1024}, 4)
+	for _, id := range []string{"t1", "t2", "t3"} {
+		h.submit(id, res, 2)
+	}
+	h.applyBatch(reserveCmd(t, "t1", "a1", "n1", 1, n1.SessionGeneration),
+		reserveCmd(t, "t2", "a2", "n1", 1, n1.SessionGeneration),
+		reserveCmd(t, "t3", "a3", "n1", 1, n1.SessionGeneration))
+	for _, id := range []string{"a1", "a3"} {
+		if _, ok := h.apply(MsgAttemptStart, AttemptStartRequest{AttemptID: id, LeaseVersion: leaseOf(t, h, id), Now: epoch.Add(2 * time.Second)}).(*AttemptResult); !ok {
+			t.Fatalf("start of %s should apply", id)
+		}
+	}
+	reclaim := func(id string) AttemptEndRequest {
+		return AttemptEndRequest{AttemptID: id, LeaseVersion: leaseOf(t, h, id), State: AttemptLost, ExitCode: -1,
+			Error: "reclaimed: not started", Now: epoch.Add(time.Minute), RetryAt: epoch.Add(time.Minute), OnlyReserved: true}
+	}
+	before, _ := h.f.State().Task("t1")
+	var rej *Rejection
+	if err, ok := h.apply(MsgAttemptEnd, reclaim("a1")).(error); !ok || !errors.As(err, &rej) || rej.Code != RejectStale {
+		t.Fatalf("reclaiming a started attempt: %#v, want a stale rejection", err)
+	}
+	a1, _ := h.f.State().Attempt("a1")
+	t1, _ := h.f.State().Task("t1")
+	if a1.State != AttemptRunning || t1.State != TaskRunning || t1.TimelineLen() != before.TimelineLen() {
+		t.Fatalf("the started attempt is %s, its task %s with %d events (had %d)", a1.State, t1.State, t1.TimelineLen(), before.TimelineLen())
+	}
+	if r, ok := h.apply(MsgAttemptEnd, reclaim("a2")).(*AttemptResult); !ok || r.Attempt.State != AttemptLost {
+		t.Fatalf("reclaiming an attempt never started: %#v", r)
+	}
+	if t2, _ := h.f.State().Task("t2"); t2.State != TaskPending {
+		t.Fatalf("the reclaimed attempt's task is %s, want it requeued", t2.State)
+	}
+	h.index++
+	asJSON, err := EncodeJSON(MsgAttemptEnd, reclaim("a3"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, ok := h.f.ApplyBytes(h.index, asJSON).(*AttemptResult); !ok || r.Attempt.State != AttemptLost {
+		t.Fatalf("a reclaim in JSON ends a started attempt as before: %#v", r)
+	}
+}

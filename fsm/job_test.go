@@ -235,3 +235,29 @@ func TestForEachStage(t *testing.T) {
 		t.Fatalf("count and for_each together: %v", res)
 	}
 }
+
+// Retention leaves a running job's finished tasks alone: the job counts
+// its stage's tasks to end the stage. Once the job ends they go too.
+func TestRetentionKeepsTheTasksOfALiveJob(t *testing.T) {
+	h := newProfileHarness(t, "n1")
+	wide := stage("wide")
+	wide.Count = 2
+	res := h.apply(MsgSubmitJob, SubmitJobRequest{ID: "j1", SubmittedAt: h.now, Spec: JobSpec{Name: "p", Stages: []StageSpec{wide}}}).(*JobResult)
+	ids := res.Job.Stages[0].TaskIDs
+	h.submit("plain", testSpec("").Resources, 1)
+	h.runTask("plain", "", "n1", time.Second, AttemptSucceeded)
+	h.runTask(ids[0], "", "n1", time.Second, AttemptSucceeded)
+	later := h.now.Add(time.Hour)
+	if got, _ := h.f.State().FinishedTasks(later, 100); !slices.Equal(got, []string{"plain"}) {
+		t.Fatalf("finished tasks while the job runs: %v, want only the plain task", got)
+	}
+	h.runTask(ids[1], "", "n1", time.Second, AttemptSucceeded)
+	if j, _ := h.f.State().Job("j1"); j.State != JobSucceeded {
+		t.Fatalf("the job is %s after its last task", j.State)
+	}
+	got, _ := h.f.State().FinishedTasks(later, 100)
+	slices.Sort(got)
+	if want := append([]string{"plain"}, ids...); !slices.Equal(got, slices.Sorted(slices.Values(want))) {
+		t.Fatalf("finished tasks once the job ended: %v, want %v", got, want)
+	}
+}

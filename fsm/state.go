@@ -206,12 +206,15 @@ func (s *State) AttemptsInState(state AttemptState) ([]*Attempt, error) {
 }
 
 // FinishedTasks lists terminal tasks whose last event is before cutoff, at
-// most limit of them, oldest states first (for retention).
+// most limit of them, oldest states first (for retention). A stage's task
+// is left out while its job runs: the job reads its stage's tasks to know
+// when the stage is done, and a stage whose first instances finished long
+// before its last would otherwise never end.
 func (s *State) FinishedTasks(cutoff time.Time, limit int) ([]string, error) {
 	var out []string
 	for _, st := range []TaskState{TaskSucceeded, TaskFailed, TaskTimedOut, TaskCancelled} {
 		s.st.tasksInState(st, "", func(t *Task) bool {
-			if last, ok := t.LastEvent(); ok && last.Time.Before(StampOf(cutoff)) {
+			if last, ok := t.LastEvent(); ok && last.Time.Before(StampOf(cutoff)) && !s.st.ofLiveJob(t.ID) {
 				out = append(out, t.ID)
 			}
 			return len(out) < limit

@@ -216,6 +216,17 @@ func (s *store) jobByKey(key string) (*Job, bool) {
 	return s.jobsByKey.Get(&Job{Spec: JobSpec{IdempotencyKey: key}})
 }
 
+// ofLiveJob tells whether a task is a stage's of a job that has not
+// finished.
+func (s *store) ofLiveJob(taskID string) bool {
+	jobID, _, _, ok := JobOfTask(taskID)
+	if !ok {
+		return false
+	}
+	j, ok := s.job(jobID)
+	return ok && !JobTerminal(j.State)
+}
+
 func (s *store) putJob(j *Job) {
 	old, _ := s.jobs.ReplaceOrInsert(j)
 	if old != nil {

@@ -261,3 +261,28 @@ func TestRetentionKeepsTheTasksOfALiveJob(t *testing.T) {
 		t.Fatalf("finished tasks once the job ended: %v, want %v", got, want)
 	}
 }
+
+// A scheduled job's key keeps naming the schedule once runs, which
+// carry its spec, have changed: submitting it again returns the
+// schedule.
+func TestScheduledJobKeyNamesTheSchedule(t *testing.T) {
+	h := newProfileHarness(t, "n1")
+	spec := JobSpec{Name: "tick", IdempotencyKey: "nightly", Stages: []StageSpec{stage("a")}, Schedule: &Schedule{Cron: "@every 2s"}}
+	h.apply(MsgSubmitJob, SubmitJobRequest{ID: "s1", SubmittedAt: h.now, Spec: spec})
+	fired, ok := h.apply(MsgFireJob, FireJobRequest{JobID: "s1", Slot: epoch.Add(2 * time.Second), Run: true, Outcome: "on time", Now: epoch.Add(2 * time.Second)}).(*JobResult)
+	if !ok || fired.Job.LastRun == "" {
+		t.Fatalf("firing: %#v", fired)
+	}
+	run, _ := h.f.State().Job(fired.Job.LastRun)
+	h.runTask(run.Stages[0].TaskIDs[0], "", "n1", time.Second, AttemptSucceeded)
+	if run, _ = h.f.State().Job(run.ID); run.State != JobSucceeded {
+		t.Fatalf("the run is %s", run.State)
+	}
+	again, ok := h.apply(MsgSubmitJob, SubmitJobRequest{ID: "s2", SubmittedAt: h.now, Spec: spec}).(*JobResult)
+	if !ok || again.Created || again.Job.ID != "s1" {
+		t.Fatalf("the key again after a run: %#v, want the schedule s1", again)
+	}
+	if j, err := h.f.State().JobByIdempotencyKey("nightly"); err != nil || j.ID != "s1" {
+		t.Fatalf("the key names %v (%v)", j, err)
+	}
+}

@@ -234,7 +234,9 @@ func (s *store) putJob(j *Job) {
 	} else {
 		s.recordGained(TopicJob, j.ID, j.State, nil, j.Timeline)
 	}
-	if j.Spec.IdempotencyKey != "" {
+	// A scheduled job's runs carry its spec, key included: the key names
+	// the schedule, not its latest run.
+	if j.Spec.IdempotencyKey != "" && j.ScheduledBy == "" {
 		s.jobsByKey.ReplaceOrInsert(j)
 	}
 	if j.State == JobScheduled || j.State == JobRunning {

@@ -8,7 +8,10 @@ import (
 )
 
 // retentionLoop (leader-only) forgets finished tasks older than the
-// retention, in batches, so finished work does not accumulate forever.
+// retention, in batches, so finished work does not accumulate forever;
+// then the finished jobs older than it whose tasks are all forgotten (a
+// schedule starts a run at every slot). Jobs are forgotten only while
+// every server reads the command that does it (see fsm.CommandForms).
 func (s *Server) retentionLoop(ctx context.Context) {
 	keep := s.cfg.Scheduler.TaskRetention
 	if keep <= 0 {
@@ -33,6 +36,21 @@ func (s *Server) retentionLoop(ctx context.Context) {
 				break
 			}
 			s.logger.Debug("forgot finished tasks", "count", resp, "retention", keep)
+			if n, _ := resp.(int); n < len(ids) {
+				break
+			}
+		}
+		for ctx.Err() == nil && s.binaryForms.Load() {
+			ids := s.fsm.State().FinishedJobs(s.now().Add(-keep), 1000)
+			if len(ids) == 0 {
+				break
+			}
+			resp, _, err := s.apply(ctx, fsm.MsgForgetJobs, fsm.ForgetJobsRequest{JobIDs: ids})
+			if err != nil {
+				s.logger.Warn("could not forget finished jobs", "error", err)
+				break
+			}
+			s.logger.Debug("forgot finished jobs", "count", resp, "retention", keep)
 			if n, _ := resp.(int); n < len(ids) {
 				break
 			}

@@ -95,7 +95,10 @@ type Scheduler struct {
 	// TaskRetention is how long a finished task (and its attempts) is kept
 	// after its last event; then the leader forgets it, so finished work
 	// does not grow memory without bound. Its idempotency key is forgotten
-	// with it. 0 keeps finished tasks forever.
+	// with it. A job's tasks are kept while it runs; once they are all
+	// forgotten, a job finished as long ago is forgotten too (with its
+	// key), so a schedule's runs do not accumulate either. 0 keeps
+	// finished tasks and jobs forever.
 	TaskRetention time.Duration
 }
 

@@ -65,7 +65,7 @@ var ServerSettings = Table[Server]{Defaults: DefaultServer, File: true, Settings
 	Field("scheduler.retry_factor", "", "", "the backoff's factor", func(c *Server) *float64 { return &c.Scheduler.RetryFactor }),
 	Field("scheduler.retry_cap", "", "", "the longest backoff", func(c *Server) *time.Duration { return &c.Scheduler.RetryCap }),
 	Field("scheduler.schedule_to_start_timeout", "", "", "reclaim an attempt reserved but never reported started", func(c *Server) *time.Duration { return &c.Scheduler.ScheduleToStartTimeout }),
-	Field("scheduler.task_retention", "", "", "forget finished tasks (and their idempotency keys) this long after their last event; 0 keeps them", func(c *Server) *time.Duration { return &c.Scheduler.TaskRetention }),
+	Field("scheduler.task_retention", "", "", "forget finished tasks (and their idempotency keys) this long after their last event, then the finished jobs whose tasks are all forgotten; 0 keeps them", func(c *Server) *time.Duration { return &c.Scheduler.TaskRetention }),
 
 	Field("profiles.l1_min_cores", "", "", "cores a node needs for tier L1", func(c *Server) *int { return &c.Profiles.L1MinCores }),
 	Field("profiles.l1_min_memory_mb", "", "", "memory a node needs for tier L1", func(c *Server) *int64 { return &c.Profiles.L1MinMemoryMB }),

@@ -578,3 +578,48 @@ func applyRerunStage(db *store, index uint64, r *RerunStageRequest) (any, error)
 	}
 	return &JobResult{Job: j}, nil
 }
+
+// applyForgetJobs deletes finished jobs none of whose stages' tasks is
+// still in the state (retention forgets them first); any other is
+// skipped. It returns how many jobs were removed.
+func applyForgetJobs(db *store, r *ForgetJobsRequest) (any, error) {
+	removed := 0
+	for _, id := range r.JobIDs {
+		j, ok := db.job(id)
+		if !ok || !forgettable(db, j) {
+			continue
+		}
+		db.deleteJob(j)
+		removed++
+	}
+	return removed, nil
+}
+
+// forgettable tells whether a job is finished and holds no task.
+func forgettable(db *store, j *Job) bool {
+	if !JobTerminal(j.State) {
+		return false
+	}
+	for _, st := range j.Stages {
+		for _, id := range st.TaskIDs {
+			if _, ok := db.task(id); ok {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// FinishedJobs lists finished jobs whose last event is before cutoff and
+// whose tasks are all forgotten, at most limit of them, in id order (for
+// retention).
+func (s *State) FinishedJobs(cutoff time.Time, limit int) []string {
+	var out []string
+	s.st.jobs.Ascend(func(j *Job) bool {
+		if n := len(j.Timeline); n > 0 && j.Timeline[n-1].Time.Before(StampOf(cutoff)) && forgettable(s.st, j) {
+			out = append(out, j.ID)
+		}
+		return len(out) < limit
+	})
+	return out
+}

@@ -66,6 +66,10 @@ const (
 	MsgCancelJob  MessageType = 29
 	MsgFireJob    MessageType = 30
 	MsgRerunStage MessageType = 31
+	// MsgForgetJobs removes finished jobs (retention). It came with the
+	// command forms of version 6 and is written only while every server
+	// reads them (see CommandForms).
+	MsgForgetJobs MessageType = 32
 )
 
 // payloadVersion is the version byte written after the type. A replica
@@ -89,7 +93,8 @@ var ErrMalformedCommand = errors.New("malformed command")
 // others', so a leader writes these forms only once every server in the
 // Raft configuration has recorded that it reads them (Server.CommandForms)
 // and JSON (EncodeJSON) until then: a rolling upgrade from a build without
-// them stays consistent.
+// them stays consistent. A command new with a version is written under
+// the same rule: forget-jobs came with version 6.
 const CommandForms = binaryVersion
 
 // Encode builds one command: type byte, version byte, payload. The
@@ -275,6 +280,8 @@ func (t MessageType) String() string {
 		return "cancel-job"
 	case MsgFireJob:
 		return "fire-job"
+	case MsgForgetJobs:
+		return "forget-jobs"
 	case MsgRerunStage:
 		return "rerun-stage"
 	}
@@ -430,6 +437,12 @@ type NodeLivenessRequest struct {
 	Liveness          string    `json:"liveness"`
 	Reason            string    `json:"reason"`
 	Now               time.Time `json:"now"`
+}
+
+// ForgetJobsRequest removes finished jobs none of whose stages' tasks is
+// left (retention). The leader chooses them; Apply checks each still is.
+type ForgetJobsRequest struct {
+	JobIDs []string `json:"job_ids"`
 }
 
 // ForgetTasksRequest removes finished tasks and their attempts (retention).

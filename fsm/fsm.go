@@ -169,6 +169,8 @@ func (f *FSM) applyOne(db *store, index uint64, h header, payload []byte) any {
 		resp, err = applyJSON(payload, func(r *NodeDownRequest) (any, error) { return applyNodeDown(db, index, r) })
 	case MsgNodeLiveness:
 		resp, err = applyJSON(payload, func(r *NodeLivenessRequest) (any, error) { return applyNodeLiveness(db, index, r) })
+	case MsgForgetJobs:
+		resp, err = applyJSON(payload, func(r *ForgetJobsRequest) (any, error) { return applyForgetJobs(db, r) })
 	case MsgForgetTasks:
 		resp, err = applyJSON(payload, func(r *ForgetTasksRequest) (any, error) { return applyForgetTasks(db, r) })
 	case MsgNodeConditions:

@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"bytes"
+	"errors"
 	"io"
 	"slices"
 	"strconv"
@@ -284,5 +285,49 @@ func TestScheduledJobKeyNamesTheSchedule(t *testing.T) {
 	}
 	if j, err := h.f.State().JobByIdempotencyKey("nightly"); err != nil || j.ID != "s1" {
 		t.Fatalf("the key names %v (%v)", j, err)
+	}
+}
+
+// Retention forgets a finished job once its tasks are forgotten, and its
+// key with it; a job still running, or one whose tasks are left, stays.
+func TestForgetFinishedJobs(t *testing.T) {
+	h := newProfileHarness(t, "n1")
+	submit := func(id, key string) *Job {
+		res, ok := h.apply(MsgSubmitJob, SubmitJobRequest{ID: id, SubmittedAt: h.now, Spec: JobSpec{Name: "p", IdempotencyKey: key, Stages: []StageSpec{stage("a")}}}).(*JobResult)
+		if !ok {
+			t.Fatalf("submit %s failed", id)
+		}
+		return res.Job
+	}
+	done, live := submit("done", "k-done"), submit("live", "")
+	h.runTask(done.Stages[0].TaskIDs[0], "", "n1", time.Second, AttemptSucceeded)
+	later := h.now.Add(time.Hour)
+	if got := h.f.State().FinishedJobs(later, 100); len(got) != 0 {
+		t.Fatalf("jobs listed while their tasks are kept: %v", got)
+	}
+	if n := h.apply(MsgForgetJobs, ForgetJobsRequest{JobIDs: []string{"done", "live", "ghost"}}); n != 0 {
+		t.Fatalf("forgot %v jobs whose tasks are kept or which run", n)
+	}
+	tasks, _ := h.f.State().FinishedTasks(later, 100)
+	if n := h.apply(MsgForgetTasks, ForgetTasksRequest{TaskIDs: tasks}); n != 1 {
+		t.Fatalf("forgot %v tasks, want the finished job's one", n)
+	}
+	if got := h.f.State().FinishedJobs(later, 100); !slices.Equal(got, []string{"done"}) {
+		t.Fatalf("finished jobs %v, want [done]", got)
+	}
+	if got := h.f.State().FinishedJobs(h.now, 100); len(got) != 0 {
+		t.Fatalf("a job finished after the cutoff was listed: %v", got)
+	}
+	if n := h.apply(MsgForgetJobs, ForgetJobsRequest{JobIDs: []string{"done", "live"}}); n != 1 {
+		t.Fatalf("forgot %v jobs, want 1", n)
+	}
+	if _, err := h.f.State().Job("done"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("the forgotten job: %v", err)
+	}
+	if j, _ := h.f.State().Job(live.ID); j == nil || j.State != JobRunning {
+		t.Fatalf("the running job: %+v", j)
+	}
+	if again := submit("done2", "k-done"); again.ID != "done2" {
+		t.Fatalf("the forgotten job's key still answers with %s", again.ID)
 	}
 }

@@ -216,6 +216,19 @@ func (s *store) jobByKey(key string) (*Job, bool) {
 	return s.jobsByKey.Get(&Job{Spec: JobSpec{IdempotencyKey: key}})
 }
 
+// deleteJob removes a job and its entries in the indexes.
+func (s *store) deleteJob(j *Job) {
+	old, existed := s.jobs.Delete(j)
+	if !existed {
+		return
+	}
+	if k, ok := s.jobsByKey.Get(old); ok && k.ID == old.ID {
+		s.jobsByKey.Delete(old)
+	}
+	s.activeJobs.Delete(old)
+	s.touch(topicJobs)
+}
+
 // ofLiveJob tells whether a task is a stage's of a job that has not
 // finished.
 func (s *store) ofLiveJob(taskID string) bool {

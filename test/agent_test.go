@@ -376,7 +376,8 @@ func TestAgentRestartReportsLostAttempt(t *testing.T) {
 	}
 }
 
-// Finished tasks are forgotten after the retention; pending ones are kept.
+// Finished tasks are forgotten after the retention, and then the jobs
+// they made; pending ones are kept.
 func TestFinishedTasksAreForgottenAfterRetention(t *testing.T) {
 	c := NewClusterWith(t, 3, Setup{CheckInvariants: true, Config: []ClusterOption{fastRetries, func(cfg *config.Server) {
 		cfg.Scheduler.TaskRetention = time.Second
@@ -399,6 +400,22 @@ func TestFinishedTasksAreForgottenAfterRetention(t *testing.T) {
 	}
 	if task, _, err := cl.GetTask(context.Background(), stuck, api.ReadOptions{Consistent: true}); err != nil || task.State != "PENDING" {
 		t.Fatalf("a pending task must be kept: %+v %v", task, err)
+	}
+	job, err := cl.SubmitJob(Ctx(t, 30*time.Second), api.JobSpec{Name: "once", IdempotencyKey: "once", Stages: []api.StageSpec{{Name: "a", Task: stageTask("true")}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j := waitJob(t, cl, job.ID); j.State != api.JobSucceeded {
+		t.Fatalf("job %s: %+v", j.State, j.Timeline)
+	}
+	if !Eventually(30*time.Second, func() bool {
+		_, _, err := cl.GetJob(context.Background(), job.ID, api.ReadOptions{Consistent: true})
+		return errors.Is(err, api.ErrNotFound)
+	}) {
+		t.Fatal("the finished job was never forgotten")
+	}
+	if again, err := cl.SubmitJob(Ctx(t, 30*time.Second), api.JobSpec{Name: "once", IdempotencyKey: "once", Stages: []api.StageSpec{{Name: "a", Task: stageTask("true")}}}); err != nil || again.ID == job.ID {
+		t.Fatalf("the forgotten job's key answered with %+v (%v)", again, err)
 	}
 }
 

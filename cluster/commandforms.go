@@ -23,6 +23,10 @@ import (
 // server reads (besides right after a server's record changes).
 const commandFormsRefresh = time.Second
 
+// formsWait bounds how long a command that needs newer forms waits for a
+// server that has not recorded its forms yet.
+const formsWait = 5 * time.Second
+
 // encode builds a command in the newest form every server reads.
 func (s *Server) encode(t fsm.MessageType, payload any) ([]byte, error) {
 	if s.binaryForms.Load() {
@@ -49,20 +53,22 @@ func (s *Server) refreshCommandForms() {
 		return // not leader any more, or shutting down: keep the last answer
 	}
 	st := s.fsm.State()
-	lagging := ""
+	lagging, least, unknown := "", fsm.CommandForms, false
 	for _, srv := range f.Configuration().Servers {
 		forms := 0
-		if rec, err := st.Server(string(srv.ID)); err == nil {
-			forms = rec.CommandForms
-		}
 		if srv.ID == raft.ServerID(s.cfg.ID) {
 			forms = s.commandForms
+		} else if rec, err := st.Server(string(srv.ID)); err == nil {
+			forms = rec.CommandForms
+		} else {
+			unknown = true
 		}
-		if forms < fsm.CommandForms {
-			lagging = fmt.Sprintf("%s reads %d", srv.ID, forms)
-			break
+		if forms < least {
+			lagging, least = fmt.Sprintf("%s reads %d", srv.ID, forms), forms
 		}
 	}
+	s.leastForms.Store(int64(least))
+	s.formsUnknown.Store(unknown)
 	binary := lagging == ""
 	if s.binaryForms.Swap(binary) != binary {
 		if binary {
@@ -71,6 +77,34 @@ func (s *Server) refreshCommandForms() {
 			s.logger.Warn("writing JSON commands: a server does not read the binary forms (yet)", "server", lagging, "forms", fsm.CommandForms)
 		}
 	}
+}
+
+// checkFormsFor refuses a command some server's build would not apply:
+// it would refuse the entry and its state would fall behind. The answer
+// is re-read before a refusal, and while a server has not recorded its
+// forms yet (a cluster just formed records them within seconds) it is
+// awaited for up to formsWait, so that a leader just elected does not
+// refuse what every server reads.
+func (s *Server) checkFormsFor(ctx context.Context, t fsm.MessageType) error {
+	need := fsm.FormsNeeded(t)
+	if need == 0 || s.leastForms.Load() >= int64(need) {
+		return nil
+	}
+	s.refreshCommandForms()
+	for deadline := time.Now().Add(formsWait); s.leastForms.Load() < int64(need) && s.formsUnknown.Load() && time.Now().Before(deadline); {
+		select {
+		case <-ctx.Done():
+			return &api.CodedError{Code: api.CodeNotApplied, Err: fmt.Errorf("wait for every server to record its command forms: %w", ctx.Err())}
+		case <-time.After(50 * time.Millisecond):
+		}
+		s.refreshCommandForms()
+	}
+	if least := s.leastForms.Load(); least < int64(need) {
+		return &api.CodedError{Code: api.CodeNotApplied, Err: fmt.Errorf(
+			"%s needs every server to read command forms %d, and one reads %d: finish upgrading the servers (herd operator raft list-peers): %w",
+			t, need, least, api.ErrUnavailable)}
+	}
+	return nil
 }
 
 // commandFormsLoop keeps the leader's choice of forms current.

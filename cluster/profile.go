@@ -122,14 +122,14 @@ func profileDue(n *fsm.Node, pc config.Profiles, now time.Time) (string, string)
 }
 
 // readsProfiles reports whether every server reads the profile commands
-// (the command forms they record include this build's).
+// (the command forms they record are those the commands need).
 func (s *Server) readsProfiles() bool {
 	servers, err := s.fsm.State().Servers()
 	if err != nil {
 		return false
 	}
 	for _, sv := range servers {
-		if sv.CommandForms < fsm.CommandForms {
+		if sv.CommandForms < fsm.FormsNeeded(fsm.MsgProfileSettings) {
 			return false
 		}
 	}

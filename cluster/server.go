@@ -108,6 +108,12 @@ type Server struct {
 	// binaryForms: every server reads the binary command forms, so the
 	// leader writes them (see forms.go).
 	binaryForms atomic.Bool
+	// leastForms is the oldest command forms a server in the Raft
+	// configuration reads, as the leader last looked (see FormsNeeded).
+	leastForms atomic.Int64
+	// formsUnknown: some server in the configuration has not recorded
+	// its forms yet (it started a moment ago).
+	formsUnknown atomic.Bool
 	// commandForms is the newest forms this replica says it reads.
 	commandForms int
 
@@ -427,6 +433,7 @@ func (s *Server) leadership(ctx context.Context) {
 	// What the servers read is learned again each term, before the
 	// leader's own loops write anything.
 	defer s.binaryForms.Store(false)
+	defer s.leastForms.Store(0)
 	// Each Barrier gets ApplyTimeout: raft may never answer one across a
 	// leadership change, and a leader that never became ready would leave
 	// the cluster refusing every write. After three failures in a row the

@@ -97,6 +97,28 @@ var ErrMalformedCommand = errors.New("malformed command")
 // the same rule: forget-jobs came with version 6.
 const CommandForms = binaryVersion
 
+// FormsNeeded is the oldest command forms (see CommandForms) a server
+// must report for its build to be sure to apply a command of type t; 0
+// for the commands every build that reports forms applies. Each is the
+// first forms version released after its commands: the profile commands
+// came with version 4, the job commands while 4 was current (a build
+// reporting 4 may predate them), forget-jobs with 6. The node
+// conditions, ACL, audit and keyring commands predate some builds that
+// report forms too, and are not held back: an audit record goes with
+// every write under ACLs, and refusing it would stop an upgrade's
+// writes.
+func FormsNeeded(t MessageType) int {
+	switch t &^ IgnoreUnknownFlag {
+	case MsgProfileSettings, MsgNodeProfile, MsgNodeDatasets, MsgNodeTier, MsgNodeHealthCheck:
+		return 4
+	case MsgSubmitJob, MsgCancelJob, MsgFireJob, MsgRerunStage:
+		return 5
+	case MsgForgetJobs:
+		return 6
+	}
+	return 0
+}
+
 // Encode builds one command: type byte, version byte, payload. The
 // commands every task goes through (submission, explanation, reservation,
 // attempt start and end) get their binary form (see binaryVersion); the

@@ -17,7 +17,9 @@ import (
 // server has not recorded that it reads the binary forms, the leader
 // writes JSON (that server would refuse the rest and fall behind without
 // a word), whichever replica leads; once it is upgraded, the binary forms
-// are written. A newcomer that cannot read the forms in use is refused.
+// are written. A command newer than the oldest server's forms, a job, is
+// refused meanwhile. A newcomer that cannot read the forms in use is
+// refused.
 func TestLeaderWritesOnlyCommandFormsEveryServerReads(t *testing.T) {
 	var legacy atomic.Bool // s3 runs the "older build" while set
 	legacy.Store(true)
@@ -109,6 +111,16 @@ func TestLeaderWritesOnlyCommandFormsEveryServerReads(t *testing.T) {
 	if got := converged(); got[0]+got[1]+got[2] != 0 {
 		t.Fatalf("binary commands were written while s3 reads JSON only (applied per replica: %v)", got)
 	}
+	// A build that records no forms may predate jobs: a job is refused,
+	// not written for s3 to refuse.
+	job := api.JobSpec{Name: "upgrade", Stages: []api.StageSpec{{Name: "a", Task: stageTask("true")}}}
+	var se *api.StatusError
+	if _, err := cl.SubmitJob(Ctx(t, 30*time.Second), job); !errors.As(err, &se) || se.Code != 503 || se.Reason != api.CodeNotApplied {
+		t.Fatalf("a job submitted while s3 reads JSON only: %v, want 503 %s", err, api.CodeNotApplied)
+	}
+	if jobs, _, err := cl.ListJobs(Ctx(t, 10*time.Second), "", 100, api.ReadOptions{Consistent: true}); err != nil || len(jobs.Jobs) != 0 {
+		t.Fatalf("jobs after the refusal: %+v (%v)", jobs, err)
+	}
 	// The JSON-only server leads for a while: it writes JSON too.
 	if leader := c.WaitForLeader(); c.Replicas[leader].Cfg.ID != "s3" {
 		if err := c.Replicas[leader].Server.TransferLeadership(Ctx(t, 30*time.Second), "s3"); err != nil {
@@ -131,6 +143,13 @@ func TestLeaderWritesOnlyCommandFormsEveryServerReads(t *testing.T) {
 		t.Fatalf("the leader still writes JSON after s3 was upgraded (s3 records %d)", formsOf("s3"))
 	}
 	runTasks("new", 6)
+	res, err := cl.SubmitJob(Ctx(t, 30*time.Second), job)
+	if err != nil {
+		t.Fatalf("a job after the upgrade: %v", err)
+	}
+	if j := waitJob(t, cl, res.ID); j.State != api.JobSucceeded {
+		t.Fatalf("job %s: %+v", j.State, j.Timeline)
+	}
 	for i, b := range converged() {
 		if b == 0 {
 			t.Errorf("%s applied no binary command after the upgrade", c.Replicas[i].Cfg.ID)
@@ -138,7 +157,7 @@ func TestLeaderWritesOnlyCommandFormsEveryServerReads(t *testing.T) {
 	}
 
 	leader := c.Replicas[c.WaitForLeader()].Server
-	err := leader.Join(Ctx(t, 10*time.Second), api.JoinRequest{ID: "s9", RaftAddress: "127.0.0.1:1", HTTPAddress: "127.0.0.1:2"})
+	err = leader.Join(Ctx(t, 10*time.Second), api.JoinRequest{ID: "s9", RaftAddress: "127.0.0.1:1", HTTPAddress: "127.0.0.1:2"})
 	if !errors.Is(err, api.ErrConflict) {
 		t.Fatalf("a newcomer reading JSON only joined a cluster writing binary forms: %v", err)
 	}

@@ -126,6 +126,10 @@ type Config struct {
 	// (loopback ones always are).
 	ImageCacheMB       int64
 	InsecureRegistries []string
+	// RegistryAuthFile is a Docker-style config.json whose "auths" give
+	// the credentials presented to the registries it names (read at each
+	// pull; credential helpers are not run); empty: anonymous pulls.
+	RegistryAuthFile string
 }
 
 // DefaultImageCacheMB is the image cache's default cap.

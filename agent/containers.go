@@ -13,7 +13,7 @@ import (
 // A node with a working runtime advertises the capability oci@1; without
 // one, oci tasks are never placed here and their explanation says so.
 func (a *Agent) setUpContainers() error {
-	cache, err := newImageCache(filepath.Join(a.cfg.DataDir, "images"), a.cfg.ImageCacheMB<<20, a.cfg.InsecureRegistries)
+	cache, err := newImageCache(filepath.Join(a.cfg.DataDir, "images"), a.cfg.ImageCacheMB<<20, a.cfg.InsecureRegistries, a.cfg.RegistryAuthFile)
 	if err != nil {
 		return err
 	}

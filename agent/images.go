@@ -46,6 +46,7 @@ type imageCache struct {
 	// insecure lists registry hosts reached over plain HTTP; loopback
 	// registries always are.
 	insecure []string
+	auth     registryAuth
 
 	mu    sync.Mutex
 	state cacheState
@@ -86,8 +87,11 @@ type pulledImage struct {
 // evicted.
 var errCacheFull = errors.New("image cache full")
 
-func newImageCache(dir string, maxBytes int64, insecure []string) (*imageCache, error) {
-	c := &imageCache{dir: dir, maxBytes: maxBytes, insecure: insecure, inUse: map[string]int{}}
+func newImageCache(dir string, maxBytes int64, insecure []string, authFile string) (*imageCache, error) {
+	c := &imageCache{dir: dir, maxBytes: maxBytes, insecure: insecure, auth: registryAuth{path: authFile}, inUse: map[string]int{}}
+	if _, err := c.auth.load(); err != nil {
+		return nil, err
+	}
 	for _, d := range []string{"layers", "roots", "tmp"} {
 		if err := os.MkdirAll(filepath.Join(dir, d), 0o700); err != nil {
 			return nil, fmt.Errorf("image cache: %w", err)
@@ -194,7 +198,7 @@ func (c *imageCache) resolve(ctx context.Context, ref string) (v1.Image, error) 
 	if err != nil {
 		return nil, fmt.Errorf("image reference %q: %w", ref, err)
 	}
-	img, err := remote.Image(r, remote.WithContext(ctx), remote.WithPlatform(v1.Platform{OS: "linux", Architecture: runtime.GOARCH}))
+	img, err := remote.Image(r, remote.WithContext(ctx), remote.WithPlatform(v1.Platform{OS: "linux", Architecture: runtime.GOARCH}), remote.WithAuthFromKeychain(c.auth))
 	if err != nil {
 		var te *transport.Error
 		switch {

@@ -97,7 +97,7 @@ func TestImageRootAppliesLayersAndWhiteouts(t *testing.T) {
 	upper := layerOf(t, entry{name: "etc/.wh.gone"}, entry{name: "data/.wh..wh..opq"}, entry{name: "data/new", body: "new"},
 		entry{name: "bin/tool", body: "v2"}, entry{name: "bin/alias", typ: tar.TypeSymlink, link: "tool"})
 	dir := layoutWith(t, map[string]v1.Image{"v1": imageOf(t, lower, upper)})
-	c, err := newImageCache(t.TempDir(), 1<<30, nil)
+	c, err := newImageCache(t.TempDir(), 1<<30, nil, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +133,7 @@ func TestLayerCannotEscapeThroughASymlink(t *testing.T) {
 	outside := t.TempDir()
 	evil := layerOf(t, entry{name: "escape", typ: tar.TypeSymlink, link: outside}, entry{name: "escape/pwned", body: "x"})
 	dir := layoutWith(t, map[string]v1.Image{"evil": imageOf(t, evil)})
-	c, err := newImageCache(t.TempDir(), 1<<30, nil)
+	c, err := newImageCache(t.TempDir(), 1<<30, nil, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,7 +155,7 @@ func TestImageCacheEvictsLeastRecentlyUsed(t *testing.T) {
 		imgs[tag] = imageOf(t, layerOf(t, entry{name: tag + ".bin", body: body}))
 	}
 	dir := layoutWith(t, imgs)
-	c, err := newImageCache(t.TempDir(), 700<<10, nil) // room for two
+	c, err := newImageCache(t.TempDir(), 700<<10, nil, "") // room for two
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,7 +18,7 @@ import (
 type agentSettings struct {
 	ID, DataDir, Capabilities, Limits, LogLevel, GossipAddr, GossipKey string
 	TLSCAFile, TLSCertFile, TLSKeyFile, Token, HealthCheck, DataAddr   string
-	OCIRuntime                                                         string
+	OCIRuntime, RegistryAuthFile                                       string
 	InsecureRegistries                                                 []string
 	ImageCacheMB                                                       int64
 	Insecure, NoBench                                                  bool
@@ -71,6 +71,7 @@ var agentTable = config.Table[agentSettings]{
 		config.Field("oci_runtime", "", "oci-runtime", "runtime of oci tasks (containers from images): auto (crun, then runc: the first that runs a probe container), crun, runc or none; a node with one advertises oci@1", func(c *agentSettings) *string { return &c.OCIRuntime }),
 		config.Field("image_cache_mb", "", "image-cache-mb", "MB of unpacked images kept on the node; the least recently used go first", func(c *agentSettings) *int64 { return &c.ImageCacheMB }),
 		config.Field("insecure_registries", "", "insecure-registries", "comma-separated registry hosts reached over plain HTTP (loopback ones always are)", func(c *agentSettings) *[]string { return &c.InsecureRegistries }),
+		config.Field("registry_auth_file", "HERD_REGISTRY_AUTH_FILE", "registry-auth-file", "a Docker-style config.json whose \"auths\" give the credentials for the registries it names (read at each pull; credential helpers are not run); empty: anonymous pulls", func(c *agentSettings) *string { return &c.RegistryAuthFile }),
 		config.Field("health_check", "", "health-check", "the site's health check, run through /bin/sh -c when the cluster asks (a quarantine); empty: data directory writable, a process starts, clock sane", func(c *agentSettings) *string { return &c.HealthCheck }),
 	},
 }
@@ -112,6 +113,7 @@ func runAgent(e *env, args []string) error {
 		Token: set.Token, Insecure: set.Insecure,
 		NoBench: set.NoBench, RebenchInterval: set.RebenchInterval, Datasets: set.Datasets, HealthCheck: set.HealthCheck, DataAddr: set.DataAddr,
 		OCIRuntime: set.OCIRuntime, ImageCacheMB: set.ImageCacheMB, InsecureRegistries: set.InsecureRegistries,
+		RegistryAuthFile: set.RegistryAuthFile,
 	})
 	if err != nil {
 		return err

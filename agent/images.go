@@ -40,6 +40,12 @@ import (
 // A reference once resolved is not asked of its registry again (as
 // Kubernetes' IfNotPresent): the second run of an image pulls and unpacks
 // nothing. Its state is in index.json, written after every change.
+//
+// The lock guards the state only: a pull talks to its registry and
+// unpacks its layers without it, so a slow pull holds back neither the
+// attempts of images already cached nor the end of attempts. Acquires of
+// one reference share one pull, pulls needing one layer share its unpack,
+// and what a pull in flight has or is unpacking (pinned) is not evicted.
 type imageCache struct {
 	dir      string
 	maxBytes int64
@@ -51,6 +57,12 @@ type imageCache struct {
 	mu    sync.Mutex
 	state cacheState
 	inUse map[string]int // image digest -> running attempts
+	// pulling holds the pull in flight of a reference, unpacking the
+	// unpack in flight of a layer: each channel closes when it ends.
+	pulling, unpacking map[string]chan struct{}
+	// pinnedLayers and pinnedImages count the pulls in flight that need
+	// a layer or an image's root: eviction leaves them.
+	pinnedLayers, pinnedImages map[string]int
 	// pulls and hits count resolutions since the agent started.
 	pulls, hits, failures int64
 }
@@ -88,7 +100,8 @@ type pulledImage struct {
 var errCacheFull = errors.New("image cache full")
 
 func newImageCache(dir string, maxBytes int64, insecure []string, authFile string) (*imageCache, error) {
-	c := &imageCache{dir: dir, maxBytes: maxBytes, insecure: insecure, auth: registryAuth{path: authFile}, inUse: map[string]int{}}
+	c := &imageCache{dir: dir, maxBytes: maxBytes, insecure: insecure, auth: registryAuth{path: authFile}, inUse: map[string]int{},
+		pulling: map[string]chan struct{}{}, unpacking: map[string]chan struct{}{}, pinnedLayers: map[string]int{}, pinnedImages: map[string]int{}}
 	if _, err := c.auth.load(); err != nil {
 		return nil, err
 	}
@@ -134,23 +147,51 @@ func (c *imageCache) saveLocked() error {
 // cache lacks, and holds it in use until release.
 func (c *imageCache) acquire(ctx context.Context, ref string) (pulledImage, error) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	if d, ok := c.state.Refs[ref]; ok && c.completeLocked(d) {
-		img := c.state.Images[d]
-		img.LastUsed = time.Now()
-		c.inUse[d]++
-		c.hits++
-		_ = c.saveLocked()
-		return pulledImage{Digest: d, Root: c.rootDir(d), Env: img.Env, Entrypoint: img.Entrypoint, Hit: true}, nil
+	for {
+		if d, ok := c.state.Refs[ref]; ok && c.completeLocked(d) {
+			defer c.mu.Unlock()
+			img := c.state.Images[d]
+			img.LastUsed = time.Now()
+			c.inUse[d]++
+			c.hits++
+			_ = c.saveLocked()
+			return pulledImage{Digest: d, Root: c.rootDir(d), Env: img.Env, Entrypoint: img.Entrypoint, Hit: true}, nil
+		}
+		busy, ok := c.pulling[ref]
+		if !ok {
+			break
+		}
+		// Another attempt pulls it: its outcome decides (a failed pull is
+		// tried again here).
+		c.mu.Unlock()
+		if err := awaitClosed(ctx, busy); err != nil {
+			return pulledImage{}, fmt.Errorf("pull %s: %w", ref, err)
+		}
+		c.mu.Lock()
 	}
+	done := make(chan struct{})
+	c.pulling[ref] = done
 	c.pulls++
-	out, err := c.pullLocked(ctx, ref)
+	c.mu.Unlock()
+	out, err := c.pull(ctx, ref)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.pulling, ref)
+	close(done)
 	if err != nil {
 		c.failures++
 		return pulledImage{}, err
 	}
-	c.inUse[out.Digest]++
 	return out, nil
+}
+
+func awaitClosed(ctx context.Context, ch <-chan struct{}) error {
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // release ends one use of an image.
@@ -267,7 +308,11 @@ func layoutImage(spec string) (v1.Image, error) {
 }
 
 // pullLocked fetches and unpacks an image, evicting others to make room.
-func (c *imageCache) pullLocked(ctx context.Context, ref string) (pulledImage, error) {
+// pull fetches ref's image and unpacks the layers the cache lacks, taking
+// the lock only to read and change the state; on success the image is
+// recorded and held in use, in one step with its recording so that no
+// eviction comes between.
+func (c *imageCache) pull(ctx context.Context, ref string) (pulledImage, error) {
 	img, err := c.resolve(ctx, ref)
 	if err != nil {
 		return pulledImage{}, err
@@ -286,11 +331,24 @@ func (c *imageCache) pullLocked(ctx context.Context, ref string) (pulledImage, e
 	}
 	d := digest.String()
 	entry := &cachedImage{Ref: ref, Env: cfg.Config.Env, Entrypoint: cfg.Config.Entrypoint, LastUsed: time.Now()}
-	// A pull that fails takes back the layers it unpacked, unless another
-	// image holds them.
-	var added []string
+	// A pull that fails takes back the layers it unpacked, unless an
+	// image or another pull holds them.
+	var added, pinned []string
 	ok := false
+	c.mu.Lock()
+	c.pinnedImages[d]++
+	c.mu.Unlock()
 	defer func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if c.pinnedImages[d]--; c.pinnedImages[d] <= 0 {
+			delete(c.pinnedImages, d)
+		}
+		for _, l := range pinned {
+			if c.pinnedLayers[l]--; c.pinnedLayers[l] <= 0 {
+				delete(c.pinnedLayers, l)
+			}
+		}
 		if !ok {
 			c.dropUnheldLocked(added)
 		}
@@ -301,22 +359,19 @@ func (c *imageCache) pullLocked(ctx context.Context, ref string) (pulledImage, e
 			return pulledImage{}, fmt.Errorf("pull %s: layer digest: %w", ref, err)
 		}
 		entry.Layers = append(entry.Layers, ld.String())
-		if _, ok := c.state.Layers[ld.String()]; ok {
-			continue
+		mine, err := c.claimLayer(ctx, ld.String(), &pinned)
+		if err != nil {
+			return pulledImage{}, fmt.Errorf("pull %s: %w", ref, err)
 		}
-		if size, err := l.Size(); err == nil {
-			if err := c.makeRoomLocked(size, d); err != nil {
-				return pulledImage{}, fmt.Errorf("pull %s: %w", ref, err)
-			}
+		if !mine {
+			continue // cached already, or unpacked by another pull
 		}
-		n, err := c.unpackLayer(l, ld.String())
+		recorded, err := c.unpackClaimed(l, ld.String(), d)
+		if recorded {
+			added = append(added, ld.String())
+		}
 		if err != nil {
 			return pulledImage{}, fmt.Errorf("pull %s: layer %s: %w", ref, ld, err)
-		}
-		c.state.Layers[ld.String()] = &cachedLayer{Bytes: n}
-		added = append(added, ld.String())
-		if err := c.makeRoomLocked(0, d); err != nil {
-			return pulledImage{}, fmt.Errorf("pull %s: %w", ref, err)
 		}
 	}
 	if _, err := os.Stat(c.rootDir(d)); err != nil {
@@ -324,13 +379,77 @@ func (c *imageCache) pullLocked(ctx context.Context, ref string) (pulledImage, e
 			return pulledImage{}, fmt.Errorf("pull %s: assemble root: %w", ref, err)
 		}
 	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	prevImage, hadImage := c.state.Images[d]
+	prevRef, hadRef := c.state.Refs[ref]
 	c.state.Images[d] = entry
 	c.state.Refs[ref] = d
 	if err := c.saveLocked(); err != nil {
+		delete(c.state.Images, d)
+		delete(c.state.Refs, ref)
+		if hadImage {
+			c.state.Images[d] = prevImage
+		}
+		if hadRef {
+			c.state.Refs[ref] = prevRef
+		}
 		return pulledImage{}, fmt.Errorf("image cache index: %w", err)
 	}
+	c.inUse[d]++
 	ok = true
 	return pulledImage{Digest: d, Root: c.rootDir(d), Env: entry.Env, Entrypoint: entry.Entrypoint}, nil
+}
+
+// claimLayer pins a layer for the pull and tells whether the pull is to
+// unpack it: not when the cache has it or once another pull's unpack of
+// it succeeded (it is awaited).
+func (c *imageCache) claimLayer(ctx context.Context, ld string, pinned *[]string) (bool, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.pinnedLayers[ld]++
+	*pinned = append(*pinned, ld)
+	for {
+		if _, ok := c.state.Layers[ld]; ok {
+			return false, nil
+		}
+		busy, ok := c.unpacking[ld]
+		if !ok {
+			c.unpacking[ld] = make(chan struct{})
+			return true, nil
+		}
+		c.mu.Unlock()
+		err := awaitClosed(ctx, busy)
+		c.mu.Lock()
+		if err != nil {
+			return false, err
+		}
+	}
+}
+
+// unpackClaimed unpacks a layer claimed by claimLayer, having made room
+// for it first, records it and tells whether it did; an error after the
+// recording is of making room for the rest.
+func (c *imageCache) unpackClaimed(l v1.Layer, ld, image string) (bool, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	defer func() {
+		close(c.unpacking[ld])
+		delete(c.unpacking, ld)
+	}()
+	if size, err := l.Size(); err == nil {
+		if err := c.makeRoomLocked(size, image); err != nil {
+			return false, err
+		}
+	}
+	c.mu.Unlock()
+	n, err := c.unpackLayer(l, ld)
+	c.mu.Lock()
+	if err != nil {
+		return false, err
+	}
+	c.state.Layers[ld] = &cachedLayer{Bytes: n}
+	return true, c.makeRoomLocked(0, image)
 }
 
 // usedLocked is the unpacked bytes the cache holds.
@@ -351,7 +470,7 @@ func (c *imageCache) makeRoomLocked(need int64, keep string) error {
 	for c.usedLocked()+need > c.maxBytes {
 		var victim string
 		for d, img := range c.state.Images {
-			if d == keep || c.inUse[d] > 0 {
+			if d == keep || c.inUse[d] > 0 || c.pinnedImages[d] > 0 {
 				continue
 			}
 			if victim == "" || img.LastUsed.Before(c.state.Images[victim].LastUsed) {
@@ -378,9 +497,13 @@ func (c *imageCache) evictLocked(digest string) {
 	c.dropUnheldLocked(img.Layers)
 }
 
-// dropUnheldLocked removes the layers of ls that no cached image holds.
+// dropUnheldLocked removes the layers of ls that no cached image holds
+// and no pull in flight needs.
 func (c *imageCache) dropUnheldLocked(ls []string) {
 	held := map[string]bool{}
+	for l := range c.pinnedLayers {
+		held[l] = true
+	}
 	for _, other := range c.state.Images {
 		for _, l := range other.Layers {
 			held[l] = true

@@ -70,8 +70,11 @@ type Agent struct {
 	// leftovers counts, per attempt, the processes an earlier run of the
 	// agent left running, which the first reconcile killed (nil before it).
 	leftovers map[string]int
-	last      *api.Assignments // latest assignments, to start more when slots free up
-	lastAt    time.Time        // when last arrived (its StartWithinMs count from then)
+	// leftoverContainers are the attempts whose containers an earlier run
+	// left, removed when the agent started.
+	leftoverContainers map[string]bool
+	last               *api.Assignments // latest assignments, to start more when slots free up
+	lastAt             time.Time        // when last arrived (its StartWithinMs count from then)
 
 	wg sync.WaitGroup
 	// Stats for tests and the node's view of itself.

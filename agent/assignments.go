@@ -188,6 +188,9 @@ func (a *Agent) reconcile(ctx context.Context, as *api.Assignments) {
 			if n := a.leftovers[id]; n > 0 {
 				why = fmt.Sprintf("the agent restarted; the %d processes its earlier run left running were killed", n)
 			}
+			if a.leftoverContainers[id] {
+				why = "the agent restarted; the container its earlier run left was killed and removed"
+			}
 			a.wg.Add(1)
 			go func() {
 				defer a.wg.Done()

@@ -19,6 +19,12 @@ func (a *Agent) setUpContainers() error {
 	}
 	a.images = cache
 	a.oci, a.ociProblem = findRuntime(a.cfg.OCIRuntime, a.cfg.DataDir)
+	if a.oci != nil {
+		a.leftoverContainers = a.oci.removeLeftovers(filepath.Join(a.cfg.DataDir, "oci", "bundles"))
+		for id := range a.leftoverContainers {
+			a.logger.Warn("removed a container an earlier run of the agent left", "attempt", id)
+		}
+	}
 	caps := maps.Clone(a.cfg.Capabilities)
 	if a.oci != nil {
 		a.logger.Info("containers", "runtime", a.oci.name, "capability", "oci@1")

@@ -73,6 +73,37 @@ func findRuntime(want, dataDir string) (*ociRuntime, string) {
 	return nil, "no working OCI runtime: " + strings.Join(why, "; ")
 }
 
+// removeLeftovers deletes the containers an earlier run of the agent left
+// in the runtime's state directory, killing what still runs in them, and
+// their bundles, and returns the attempts they were of. The directory is
+// the agent's own and it has started nothing yet, so every container
+// there is a leftover. An agent killed outright leaves its containers
+// running, and their processes work in a mount namespace of their own,
+// so killLeftovers cannot tell them by their working directory.
+func (rt *ociRuntime) removeLeftovers(bundles string) map[string]bool {
+	entries, err := os.ReadDir(rt.root)
+	if err != nil {
+		return nil
+	}
+	found := map[string]bool{}
+	for _, e := range entries {
+		if !e.IsDir() {
+			continue
+		}
+		id := e.Name()
+		_ = exec.Command(rt.path, "--root", rt.root, "delete", "-f", id).Run()
+		if attempt, ok := strings.CutPrefix(id, "herd-"); ok && !strings.HasPrefix(attempt, "probe-") {
+			found[attempt] = true
+		}
+	}
+	if entries, err := os.ReadDir(bundles); err == nil {
+		for _, e := range entries {
+			_ = os.RemoveAll(filepath.Join(bundles, e.Name()))
+		}
+	}
+	return found
+}
+
 func runtimeVersion(path string) string {
 	out, err := exec.Command(path, "--version").Output()
 	if err != nil {

@@ -25,35 +25,43 @@ func (s *Server) retentionLoop(ctx context.Context) {
 			return
 		case <-tick.C:
 		}
-		for ctx.Err() == nil {
-			ids, err := s.fsm.State().FinishedTasks(s.now().Add(-keep), 1000)
-			if err != nil || len(ids) == 0 {
-				break
-			}
-			resp, _, err := s.apply(ctx, fsm.MsgForgetTasks, fsm.ForgetTasksRequest{TaskIDs: ids})
-			if err != nil {
-				s.logger.Warn("could not forget finished tasks", "error", err)
-				break
-			}
-			s.logger.Debug("forgot finished tasks", "count", resp, "retention", keep)
-			if n, _ := resp.(int); n < len(ids) {
-				break
-			}
+		s.forgetFinished(ctx, "tasks", keep, func(cutoff time.Time) []string {
+			ids, _ := s.fsm.State().FinishedTasks(cutoff, forgetBatch)
+			return ids
+		}, func(ids []string) (fsm.MessageType, any) {
+			return fsm.MsgForgetTasks, fsm.ForgetTasksRequest{TaskIDs: ids}
+		})
+		if s.binaryForms.Load() {
+			s.forgetFinished(ctx, "jobs", keep, func(cutoff time.Time) []string {
+				return s.fsm.State().FinishedJobs(cutoff, forgetBatch)
+			}, func(ids []string) (fsm.MessageType, any) {
+				return fsm.MsgForgetJobs, fsm.ForgetJobsRequest{JobIDs: ids}
+			})
 		}
-		for ctx.Err() == nil && s.binaryForms.Load() {
-			ids := s.fsm.State().FinishedJobs(s.now().Add(-keep), 1000)
-			if len(ids) == 0 {
-				break
-			}
-			resp, _, err := s.apply(ctx, fsm.MsgForgetJobs, fsm.ForgetJobsRequest{JobIDs: ids})
-			if err != nil {
-				s.logger.Warn("could not forget finished jobs", "error", err)
-				break
-			}
-			s.logger.Debug("forgot finished jobs", "count", resp, "retention", keep)
-			if n, _ := resp.(int); n < len(ids) {
-				break
-			}
+	}
+}
+
+// forgetBatch bounds the records one forget command names.
+const forgetBatch = 1000
+
+// forgetFinished commits, batch after batch, the forgetting of what list
+// names as finished before the retention, until a batch comes back empty
+// or not wholly forgotten (the rest changed meanwhile) or a command fails.
+func (s *Server) forgetFinished(ctx context.Context, what string, keep time.Duration, list func(cutoff time.Time) []string, command func(ids []string) (fsm.MessageType, any)) {
+	for ctx.Err() == nil {
+		ids := list(s.now().Add(-keep))
+		if len(ids) == 0 {
+			return
+		}
+		t, req := command(ids)
+		resp, _, err := s.apply(ctx, t, req)
+		if err != nil {
+			s.logger.Warn("could not forget finished "+what, "error", err)
+			return
+		}
+		s.logger.Debug("forgot finished "+what, "count", resp, "retention", keep)
+		if n, _ := resp.(int); n < len(ids) {
+			return
 		}
 	}
 }

@@ -710,7 +710,15 @@ func (c *imageCache) assemble(layers []string, digest string) error {
 	for _, d := range []string{"proc", "sys", "dev", "tmp", "work", "inputs", "datasets"} {
 		_ = os.MkdirAll(filepath.Join(tmp, d), 0o755)
 	}
-	return os.Rename(tmp, c.rootDir(digest))
+	if err := os.Rename(tmp, c.rootDir(digest)); err != nil {
+		// Another reference to the same image, pulled at the same time,
+		// assembled the same root first.
+		if _, serr := os.Stat(c.rootDir(digest)); serr == nil {
+			return nil
+		}
+		return err
+	}
+	return nil
 }
 
 func (c *imageCache) status() (used, max int64, pulls, hits, failures int64, images []api.CachedImage) {

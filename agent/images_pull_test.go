@@ -135,3 +135,53 @@ func TestASlowPullHoldsBackOnlyItsOwnReference(t *testing.T) {
 		t.Fatalf("the registry was asked for the manifest %d times, want once", n)
 	}
 }
+
+// Two references to one image pulled at once both get it: they share its
+// layer's unpack, and whichever assembles the root second uses the first's.
+func TestTwoReferencesToOneImagePulledAtOnce(t *testing.T) {
+	open := make(chan struct{})
+	var manifests atomic.Int64
+	host := gatedRegistry(t, open, &manifests)
+	img := imageOf(t, layerOf(t, entry{name: "same", body: "one image"}))
+	refs := []string{host + "/tools/same:a", host + "/tools/same:b"}
+	for _, ref := range refs {
+		r, err := name.ParseReference(ref, name.Insecure)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := remote.Write(r, img); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c, err := newImageCache(t.TempDir(), 1<<30, nil, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	results := make(chan error, len(refs))
+	digests := make(chan string, len(refs))
+	for _, ref := range refs {
+		go func() {
+			got, err := c.acquire(context.Background(), ref)
+			if err == nil {
+				digests <- got.Digest
+				if b, rerr := os.ReadFile(filepath.Join(got.Root, "same")); rerr != nil || string(b) != "one image" {
+					err = fmt.Errorf("%s: root %q, %v", ref, b, rerr)
+				}
+				c.release(got.Digest)
+			}
+			results <- err
+		}()
+	}
+	close(open)
+	for range refs {
+		if err := <-results; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if a, b := <-digests, <-digests; a != b {
+		t.Fatalf("one image, two digests: %s and %s", a, b)
+	}
+	if used, _, _, _, _, images := c.status(); len(images) != 1 || used == 0 {
+		t.Fatalf("the cache holds %d images (%d bytes), want the one", len(images), used)
+	}
+}

@@ -307,7 +307,6 @@ func layoutImage(spec string) (v1.Image, error) {
 	return idx.Image(found[0].Digest)
 }
 
-// pullLocked fetches and unpacks an image, evicting others to make room.
 // pull fetches ref's image and unpacks the layers the cache lacks, taking
 // the lock only to read and change the state; on success the image is
 // recorded and held in use, in one step with its recording so that no

@@ -287,6 +287,10 @@ type JoinRequest struct {
 	// CommandForms is the newest Raft command forms the server reads; a
 	// server older than the field sends none (0: JSON commands only).
 	CommandForms int `json:"command_forms,omitempty"`
+	// UpdateOnly asks only that a member's record be brought up to date:
+	// a server the Raft configuration does not hold (an operator removed
+	// it) is refused with 404 rather than added back.
+	UpdateOnly bool `json:"update_only,omitempty"`
 }
 
 // SelfInfo describes the replica answering; servers use it to discover

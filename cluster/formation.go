@@ -207,6 +207,9 @@ func (s *Server) reconcileServerMeta() {
 		if have, err := s.fsm.State().Server(s.cfg.ID); err == nil && sameServerMeta(have, want) {
 			continue
 		}
+		// Only a record to update: a server removed a moment ago, which
+		// has not heard of it yet, is not added back by its own loop.
+		want.UpdateOnly = true
 		if s.IsLeader() {
 			if err := s.upsertServerMeta(s.shutdownCtx, want); err != nil {
 				s.logger.Warn("could not record own address", "error", err)

@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"herd/api"
@@ -20,6 +21,9 @@ func (s *Server) Join(ctx context.Context, req api.JoinRequest) error {
 	f := s.raft.GetConfiguration()
 	if err := f.Error(); err != nil {
 		return fmt.Errorf("read raft configuration: %w", err)
+	}
+	if req.UpdateOnly && !slices.ContainsFunc(f.Configuration().Servers, func(srv raft.Server) bool { return srv.ID == raft.ServerID(req.ID) }) {
+		return fmt.Errorf("server %s is not in the raft configuration (removed?): %w", req.ID, api.ErrNotFound)
 	}
 	member := false
 	for _, srv := range f.Configuration().Servers {

@@ -241,6 +241,14 @@ func TestRemovePeerAndTransferLeadership(t *testing.T) {
 	if err := c.Client(via).RemovePeer(ctx, victimID); err != nil {
 		t.Fatalf("remove peer %s: %v", victimID, err)
 	}
+	// The removed server, still running and not yet told, asking only to
+	// bring its record up to date (as it does every second) is not added
+	// back.
+	vc := c.Replicas[victim].Cfg
+	err = c.Replicas[now].Server.Join(ctx, api.JoinRequest{ID: victimID, RaftAddress: vc.RaftAdvertise, HTTPAddress: vc.HTTPAdvertise, UpdateOnly: true})
+	if !errors.Is(err, api.ErrNotFound) {
+		t.Fatalf("a removed server updating its record: %v, want not found", err)
+	}
 	c.Stop(victim)
 	conf, err = c.Client(via).RaftConfiguration(ctx)
 	if err != nil {

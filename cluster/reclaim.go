@@ -40,16 +40,8 @@ func (s *Server) reclaimLoop(ctx context.Context) {
 			continue
 		}
 		var cmds [][]byte
-		for _, a := range reserved {
-			if now.Sub(a.ReservedAt.Time()) < timeout {
-				continue
-			}
-			b, err := s.encode(fsm.MsgAttemptEnd, fsm.AttemptEndRequest{
-				AttemptID: a.ID, LeaseVersion: a.LeaseVersion, State: fsm.AttemptLost, ExitCode: -1,
-				Error: fmt.Sprintf("reclaimed: not started within %s", timeout), Now: now, RetryAt: now,
-				OnlyReserved: true,
-			})
-			if err == nil {
+		for _, r := range reclaimsDue(reserved, now, timeout) {
+			if b, err := s.encode(fsm.MsgAttemptEnd, r); err == nil {
 				cmds = append(cmds, b)
 			}
 		}
@@ -58,4 +50,22 @@ func (s *Server) reclaimLoop(ctx context.Context) {
 			s.commitBatches(ctx, cmds, s.cfg.Scheduler.BatchSize)
 		}
 	}
+}
+
+// reclaimsDue is the reclaim of each reserved attempt not started within
+// timeout of its reservation: LOST, retried at once, and only while it is
+// still RESERVED when it applies.
+func reclaimsDue(reserved []*fsm.Attempt, now time.Time, timeout time.Duration) []fsm.AttemptEndRequest {
+	var out []fsm.AttemptEndRequest
+	for _, a := range reserved {
+		if now.Sub(a.ReservedAt.Time()) < timeout {
+			continue
+		}
+		out = append(out, fsm.AttemptEndRequest{
+			AttemptID: a.ID, LeaseVersion: a.LeaseVersion, State: fsm.AttemptLost, ExitCode: -1,
+			Error: fmt.Sprintf("reclaimed: not started within %s", timeout), Now: now, RetryAt: now,
+			OnlyReserved: true,
+		})
+	}
+	return out
 }

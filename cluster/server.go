@@ -1,5 +1,5 @@
 // Package cluster runs one scheduler replica: hashicorp/raft over TCP with
-// a raft-wal (or raft-boltdb) log and stable store and a file snapshot store,
+// bbolt (raft-boltdb/v2) log and stable stores and a file snapshot store,
 // the FSM, bootstrap and join, the leadership lifecycle with its
 // leader-only loops, and the HTTP API served on top of them.
 package cluster
@@ -18,6 +18,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 
 	"herd/api"
 	"herd/config"
@@ -79,7 +80,7 @@ type Server struct {
 	fsm       *fsm.FSM
 	raft      *raft.Raft
 	transport *raft.NetworkTransport
-	store     logStore
+	store     *raftboltdb.BoltStore
 	stable    *guardedStable // store, as raft's stable store
 	metrics   *serverMetrics
 	snaps     *raft.FileSnapshotStore
@@ -267,9 +268,9 @@ func (s *Server) setupRaft(ln net.Listener) error {
 	}
 
 	dir := filepath.Join(cfg.DataDir, "raft")
-	store, err := openLogStore(dir, cfg.Raft.LogStore, s.logger.Named("logstore"))
+	store, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(dir, "raft.db")})
 	if err != nil {
-		return err
+		return fmt.Errorf("open raft store: %w", err)
 	}
 	s.store = store
 	snaps, err := raft.NewFileSnapshotStoreWithLogger(dir, cfg.Raft.SnapshotRetain, s.logger.Named("snapshot"))
@@ -297,8 +298,8 @@ func (s *Server) setupRaft(ln net.Listener) error {
 		Timeout: 10 * time.Second,
 		Logger:  s.logger.Named("transport"),
 	})
-	// A small cache in front of the log store saves disk reads when
-	// followers replicate recent entries.
+	// A small cache in front of bbolt saves disk reads when followers
+	// replicate recent entries.
 	logs, err := raft.NewLogCache(512, store)
 	if err != nil {
 		store.Close()

@@ -59,7 +59,7 @@ func waitReady(ctx context.Context, cl *api.Client, timeout time.Duration) error
 
 // procRSSMiB reads a field of /proc/PID/status in MiB: VmRSS (all
 // resident memory), RssAnon (heap and stacks) or RssFile (mapped files:
-// the binary's pages, and with log_store = "boltdb" the raft log's).
+// bbolt's memory-mapped raft log).
 func procRSSMiB(pid int, field string) float64 {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {

@@ -19,6 +19,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	"go.etcd.io/bbolt"
 
 	"herd/api"
 	"herd/config"
@@ -268,7 +269,7 @@ func (s *Server) setupRaft(ln net.Listener) error {
 	}
 
 	dir := filepath.Join(cfg.DataDir, "raft")
-	store, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(dir, "raft.db")})
+	store, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(dir, "raft.db"), BoltOptions: raftLogBoltOptions()})
 	if err != nil {
 		return fmt.Errorf("open raft store: %w", err)
 	}
@@ -314,6 +315,21 @@ func (s *Server) setupRaft(ln net.Listener) error {
 	}
 	s.raft = r
 	return nil
+}
+
+// raftLogBoltOptions are how bbolt keeps the Raft log file.
+//
+// NoFreelistSync: the list of free pages is not written with every
+// commit. A log whose head is deleted after every snapshot frees
+// thousands of pages, and bbolt would otherwise rewrite their list, pages
+// of it, on every append; instead it is rebuilt from the file at open (a
+// scan of a file of a few tens of MiB). Files written either way open
+// either way, so an older build reads this one's log.
+//
+// FreelistMapType: the free pages are kept in a map by run length, so an
+// append finds room without sorting the list of every free page.
+func raftLogBoltOptions() *bbolt.Options {
+	return &bbolt.Options{NoFreelistSync: true, FreelistType: bbolt.FreelistMapType}
 }
 
 // Shutdown stops the replica: leader loops, HTTP, Raft, then the stores.

@@ -1,5 +1,5 @@
 // Package cluster runs one scheduler replica: hashicorp/raft over TCP with
-// bbolt (raft-boltdb/v2) log and stable stores and a file snapshot store,
+// a raft-wal (or raft-boltdb) log and stable store and a file snapshot store,
 // the FSM, bootstrap and join, the leadership lifecycle with its
 // leader-only loops, and the HTTP API served on top of them.
 package cluster
@@ -18,8 +18,6 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
-	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
-	"go.etcd.io/bbolt"
 
 	"herd/api"
 	"herd/config"
@@ -81,7 +79,7 @@ type Server struct {
 	fsm       *fsm.FSM
 	raft      *raft.Raft
 	transport *raft.NetworkTransport
-	store     *raftboltdb.BoltStore
+	store     logStore
 	stable    *guardedStable // store, as raft's stable store
 	metrics   *serverMetrics
 	snaps     *raft.FileSnapshotStore
@@ -269,9 +267,9 @@ func (s *Server) setupRaft(ln net.Listener) error {
 	}
 
 	dir := filepath.Join(cfg.DataDir, "raft")
-	store, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(dir, "raft.db"), BoltOptions: raftLogBoltOptions()})
+	store, err := openLogStore(dir, cfg.Raft.LogStore, s.logger.Named("logstore"))
 	if err != nil {
-		return fmt.Errorf("open raft store: %w", err)
+		return err
 	}
 	s.store = store
 	snaps, err := raft.NewFileSnapshotStoreWithLogger(dir, cfg.Raft.SnapshotRetain, s.logger.Named("snapshot"))
@@ -299,8 +297,8 @@ func (s *Server) setupRaft(ln net.Listener) error {
 		Timeout: 10 * time.Second,
 		Logger:  s.logger.Named("transport"),
 	})
-	// A small cache in front of bbolt saves disk reads when followers
-	// replicate recent entries.
+	// A small cache in front of the log store saves disk reads when
+	// followers replicate recent entries.
 	logs, err := raft.NewLogCache(512, store)
 	if err != nil {
 		store.Close()
@@ -315,21 +313,6 @@ func (s *Server) setupRaft(ln net.Listener) error {
 	}
 	s.raft = r
 	return nil
-}
-
-// raftLogBoltOptions are how bbolt keeps the Raft log file.
-//
-// NoFreelistSync: the list of free pages is not written with every
-// commit. A log whose head is deleted after every snapshot frees
-// thousands of pages, and bbolt would otherwise rewrite their list, pages
-// of it, on every append; instead it is rebuilt from the file at open (a
-// scan of a file of a few tens of MiB). Files written either way open
-// either way, so an older build reads this one's log.
-//
-// FreelistMapType: the free pages are kept in a map by run length, so an
-// append finds room without sorting the list of every free page.
-func raftLogBoltOptions() *bbolt.Options {
-	return &bbolt.Options{NoFreelistSync: true, FreelistType: bbolt.FreelistMapType}
 }
 
 // Shutdown stops the replica: leader loops, HTTP, Raft, then the stores.

@@ -53,7 +53,25 @@ type Raft struct {
 	SnapshotRetain int
 	// ApplyTimeout bounds how long a write waits to be committed.
 	ApplyTimeout time.Duration
+	// LogStore is what keeps the Raft log and the stable store on disk:
+	// LogStoreBoltDB (the default) or LogStoreWAL. A replica that finds
+	// its log kept by the other one copies it over at start.
+	LogStore string
 }
+
+// The Raft log stores a replica may keep its log in.
+const (
+	// LogStoreWAL is hashicorp/raft-wal: append-only segment files, one
+	// fsync per append, read with pread. Nothing of the log is mapped
+	// into the replica's memory, and truncation deletes whole files. Its
+	// authors still call it experimental; herd mends the failures found
+	// in it (see cluster/walstore.go).
+	LogStoreWAL = "wal"
+	// LogStoreBoltDB is hashicorp/raft-boltdb/v2: one bbolt B+tree file,
+	// two fsyncs per append, mapped into memory. An append that finds the
+	// disk full fails, and the next one succeeds once space is back.
+	LogStoreBoltDB = "boltdb"
+)
 
 // Scheduler tunes the leader's placement loop.
 type Scheduler struct {
@@ -329,6 +347,7 @@ func DefaultRaft() Raft {
 		TrailingLogs:       10240,
 		SnapshotRetain:     2,
 		ApplyTimeout:       10 * time.Second,
+		LogStore:           LogStoreBoltDB,
 	}
 }
 
@@ -539,6 +558,9 @@ func (r Raft) validate() []error {
 	}
 	if r.SnapshotRetain < 1 {
 		errs = append(errs, errors.New("raft.snapshot_retain must be at least 1"))
+	}
+	if r.LogStore != LogStoreWAL && r.LogStore != LogStoreBoltDB {
+		errs = append(errs, fmt.Errorf("raft.log_store %q is neither %q nor %q", r.LogStore, LogStoreWAL, LogStoreBoltDB))
 	}
 	return errs
 }

@@ -42,6 +42,7 @@ var ServerSettings = Table[Server]{Defaults: DefaultServer, File: true, Settings
 	Field("raft.trailing_logs", "", "", "entries kept after a snapshot, so a lagging follower catches up from the log", func(c *Server) *uint64 { return &c.Raft.TrailingLogs }),
 	Field("raft.snapshot_retain", "", "", "snapshots kept on disk", func(c *Server) *int { return &c.Raft.SnapshotRetain }),
 	Field("raft.apply_timeout", "", "", "how long a write waits to be committed", func(c *Server) *time.Duration { return &c.Raft.ApplyTimeout }),
+	Field("raft.log_store", "HERD_RAFT_LOG_STORE", "", "what keeps the raft log on disk: boltdb (one bbolt file) or wal (segment files: less memory and CPU, experimental; see Configuration); a change copies the log over at the next start", func(c *Server) *string { return &c.Raft.LogStore }),
 
 	Field("scheduler.heartbeat_ttl", "", "", "how old a node's last heartbeat may be for it to get new work", func(c *Server) *time.Duration { return &c.Scheduler.HeartbeatTTL }),
 	Field("scheduler.batch_size", "", "", "placements per Raft entry", func(c *Server) *int { return &c.Scheduler.BatchSize }),

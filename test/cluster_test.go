@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -163,12 +165,19 @@ func TestFullRestartKeepsAcknowledgedTasks(t *testing.T) {
 }
 
 // Test 4: enough writes to force snapshots and log truncation; a restart
-// restores from snapshot plus trailing logs.
+// restores from snapshot plus trailing logs. With each log store.
 func TestSnapshotTruncationAndRestart(t *testing.T) {
+	for _, store := range []string{config.LogStoreBoltDB, config.LogStoreWAL} {
+		t.Run(store, func(t *testing.T) { snapshotTruncationAndRestart(t, store) })
+	}
+}
+
+func snapshotTruncationAndRestart(t *testing.T, store string) {
 	c := NewCluster(t, 3, func(cfg *config.Server) {
 		cfg.Raft.SnapshotThreshold = 40
 		cfg.Raft.TrailingLogs = 10
 		cfg.Raft.SnapshotInterval = 100 * time.Millisecond
+		cfg.Raft.LogStore = store
 	})
 	acked := submitN(t, c.AllClient(), "snap", 150)
 	if !Eventually(30*time.Second, func() bool {
@@ -196,6 +205,38 @@ func TestSnapshotTruncationAndRestart(t *testing.T) {
 		}
 	}
 	requireTasks(t, c, append(acked, tail...))
+}
+
+// A replica's log store is changed one replica at a time while the
+// others serve, and then back for all at once: each restart copies the
+// log over, and no acknowledged task is lost either way.
+func TestLogStoreChangeKeepsAcknowledgedTasks(t *testing.T) {
+	c := NewCluster(t, 3, func(cfg *config.Server) { cfg.Raft.LogStore = config.LogStoreBoltDB })
+	cl := c.AllClient()
+	acked := submitN(t, cl, "bolt", 20)
+	for i, r := range c.Replicas {
+		c.Stop(i)
+		r.Cfg.Raft.LogStore = config.LogStoreWAL
+		c.Start(i)
+		c.WaitForLeader()
+		acked = append(acked, submitN(t, cl, fmt.Sprintf("rolling-%d", i), 5)...)
+		raftDir := filepath.Join(r.Cfg.DataDir, "raft")
+		if _, err := os.Stat(filepath.Join(raftDir, "wal")); err != nil {
+			t.Fatalf("%s: no wal after the change: %v", r.Cfg.ID, err)
+		}
+		if _, err := os.Stat(filepath.Join(raftDir, "raft.db")); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("%s: raft.db is still there after the change to wal (%v)", r.Cfg.ID, err)
+		}
+	}
+	requireTasks(t, c, acked)
+	c.StopAll()
+	for i, r := range c.Replicas {
+		r.Cfg.Raft.LogStore = config.LogStoreBoltDB
+		c.Start(i)
+	}
+	c.WaitForLeader()
+	acked = append(acked, submitN(t, cl, "back", 5)...)
+	requireTasks(t, c, acked)
 }
 
 // Test 5: remove-peer and transfer-leadership show in the configuration.

@@ -15,6 +15,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"herd/config"
 )
 
 // benchSizes are the workload sizes of one run.
@@ -54,6 +56,8 @@ type Result struct {
 		// AgentDir is where the end-to-end agents kept their data, if not
 		// in the run's temporary directory.
 		AgentDir string `json:"agent_dir,omitempty"`
+		// LogStore is the replicas' raft.log_store.
+		LogStore string `json:"log_store"`
 	} `json:"machine"`
 	RaftCeiling        float64 `json:"raft_ceiling_entries_per_sec"`
 	Placements         float64 `json:"placements_per_sec"`
@@ -259,9 +263,19 @@ type Options struct {
 	// Executable is the herd binary the footprint step runs its replica
 	// with; the running executable when empty.
 	Executable string
+	// LogStore, when set, is the raft.log_store of every replica the run
+	// starts (see logStoreEnv); empty: the default, or what the
+	// environment already says.
+	LogStore string
 	// Progress receives a line as each step starts and ends; nil discards.
 	Progress io.Writer
 }
+
+// logStoreEnv is the environment variable of raft.log_store. The run's
+// replicas take it wherever they run: processes of their own inherit the
+// run's environment, and startCluster applies it to the ones in the
+// run's process.
+const logStoreEnv = "HERD_RAFT_LOG_STORE"
 
 // Steps are the steps of a run, in the order they run.
 var Steps = []string{"decision", "placement", "e2e", "e2e-secure", "e2e-processes", "agents", "footprint", "failover", "elections", "retention"}
@@ -276,6 +290,9 @@ func (o Options) Validate() error {
 	}
 	if o.CPUProfile != "" && o.PlacementProfile != "" {
 		return errors.New("a whole-run CPU profile and a placement CPU profile cannot be taken together (one CPU profile at a time)")
+	}
+	if o.LogStore != "" && o.LogStore != config.LogStoreWAL && o.LogStore != config.LogStoreBoltDB {
+		return fmt.Errorf("log store %q is neither %s nor %s", o.LogStore, config.LogStoreBoltDB, config.LogStoreWAL)
 	}
 	for _, s := range o.Only {
 		if !slices.Contains(Steps, s) {
@@ -302,6 +319,11 @@ func Run(o Options, out io.Writer) error {
 			return fmt.Errorf("bench: find the herd binary: %w", err)
 		}
 		o.Executable = exe
+	}
+	if o.LogStore != "" {
+		if err := os.Setenv(logStoreEnv, o.LogStore); err != nil {
+			return fmt.Errorf("bench: %w", err)
+		}
 	}
 	sz := fullSizes()
 	if o.Quick {
@@ -335,6 +357,10 @@ func Run(o Options, out io.Writer) error {
 	var r Result
 	r.Machine.CPUs, r.Machine.Go, r.Machine.OS = runtime.NumCPU(), runtime.Version(), runtime.GOOS+"/"+runtime.GOARCH
 	r.Machine.Commit, r.Machine.Quick, r.Machine.Date = gitCommit(), o.Quick, time.Now().UTC().Format(time.RFC3339)
+	r.Machine.LogStore = config.DefaultRaft().LogStore
+	if v := os.Getenv(logStoreEnv); v != "" {
+		r.Machine.LogStore = v
+	}
 	r.FootprintNodes, r.FootprintTasks, r.E2ETasks, r.PlacementBacklog, r.PlacementNodes = sz.footNodes, sz.footTasks, sz.e2eTasks, sz.backlog, sz.nodes
 	// The decision and queue timings come first, as go test -bench would
 	// take them, in a fresh heap: the cluster steps leave a heap behind

@@ -59,7 +59,7 @@ func waitReady(ctx context.Context, cl *api.Client, timeout time.Duration) error
 
 // procRSSMiB reads a field of /proc/PID/status in MiB: VmRSS (all
 // resident memory), RssAnon (heap and stacks) or RssFile (mapped files:
-// bbolt's memory-mapped raft log).
+// the binary's pages, and with log_store = "boltdb" the raft log's).
 func procRSSMiB(pid int, field string) float64 {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
@@ -122,8 +122,14 @@ func heapFromStats(ctx context.Context, cl *api.Client) float64 {
 // a CA made there.
 func startCluster(dir, pkiDir string, configure ...func(*config.Server)) (*localcluster.Cluster, error) {
 	opts := localcluster.Options{PKIDir: pkiDir}
-	if len(configure) > 0 {
-		opts.Configure = configure[0]
+	store := os.Getenv(logStoreEnv)
+	opts.Configure = func(cfg *config.Server) {
+		if store != "" {
+			cfg.Raft.LogStore = store
+		}
+		if len(configure) > 0 {
+			configure[0](cfg)
+		}
 	}
 	c, err := localcluster.StartLoopback(dir, "bench", 3, opts)
 	if err != nil {

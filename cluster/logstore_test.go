@@ -8,9 +8,15 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
+	wal "github.com/hashicorp/raft-wal"
+	walfs "github.com/hashicorp/raft-wal/fs"
+	"github.com/hashicorp/raft-wal/metadb"
+	"github.com/hashicorp/raft-wal/segment"
+	"github.com/hashicorp/raft-wal/types"
 
 	"herd/config"
 )
@@ -268,6 +274,57 @@ func TestWALTornSealIsRepaired(t *testing.T) {
 	}
 	next := fillSegment(t, s)
 	s.Close()
+	seg := tearLastBatch(t, dir)
+	checkWAL(t, dir, next-2)
+	if _, err := os.Stat(seg); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the segment with the torn seal is still there (%v): it should have been replaced", err)
+	}
+}
+
+// A torn batch that alone filled and sealed an empty segment leaves no
+// entry behind, and the log starts again where that batch began. The
+// state is built with raft-wal's own parts, without a WAL whose rotation
+// could run first: a meta database listing one unsealed segment, and that
+// segment sealed by one oversize batch.
+func TestWALTornSealOfAnEmptySegmentIsRepaired(t *testing.T) {
+	dir := t.TempDir()
+	walDir := filepath.Join(dir, "wal")
+	if err := os.MkdirAll(walDir, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	meta := &metadb.BoltMetaDB{}
+	if _, err := meta.Load(walDir); err != nil {
+		t.Fatal(err)
+	}
+	info := types.SegmentInfo{ID: 1, BaseIndex: 1, MinIndex: 1, SizeLimit: walSegmentBytes, Codec: wal.CodecBinaryV1, CreateTime: time.Now()}
+	if err := meta.CommitState(types.PersistentState{NextSegmentID: 2, Segments: []types.SegmentInfo{info}}); err != nil {
+		t.Fatal(err)
+	}
+	meta.Close()
+	w, err := segment.NewFiler(walDir, walfs.New()).Create(info)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var batch []types.LogEntry
+	for i := uint64(1); i <= walSegmentBytes/(32<<10)+50; i++ {
+		batch = append(batch, types.LogEntry{Index: i, Data: make([]byte, 32<<10)})
+	}
+	if err := w.Append(batch); err != nil {
+		t.Fatal(err)
+	}
+	if sealed, _, _ := w.Sealed(); !sealed {
+		t.Fatal("the oversize batch did not seal its segment")
+	}
+	w.Close()
+	tearLastBatch(t, dir)
+	checkWAL(t, dir, 0)
+}
+
+// tearLastBatch zeroes the end of the last batch written to the WAL's one
+// segment (its commit frame and the end of the seal's index before it),
+// as a crash during its write would, and returns the segment's path.
+func tearLastBatch(t *testing.T, dir string) string {
+	t.Helper()
 	segs, err := filepath.Glob(filepath.Join(dir, "wal", "*.wal"))
 	if err != nil || len(segs) != 1 {
 		t.Fatalf("want the one sealed segment, found %v (%v)", segs, err)
@@ -280,13 +337,8 @@ func TestWALTornSealIsRepaired(t *testing.T) {
 	for end > 0 && b[end-1] == 0 {
 		end--
 	}
-	// Zero the end of the sealing batch: its commit frame and the tail of
-	// the index before it.
 	if err := os.WriteFile(segs[0], append(b[:end-64], make([]byte, len(b)-end+64)...), 0o640); err != nil {
 		t.Fatal(err)
 	}
-	checkWAL(t, dir, next-2)
-	if _, err := os.Stat(segs[0]); !errors.Is(err, os.ErrNotExist) {
-		t.Fatalf("the segment with the torn seal is still there (%v): it should have been replaced", err)
-	}
+	return segs[0]
 }

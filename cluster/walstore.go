@@ -223,7 +223,7 @@ func (m *sealRepair) Load(dir string) (types.PersistentState, error) {
 	last := w.LastIndex()
 	sealedTail := tail
 	sealedTail.IndexStart, sealedTail.MaxIndex, sealedTail.SealTime = indexStart, last, time.Now()
-	if sealIntact(filer, sealedTail) {
+	if last >= tail.MinIndex && sealIntact(filer, sealedTail) {
 		st.Segments[len(st.Segments)-1] = sealedTail
 		st.Segments = append(st.Segments, types.SegmentInfo{
 			ID: st.NextSegmentID, BaseIndex: last + 1, MinIndex: last + 1,
@@ -236,7 +236,8 @@ func (m *sealRepair) Load(dir string) (types.PersistentState, error) {
 		m.logger.Warn("finished a raft log rotation a stop interrupted", "segment", tail.ID, "last_index", last)
 		return st, nil
 	}
-	// The seal was torn: copy what was committed into a new tail.
+	// The seal was torn (or sealed a segment none of whose entries were
+	// committed): copy what was committed into a new tail.
 	fresh := types.SegmentInfo{
 		ID: st.NextSegmentID, BaseIndex: tail.MinIndex, MinIndex: tail.MinIndex,
 		Codec: tail.Codec, SizeLimit: tail.SizeLimit, CreateTime: time.Now(),

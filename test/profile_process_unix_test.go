@@ -256,10 +256,8 @@ func TestProcessesBlackHoleIsQuarantinedThenReleased(t *testing.T) {
 	_ = s.finished(ids, 30*time.Second)
 }
 
-// A slow node: one agent's runs of a class take 7 times as long as the
-// others' (its copy of the tool is slower; far over the 2.5× that makes a
-// run slow, so that a loaded machine stretching the fast runs' start does
-// not bring it under). It is demoted within 5 runs
+// A slow node: one agent's runs of a class take 3 times as long as the
+// others' (its copy of the tool is slower). It is demoted within 5 runs
 // of the class, and, the tasks being of size medium (tiers L1 and L2),
 // gets none of them once it is L3. Back at normal speed, it is promoted
 // after the dwell time and keeps its tier while it runs them at speed.
@@ -275,7 +273,7 @@ func TestProcessesSlowNodeIsDemotedThenPromoted(t *testing.T) {
 	fast := filepath.Join(s.base, "tools-fast")
 	script(t, filepath.Join(fast, "herdwork"), "sleep 0.2")
 	slow := filepath.Join(s.base, "tools-slow")
-	script(t, filepath.Join(slow, "herdwork"), "sleep 1.5")
+	script(t, filepath.Join(slow, "herdwork"), "sleep 0.6")
 	for _, id := range []string{"fast-1", "fast-2"} {
 		s.agent(id, fast+":"+systemPath(), "-slots", "1")
 	}

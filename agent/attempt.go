@@ -50,6 +50,7 @@ func (a *Agent) execute(agentCtx, attemptCtx context.Context, cancel context.Can
 	}
 	a.started.Add(1)
 	log.Info("attempt started", "command", x.Spec.Command)
+	began := time.Now()
 
 	timeout := time.Duration(derefInt64(x.Spec.TimeoutSeconds, api.DefaultTimeoutSeconds)) * time.Second
 	done := make(chan outcome, 1)
@@ -73,6 +74,7 @@ func (a *Agent) execute(agentCtx, attemptCtx context.Context, cancel context.Can
 		log.Error("executor hung past the run timeout; giving the attempt up")
 		out = outcome{state: api.AttemptFailed, exitCode: -1, err: "executor hung past the run timeout"}
 	}
+	out.ranFor = time.Since(began)
 	if early != nil {
 		switch early.ended() {
 		case startRefused:
@@ -81,7 +83,7 @@ func (a *Agent) execute(agentCtx, attemptCtx context.Context, cancel context.Can
 			log.Info("attempt stopped: its start was refused")
 			return
 		case startUnreported:
-			out.startUnreported, out.ranFor = true, time.Since(ran)
+			out.startUnreported = true
 		}
 	}
 	if out.abandoned {
@@ -240,9 +242,11 @@ func (a *Agent) report(ctx context.Context, x api.Assignment, out outcome) {
 		LeaseVersion: x.Attempt.LeaseVersion, ExitCode: out.exitCode, OutputTail: truncate(out.tail, api.MaxOutputTail),
 		Error: truncate(out.err, api.MaxErrorText), State: out.state,
 	}
-	if out.startUnreported {
-		req.StartUnreported, req.RanMs = true, out.ranFor.Milliseconds()
+	if out.ranFor > 0 {
+		// Rounded up: a run of under a millisecond still says it ran.
+		req.RanMs = int64((out.ranFor + time.Millisecond - 1) / time.Millisecond)
 	}
+	req.StartUnreported = out.startUnreported
 	backoff := 100 * time.Millisecond
 	for {
 		rep, err := a.reports.report(ctx, api.AttemptReportItem{AttemptID: x.Attempt.ID, Complete: &req})

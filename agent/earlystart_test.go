@@ -53,7 +53,7 @@ func TestEarlyStartOfAShortAttemptGoesWithItsEnd(t *testing.T) {
 		t.Fatalf("want the result alone, got %d reports: %+v", len(reports), reports)
 	}
 	r := reports[0]
-	if r.Start != nil || r.Complete.State != api.AttemptSucceeded || !r.Complete.StartUnreported || r.Complete.RanMs < 0 || r.Complete.LeaseVersion != 7 {
+	if r.Start != nil || r.Complete.State != api.AttemptSucceeded || !r.Complete.StartUnreported || r.Complete.RanMs < 1 || r.Complete.LeaseVersion != 7 {
 		t.Fatalf("report %+v %+v: want a success carrying its unreported start", r, r.Complete)
 	}
 	if started, _, _ := ag.Stats(); started != 1 {
@@ -74,6 +74,10 @@ func TestEarlyStartOfALongAttemptIsReportedWhileItRuns(t *testing.T) {
 	}
 	if end := reports[1].Complete; end.StartUnreported || end.State != api.AttemptSucceeded {
 		t.Fatalf("result %+v: the start was reported, the result must not carry it", end)
+	}
+	// It carries how long the process ran, by which the cluster dates it.
+	if end := reports[1].Complete; end.RanMs < 1000 {
+		t.Fatalf("result %+v: ran_ms %d, but the process slept 1 s", end, end.RanMs)
 	}
 }
 

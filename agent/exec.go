@@ -27,9 +27,13 @@ type outcome struct {
 	// or the agent is stopping; nobody waits for a result.
 	abandoned bool
 	// startUnreported: the attempt ended before its start was reported
-	// (see earlyStart), after running for ranFor; the end carries both.
+	// (see earlyStart); the end carries it.
 	startUnreported bool
-	ranFor          time.Duration
+	// ranFor is how long the attempt ran here, from its process's start
+	// to its end, as this node's clock measures it: the cluster dates the
+	// end by it, so a report that took long on its way does not make the
+	// node look slow.
+	ranFor time.Duration
 }
 
 // copyBuffers lends the 32 KiB buffers that copy attempts' output to

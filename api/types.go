@@ -671,11 +671,15 @@ type AttemptCompleteRequest struct {
 	OutputTail   string `json:"output_tail,omitempty"`
 	Error        string `json:"error,omitempty"`
 	State        string `json:"state,omitempty"`
+	// RanMs is how long the attempt ran on its node, as the agent measured
+	// it. The cluster dates the end RanMs after the committed start (never
+	// later than it commits the end), so a report delayed on its way
+	// records the task's run time, not the report's.
+	RanMs int64 `json:"ran_ms,omitempty"`
 	// StartUnreported says the attempt ran and ended before its start was
 	// reported (see Assignment.StartWithinMs): the cluster commits its
 	// start, RanMs before the end, in the same entry as the end.
-	StartUnreported bool  `json:"start_unreported,omitempty"`
-	RanMs           int64 `json:"ran_ms,omitempty"`
+	StartUnreported bool `json:"start_unreported,omitempty"`
 }
 
 // AttemptReport answers an attempt report; Duplicate marks a report that

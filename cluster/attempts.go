@@ -56,6 +56,12 @@ func (s *Server) CompleteAttempt(ctx context.Context, id string, req api.Attempt
 
 // attemptEnd builds the command for a result report: the state defaults
 // from the exit code, and a retry waits longer with each failure so far.
+//
+// The end is dated when the process ended, as far as the cluster can
+// tell: ran_ms after the committed start, never later than now. A result
+// that waited on a broken link, a batch or a slow commit then records how
+// long the task ran on its node, which is what the node's profile and
+// tier are judged by, not how long the report took.
 func (s *Server) attemptEnd(id string, req api.AttemptCompleteRequest) fsm.AttemptEndRequest {
 	state := fsm.AttemptState(req.State)
 	if state == "" {
@@ -71,8 +77,13 @@ func (s *Server) attemptEnd(id string, req api.AttemptCompleteRequest) fsm.Attem
 	}
 	st := s.fsm.State()
 	if a, err := st.Attempt(id); err == nil {
+		if ran, ok := agentMillis(req.RanMs); ok && !req.StartUnreported && !a.StartedAt.IsZero() {
+			if at := a.StartedAt.Time().Add(ran); at.Before(now) {
+				end.Now = at.UTC()
+			}
+		}
 		if t, err := st.Task(a.TaskID); err == nil {
-			end.RetryAt = now.Add(s.retryDelay(int(t.Failures) + 1))
+			end.RetryAt = end.Now.Add(s.retryDelay(int(t.Failures) + 1))
 		}
 	}
 	return end
@@ -157,8 +168,8 @@ func (s *Server) appendEncoded(cmds [][]byte, t fsm.MessageType, payload any) ([
 // what the cluster knows (after the reservation, not after now).
 func (s *Server) attemptStart(id string, lease uint64, now time.Time, ranMs int64) fsm.AttemptStartRequest {
 	at := now
-	if ranMs > 0 {
-		at = now.Add(-time.Duration(ranMs) * time.Millisecond)
+	if ran, ok := agentMillis(ranMs); ok {
+		at = now.Add(-ran)
 		if a, err := s.fsm.State().Attempt(id); err == nil {
 			if reserved := a.ReservedAt.Time(); at.Before(reserved) {
 				at = reserved
@@ -166,6 +177,16 @@ func (s *Server) attemptStart(id string, lease uint64, now time.Time, ranMs int6
 		}
 	}
 	return fsm.AttemptStartRequest{AttemptID: id, LeaseVersion: lease, Now: at.UTC()}
+}
+
+// agentMillis reads a duration an agent reports in milliseconds: ok for
+// one above zero and short enough not to overflow; other values are
+// ignored, as if not reported.
+func agentMillis(ms int64) (time.Duration, bool) {
+	if ms <= 0 || ms > int64(math.MaxInt64/time.Millisecond) {
+		return 0, false
+	}
+	return time.Duration(ms) * time.Millisecond, true
 }
 
 // retryDelay is base * factor^(failures-1), capped.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -453,6 +455,46 @@ func TestAStartUnreportedAtTheEndIsCommittedWithIt(t *testing.T) {
 		sameEntry := started.Index == finished.Index
 		if task.Name == "short" && !sameEntry || task.Name == "long" && sameEntry {
 			t.Fatalf("%s: started at index %d, finished at %d", task.Name, started.Index, finished.Index)
+		}
+	}
+}
+
+// A result that reaches the cluster late, its agent's link cut when the
+// process ended, records how long the task ran on the node: the end is
+// dated by the agent's measure after the committed start, not when the
+// report finally committed. The node's profile judges its speed by
+// these times; a slow link is not a slow node.
+func TestALateResultRecordsTheRunNotTheReportsWay(t *testing.T) {
+	c := NewClusterWith(t, 3, agentSetup())
+	a := c.StartAgent(agent.Config{ID: "edge-1", Slots: 1})
+	WaitRegistered(t, a)
+	cl := c.AllClient()
+	dir := t.TempDir()
+	id := submit(t, cl, shSpec("late", fmt.Sprintf(`until [ -e %[1]s/go ]; do sleep 0.02; done; sleep 0.2; touch %[1]s/done`, dir)))
+	waitTaskState(t, cl, id, "RUNNING")
+	a.Transport.Cut()
+	if err := os.WriteFile(filepath.Join(dir, "go"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if !Eventually(30*time.Second, func() bool { _, err := os.Stat(filepath.Join(dir, "done")); return err == nil }) {
+		t.Fatal("the task never ended")
+	}
+	ended := time.Now()
+	// The result waits on the cut link this long.
+	const held = 3 * time.Second
+	time.Sleep(held)
+	a.Transport.Heal()
+	task := waitTaskState(t, cl, id, "SUCCEEDED")
+	at := task.Attempts[0]
+	if ran := at.FinishedAt.Sub(at.StartedAt); ran < 200*time.Millisecond {
+		t.Fatalf("recorded run %v, shorter than the task's own sleep", ran)
+	}
+	if late := at.FinishedAt.Sub(ended); late > held/2 {
+		t.Fatalf("the end is dated %v after the process ended (the report was held %v): the report's way counted as run time", late, held)
+	}
+	for _, e := range task.Timeline {
+		if e.Kind == "finished" && !e.Time.Equal(at.FinishedAt) {
+			t.Fatalf("the timeline's end %v differs from the attempt's %v", e.Time, at.FinishedAt)
 		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -49,6 +50,14 @@ func newCgroupV2() (limiter, error) {
 	}
 	if err := os.WriteFile(filepath.Join(root, "cgroup.subtree_control"), []byte("+cpu +memory"), 0); err != nil {
 		return nil, fmt.Errorf("enable cpu and memory below %s: %w", root, err)
+	}
+	// As in v1 (see tasksCPUShares): the tasks together weigh as many
+	// busy processes as the machine has CPUs (the default weight is 100),
+	// here against the agent's own threads and whatever else shares its
+	// cgroup; the operator's unit sets the weight of that cgroup.
+	weight := min(runtime.NumCPU()*100, 10000)
+	if err := os.WriteFile(filepath.Join(root, "cpu.weight"), []byte(strconv.Itoa(weight)), 0); err != nil {
+		return nil, fmt.Errorf("weigh %s: %w", root, err)
 	}
 	return &cgroupV2{root: root}, nil
 }

@@ -1,9 +1,12 @@
 package agent
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -180,5 +183,67 @@ func TestCgroupV1ReuseKeepsOOMCountsAndLimitsStraight(t *testing.T) {
 			t.Errorf("%+v: cpu quota %s, want %s", step.res, quota, step.quota)
 		}
 		h.Release()
+	}
+}
+
+// herd's v1 cpu group weighs as many busy processes as the machine has
+// CPUs: at the default weight, busy processes outside it hold the tasks'
+// forks back for seconds.
+func TestCgroupV1TasksWeighTheMachinesCPUs(t *testing.T) {
+	c := v1ForTest(t)
+	want := strconv.Itoa(runtime.NumCPU() * 1024)
+	if got := readTrim(t, filepath.Join(c.cpuRoot, "cpu.shares")); got != want {
+		t.Fatalf("cpu.shares of %s is %s, want %s", c.cpuRoot, got, want)
+	}
+}
+
+// A new limiter removes the empty pooled groups of agents that no longer
+// run, and keeps those of a running one and any group still holding a
+// process.
+func TestCgroupV1RemovesTheGroupsOfDeadAgents(t *testing.T) {
+	c := v1ForTest(t)
+	// A pid that is surely dead: a child that has exited and been reaped.
+	gone := exec.Command("true")
+	if err := gone.Run(); err != nil {
+		t.Fatal(err)
+	}
+	dead := gone.Process.Pid
+	// A live one that is not this process: a sleeping child.
+	alive := exec.Command("sleep", "60")
+	if err := alive.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = alive.Process.Kill(); _ = alive.Wait() })
+	deadEmpty := fmt.Sprintf("pool-%d-1-1", dead)
+	deadBusy := fmt.Sprintf("pool-%d-1-2", dead)
+	liveEmpty := fmt.Sprintf("pool-%d-1-1", alive.Process.Pid)
+	for _, name := range []string{deadEmpty, deadBusy, liveEmpty} {
+		for _, root := range []string{c.memRoot, c.cpuRoot} {
+			if err := os.Mkdir(filepath.Join(root, name), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = os.Remove(filepath.Join(root, name)) })
+		}
+	}
+	// A leftover process of the dead agent still sits in one group.
+	left := exec.Command("sleep", "60")
+	if err := left.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = left.Process.Kill(); _ = left.Wait() })
+	if err := os.WriteFile(filepath.Join(c.memRoot, deadBusy, "cgroup.procs"), []byte(strconv.Itoa(left.Process.Pid)), 0); err != nil {
+		t.Fatal(err)
+	}
+
+	again := v1ForTest(t)
+	exists := func(root, name string) bool { _, err := os.Stat(filepath.Join(root, name)); return err == nil }
+	if exists(again.memRoot, deadEmpty) || exists(again.cpuRoot, deadEmpty) {
+		t.Fatal("the dead agent's empty group was kept")
+	}
+	if !exists(again.memRoot, deadBusy) {
+		t.Fatal("a group still holding a process was removed")
+	}
+	if !exists(again.memRoot, liveEmpty) || !exists(again.cpuRoot, liveEmpty) {
+		t.Fatal("a running agent's group was removed")
 	}
 }

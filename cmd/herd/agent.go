@@ -51,7 +51,7 @@ var agentTable = config.Table[agentSettings]{
 		config.Field("disk_mb", "", "disk-mb", "disk to offer in MB, 0 for the free space under the data directory", func(c *agentSettings) *int64 { return &c.DiskMB }),
 		config.Field("slots", "", "slots", "attempts that may run at once, 0 for one per CPU", func(c *agentSettings) *int { return &c.Slots }),
 		config.Field("weight", "", "weight", "scheduling weight, 0 for 100", func(c *agentSettings) *int { return &c.Weight }),
-		config.Field("limits", "", "limits", "how to enforce limits: auto, cgroup-v2, cgroup-v1, rlimit or none", func(c *agentSettings) *string { return &c.Limits }),
+		config.Field("limits", "HERD_LIMITS", "limits", "how to enforce limits: auto, cgroup-v2, cgroup-v1, rlimit or none", func(c *agentSettings) *string { return &c.Limits }),
 		config.Field("log_retention", "", "log-retention", "how long attempt logs and working directories are kept", func(c *agentSettings) *time.Duration { return &c.LogRetention }),
 		config.Field("min_free_disk_mb", "", "min-free-disk-mb", "free space the data directory keeps; below it the node reports disk_full and takes no new attempt", func(c *agentSettings) *int64 { return &c.MinFreeDiskMB }),
 		config.Field("heartbeat_interval", "", "heartbeat-interval", "how often the agent heartbeats", func(c *agentSettings) *time.Duration { return &c.HeartbeatInterval }),

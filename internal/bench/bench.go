@@ -58,6 +58,10 @@ type Result struct {
 		AgentDir string `json:"agent_dir,omitempty"`
 		// LogStore is the replicas' raft.log_store.
 		LogStore string `json:"log_store"`
+		// AgentLimits is how the end-to-end agents enforced limits: what
+		// the multi-process step's agent reported (its herd.limits label),
+		// else what the run asked for.
+		AgentLimits string `json:"agent_limits"`
 	} `json:"machine"`
 	RaftCeiling        float64 `json:"raft_ceiling_entries_per_sec"`
 	Placements         float64 `json:"placements_per_sec"`
@@ -267,6 +271,10 @@ type Options struct {
 	// starts (see logStoreEnv); empty: the default, or what the
 	// environment already says.
 	LogStore string
+	// AgentLimits, when set, is how every end-to-end agent the run starts
+	// enforces limits (see agentLimitsEnv): auto, cgroup-v2, cgroup-v1,
+	// rlimit or none.
+	AgentLimits string
 	// Progress receives a line as each step starts and ends; nil discards.
 	Progress io.Writer
 }
@@ -276,6 +284,14 @@ type Options struct {
 // run's environment, and startCluster applies it to the ones in the
 // run's process.
 const logStoreEnv = "HERD_RAFT_LOG_STORE"
+
+// agentLimitsEnv is the environment variable of an agent's limits
+// method: agent processes inherit it from the run, and the agents in the
+// run's process are configured from it.
+const agentLimitsEnv = "HERD_LIMITS"
+
+// limitMethods are the agent's limits methods.
+var limitMethods = []string{"auto", "cgroup-v2", "cgroup-v1", "rlimit", "none"}
 
 // Steps are the steps of a run, in the order they run.
 var Steps = []string{"decision", "placement", "e2e", "e2e-secure", "e2e-processes", "agents", "footprint", "failover", "elections", "retention"}
@@ -293,6 +309,9 @@ func (o Options) Validate() error {
 	}
 	if o.LogStore != "" && o.LogStore != config.LogStoreWAL && o.LogStore != config.LogStoreBoltDB {
 		return fmt.Errorf("log store %q is neither %s nor %s", o.LogStore, config.LogStoreBoltDB, config.LogStoreWAL)
+	}
+	if o.AgentLimits != "" && !slices.Contains(limitMethods, o.AgentLimits) {
+		return fmt.Errorf("agent limits %q is none of %s", o.AgentLimits, strings.Join(limitMethods, ", "))
 	}
 	for _, s := range o.Only {
 		if !slices.Contains(Steps, s) {
@@ -322,6 +341,11 @@ func Run(o Options, out io.Writer) error {
 	}
 	if o.LogStore != "" {
 		if err := os.Setenv(logStoreEnv, o.LogStore); err != nil {
+			return fmt.Errorf("bench: %w", err)
+		}
+	}
+	if o.AgentLimits != "" {
+		if err := os.Setenv(agentLimitsEnv, o.AgentLimits); err != nil {
 			return fmt.Errorf("bench: %w", err)
 		}
 	}
@@ -360,6 +384,10 @@ func Run(o Options, out io.Writer) error {
 	r.Machine.LogStore = config.DefaultRaft().LogStore
 	if v := os.Getenv(logStoreEnv); v != "" {
 		r.Machine.LogStore = v
+	}
+	r.Machine.AgentLimits = "auto"
+	if v := os.Getenv(agentLimitsEnv); v != "" {
+		r.Machine.AgentLimits = v
 	}
 	r.FootprintNodes, r.FootprintTasks, r.E2ETasks, r.PlacementBacklog, r.PlacementNodes = sz.footNodes, sz.footTasks, sz.e2eTasks, sz.backlog, sz.nodes
 	// The decision and queue timings come first, as go test -bench would
@@ -426,7 +454,7 @@ func Print(w io.Writer, r *Result) {
 	row(tb, "end to end", fmt.Sprintf("%.0f tasks/s, submit→start p50 %.1f ms, p99 %.1f ms", r.E2ETasksPerSec, r.E2ESaturatedStartP50, r.E2ESaturatedStartP99), fmt.Sprintf("%d × true at once (batches of %d), 3 replicas + 4 agents", r.E2ETasks, e2eSubmitBatch))
 	row(tb, "process ceiling", fmt.Sprintf("%.0f tasks/s (one at a time %.0f, %d at once %.0f), %.2f ms of CPU in each; end to end reached %.2f× of it", r.ProcessCeiling, r.ProcessSequential, e2eAgents*e2eSlotsPerAgent, r.ProcessConcurrent, r.ProcessCPUPerTaskMs, r.E2EToProcessCeiling), "true started and reaped, no scheduler; the better rate is the ceiling")
 	row(tb, "end to end, CPU per task", fmt.Sprintf("%.2f ms in herd, %.2f ms in the task's process; %.2f Raft entries", r.E2ECPUPerTaskMs, r.E2EChildCPUPerTaskMs, r.E2EEntriesPerTask), "same run; herd is 3 replicas, 4 agents and the client in one process")
-	row(tb, "end to end, processes", fmt.Sprintf("%.0f tasks/s (%.2f× the process ceiling; one agent alone %.0f /s), submit→start p50 %.1f ms, p99 %.1f ms", r.ProcessesTasksPerSec, r.ProcessesToCeiling, r.ProcessesOneAgentTasksPerSec, r.ProcessesStartP50, r.ProcessesStartP99), fmt.Sprintf("%d × true in batches of 1,000; 3 herd server processes, 2 herd agent processes of %d slots", r.ProcessesTasks, processSlots))
+	row(tb, "end to end, processes", fmt.Sprintf("%.0f tasks/s (%.2f× the process ceiling; one agent alone %.0f /s), submit→start p50 %.1f ms, p99 %.1f ms", r.ProcessesTasksPerSec, r.ProcessesToCeiling, r.ProcessesOneAgentTasksPerSec, r.ProcessesStartP50, r.ProcessesStartP99), fmt.Sprintf("%d × true in batches of 1,000; 3 herd server processes, 2 herd agent processes of %d slots, limits by %s", r.ProcessesTasks, processSlots, r.Machine.AgentLimits))
 	row(tb, "processes, CPU per task", fmt.Sprintf("herd %.2f ms (servers %.2f, of it the leader %.2f; agents %.2f; one agent alone: herd %.2f), the task's process %.2f ms; RSS server %.0f MiB, agent %.0f MiB", r.HerdCPUPerTaskMs, r.ProcessesServerCPUPerTaskMs, r.ProcessesLeaderCPUPerTaskMs, r.ProcessesAgentCPUPerTaskMs, r.ProcessesOneAgentHerdCPUPerTaskMs, r.ProcessesTaskCPUPerTaskMs, r.ProcessesServerRSSMiB, r.ProcessesAgentRSSMiB), "same run, from /proc of each process")
 	row(tb, "many agents", fmt.Sprintf("%d READY; leader %.1f%% of a core idle (%.1f Raft entries/s), %.1f%% placing %.0f tasks/s; %d false verdicts, heartbeat loss %.3f; server RSS %.0f MiB; agents' process %.0f%% of a core, %.0f MiB live heap; registered in %.1f s; %d elections; %d placed tasks unfinished", r.AgentsReady, r.AgentsLeaderCPUPct, r.AgentsIdleEntriesPerSec, r.AgentsLeaderPlacingCPU, r.AgentsPlacedTasksPerSec, r.AgentsFalseVerdicts, r.AgentsHeartbeatLoss, r.AgentsServerRSSMiB, r.AgentsProcessCPUPct, r.AgentsFleetLiveHeapMiB, r.AgentsRegisterSeconds, r.AgentsElections, r.AgentsPlacedUnfinished), fmt.Sprintf("%d agents in one process (memberlist members with their own UDP sockets, heartbeats, assignment long polls) against 3 server processes", r.Agents))
 	row(tb, "submit→start, light load", fmt.Sprintf("p50 %.1f ms, p99 %.1f ms", r.E2ESubmitToStartP50, r.E2ESubmitToStartP99), fmt.Sprintf("%.0f tasks/s steady, same cluster", r.E2ELightRate))

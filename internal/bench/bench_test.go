@@ -2,6 +2,7 @@ package bench
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 )
 
@@ -26,6 +27,30 @@ func TestBenchJSONHasTheRequiredKeys(t *testing.T) {
 	} {
 		if _, numeric := got[key].(float64); !numeric {
 			t.Errorf("bench JSON: %q is %v (%T), want a number", key, got[key], got[key])
+		}
+	}
+}
+
+// Options that would fail only later in a run are refused at once, with
+// what was wrong.
+func TestValidateRefusesBadOptions(t *testing.T) {
+	for _, c := range []struct {
+		o    Options
+		want string
+	}{
+		{Options{AgentLimits: "cgroups"}, `agent limits "cgroups"`},
+		{Options{LogStore: "sqlite"}, `log store "sqlite"`},
+		{Options{Only: []string{"e2e", "nope"}}, `no bench step "nope"`},
+		{Options{Agents: -1}, "agents -1"},
+	} {
+		err := c.o.Validate()
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: error %v, want one saying %s", c.o, err, c.want)
+		}
+	}
+	for _, m := range limitMethods {
+		if err := (Options{AgentLimits: m}).Validate(); err != nil {
+			t.Errorf("limits %s refused: %v", m, err)
 		}
 	}
 }

@@ -88,7 +88,7 @@ func startE2EAgents(c *localcluster.Cluster, agentDir, pkiDir string) error {
 		cfg := agent.Config{
 			ID: fmt.Sprintf("bench-agent-%d", i), Servers: []string{addrs[i%3], addrs[(i+1)%3], addrs[(i+2)%3]},
 			DataDir: filepath.Join(agentDir, fmt.Sprintf("agent-%d", i)), Slots: e2eSlotsPerAgent,
-			Resources: api.Resources{CPUMillis: 32000, MemoryMB: 32768},
+			Resources: api.Resources{CPUMillis: 32000, MemoryMB: 32768}, Limits: os.Getenv(agentLimitsEnv),
 		}
 		if pkiDir != "" {
 			files, err := localcluster.IssueTo(pkiDir, pki.Identity{Role: pki.RoleAgent, ID: cfg.ID})

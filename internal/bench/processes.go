@@ -217,6 +217,7 @@ type processRun struct {
 	serverCPU, agentCPU  float64 // seconds, all servers, all agents
 	leaderCPU, taskCPU   float64
 	tasks                int
+	limits               string  // how the agents enforced limits (their herd.limits label)
 	serverRSS, agentRSS  float64 // MiB, the largest
 	herdCPUPerTaskMs     float64
 	agentCPUPerTaskMs    float64
@@ -261,6 +262,9 @@ func benchProcesses(exe, dir, profiles string, sz benchSizes, r *Result) error {
 	r.ProcessesOneAgentHerdCPUPerTaskMs = one.herdCPUPerTaskMs
 	r.ProcessesServerRSSMiB, r.ProcessesAgentRSSMiB = two.serverRSS, two.agentRSS
 	r.ProcessesTasks = sz.processTasks
+	if two.limits != "" {
+		r.Machine.AgentLimits = two.limits
+	}
 	return nil
 }
 
@@ -289,6 +293,9 @@ func runProcessSite(exe, dir, profiles string, agents, tasks int) (processRun, e
 		if err := s.startAgent(fmt.Sprintf("pa-%d", i+1), processSlots); err != nil {
 			return out, err
 		}
+	}
+	if n, _, err := s.cl.GetNode(context.Background(), "pa-1", api.ReadOptions{}); err == nil {
+		out.limits = n.Labels["herd.limits"]
 	}
 	li := s.leaderIndex()
 	if li < 0 {

@@ -89,6 +89,10 @@ type execution struct {
 	// on it ran out.
 	cancel context.CancelCauseFunc
 	fenced bool // stopped for want of a lease
+	// ended: the process has ended and its result is on its way; the
+	// cluster's list drops the attempt once the result commits, which
+	// may be before the report's answer is back.
+	ended bool
 }
 
 // New checks the configuration and prepares an agent; Run starts it.

@@ -153,7 +153,7 @@ func (a *Agent) reconcile(ctx context.Context, as *api.Assignments) {
 		live[x.Attempt.ID] = struct{}{}
 	}
 	for id, ex := range a.running {
-		if _, ok := live[id]; !ok {
+		if _, ok := live[id]; !ok && !ex.ended {
 			a.logger.Info("attempt taken back by the cluster (cancelled or reclaimed), stopping it", "attempt", id)
 			ex.cancel(nil)
 		}

@@ -75,6 +75,11 @@ func (a *Agent) execute(agentCtx, attemptCtx context.Context, cancel context.Can
 		out = outcome{state: api.AttemptFailed, exitCode: -1, err: "executor hung past the run timeout"}
 	}
 	out.ranFor = time.Since(began)
+	a.mu.Lock()
+	if ex := a.running[att.ID]; ex != nil {
+		ex.ended = true
+	}
+	a.mu.Unlock()
 	if early != nil {
 		switch early.ended() {
 		case startRefused:

@@ -6,11 +6,14 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"herd/api"
+
+	"github.com/hashicorp/go-hclog"
 )
 
 // cannedCluster plays a cluster for one agent (edge-1, session 2): its
@@ -215,4 +218,27 @@ func TestAgentReportsAnUnconfirmedStartLost(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	t.Fatal("the unconfirmed start was never reported")
+}
+
+// An attempt whose process has ended leaves the cluster's list when its
+// result commits, which may come before the report's answer: that is not
+// a take-back, and the agent neither logs it as one nor stops anything.
+// A running attempt that leaves the list is stopped, and said so.
+func TestAnEndedAttemptLeavingTheListIsNotTakenBack(t *testing.T) {
+	var logs strings.Builder
+	a := &Agent{
+		logger: hclog.New(&hclog.LoggerOptions{Output: &logs, Level: hclog.Info}),
+		cfg:    Config{Slots: 2}, running: map[string]*execution{}, finished: map[string]bool{}, leftovers: map[string]int{},
+	}
+	cancelled := map[string]bool{}
+	for _, id := range []string{"reporting", "running"} {
+		a.running[id] = &execution{cancel: func(error) { cancelled[id] = true }, ended: id == "reporting"}
+	}
+	a.reconcile(context.Background(), &api.Assignments{NodeID: "edge-1"})
+	if cancelled["reporting"] || strings.Contains(logs.String(), "attempt=reporting") {
+		t.Fatalf("the ended attempt was taken back: cancelled %v, log %q", cancelled, logs.String())
+	}
+	if !cancelled["running"] || !strings.Contains(logs.String(), "taken back by the cluster") {
+		t.Fatalf("the running attempt was not stopped: cancelled %v, log %q", cancelled, logs.String())
+	}
 }

@@ -367,12 +367,12 @@ type cgroupV1Handle struct {
 // v1 lets one thread of a process move (the "tasks" file), and a child
 // inherits its forking thread's cgroups. The thread moves back afterwards;
 // if it cannot, it is retired with its goroutine instead of being reused.
+// It is never the process's main thread (see lockOffMainThread).
 func (h *cgroupV1Handle) Launch(cmd *exec.Cmd) error {
 	start := cmd.Start
 	type result struct{ err, moveErr error }
 	done := make(chan result, 1)
-	go func() {
-		runtime.LockOSThread()
+	go lockOffMainThread(func() {
 		tid := []byte(strconv.Itoa(unix.Gettid()))
 		dirs := map[string]string{"memory": h.mem, "cpu": h.cpu}
 		home, err := h.pool.homeTasksFiles()
@@ -412,7 +412,7 @@ func (h *cgroupV1Handle) Launch(cmd *exec.Cmd) error {
 			runtime.UnlockOSThread()
 		}
 		done <- result{err: err}
-	}()
+	})
 	r := <-done
 	if r.moveErr != nil {
 		// Could not fork from inside: start normally and move the process
@@ -422,6 +422,36 @@ func (h *cgroupV1Handle) Launch(cmd *exec.Cmd) error {
 	}
 	return r.err
 }
+
+// lockOffMainThread locks the calling goroutine to a thread that is not
+// the process's main thread and runs fn there, which unlocks it or not
+// (a thread left locked is retired with its goroutine). The memory
+// controller charges every page the process faults in to the memory
+// group of its main thread: were that thread the one moved into an
+// attempt's groups, what the agent's other threads allocate meanwhile
+// would be charged to the attempt, counted against its limit, and left
+// charged to the group after the attempt. A goroutine started while the
+// main thread is locked here cannot run on it, so the work is handed to
+// one.
+func lockOffMainThread(fn func()) {
+	runtime.LockOSThread()
+	if !onMainThread() {
+		fn()
+		return
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		lockOffMainThread(fn)
+	}()
+	<-done
+	runtime.UnlockOSThread()
+}
+
+// onMainThread reports whether the calling thread is the process's
+// main thread (its thread id is the process id). A variable, so that a
+// test can stand in for the main thread.
+var onMainThread = func() bool { return unix.Gettid() == unix.Getpid() }
 
 // homeTasksFiles returns the tasks files of the agent's own v1 cgroups,
 // by controller (one the agent is in no cgroup of is missing), found and

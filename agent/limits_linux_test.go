@@ -8,11 +8,14 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"herd/api"
+
+	"golang.org/x/sys/unix"
 )
 
 // v1ForTest returns a cgroup v1 limiter, or skips where none can be made
@@ -245,5 +248,38 @@ func TestCgroupV1RemovesTheGroupsOfDeadAgents(t *testing.T) {
 	}
 	if !exists(again.memRoot, liveEmpty) || !exists(again.cpuRoot, liveEmpty) {
 		t.Fatal("a running agent's group was removed")
+	}
+}
+
+// The thread a v1 launch moves into an attempt's cgroups is never the
+// process's main thread, whose memory group the whole agent's memory is
+// charged to: landing on it, the launch hands its work to another
+// thread. The first thread asked plays the main thread here.
+func TestLockOffMainThreadHandsOverFromTheMainThread(t *testing.T) {
+	orig := onMainThread
+	t.Cleanup(func() { onMainThread = orig })
+	var mu sync.Mutex
+	var asked []int
+	onMainThread = func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		asked = append(asked, unix.Gettid())
+		return len(asked) == 1
+	}
+	ran := make(chan int, 1)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		lockOffMainThread(func() {
+			ran <- unix.Gettid()
+			runtime.UnlockOSThread()
+		})
+	}()
+	<-done
+	got := <-ran
+	mu.Lock()
+	defer mu.Unlock()
+	if len(asked) != 2 || asked[0] == asked[1] || got != asked[1] {
+		t.Fatalf("threads asked %v, the work ran on %d: want it on the second, another thread than the first", asked, got)
 	}
 }

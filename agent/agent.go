@@ -149,6 +149,11 @@ func New(cfg Config) (*Agent, error) {
 		logger.Info("limit method unavailable", "reason", s)
 	}
 	logger.Info("resource limits", "method", lim.Name())
+	if w, ok := lim.(interface{ warnings() []string }); ok {
+		for _, msg := range w.warnings() {
+			logger.Warn("resource limits: "+msg, "method", lim.Name())
+		}
+	}
 	a := &Agent{
 		tls: material,
 		cfg: cfg, logger: logger, client: client, reports: newReporter(client), limiter: lim, paths: pathCache{now: time.Now},

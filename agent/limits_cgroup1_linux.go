@@ -25,6 +25,7 @@ import (
 type cgroupV1 struct {
 	memRoot, cpuRoot string
 	prefix           string // unique to this limiter: several agents may share a root
+	warn             []string
 
 	mu    sync.Mutex
 	idle  []*v1Group
@@ -112,7 +113,9 @@ func newCgroupV1() (limiter, error) {
 		sweepDeadPools(d)
 	}
 	if err := os.WriteFile(filepath.Join(l.cpuRoot, "cpu.shares"), []byte(strconv.Itoa(tasksCPUShares())), 0); err != nil {
-		return nil, fmt.Errorf("weigh %s: %w", l.cpuRoot, err)
+		// The limits still hold; only busy processes elsewhere may hold
+		// the tasks back.
+		l.warn = append(l.warn, fmt.Sprintf("tasks keep the default CPU weight: %v", err))
 	}
 	return l, nil
 }
@@ -184,6 +187,8 @@ func cgroupV1Mount(controller string) (string, error) {
 }
 
 func (c *cgroupV1) Name() string { return "cgroup-v1" }
+
+func (c *cgroupV1) warnings() []string { return c.warn }
 
 func (c *cgroupV1) Prepare(_ string, res api.Resources, _ *syscall.SysProcAttr) (limitHandle, error) {
 	g, reused, err := c.take()

@@ -17,7 +17,12 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-type cgroupV2 struct{ root string }
+type cgroupV2 struct {
+	root string
+	warn []string
+}
+
+func (c *cgroupV2) warnings() []string { return c.warn }
 
 // newCgroupV2 finds a cgroup v2 hierarchy with the cpu and memory
 // controllers and creates herd's parent group in it.
@@ -55,11 +60,14 @@ func newCgroupV2() (limiter, error) {
 	// busy processes as the machine has CPUs (the default weight is 100),
 	// here against the agent's own threads and whatever else shares its
 	// cgroup; the operator's unit sets the weight of that cgroup.
+	c := &cgroupV2{root: root}
 	weight := min(runtime.NumCPU()*100, 10000)
 	if err := os.WriteFile(filepath.Join(root, "cpu.weight"), []byte(strconv.Itoa(weight)), 0); err != nil {
-		return nil, fmt.Errorf("weigh %s: %w", root, err)
+		// The limits still hold; only busy processes beside the tasks may
+		// hold them back.
+		c.warn = append(c.warn, fmt.Sprintf("tasks keep the default CPU weight: %v", err))
 	}
-	return &cgroupV2{root: root}, nil
+	return c, nil
 }
 
 func cgroup2Mount() (string, error) {

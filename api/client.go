@@ -630,12 +630,15 @@ func (c *Client) CreateToken(ctx context.Context, req ACLTokenRequest) (ACLToken
 	return t, err
 }
 
-// ListTokens lists tokens without their secrets.
+// ListTokens lists tokens without their secrets. The leader answers,
+// after confirming its leadership, so a token just created or deleted
+// through any replica shows as such (a follower may not have applied it
+// yet).
 func (c *Client) ListTokens(ctx context.Context) ([]ACLToken, error) {
 	var out struct {
 		Tokens []ACLToken `json:"tokens"`
 	}
-	_, err := c.do(ctx, http.MethodGet, "/v1/acl/tokens", nil, &out)
+	_, err := c.do(ctx, http.MethodGet, "/v1/acl/tokens?consistent", nil, &out)
 	return out.Tokens, err
 }
 

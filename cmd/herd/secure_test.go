@@ -91,6 +91,9 @@ func TestCLISecureSetup(t *testing.T) {
 	if _, errOut, code := herd(vars, "acl", "token", "delete", tok.AccessorID); code != 0 {
 		t.Fatalf("token delete: %d %s", code, errOut)
 	}
+	// The follower refuses the token once it applies the deletion, which
+	// the leader had applied before it answered.
+	c.WaitApplied(c.Server(c.WaitForLeader()).FSM().Index())
 	if _, errOut, code := herd(agentVars, "node", "status", "edge-1"); code != 1 || !strings.Contains(errOut, "token not found") {
 		t.Fatalf("deleted token: %d %s", code, errOut)
 	}

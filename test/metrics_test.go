@@ -56,9 +56,9 @@ func TestMetricsLintCleanAndMoving(t *testing.T) {
 			t.Errorf("replica %d: %s: %s", i, p.Metric, p.Text)
 		}
 	}
-	scrape := func(i int) string {
+	scrapeQuery := func(i int, query string) string {
 		t.Helper()
-		resp, err := http.Get("http://" + c.Replicas[i].Cfg.HTTPAddr + "/metrics")
+		resp, err := http.Get("http://" + c.Replicas[i].Cfg.HTTPAddr + "/metrics" + query)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -69,7 +69,22 @@ func TestMetricsLintCleanAndMoving(t *testing.T) {
 		}
 		return string(b)
 	}
+	scrape := func(i int) string { t.Helper(); return scrapeQuery(i, "") }
 	text := scrape(leader)
+	if !strings.Contains(text, "process_cpu_seconds_total") || !strings.Contains(text, "go_goroutines") {
+		t.Errorf("a full scrape lacks the process's or the runtime's families:\n%s", text)
+	}
+	// A scrape naming herd's own families gets those alone; one naming
+	// another family too gets that one as well.
+	own := scrapeQuery(leader, "?name[]=herd_tasks&name[]=herd_raft_term")
+	if metricValue(t, own, `herd_tasks{state="SUCCEEDED"}`) != 5 || metricValue(t, own, "herd_raft_term") < 1 ||
+		strings.Contains(own, "herd_nodes") || strings.Contains(own, "process_") || strings.Contains(own, "go_") {
+		t.Errorf("a scrape of herd_tasks and herd_raft_term answered:\n%s", own)
+	}
+	if mixed := scrapeQuery(leader, "?name[]=herd_tasks&name[]=process_cpu_seconds_total"); !strings.Contains(mixed, "process_cpu_seconds_total") ||
+		!strings.Contains(mixed, "herd_tasks{") || strings.Contains(mixed, "go_goroutines") {
+		t.Errorf("a scrape of herd_tasks and process_cpu_seconds_total answered:\n%s", mixed)
+	}
 	if v := metricValue(t, text, "herd_scheduler_placements_total"); v < 6 {
 		t.Errorf("placements %v, want at least 6", v)
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -186,9 +187,12 @@ func metricSample(httpAddr, sample string) (float64, error) {
 
 // metricSampleWith is metricSample through the given client.
 func metricSampleWith(hc *http.Client, httpAddr, sample string) (float64, error) {
-	// Uncompressed: the bench polls while it measures, and compressing
-	// every scrape would be the bench's cost counted as the leader's.
-	req, err := http.NewRequest(http.MethodGet, "http://"+httpAddr+"/metrics", nil)
+	// Uncompressed, and only the sample's family: the bench polls while
+	// it measures, and compressing every scrape, or gathering the
+	// process's and the runtime's families with it, would be the bench's
+	// cost counted as the leader's.
+	family, _, _ := strings.Cut(sample, "{")
+	req, err := http.NewRequest(http.MethodGet, "http://"+httpAddr+"/metrics?"+url.Values{"name[]": {family}}.Encode(), nil)
 	if err != nil {
 		return 0, err
 	}

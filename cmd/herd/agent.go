@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"syscall"
 	"time"
 
@@ -25,7 +26,7 @@ type agentSettings struct {
 	Servers                                                            []string
 	Labels, Datasets                                                   map[string]string
 	CPUMillis, MemoryMB, GPU, DiskMB, MinFreeDiskMB                    int64
-	Slots, Weight                                                      int
+	Slots, Weight, Procs                                               int
 	LogRetention, HeartbeatInterval, HibernateAfter, RebenchInterval   time.Duration
 }
 
@@ -37,7 +38,7 @@ var agentTable = config.Table[agentSettings]{
 	Defaults: func() agentSettings {
 		return agentSettings{Capabilities: "exec@1", Limits: "auto", LogLevel: "info",
 			LogRetention: agent.DefaultLogRetention, HeartbeatInterval: agent.DefaultHeartbeatInterval, MinFreeDiskMB: agent.DefaultMinFreeDiskMB,
-			RebenchInterval: agent.DefaultRebenchInterval, OCIRuntime: "auto", ImageCacheMB: agent.DefaultImageCacheMB}
+			RebenchInterval: agent.DefaultRebenchInterval, OCIRuntime: "auto", ImageCacheMB: agent.DefaultImageCacheMB, Procs: -1}
 	},
 	Settings: []agentSetting{
 		config.Field("id", "HERD_NODE_ID", "id", "node id, unique in the cluster", func(c *agentSettings) *string { return &c.ID }),
@@ -51,6 +52,7 @@ var agentTable = config.Table[agentSettings]{
 		config.Field("disk_mb", "", "disk-mb", "disk to offer in MB, 0 for the free space under the data directory", func(c *agentSettings) *int64 { return &c.DiskMB }),
 		config.Field("slots", "", "slots", "attempts that may run at once, 0 for one per CPU", func(c *agentSettings) *int { return &c.Slots }),
 		config.Field("weight", "", "weight", "scheduling weight, 0 for 100", func(c *agentSettings) *int { return &c.Weight }),
+		config.Field("procs", "", "procs", "how many threads run the agent's own Go code at once (GOMAXPROCS); 0 for one per CPU; -1: one, or $GOMAXPROCS when it is set", func(c *agentSettings) *int { return &c.Procs }),
 		config.Field("limits", "HERD_LIMITS", "limits", "how to enforce limits: auto, cgroup-v2, cgroup-v1, rlimit or none", func(c *agentSettings) *string { return &c.Limits }),
 		config.Field("log_retention", "", "log-retention", "how long attempt logs and working directories are kept", func(c *agentSettings) *time.Duration { return &c.LogRetention }),
 		config.Field("min_free_disk_mb", "", "min-free-disk-mb", "free space the data directory keeps; below it the node reports disk_full and takes no new attempt", func(c *agentSettings) *int64 { return &c.MinFreeDiskMB }),
@@ -102,6 +104,9 @@ func runAgent(e *env, args []string) error {
 			return usagef("-gossip-key: %v", err)
 		}
 	}
+	if n := agentProcs(set.Procs, e.getenv); n > 0 {
+		runtime.GOMAXPROCS(n)
+	}
 	logger := hclog.New(&hclog.LoggerOptions{Name: "herd", Level: hclog.LevelFromString(set.LogLevel), Output: e.stderr})
 	ag, err := agent.New(agent.Config{
 		ID: set.ID, Servers: set.Servers, DataDir: set.DataDir, Labels: set.Labels, Capabilities: capMap,
@@ -140,4 +145,26 @@ func runAgent(e *env, args []string) error {
 		return fmt.Errorf("agent: %w", err)
 	}
 	return nil
+}
+
+// agentProcs is the GOMAXPROCS an agent runs with for its procs setting
+// (0: leave the runtime's). By default it is one: the agent's own work
+// is launching processes, waiting for them and a few requests, little of
+// it Go code, while the cores are its tasks'. With a processor for each
+// core, the runtime of an agent whose tasks keep the cores busy spends
+// CPU looking for work between its wake-ups, and takes that CPU from the
+// tasks (on a 2-core machine running the deployment step of herd bench,
+// processes at GOMAXPROCS 1 cost 0.6x the CPU per task). $GOMAXPROCS, the
+// runtime's own setting, is kept when set and procs is not.
+func agentProcs(procs int, getenv func(string) (string, bool)) int {
+	switch {
+	case procs > 0:
+		return procs
+	case procs == 0:
+		return runtime.NumCPU()
+	}
+	if _, set := getenv("GOMAXPROCS"); set {
+		return 0
+	}
+	return 1
 }

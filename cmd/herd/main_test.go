@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -262,5 +263,29 @@ func TestServerRejectsBadConfig(t *testing.T) {
 	msg := errb.String()
 	if code != 1 || !strings.Contains(msg, "data_dir is required") || !strings.Contains(msg, "mutually exclusive") || !strings.Contains(msg, `id "bad id!"`) {
 		t.Fatalf("exit %d, stderr %q", code, msg)
+	}
+}
+
+// An agent runs its Go code on one processor unless told otherwise: by
+// -procs, or by $GOMAXPROCS when -procs is left at its default.
+func TestAgentProcs(t *testing.T) {
+	none := func(string) (string, bool) { return "", false }
+	withEnv := func(k string) (string, bool) { return "3", k == "GOMAXPROCS" }
+	for _, c := range []struct {
+		procs  int
+		getenv func(string) (string, bool)
+		want   int
+	}{
+		{-1, none, 1},
+		{-1, withEnv, 0}, // the runtime already applied $GOMAXPROCS
+		{2, none, 2},
+		{2, withEnv, 2},
+		{0, none, runtime.NumCPU()},
+		{0, withEnv, runtime.NumCPU()},
+	} {
+		if got := agentProcs(c.procs, c.getenv); got != c.want {
+			_, env := c.getenv("GOMAXPROCS")
+			t.Errorf("agentProcs(%d, GOMAXPROCS set %t) = %d, want %d", c.procs, env, got, c.want)
+		}
 	}
 }

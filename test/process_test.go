@@ -19,6 +19,15 @@ func buildHerd(t *testing.T) string {
 	if testing.Short() {
 		t.Skip("builds and runs the herd binary; skipped with -short")
 	}
+	// The test binary does not import the command, so go test's cache
+	// would keep a result after a change to it alone; reading its files
+	// here makes them part of what the cached result depends on.
+	sources, _ := filepath.Glob(filepath.Join("..", "cmd", "herd", "*.go"))
+	for _, f := range sources {
+		if _, err := os.ReadFile(f); err != nil {
+			t.Fatalf("read the command's source: %v", err)
+		}
+	}
 	bin := filepath.Join(t.TempDir(), "herd")
 	cmd := exec.Command("go", "build", "-o", bin, "herd/cmd/herd")
 	if out, err := cmd.CombinedOutput(); err != nil {

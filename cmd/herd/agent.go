@@ -104,6 +104,9 @@ func runAgent(e *env, args []string) error {
 			return usagef("-gossip-key: %v", err)
 		}
 	}
+	if set.Procs < -1 {
+		return usagef("-procs: %d is not a count of threads (0 for one per CPU, -1 for the default)", set.Procs)
+	}
 	if n := agentProcs(set.Procs, e.getenv); n > 0 {
 		runtime.GOMAXPROCS(n)
 	}
@@ -153,9 +156,8 @@ func runAgent(e *env, args []string) error {
 // it Go code, while the cores are its tasks'. With a processor for each
 // core, the runtime of an agent whose tasks keep the cores busy spends
 // CPU looking for work between its wake-ups, and takes that CPU from the
-// tasks (on a 2-core machine running the deployment step of herd bench,
-// processes at GOMAXPROCS 1 cost 0.6x the CPU per task). $GOMAXPROCS, the
-// runtime's own setting, is kept when set and procs is not.
+// tasks (BENCHMARKS.md has the measurement). $GOMAXPROCS, the runtime's
+// own setting, is kept when set and procs is not.
 func agentProcs(procs int, getenv func(string) (string, bool)) int {
 	switch {
 	case procs > 0:

@@ -197,6 +197,7 @@ func TestCLIAgainstACluster(t *testing.T) {
 		{[]string{"task", "cancel", "ghost"}, 1, "not found"},
 		{[]string{"agent", "-servers", "127.0.0.1:1"}, 1, "id \"\" must be"},
 		{[]string{"agent", "-id", "a1", "-data-dir", "/tmp/x", "-limits", "magic"}, 1, "limits \"magic\""},
+		{[]string{"agent", "-id", "a1", "-procs", "-2"}, 2, "is not a count of threads"},
 	} {
 		out, errOut, code := herd(tc.args...)
 		if code != tc.code || !strings.Contains(errOut, tc.msg) {

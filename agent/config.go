@@ -14,6 +14,7 @@ import (
 	"net/url"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -259,13 +260,14 @@ func (c Config) Validate() error {
 	if c.ImageCacheMB < 0 {
 		errs = append(errs, errors.New("image cache size must not be negative"))
 	}
-	switch c.Limits {
-	case "auto", "cgroup-v2", "cgroup-v1", "rlimit", "none":
-	default:
-		errs = append(errs, fmt.Errorf("limits %q must be auto, cgroup-v2, cgroup-v1, rlimit or none", c.Limits))
+	if !slices.Contains(LimitMethods, c.Limits) {
+		errs = append(errs, fmt.Errorf("limits %q must be one of %s", c.Limits, strings.Join(LimitMethods, ", ")))
 	}
 	return errors.Join(errs...)
 }
+
+// LimitMethods are the values of Config.Limits.
+var LimitMethods = []string{"auto", "cgroup-v2", "cgroup-v1", "rlimit", "none"}
 
 // machineMemoryMB reads MemTotal from /proc/meminfo (0 if unknown).
 func machineMemoryMB() int64 {

@@ -16,6 +16,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"herd/agent"
 	"herd/config"
 )
 
@@ -290,9 +291,6 @@ const logStoreEnv = "HERD_RAFT_LOG_STORE"
 // run's process are configured from it.
 const agentLimitsEnv = "HERD_LIMITS"
 
-// limitMethods are the agent's limits methods.
-var limitMethods = []string{"auto", "cgroup-v2", "cgroup-v1", "rlimit", "none"}
-
 // Steps are the steps of a run, in the order they run.
 var Steps = []string{"decision", "placement", "e2e", "e2e-secure", "e2e-processes", "agents", "footprint", "failover", "elections", "retention"}
 
@@ -310,8 +308,8 @@ func (o Options) Validate() error {
 	if o.LogStore != "" && o.LogStore != config.LogStoreWAL && o.LogStore != config.LogStoreBoltDB {
 		return fmt.Errorf("log store %q is neither %s nor %s", o.LogStore, config.LogStoreBoltDB, config.LogStoreWAL)
 	}
-	if o.AgentLimits != "" && !slices.Contains(limitMethods, o.AgentLimits) {
-		return fmt.Errorf("agent limits %q is none of %s", o.AgentLimits, strings.Join(limitMethods, ", "))
+	if o.AgentLimits != "" && !slices.Contains(agent.LimitMethods, o.AgentLimits) {
+		return fmt.Errorf("agent limits %q is none of %s", o.AgentLimits, strings.Join(agent.LimitMethods, ", "))
 	}
 	for _, s := range o.Only {
 		if !slices.Contains(Steps, s) {

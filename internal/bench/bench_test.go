@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+
+	"herd/agent"
 )
 
 // The bench's JSON has the top-level numeric keys the benchmark issue
@@ -48,7 +50,7 @@ func TestValidateRefusesBadOptions(t *testing.T) {
 			t.Errorf("%+v: error %v, want one saying %s", c.o, err, c.want)
 		}
 	}
-	for _, m := range limitMethods {
+	for _, m := range agent.LimitMethods {
 		if err := (Options{AgentLimits: m}).Validate(); err != nil {
 			t.Errorf("limits %s refused: %v", m, err)
 		}

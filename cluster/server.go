@@ -190,8 +190,12 @@ func Start(cfg config.Server, opts Options) (_ *Server, err error) {
 
 	s.serveHTTP(httpLn)
 
-	s.wg.Add(5)
+	s.wg.Add(6)
 	go func() { defer s.wg.Done(); s.keyringLoop() }()
+	go func() {
+		defer s.wg.Done()
+		newLeaderWatch(s.raft, s.logger.Named("leaderwatch")).run(s.shutdownCtx)
+	}()
 	go func() { defer s.wg.Done(); s.joinGossip() }()
 	go func() { defer s.wg.Done(); s.monitorLeadership() }()
 	go func() { defer s.wg.Done(); s.formCluster() }()

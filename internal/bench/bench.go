@@ -166,6 +166,9 @@ type Result struct {
 	// its leadership over first.
 	FailoverHandOverP50 float64 `json:"failover_handover_p50_ms"`
 	FailoverHandOverP99 float64 `json:"failover_handover_p99_ms"`
+	// FailoverExtraElections counts the elections held beyond the first,
+	// over every lost-leader trial: split votes and lost elections.
+	FailoverExtraElections int `json:"failover_extra_elections"`
 	// Elections* count the elections three server processes held while
 	// ElectionsLossPct of their packets were lost for ElectionsWindowSec,
 	// with the timings before the current defaults and with the defaults,
@@ -466,7 +469,7 @@ func Print(w io.Writer, r *Result) {
 	row(tb, "snapshot", fmt.Sprintf("%d bytes, saved in %.0f ms, restored in %.0f ms", r.SnapshotBytes, r.SnapshotSaveMs, r.SnapshotRestoreMs), "same replica; the archive restored into it through the API")
 	row(tb, "finished tasks", fmt.Sprintf("heap %.0f MiB (%.0f bytes each); %.1f MiB after retention", r.FinishedHeapMiB, r.FinishedBytesPerTask, r.AfterRetentionHeapMiB), fmt.Sprintf("%d succeeded tasks in one replica's state, then forgotten", r.FinishedTasks))
 	row(tb, "restart to ready", fmt.Sprintf("%.0f ms", r.RestartToReadyMs), "same replica, from its data dir")
-	row(tb, "failover", fmt.Sprintf("p50 %.0f ms, p99 %.0f ms; the load ran at %.0f writes/s when the leader died", r.FailoverP50, r.FailoverP99, r.FailoverLoadPerSec), fmt.Sprintf("leader lost under load (halted, no handover; %d writers, one submit each per %s, through every replica) → first acknowledged write, default timings", failoverLoadWriters, failoverLoadEvery))
+	row(tb, "failover", fmt.Sprintf("p50 %.0f ms, p99 %.0f ms; the load ran at %.0f writes/s when the leader died; %d elections beyond the first", r.FailoverP50, r.FailoverP99, r.FailoverLoadPerSec, r.FailoverExtraElections), fmt.Sprintf("leader lost under load (halted, no handover; %d writers, one submit each per %s, through every replica) → first acknowledged write, default timings", failoverLoadWriters, failoverLoadEvery))
 	row(tb, "failover, handed over", fmt.Sprintf("p50 %.0f ms, p99 %.0f ms", r.FailoverHandOverP50, r.FailoverHandOverP99), "the same, the leader stopped as on SIGTERM: it hands its leadership over before it goes")
 	if r.ElectionsSkipped != "" {
 		row(tb, "elections under loss", "not run: "+r.ElectionsSkipped, "three server processes losing a share of their packets")

@@ -86,6 +86,7 @@ func benchFailover(dir string, sz benchSizes, r *Result) error {
 		cl, _ := api.NewClient(live...)
 		cl.Retries, cl.RetryWait = 1000, 20*time.Millisecond
 		cl.SetHTTPClient(&http.Client{Timeout: 5 * time.Second})
+		term := leader.Raft().CurrentTerm()
 		stopped := time.Now()
 		if halt {
 			_ = c.HaltReplica(idx)
@@ -97,6 +98,18 @@ func benchFailover(dir string, sz benchSizes, r *Result) error {
 		}
 		took := float64(time.Since(stopped).Microseconds()) / 1000
 		if halt {
+			// Each election a candidate holds takes a new term (a failed
+			// pre-vote round does not): growth past one is a split vote
+			// or a lost election.
+			lctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			next, err := c.Leader(lctx)
+			cancel()
+			if err != nil {
+				return fmt.Errorf("trial %d: %w", trial, err)
+			}
+			if grew := next.Raft().CurrentTerm() - term; grew > 1 {
+				r.FailoverExtraElections += int(grew - 1)
+			}
 			times = append(times, took)
 		} else {
 			handedOver = append(handedOver, took)

@@ -70,14 +70,14 @@ func benchFailover(dir string, sz benchSizes, r *Result) error {
 			time.Sleep(5 * time.Millisecond)
 		}
 		rates = append(rates, float64(acked.Load()-from)/time.Since(t0).Seconds())
-		leader, err := leader(c)
+		old, err := leader(c)
 		if err != nil {
 			return fmt.Errorf("trial %d: %w", trial, err)
 		}
 		idx := -1
 		var live []string
 		for i := range c.Len() {
-			if c.Server(i) == leader {
+			if c.Server(i) == old {
 				idx = i
 			} else {
 				live = append(live, c.Config(i).HTTPAddr)
@@ -86,7 +86,7 @@ func benchFailover(dir string, sz benchSizes, r *Result) error {
 		cl, _ := api.NewClient(live...)
 		cl.Retries, cl.RetryWait = 1000, 20*time.Millisecond
 		cl.SetHTTPClient(&http.Client{Timeout: 5 * time.Second})
-		term := leader.Raft().CurrentTerm()
+		term := old.Raft().CurrentTerm()
 		stopped := time.Now()
 		if halt {
 			_ = c.HaltReplica(idx)
@@ -101,9 +101,7 @@ func benchFailover(dir string, sz benchSizes, r *Result) error {
 			// Each election a candidate holds takes a new term (a failed
 			// pre-vote round does not): growth past one is a split vote
 			// or a lost election.
-			lctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			next, err := c.Leader(lctx)
-			cancel()
+			next, err := leader(c)
 			if err != nil {
 				return fmt.Errorf("trial %d: %w", trial, err)
 			}

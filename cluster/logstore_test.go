@@ -206,21 +206,6 @@ func TestLogStoreCloseReleasesItsFiles(t *testing.T) {
 	}
 }
 
-// fillSegment appends entries of 32 KiB from index 1 until the first
-// segment is sealed (the append that fills it writes its index), and
-// returns the next index.
-func fillSegment(t *testing.T, s logStore) uint64 {
-	t.Helper()
-	data := make([]byte, 32<<10)
-	i := uint64(1)
-	for ; i <= walSegmentBytes/uint64(len(data)); i++ {
-		if err := s.StoreLogs([]*raft.Log{{Index: i, Term: 1, Data: data}}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return i
-}
-
 // checkWAL reopens dir's wal store and checks that it holds 1..last and
 // takes an append after it, twice over (the second open finds what the
 // first repaired or appended).
@@ -254,40 +239,41 @@ func checkWAL(t *testing.T, dir string, last uint64) {
 // append at every open.
 func TestWALStopRightAfterASealKeepsAppending(t *testing.T) {
 	dir := t.TempDir()
-	s, err := openLogStore(dir, config.LogStoreWAL, hclog.NewNullLogger())
-	if err != nil {
-		t.Fatal(err)
-	}
-	next := fillSegment(t, s)
-	s.Close() // before the rotation runs
-	checkWAL(t, dir, next-1)
+	checkWAL(t, dir, sealedSegment(t, dir, 1))
 }
 
 // A crash that tears the batch sealing a segment (its commit frame never
 // written) loses that batch, which was never acknowledged, and nothing
-// else; the log takes appends again.
+// else; the log takes appends again. The segment is filled by batches of
+// one entry, as raft appends them.
 func TestWALTornSealIsRepaired(t *testing.T) {
 	dir := t.TempDir()
-	s, err := openLogStore(dir, config.LogStoreWAL, hclog.NewNullLogger())
-	if err != nil {
-		t.Fatal(err)
-	}
-	next := fillSegment(t, s)
-	s.Close()
+	last := sealedSegment(t, dir, 1)
 	seg := tearLastBatch(t, dir)
-	checkWAL(t, dir, next-2)
+	checkWAL(t, dir, last-1)
 	if _, err := os.Stat(seg); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("the segment with the torn seal is still there (%v): it should have been replaced", err)
 	}
 }
 
 // A torn batch that alone filled and sealed an empty segment leaves no
-// entry behind, and the log starts again where that batch began. The
-// state is built with raft-wal's own parts, without a WAL whose rotation
-// could run first: a meta database listing one unsealed segment, and that
-// segment sealed by one oversize batch.
+// entry behind, and the log starts again where that batch began.
 func TestWALTornSealOfAnEmptySegmentIsRepaired(t *testing.T) {
 	dir := t.TempDir()
+	sealedSegment(t, dir, walSegmentBytes/(32<<10)+50)
+	tearLastBatch(t, dir)
+	checkWAL(t, dir, 0)
+}
+
+// sealedSegment builds, in dir, the wal store a crash right after a
+// segment's seal leaves: a meta database listing one unsealed segment,
+// and that segment filled from index 1 by batches of per raft entries
+// of 32 KiB, encoded as the WAL encodes them, until one seals it. It
+// returns the last index written. The state is built with raft-wal's own
+// parts rather than a WAL, whose background rotation could otherwise
+// create the next segment first.
+func sealedSegment(t *testing.T, dir string, per uint64) uint64 {
+	t.Helper()
 	walDir := filepath.Join(dir, "wal")
 	if err := os.MkdirAll(walDir, 0o750); err != nil {
 		t.Fatal(err)
@@ -305,19 +291,30 @@ func TestWALTornSealOfAnEmptySegmentIsRepaired(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var batch []types.LogEntry
-	for i := uint64(1); i <= walSegmentBytes/(32<<10)+50; i++ {
-		batch = append(batch, types.LogEntry{Index: i, Data: make([]byte, 32<<10)})
+	defer w.Close()
+	var codec wal.BinaryCodec
+	data := make([]byte, 32<<10)
+	var last uint64
+	for {
+		batch := make([]types.LogEntry, per)
+		for i := range batch {
+			last++
+			var b bytes.Buffer
+			if err := codec.Encode(&raft.Log{Index: last, Term: 1, Data: data}, &b); err != nil {
+				t.Fatal(err)
+			}
+			batch[i] = types.LogEntry{Index: last, Data: b.Bytes()}
+		}
+		if err := w.Append(batch); err != nil {
+			t.Fatal(err)
+		}
+		if sealed, _, _ := w.Sealed(); sealed {
+			return last
+		}
+		if last > 2*walSegmentBytes/(32<<10) {
+			t.Fatalf("%d entries of 32 KiB did not seal a segment of %d bytes", last, walSegmentBytes)
+		}
 	}
-	if err := w.Append(batch); err != nil {
-		t.Fatal(err)
-	}
-	if sealed, _, _ := w.Sealed(); !sealed {
-		t.Fatal("the oversize batch did not seal its segment")
-	}
-	w.Close()
-	tearLastBatch(t, dir)
-	checkWAL(t, dir, 0)
 }
 
 // tearLastBatch zeroes the end of the last batch written to the WAL's one

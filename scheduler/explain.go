@@ -38,13 +38,13 @@ func Explain(nodes []*Node, req *Request, cfg *Config) Explanation {
 	c := compile(req)
 	for _, n := range nodes {
 		var reasons []Reason
-		evaluate(n, &c, &reasons)
+		evaluate(n, req, &c, &reasons)
 		ne := NodeExplanation{NodeID: n.ID, Eligible: len(reasons) == 0, Reasons: reasons, Tier: n.Tier.String()}
 		if ne.Reasons == nil {
 			ne.Reasons = []Reason{}
 		}
 		if ne.Eligible {
-			s := score(n, &c, cfg)
+			s := score(n, req, &c, cfg)
 			ne.Score = &s
 			parts := Parts(n, req, cfg)
 			ne.Parts = &parts
@@ -84,7 +84,7 @@ func Summarize(nodes []*Node, req *Request) string {
 	var reasons []Reason
 	for _, n := range nodes {
 		reasons = reasons[:0]
-		if evaluate(n, &c, &reasons) {
+		if evaluate(n, req, &c, &reasons) {
 			eligible++
 		}
 		for _, r := range reasons {

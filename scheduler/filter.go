@@ -11,7 +11,7 @@ import (
 // rules as Check but stops at the first failure and builds no text.
 func Eligible(n *Node, req *Request) bool {
 	c := compile(req)
-	return evaluate(n, &c, nil)
+	return evaluate(n, req, &c, nil)
 }
 
 // Check returns every rule the node fails for the request; none means
@@ -23,7 +23,7 @@ func Eligible(n *Node, req *Request) bool {
 func Check(n *Node, req *Request) []Reason {
 	c := compile(req)
 	var out []Reason
-	evaluate(n, &c, &out)
+	evaluate(n, req, &c, &out)
 	return out
 }
 
@@ -31,11 +31,11 @@ func Check(n *Node, req *Request) []Reason {
 // maps flattened to slices (ranging over a map costs more than the rest of
 // a node's checks) and the heartbeat cutoff computed.
 type compiled struct {
-	req *Request
 	// summaryOnly: evaluate leaves Reason.Detail empty (Summarize counts
 	// summaries only, and formatting details would be most of its work).
 	summaryOnly bool
-	// missingCapability is the capability rule's summary, made once.
+	// missingCapability is the capability rule's summary, made by the
+	// first node that fails the rule: a passing check allocates nothing.
 	missingCapability string
 	cutoff            time.Time // heartbeats before it are expired (HeartbeatTTL > 0)
 	required          []labelPair
@@ -45,10 +45,7 @@ type compiled struct {
 type labelPair struct{ key, value string }
 
 func compile(req *Request) compiled {
-	c := compiled{req: req, required: pairs(req.RequiredLabels), preferred: pairs(req.PreferredLabels)}
-	if req.Capability != "" {
-		c.missingCapability = "missing capability " + req.Capability + "@" + req.CapabilityVersion
-	}
+	c := compiled{required: pairs(req.RequiredLabels), preferred: pairs(req.PreferredLabels)}
 	if req.HeartbeatTTL > 0 {
 		c.cutoff = req.Now.Add(-req.HeartbeatTTL)
 	}
@@ -70,11 +67,10 @@ func pairs(m map[string]string) []labelPair {
 // evaluate applies every rule. With out nil it is eligible's yes/no;
 // otherwise it appends a Reason per failed rule, in the order they are
 // shown, and reports whether none failed.
-func evaluate(n *Node, c *compiled, out *[]Reason) bool {
+func evaluate(n *Node, req *Request, c *compiled, out *[]Reason) bool {
 	if out == nil {
-		return eligible(n, c)
+		return eligible(n, req, c)
 	}
-	req := c.req
 	ok := true
 	fail := func(code ReasonCode, summary, detail string) {
 		ok = false
@@ -107,6 +103,9 @@ func evaluate(n *Node, c *compiled, out *[]Reason) bool {
 		detail := "node has none"
 		if vs := n.Capabilities[req.Capability]; len(vs) > 0 && !c.summaryOnly {
 			detail = "node has " + req.Capability + "@" + strings.Join(vs, ",")
+		}
+		if c.missingCapability == "" {
+			c.missingCapability = "missing capability " + req.Capability + "@" + req.CapabilityVersion
 		}
 		fail(ReasonMissingCapability, c.missingCapability, detail)
 	}
@@ -180,8 +179,7 @@ func evaluate(n *Node, c *compiled, out *[]Reason) bool {
 // cost: first what the node record itself holds, then the lookups in its
 // labels and capabilities, which touch memory elsewhere (over 10,000
 // nodes that memory traffic is most of a decision's time).
-func eligible(n *Node, c *compiled) bool {
-	req := c.req
+func eligible(n *Node, req *Request, c *compiled) bool {
 	if n.Management != ManagementActive || n.Liveness != LivenessReady || n.Scheduling != SchedulingEligible || n.Condition != "" || n.Quarantine != "" ||
 		(req.HeartbeatTTL > 0 && n.LastHeartbeat.Before(c.cutoff)) ||
 		n.RunningAttempts >= n.Slots || !n.Resources.Covers(req.Resources) ||

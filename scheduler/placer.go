@@ -74,8 +74,8 @@ func (p *Placer) Select(req *Request) (Candidate, error) {
 		cl.req.TaskID = ""
 		cl.c = compile(&cl.req)
 		for _, n := range p.nodes {
-			if evaluate(n, &cl.c, nil) {
-				cl.heap = append(cl.heap, Candidate{Node: n, Score: score(n, &cl.c, p.cfg)})
+			if evaluate(n, &cl.req, &cl.c, nil) {
+				cl.heap = append(cl.heap, Candidate{Node: n, Score: score(n, &cl.req, &cl.c, p.cfg)})
 			}
 		}
 		heap.Init(&cl.heap)
@@ -90,11 +90,11 @@ func (p *Placer) Select(req *Request) (Candidate, error) {
 	}
 	for len(cl.heap) > 0 {
 		top := &cl.heap[0]
-		if !evaluate(top.Node, &cl.c, nil) {
+		if !evaluate(top.Node, &cl.req, &cl.c, nil) {
 			heap.Pop(&cl.heap) // booked full: it stays full for this pass
 			continue
 		}
-		if s := score(top.Node, &cl.c, p.cfg); s != top.Score {
+		if s := score(top.Node, &cl.req, &cl.c, p.cfg); s != top.Score {
 			top.Score = s
 			heap.Fix(&cl.heap, 0)
 			continue
@@ -110,11 +110,11 @@ func (p *Placer) best(cl *placerClass, k int) []Candidate {
 	var got []Candidate
 	for len(got) < k && len(cl.heap) > 0 {
 		top := &cl.heap[0]
-		if !evaluate(top.Node, &cl.c, nil) {
+		if !evaluate(top.Node, &cl.req, &cl.c, nil) {
 			heap.Pop(&cl.heap)
 			continue
 		}
-		if s := score(top.Node, &cl.c, p.cfg); s != top.Score {
+		if s := score(top.Node, &cl.req, &cl.c, p.cfg); s != top.Score {
 			top.Score = s
 			heap.Fix(&cl.heap, 0)
 			continue

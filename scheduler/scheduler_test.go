@@ -771,3 +771,20 @@ func TestDriverNeedsItsCapability(t *testing.T) {
 		t.Fatalf("summary %q", s)
 	}
 }
+
+// Every replica re-checks each reservation with Check when it applies it:
+// a passing check with a request that has no labels allocates nothing, not
+// even the request a caller keeps on its stack (a request reachable from
+// the compiled rules made every caller's request escape to the heap).
+func TestCheckOfAnEligibleNodeDoesNotAllocate(t *testing.T) {
+	n := node("node-a", 4, 0)
+	allocs := testing.AllocsPerRun(100, func() {
+		req := Request{TaskID: "t1", Capability: "exec", CapabilityVersion: "1", Resources: Resources{CPUMillis: 1000}, Now: now, HeartbeatTTL: time.Minute}
+		if reasons := Check(n, &req); len(reasons) != 0 {
+			t.Fatalf("node-a refused: %v", reasons)
+		}
+	})
+	if allocs != 0 {
+		t.Fatalf("a passing Check allocates %.0f times, want 0", allocs)
+	}
+}

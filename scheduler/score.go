@@ -87,11 +87,10 @@ func referenceScore(n *Node, c *compiled) int64 {
 // configured) the profile score.
 func Score(n *Node, req *Request, cfg *Config) int64 {
 	c := compile(req)
-	return score(n, &c, cfg)
+	return score(n, req, &c, cfg)
 }
 
-func score(n *Node, c *compiled, cfg *Config) int64 {
-	req := c.req
+func score(n *Node, req *Request, c *compiled, cfg *Config) int64 {
 	s := referenceScore(n, c)
 	if f := req.FailedOn[n.ID]; f > 0 {
 		s -= int64(f) * RetryNodePenalty
@@ -126,7 +125,7 @@ type ScoreParts struct {
 func Parts(n *Node, req *Request, cfg *Config) ScoreParts {
 	c := compile(req)
 	p := profileParts(n, req)
-	total := score(n, &c, cfg)
+	total := score(n, req, &c, cfg)
 	var prof int64
 	if cfg != nil && cfg.ProfileScale > 0 {
 		prof = int64(math.Round(ProfileScore(n, req, cfg.ProfileWeights) * float64(cfg.ProfileScale)))
@@ -294,8 +293,8 @@ func Rank(nodes []*Node, req *Request, cfg *Config) []Candidate {
 	out := make([]Candidate, 0, len(nodes))
 	c := compile(req)
 	for _, n := range nodes {
-		if evaluate(n, &c, nil) {
-			out = append(out, Candidate{Node: n, Score: score(n, &c, cfg)})
+		if evaluate(n, req, &c, nil) {
+			out = append(out, Candidate{Node: n, Score: score(n, req, &c, cfg)})
 		}
 	}
 	slices.SortFunc(out, compareCandidates)
@@ -326,10 +325,10 @@ func Select(nodes []*Node, req *Request, cfg *Config) (Candidate, error) {
 	found := false
 	c := compile(req)
 	for _, n := range nodes {
-		if !evaluate(n, &c, nil) {
+		if !evaluate(n, req, &c, nil) {
 			continue
 		}
-		cand := Candidate{Node: n, Score: score(n, &c, cfg)}
+		cand := Candidate{Node: n, Score: score(n, req, &c, cfg)}
 		if !found || compareCandidates(cand, best) < 0 {
 			best, found = cand, true
 		}
@@ -346,10 +345,10 @@ func topK(nodes []*Node, req *Request, cfg *Config, k int) []Candidate {
 	top := make([]Candidate, 0, k+1)
 	c := compile(req)
 	for _, n := range nodes {
-		if !evaluate(n, &c, nil) {
+		if !evaluate(n, req, &c, nil) {
 			continue
 		}
-		cand := Candidate{Node: n, Score: score(n, &c, cfg)}
+		cand := Candidate{Node: n, Score: score(n, req, &c, cfg)}
 		if len(top) == k && compareCandidates(cand, top[k-1]) >= 0 {
 			continue
 		}

@@ -47,7 +47,9 @@ func applyReserve(db *store, index uint64, r *ReserveRequest) (any, error) {
 	if _, exists := db.attempt(r.AttemptID); exists {
 		return nil, reject(RejectConflict, "attempt id %q already exists", r.AttemptID)
 	}
-	node, err := getNode(db, r.NodeID)
+	// The record as stored and the usage beside it: a reservation changes
+	// the usage alone.
+	node, err := getNodeRecord(db, r.NodeID)
 	if err != nil {
 		return nil, err
 	}
@@ -55,6 +57,10 @@ func applyReserve(db *store, index uint64, r *ReserveRequest) (any, error) {
 		return nil, reject(RejectSessionChanged, "node %s session %d, placement was for %d", node.ID, node.SessionGeneration, r.SessionGeneration)
 	}
 	view := node.View()
+	view.Reserved, view.RunningAttempts = scheduler.Resources{}, 0
+	if u := db.usageOf(node.ID); u != nil {
+		view.Reserved, view.RunningAttempts = u.Reserved, u.Running
+	}
 	req := task.Request(r.Now, r.HeartbeatTTL)
 	if task.BlacklistedOn(node) {
 		req.Blacklist = map[string]bool{node.ID: true}
@@ -68,19 +74,15 @@ func applyReserve(db *store, index uint64, r *ReserveRequest) (any, error) {
 		State: AttemptReserved, LeaseVersion: index, Resources: task.Spec.Resources,
 		ReservedAt: StampOf(r.Now), CreateIndex: index, ModifyIndex: index,
 	}
-	n := node.clone()
-	n.Reserved = n.Reserved.Add(a.Resources)
-	n.RunningAttempts++
-	n.ModifyIndex = index
 	t := task.clone()
 	t.State = TaskScheduled
 	t.Attempts = int16(r.Number)
 	t.setCurrentAttempt(a.ID)
 	t.ModifyIndex = index
 	t.setLastExplain("")
-	t.addEvent(index, r.Now, EventNodeSelected, reservedMessage(a.Number, n.ID, r.Score, a.LeaseVersion))
+	t.addEvent(index, r.Now, EventNodeSelected, reservedMessage(a.Number, node.ID, r.Score, a.LeaseVersion))
 	db.putAttempt(a)
-	db.putNode(n)
+	db.addUsage(node.ID, a.Resources, +1, index)
 	db.putTask(t)
 	return &ReserveResult{Attempt: a}, nil
 }
@@ -207,14 +209,14 @@ func endAttempt(db *store, index uint64, a *Attempt, task *Task, r *AttemptEndRe
 	na.OutputTail = r.OutputTail
 	na.ModifyIndex = index
 
-	node, err := getNode(db, a.NodeID)
+	node, err := getNodeRecord(db, a.NodeID)
 	if err != nil {
 		return nil, err
 	}
 	n := node.clone()
-	n.Reserved = n.Reserved.Sub(a.Resources)
-	n.RunningAttempts--
 	n.ModifyIndex = index
+	db.addUsage(n.ID, a.Resources, -1, index)
+	db.stampUsage(n)
 
 	t := task.clone()
 	t.ModifyIndex = index

@@ -16,6 +16,15 @@ func getNode(db *store, id string) (*Node, error) {
 	return nil, reject(RejectNotFound, "node %q not found", id)
 }
 
+// getNodeRecord is getNode without bringing the record's usage up to
+// date, for the commands that change the usage themselves.
+func getNodeRecord(db *store, id string) (*Node, error) {
+	if n, ok := db.nodeRecord(id); ok {
+		return n, nil
+	}
+	return nil, reject(RejectNotFound, "node %q not found", id)
+}
+
 func applyNodeDrain(db *store, index uint64, r *NodeDrainRequest) (any, error) {
 	node, err := getNode(db, r.NodeID)
 	if err != nil {

@@ -12,7 +12,8 @@ import (
 // CheckInvariants verifies the promise over the whole state:
 //   - no node is over capacity: its reservations fit its resources and
 //     its live attempts fit its slots;
-//   - each node's reserved totals equal the sum of its live attempts;
+//   - each node's reserved totals equal the sum of its live attempts, and
+//     usage is recorded only for nodes that exist;
 //   - no task has more than one live attempt, and a task's live attempt
 //     is its current one; a task is scheduled or running exactly when it
 //     has one (the state index relies on it);
@@ -25,6 +26,12 @@ func (s *State) CheckInvariants() error {
 	if err != nil {
 		return err
 	}
+	s.st.usage.Ascend(func(u *nodeUsage) bool {
+		if _, ok := s.st.nodeRecord(u.NodeID); !ok {
+			errs = append(errs, fmt.Errorf("usage recorded for node %s, which has no record", u.NodeID))
+		}
+		return true
+	})
 	reserved := map[string]scheduler.Resources{}
 	live := map[string]int{}
 	liveByTask := map[string][]string{}
@@ -149,7 +156,8 @@ func (s *store) checkIndexes() error {
 		errs = append(errs,
 			checkWriterLookup("task", s.tasks, s.w.tasks.Len(), s.w.tasks.Get, func(t *Task) string { return t.ID }),
 			checkWriterLookup("attempt", s.attempts, s.w.attempts.Len(), s.w.attempts.Get, func(a *Attempt) string { return a.ID }),
-			checkWriterLookup("node", s.nodes, len(s.w.nodes), func(id string) *Node { return s.w.nodes[id] }, func(n *Node) string { return n.ID }))
+			checkWriterLookup("node", s.nodes, len(s.w.nodes), func(id string) *Node { return s.w.nodes[id] }, func(n *Node) string { return n.ID }),
+			checkWriterLookup("node usage", s.usage, len(s.w.usage), func(id string) *nodeUsage { return s.w.usage[id] }, func(u *nodeUsage) string { return u.NodeID }))
 	}
 	return errors.Join(errs...)
 }

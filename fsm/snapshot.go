@@ -9,6 +9,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+
+	"herd/scheduler"
 )
 
 // snapshotFormat names the stream layout written by Persist: one JSON
@@ -73,7 +75,7 @@ func writeSnapshot(w io.Writer, s *State) error {
 	}
 	s.st.servers.Ascend(func(v *Server) bool { return write(tableServers, v) })
 	if werr == nil {
-		s.st.nodes.Ascend(func(v *Node) bool { return write(tableNodes, v) })
+		s.st.nodes.Ascend(func(v *Node) bool { return write(tableNodes, s.st.current(v)) })
 	}
 	if werr == nil {
 		s.st.tasks.Ascend(func(v *Task) bool { return write(tableTasks, v.toJSON()) })
@@ -210,6 +212,9 @@ func decodeRecord(db *store, rec snapshotRecord) error {
 		return decodeInto(rec, func(v *Node) string { return v.ID }, func(n *Node) {
 			if n.History != nil {
 				n.History.syncTimes()
+			}
+			if n.RunningAttempts != 0 || n.Reserved != (scheduler.Resources{}) {
+				db.setUsage(n.ID, n.Reserved, n.RunningAttempts, n.ModifyIndex)
 			}
 			db.putNode(n)
 		})

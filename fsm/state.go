@@ -112,7 +112,7 @@ func (s *State) Node(id string) (*Node, error) {
 // Nodes lists worker nodes in id order.
 func (s *State) Nodes() ([]*Node, error) {
 	out := make([]*Node, 0, s.st.nodes.Len())
-	s.st.nodes.Ascend(func(n *Node) bool { out = append(out, n); return true })
+	s.st.nodes.Ascend(func(n *Node) bool { out = append(out, s.st.current(n)); return true })
 	return out, nil
 }
 

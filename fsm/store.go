@@ -22,6 +22,9 @@ import (
 type store struct {
 	servers *btree.BTreeG[*Server]
 	nodes   *btree.BTreeG[*Node]
+	// usage is what each node's live attempts hold, by node id (see
+	// nodeUsage).
+	usage *btree.BTreeG[*nodeUsage]
 
 	tasks       *btree.BTreeG[*Task] // by id
 	tasksByKey  *btree.BTreeG[*Task] // by idempotency key; tasks without one are left out
@@ -77,6 +80,7 @@ type writerMaps struct {
 	tasks    *idtable.Table[Task]
 	attempts *idtable.Table[Attempt]
 	nodes    map[string]*Node
+	usage    map[string]*nodeUsage
 	touched  map[string]struct{}
 	interner *interner
 	// index is the entry being applied (0 while restoring a snapshot).
@@ -91,6 +95,7 @@ func newStore() *store {
 	return &store{
 		servers:        btree.NewG(btreeDegree, func(a, b *Server) bool { return a.ID < b.ID }),
 		nodes:          btree.NewG(btreeDegree, func(a, b *Node) bool { return a.ID < b.ID }),
+		usage:          btree.NewG(btreeDegree, func(a, b *nodeUsage) bool { return a.NodeID < b.NodeID }),
 		tasks:          btree.NewG(btreeDegree, func(a, b *Task) bool { return a.ID < b.ID }),
 		tasksByKey:     btree.NewG(btreeDegree, func(a, b *Task) bool { return a.Spec.IdempotencyKey < b.Spec.IdempotencyKey }),
 		tasksByStat:    btree.NewG(btreeDegree, lessTaskState),
@@ -109,6 +114,7 @@ func newStore() *store {
 			tasks:    idtable.New(func(t *Task) string { return t.ID }),
 			attempts: idtable.New(func(a *Attempt) string { return a.ID }),
 			nodes:    map[string]*Node{},
+			usage:    map[string]*nodeUsage{},
 			touched:  map[string]struct{}{}, interner: newInterner(),
 		},
 	}
@@ -143,7 +149,7 @@ func (s *store) clone() *store {
 		counts[k] = v
 	}
 	return &store{
-		servers: s.servers.Clone(), nodes: s.nodes.Clone(),
+		servers: s.servers.Clone(), nodes: s.nodes.Clone(), usage: s.usage.Clone(),
 		tasks: s.tasks.Clone(), tasksByKey: s.tasksByKey.Clone(), tasksByStat: s.tasksByStat.Clone(), taskCounts: counts,
 		attempts: s.attempts.Clone(), attemptsByTask: s.attemptsByTask.Clone(), liveByNode: s.liveByNode.Clone(),
 		endedByNode: s.endedByNode.Clone(), acl: s.acl.clone(), keyring: s.keyring,
@@ -195,7 +201,18 @@ func (s *store) attempt(id string) (*Attempt, bool) {
 	return s.attempts.Get(&Attempt{ID: id})
 }
 
+// node returns a node's record with its current usage (see current).
 func (s *store) node(id string) (*Node, bool) {
+	n, ok := s.nodeRecord(id)
+	if !ok {
+		return nil, false
+	}
+	return s.current(n), true
+}
+
+// nodeRecord returns a node's record as stored: its Reserved,
+// RunningAttempts and ModifyIndex may lag behind its usage.
+func (s *store) nodeRecord(id string) (*Node, bool) {
 	if s.w != nil {
 		n, ok := s.w.nodes[id]
 		return n, ok
@@ -278,7 +295,10 @@ func (s *store) putServer(v *Server) { s.servers.ReplaceOrInsert(v) }
 
 func (s *store) deleteServer(v *Server) { s.servers.Delete(v) }
 
+// putNode inserts or replaces a node, which must be a record no view has
+// seen yet: it is stamped with the node's current usage.
 func (s *store) putNode(n *Node) {
+	s.stampUsage(n)
 	old, _ := s.nodes.ReplaceOrInsert(n)
 	if old != nil {
 		s.recordGained(TopicNode, n.ID, string(n.Liveness), old.Events, n.Events)

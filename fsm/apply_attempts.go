@@ -56,8 +56,7 @@ func applyReserve(db *store, index uint64, r *ReserveRequest) (any, error) {
 	if node.SessionGeneration != r.SessionGeneration {
 		return nil, reject(RejectSessionChanged, "node %s session %d, placement was for %d", node.ID, node.SessionGeneration, r.SessionGeneration)
 	}
-	view := node.View()
-	view.Reserved, view.RunningAttempts = scheduler.Resources{}, 0
+	view := node.View() // a node without usage is stored with none
 	if u := db.usageOf(node.ID); u != nil {
 		view.Reserved, view.RunningAttempts = u.Reserved, u.Running
 	}

@@ -63,8 +63,7 @@ func (s *store) current(n *Node) *Node {
 		return n
 	}
 	c := n.clone()
-	c.Reserved, c.RunningAttempts = u.Reserved, u.Running
-	c.ModifyIndex = max(c.ModifyIndex, u.ModifyIndex)
+	s.stampUsage(c)
 	return c
 }
 

@@ -172,22 +172,19 @@ func applyRegisterNode(db *store, index uint64, r *RegisterNodeRequest) (any, er
 	n.CreateIndex = index
 	n.Management = scheduler.ManagementActive
 	n.Scheduling = scheduler.SchedulingEligible
-	n.Reserved = scheduler.Resources{}
-	n.RunningAttempts = 0
 	if exists && n.RegistrationToken != "" && old.RegistrationToken == n.RegistrationToken {
 		// The same registration again (a client retry whose first try
 		// committed): answer it without starting another session.
 		return old, nil
 	}
 	if exists {
-		// A re-registration keeps what the cluster decided about the node
-		// and what it holds; only the agent-reported facts are replaced.
+		// A re-registration keeps what the cluster decided about the node;
+		// only the agent-reported facts are replaced. What it holds lives
+		// in its usage record, which putNode stamps onto the new record.
 		n.SessionGeneration = old.SessionGeneration + 1
 		n.CreateIndex = old.CreateIndex
 		n.Management = old.Management
 		n.Scheduling = old.Scheduling
-		n.Reserved = old.Reserved
-		n.RunningAttempts = old.RunningAttempts
 		n.RegisteredAt = old.RegisteredAt
 		n.HealthyIndex = old.HealthyIndex
 		n.Events = append([]TimelineEvent(nil), old.Events...)

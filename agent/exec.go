@@ -124,7 +124,7 @@ func (a *Agent) runProcess(ctx context.Context, as api.Assignment) outcome {
 		}
 	}
 	defer limits.Release()
-	r, w, err := os.Pipe()
+	r, w, err := outputPipe()
 	if err != nil {
 		return outcome{state: api.AttemptFailed, exitCode: -1, err: fmt.Sprintf("output pipe: %v", err)}
 	}

@@ -3,7 +3,6 @@ package agent
 import (
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -54,26 +53,28 @@ type v1Group struct {
 	// trusted (oomKnown) only if nothing of that attempt was left in it.
 	oomKills int64
 	oomKnown bool
-	// oomControl holds memory.oom_control open once read: reread from
-	// its start, it shows the current counts (opening a cgroup file cost
-	// more than reading it). Unlike the tasks and cgroup.procs lists,
-	// which the kernel may answer from a cache kept per open file, it is
-	// generated on every read.
-	oomControl *os.File
+	// oomControl holds memory.oom_control open once read (oomOpen):
+	// reread from its start, it shows the current counts (opening a
+	// cgroup file cost more than reading it). Unlike the tasks and
+	// cgroup.procs lists, which the kernel may answer from a cache kept
+	// per open file, it is generated on every read. A plain descriptor:
+	// one pread answers it, where an *os.File reads again to see the end.
+	oomControl int
+	oomOpen    bool
 }
 
 // oomKillCount reads the memory group's OOM-kill count (0 if unknown).
 func (g *v1Group) oomKillCount() int64 {
-	if g.oomControl == nil {
-		f, err := os.Open(filepath.Join(g.mem, "memory.oom_control"))
+	if !g.oomOpen {
+		fd, err := unix.Open(filepath.Join(g.mem, "memory.oom_control"), unix.O_RDONLY|unix.O_CLOEXEC, 0)
 		if err != nil {
 			return 0
 		}
-		g.oomControl = f
+		g.oomControl, g.oomOpen = fd, true
 	}
-	var buf [256]byte
-	n, err := g.oomControl.ReadAt(buf[:], 0)
-	if err != nil && err != io.EOF {
+	var buf [512]byte
+	n, err := unix.Pread(g.oomControl, buf[:], 0)
+	if err != nil || n <= 0 {
 		return 0
 	}
 	return keyedValue(buf[:n], "oom_kill")
@@ -303,9 +304,9 @@ func (c *cgroupV1) give(g *v1Group, empty bool) {
 func (c *cgroupV1) discard(g *v1Group) {
 	closeAll(g.tasks)
 	g.tasks = nil
-	if g.oomControl != nil {
-		g.oomControl.Close()
-		g.oomControl = nil
+	if g.oomOpen {
+		unix.Close(g.oomControl)
+		g.oomOpen = false
 	}
 	_ = os.Remove(g.mem)
 	_ = os.Remove(g.cpu)
@@ -454,9 +455,11 @@ func lockOffMainThread(fn func()) {
 }
 
 // onMainThread reports whether the calling thread is the process's
-// main thread (its thread id is the process id). A variable, so that a
-// test can stand in for the main thread.
-var onMainThread = func() bool { return unix.Gettid() == unix.Getpid() }
+// main thread (its thread id is the process id, read once: it does not
+// change). A variable, so that a test can stand in for the main thread.
+var onMainThread = func() bool { return unix.Gettid() == processID }
+
+var processID = unix.Getpid()
 
 // homeTasksFiles returns the tasks files of the agent's own v1 cgroups,
 // by controller (one the agent is in no cgroup of is missing), found and
@@ -521,7 +524,8 @@ func (h *cgroupV1Handle) Started(pid int) error {
 }
 
 func (h *cgroupV1Handle) KillAll() {
-	b, err := os.ReadFile(filepath.Join(h.mem, "cgroup.procs"))
+	var buf [512]byte
+	b, err := readSmallFile(filepath.Join(h.mem, "cgroup.procs"), buf[:])
 	if err != nil {
 		return
 	}

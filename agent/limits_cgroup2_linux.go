@@ -174,7 +174,8 @@ func (h *cgroupV2Handle) Contained() bool { return holdsNoProcess(h.dir) }
 
 // holdsNoProcess reports whether the cgroup dir is readable and empty.
 func holdsNoProcess(dir string) bool {
-	b, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+	var buf [512]byte
+	b, err := readSmallFile(filepath.Join(dir, "cgroup.procs"), buf[:])
 	return err == nil && len(strings.TrimSpace(string(b))) == 0
 }
 

@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"io"
 	"os"
 	"path/filepath"
 	"sync"
@@ -130,15 +129,4 @@ func (w *workDirs) inPool(name string) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.pooled[name]
-}
-
-// emptyDir reports whether dir exists and holds nothing.
-func emptyDir(dir string) bool {
-	f, err := os.Open(dir)
-	if err != nil {
-		return false
-	}
-	defer f.Close()
-	_, err = f.Readdirnames(1)
-	return err == io.EOF
 }

@@ -1,8 +1,6 @@
 package fsm
 
 import (
-	"bytes"
-	"io"
 	"testing"
 
 	"herd/scheduler"
@@ -50,14 +48,7 @@ func TestNodeUsageIsReadWithTheNode(t *testing.T) {
 	h.apply(MsgAttemptEnd, AttemptEndRequest{AttemptID: "a1", LeaseVersion: leaseOf(t, h, "a1"), State: AttemptSucceeded, Now: epoch})
 	want(h.f.State(), res, 1, h.index)
 
-	var snap bytes.Buffer
-	if err := h.f.State().Dump(&snap); err != nil {
-		t.Fatal(err)
-	}
-	restored := New(nil)
-	if err := restored.Restore(io.NopCloser(bytes.NewReader(snap.Bytes()))); err != nil {
-		t.Fatal(err)
-	}
+	restored := restoredCopy(t, h.f)
 	want(restored.State(), res, 1, h.index)
 	end := mustEncode(t, MsgAttemptEnd, AttemptEndRequest{AttemptID: "a2", LeaseVersion: leaseOf(t, h, "a2"), State: AttemptSucceeded, Now: epoch})
 	h.index++

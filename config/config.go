@@ -20,7 +20,7 @@ type Raft struct {
 	// leader before it stands for election (the leader watch has raft
 	// check after a timeout and a random share of a quarter more, so a
 	// crashed leader is noticed within a timeout and a quarter). 1 s: the
-	// bench's failover stays well under 3 s at its worst trial, and the
+	// bench's failover stays under 3 s at its worst trial, and the
 	// timeout leaves the leader's lease (below) room to be long. Pre-vote
 	// keeps a follower that alone misses heartbeats from deposing the
 	// leader.

@@ -7,6 +7,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
+
+	"herd/config"
 )
 
 // fakeContact is a Raft as the leader watch sees it; it validates a
@@ -103,6 +105,16 @@ func TestLeaderWatch(t *testing.T) {
 		}
 		if w.check(t0.Add(10*hb)) || len(f.reloads) != 0 {
 			t.Error("a disabled watch nudged")
+		}
+	})
+
+	t.Run("the default timings leave the watch room to shorten the timeout", func(t *testing.T) {
+		d := config.DefaultRaft()
+		f := &fakeContact{state: raft.Follower, last: t0, lease: d.LeaderLeaseTimeout, cfg: base}
+		f.cfg.HeartbeatTimeout, f.cfg.ElectionTimeout = d.HeartbeatTimeout, d.ElectionTimeout
+		w := newLeaderWatch(f, hclog.NewNullLogger())
+		if !w.check(t0.Add(2*d.HeartbeatTimeout)) || w.disabled {
+			t.Fatalf("the defaults (timeout %s, lease %s) turned the watch off", d.HeartbeatTimeout, d.LeaderLeaseTimeout)
 		}
 	})
 

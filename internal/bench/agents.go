@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -49,13 +51,16 @@ func benchAgents(exe, dir, profiles string, sz benchSizes, r *Result) error {
 	defer func() { r.AgentsElections = s.highestTerm() - term0 }()
 	t0 := time.Now()
 	var failed sync.Map // agent id → why its Run ended early
+	var refuted refutations
+	// Memberlist logs at the info level through the agent's logger.
+	logger := hclog.New(&hclog.LoggerOptions{Output: &refuted, Level: hclog.Info})
 	for i := range n {
 		id := fmt.Sprintf("many-%04d", i)
 		servers := []string{s.http[i%3], s.http[(i+1)%3], s.http[(i+2)%3]}
 		a, err := agent.New(agent.Config{
 			ID: id, Servers: servers, DataDir: filepath.Join(dir, "agents", id), Slots: 1,
 			Resources: api.Resources{CPUMillis: 1000, MemoryMB: 1024, DiskMB: 1024},
-			NoBench:   true, OCIRuntime: "none", Limits: "none", Logger: hclog.NewNullLogger(),
+			NoBench:   true, OCIRuntime: "none", Limits: "none", Logger: logger,
 			GossipTune: manyMembersTune,
 		})
 		if err != nil {
@@ -107,6 +112,7 @@ func benchAgents(exe, dir, profiles string, sz benchSizes, r *Result) error {
 		return done
 	}
 	i0, _ := metricSample(s.http[li], "herd_raft_commit_index")
+	refuted0 := refuted.n.Load()
 	l0, a0, w0 := procCPUSeconds(leaderPid), procCPUSeconds(self), time.Now()
 	idleProfile := profile("leader-idle.pprof")
 	stopSelf, err := profileSelf(profiles, "agents-idle.pprof")
@@ -149,6 +155,7 @@ func benchAgents(exe, dir, profiles string, sz benchSizes, r *Result) error {
 	window = time.Since(w0).Seconds()
 	r.AgentsLeaderPlacingCPU = 100 * (procCPUSeconds(leaderPid) - l0) / window
 	r.AgentsPlacedTasksPerSec = float64(submitted) / window
+	r.AgentsFleetRefutations = int(refuted.n.Load() - refuted0)
 	if err := <-placingProfile; err != nil {
 		fmt.Fprintf(os.Stderr, "bench: agents: no profile of the leader's placing window: %v\n", err)
 	}
@@ -283,21 +290,39 @@ func profileSelf(dir, name string) (stop func() error, err error) {
 }
 
 // manyMembersTune is memberlist's timing for the step's agents, which all
-// live in this one process: its LAN defaults give a probe 500 ms to be
-// answered, which a process hosting hundreds of members, each probing
-// and answering, misses under its own load; each miss is a suspicion
-// broadcast to every member, and the refutation another, so the load
-// feeds itself. A probe every 3 s with 2 s to answer breaks that loop.
-// Gossip rounds every second instead of every 200 ms: each round walks
-// the member's broadcast queue, which a thousand joining members fill,
-// and that walk was a fifth of the process. It changes only the agents'
-// own probing and gossip (each member is probed about once per interval
-// whatever the fleet's size, the servers too); the heartbeats the
-// servers judge liveness by are the agent's own, at their usual
-// interval.
+// live in this one process. A real fleet's members each probe one member
+// a second on their own CPU and answer within milliseconds; here every
+// probe of the fleet shares two cores, and a probe answered late is a
+// suspicion that every member receives, retransmits and, once the
+// suspected member hears of it, a refutation that travels the same way:
+// each false suspicion costs the process work in proportion to the
+// fleet's size, which delays more answers. Past a point that loop feeds
+// itself, and the process stays saturated with its own gossip while its
+// agents' heartbeats to the servers go late. So the agents probe each
+// other rarely (every 15 s, with 5 s to answer), which keeps the fleet's
+// own suspicions near none, as a real fleet's are; the servers probe the
+// agents at their usual timings, and the heartbeats the servers judge
+// liveness by are the agent's own, at their usual interval. Gossip
+// rounds every second instead of every 200 ms: each round walks the
+// member's broadcast queue, which a thousand joining members fill, and
+// that walk was a fifth of the process.
 func manyMembersTune(c *memberlist.Config) {
-	c.ProbeInterval, c.ProbeTimeout = 3*time.Second, 2*time.Second
+	c.ProbeInterval, c.ProbeTimeout = 15*time.Second, 5*time.Second
 	c.GossipInterval = time.Second
+}
+
+// refutations counts the fleet's members refuting a suspicion or a death
+// of themselves, from their gossip logs: each one is a false suspicion
+// the fleet raised or received, the measure of its own gossip noise.
+type refutations struct{ n atomic.Int64 }
+
+// Write implements io.Writer for the agents' loggers; memberlist logs
+// each refutation as one line.
+func (r *refutations) Write(b []byte) (int, error) {
+	if bytes.Contains(b, []byte("memberlist: Refuting a ")) {
+		r.n.Add(1)
+	}
+	return len(b), nil
 }
 
 // fleetHeap sets this process's collector for hosting the fleet and

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/hashicorp/go-hclog"
+
 	"herd/agent"
 )
 
@@ -54,5 +56,22 @@ func TestValidateRefusesBadOptions(t *testing.T) {
 		if err := (Options{AgentLimits: m}).Validate(); err != nil {
 			t.Errorf("limits %s refused: %v", m, err)
 		}
+	}
+}
+
+// The agents step counts refutations from the lines memberlist writes
+// through the agent's logger (the agent hands memberlist a standard
+// logger of its own), and nothing else it logs.
+func TestRefutationsCountsMemberlistRefutations(t *testing.T) {
+	var r refutations
+	logger := hclog.New(&hclog.LoggerOptions{Output: &r, Level: hclog.Info})
+	ml := logger.Named("gossip").StandardLogger(nil)
+	ml.Printf("[WARN] memberlist: Refuting a suspect message (from: many-0001)")
+	ml.Printf("[WARN] memberlist: Refuting a dead message (from: s2)")
+	ml.Printf("[INFO] memberlist: Suspect many-0002 has failed, no acks received")
+	ml.Printf("[WARN] memberlist: Refuting an alive message for 'many-0003' (127.0.0.1:7001)")
+	logger.Info("joined the gossip pool", "members", 4)
+	if got := r.n.Load(); got != 2 {
+		t.Fatalf("counted %d refutations, want 2", got)
 	}
 }

@@ -286,6 +286,11 @@ type Server struct {
 	// trading CPU for a smaller footprint. 0 leaves Go's default (the
 	// heap may grow to about twice what is live).
 	MemoryLimitMiB int
+	// GCHeadroomMiB bounds how far the heap grows past what is live
+	// before the next collection: the collector's target (GOGC, 100 unless
+	// the environment sets it) is lowered after each collection so the
+	// growth stays within it, to no less than 25 %. 0 leaves GOGC alone.
+	GCHeadroomMiB int
 	// TLS names the replica's CA, certificate and key: with them the API
 	// is HTTPS and every link between replicas mutual TLS.
 	TLSCAFile, TLSCertFile, TLSKeyFile string
@@ -357,6 +362,14 @@ func DefaultRaft() Raft {
 	}
 }
 
+// DefaultGCHeadroomMiB is how far a replica's heap grows past what is
+// live, at most, unless set otherwise. A replica's live heap is mostly its
+// replicated state, which outlives every collection, so Go's default
+// target would double the footprint of a large state for memory that
+// never becomes garbage; a small state keeps Go's target, and its CPU
+// (BENCHMARKS.md, "The collector's headroom").
+const DefaultGCHeadroomMiB = 16
+
 // DefaultServer returns a server configuration with every default set.
 func DefaultServer() Server {
 	return Server{
@@ -367,6 +380,8 @@ func DefaultServer() Server {
 		Scheduler: DefaultScheduler(),
 		Liveness:  DefaultLiveness(),
 		Profiles:  DefaultProfiles(),
+
+		GCHeadroomMiB: DefaultGCHeadroomMiB,
 	}
 }
 
@@ -421,6 +436,9 @@ func (c *Server) Validate() error {
 	}
 	if c.MemoryLimitMiB < 0 || (c.MemoryLimitMiB > 0 && c.MemoryLimitMiB < 32) {
 		errs = append(errs, fmt.Errorf("memory_limit_mib %d must be 0 (no limit) or at least 32", c.MemoryLimitMiB))
+	}
+	if c.GCHeadroomMiB < 0 {
+		errs = append(errs, fmt.Errorf("gc_headroom_mib %d must be 0 (GOGC alone) or more", c.GCHeadroomMiB))
 	}
 	if c.BootstrapExpect < 0 || c.BootstrapExpect > 9 {
 		errs = append(errs, fmt.Errorf("bootstrap_expect %d is outside 0..9", c.BootstrapExpect))

@@ -94,6 +94,26 @@ func TestEnableDebugFromFile(t *testing.T) {
 	}
 }
 
+func TestGCHeadroomSettings(t *testing.T) {
+	cfg := valid()
+	if cfg.GCHeadroomMiB != DefaultGCHeadroomMiB {
+		t.Fatalf("default gc_headroom_mib %d, want %d", cfg.GCHeadroomMiB, DefaultGCHeadroomMiB)
+	}
+	loadHCL(t, &cfg, "gc_headroom_mib = 0\n")
+	if cfg.GCHeadroomMiB != 0 || cfg.Validate() != nil {
+		t.Fatalf("gc_headroom_mib = 0 gave %d (%v)", cfg.GCHeadroomMiB, cfg.Validate())
+	}
+	if err := ApplyServerEnv(&cfg, func(k string) (string, bool) {
+		return map[string]string{"HERD_GC_HEADROOM_MIB": "64"}[k], k == "HERD_GC_HEADROOM_MIB"
+	}); err != nil || cfg.GCHeadroomMiB != 64 {
+		t.Fatalf("HERD_GC_HEADROOM_MIB=64 gave %d (%v)", cfg.GCHeadroomMiB, err)
+	}
+	cfg.GCHeadroomMiB = -1
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "gc_headroom_mib") {
+		t.Fatalf("gc_headroom_mib -1 accepted (%v)", err)
+	}
+}
+
 func TestMemoryLimitSettings(t *testing.T) {
 	cfg := valid()
 	loadHCL(t, &cfg, "memory_limit_mib = 128\n")

@@ -11,6 +11,7 @@ import (
 
 	"herd/cluster"
 	"herd/config"
+	"herd/internal/gcpace"
 )
 
 func runServer(e *env, args []string) error {
@@ -31,6 +32,10 @@ func runServer(e *env, args []string) error {
 	if cfg.MemoryLimitMiB > 0 {
 		debug.SetMemoryLimit(int64(cfg.MemoryLimitMiB) << 20)
 		logger.Info("soft memory limit set", "mib", cfg.MemoryLimitMiB)
+	}
+	if cfg.GCHeadroomMiB > 0 {
+		defer gcpace.Start(uint64(cfg.GCHeadroomMiB) << 20).Stop()
+		logger.Debug("collector paced", "headroom_mib", cfg.GCHeadroomMiB)
 	}
 	srv, err := cluster.Start(cfg, cluster.Options{Logger: logger})
 	if err != nil {

@@ -1,0 +1,78 @@
+package gcpace
+
+import (
+	"runtime"
+	"runtime/debug"
+	"testing"
+)
+
+func TestPercent(t *testing.T) {
+	const mib = 1 << 20
+	for _, c := range []struct {
+		live, headroom uint64
+		max, want      int
+	}{
+		{10 * mib, 16 * mib, 100, 100}, // a small heap keeps GOGC
+		{16 * mib, 16 * mib, 100, 100},
+		{32 * mib, 16 * mib, 100, 50},
+		{40 * mib, 16 * mib, 100, 40},
+		{40 * mib, 16 * mib, 30, 30},    // never above the starting GOGC
+		{1000 * mib, 16 * mib, 100, 25}, // never below MinPercent
+		{1000 * mib, 16 * mib, 10, 10},  // unless GOGC was lower still
+		{0, 16 * mib, 100, 100},
+	} {
+		if got := Percent(c.live, c.headroom, c.max); got != c.want {
+			t.Errorf("Percent(%d MiB live, %d MiB headroom, max %d) = %d, want %d", c.live/mib, c.headroom/mib, c.max, got, c.want)
+		}
+	}
+}
+
+// TestPacerFollowsTheLiveHeap keeps 48 MiB live with 16 MiB of headroom:
+// after a collection the target drops to what keeps the growth within the
+// headroom, and Stop restores the starting GOGC.
+func TestPacerFollowsTheLiveHeap(t *testing.T) {
+	old := debug.SetGCPercent(100)
+	defer debug.SetGCPercent(old)
+	p := Start(16 << 20)
+	if p == nil {
+		t.Fatal("Start with GOGC=100 did not pace")
+	}
+	defer p.Stop()
+	live := make([]byte, 48<<20)
+	for i := range live {
+		live[i] = byte(i)
+	}
+	// The finalizer runs after the collection that finds the sentinel,
+	// on its own goroutine: collect until it has run (bounded).
+	for i := 0; i < 200 && p.Current() == 100; i++ {
+		runtime.GC()
+		runtime.Gosched()
+	}
+	got := p.Current()
+	if got >= 100 || got < MinPercent {
+		t.Fatalf("with 48 MiB live and 16 MiB of headroom the target is %d, want below 100 and at least %d", got, MinPercent)
+	}
+	// 16/48 is 33 %; what else the test binary holds raises the live heap a little.
+	if got < 30 || got > 33 {
+		t.Fatalf("target %d, want about 33 (16 MiB over 48 MiB live)", got)
+	}
+	if set := debug.SetGCPercent(got); set != got {
+		t.Fatalf("the runtime's target is %d, the pacer reports %d", set, got)
+	}
+	runtime.KeepAlive(live)
+	p.Stop()
+	if set := debug.SetGCPercent(100); set != 100 {
+		t.Fatalf("after Stop the target is %d, want the starting 100", set)
+	}
+}
+
+func TestStartWithCollectionOff(t *testing.T) {
+	old := debug.SetGCPercent(-1)
+	defer debug.SetGCPercent(old)
+	if p := Start(16 << 20); p != nil {
+		p.Stop()
+		t.Fatal("Start paced a process with collection off")
+	}
+	var p *Pacer
+	p.Stop() // nil: nothing to stop
+}

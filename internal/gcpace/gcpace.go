@@ -8,8 +8,8 @@
 // becomes garbage. A Pacer lowers the percentage after each collection so
 // that the growth stays within a headroom in bytes: a small heap keeps
 // the GOGC the process started with (and its collection rate), a large
-// one is collected more often for a footprint that grows with its live
-// state only. The collector's CPU is proportional to the allocation rate
+// one is collected more often and grows past its live state by the
+// headroom only (by MinPercent of it, once that is more). The collector's CPU is proportional to the allocation rate
 // over the percentage, so the cost falls on processes whose live heap
 // exceeds the headroom, and only while they allocate.
 package gcpace

@@ -34,8 +34,11 @@ func runServer(e *env, args []string) error {
 		logger.Info("soft memory limit set", "mib", cfg.MemoryLimitMiB)
 	}
 	if cfg.GCHeadroomMiB > 0 {
-		defer gcpace.Start(uint64(cfg.GCHeadroomMiB) << 20).Stop()
-		logger.Debug("collector paced", "headroom_mib", cfg.GCHeadroomMiB)
+		// nil, and nothing to stop, when GOGC=off leaves nothing to pace.
+		if pacer := gcpace.Start(uint64(cfg.GCHeadroomMiB) << 20); pacer != nil {
+			defer pacer.Stop()
+			logger.Debug("collector paced", "headroom_mib", cfg.GCHeadroomMiB)
+		}
 	}
 	srv, err := cluster.Start(cfg, cluster.Options{Logger: logger})
 	if err != nil {

@@ -136,6 +136,8 @@ func classKey(r *Request) string {
 	b = append(b, r.Capability...)
 	b = append(b, 0)
 	b = append(b, r.CapabilityVersion...)
+	b = append(b, 0)
+	b = append(b, r.Driver...)
 	for _, m := range []map[string]string{r.RequiredLabels, r.PreferredLabels} {
 		b = append(b, 1)
 		for _, p := range pairs(m) {

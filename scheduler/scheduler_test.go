@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"runtime"
 	"strings"
@@ -443,6 +444,10 @@ func TestPlacerMatchesSelect(t *testing.T) {
 			if rapid.Bool().Draw(rt, "ssd") {
 				nd.Labels["disk"] = "ssd"
 			}
+			if rapid.Bool().Draw(rt, "runtime") {
+				nd.Capabilities = maps.Clone(nd.Capabilities)
+				nd.Capabilities["oci"] = []string{DriverCapabilityVersion}
+			}
 			nd.Labels["zone"] = rapid.SampledFrom([]string{"a", "b"}).Draw(rt, "zone")
 			nd.Tier = Tier(rapid.IntRange(0, 3).Draw(rt, "tier"))
 			nd.Profile.Power = rapid.Float64Range(0, 1).Draw(rt, "power")
@@ -476,6 +481,9 @@ func TestPlacerMatchesSelect(t *testing.T) {
 			}
 			if rapid.Bool().Draw(rt, "inputs") {
 				req.Inputs = []Input{{Name: "cam", Bytes: 500}}
+			}
+			if rapid.Bool().Draw(rt, "container") {
+				req.Driver = "oci"
 			}
 			if rapid.Bool().Draw(rt, "class") {
 				req.Class, req.ClassMedianMillis = "infer", 100

@@ -39,9 +39,17 @@ type passCommitter interface {
 	Commit(ctx context.Context, reserves []fsm.ReserveRequest, explains []fsm.ExplainRequest) int
 }
 
-// maxExplainsPerPass bounds how many waiting tasks one pass explains
-// (each explanation checks every node against the task).
-const maxExplainsPerPass = 64
+// maxExplainsPerPass bounds how many waiting tasks one pass explains by
+// checking every node against the task: a task with nodes of its own to
+// avoid, or the first of its class in the pass. maxRepeatExplainsPerPass
+// bounds those whose class the pass has already summarized, a lookup
+// each: a backlog of one kind is explained in a pass or a few, not in
+// one pass (a view of every node, a summary over them, a commit) per 64
+// tasks.
+const (
+	maxExplainsPerPass       = 64
+	maxRepeatExplainsPerPass = 1024
+)
 
 // wakeTracker remembers, for the leader's term, which hibernating nodes
 // it woke and when, and which nodes it passed over for which task.
@@ -119,7 +127,8 @@ type pass struct {
 	reserves    []fsm.ReserveRequest
 	proposals   []proposal
 	explains    []fsm.ExplainRequest
-	explainN    int  // tasks explained (whether or not their reason changed)
+	explainN    int  // tasks explained by checking every node (whether or not their reason changed)
+	repeatN     int  // tasks explained from their class's summary in the pass
 	explainScan bool // looked over waiting tasks with every slot taken
 	scanned     int
 	wake        time.Time // when the pass wants to run again, if sooner
@@ -157,7 +166,7 @@ func (p *pass) run(ctx context.Context, ws fsm.WatchSet) (int, time.Time) {
 	}
 	p.place(order)
 	p.stats.Scanned.Add(uint64(p.scanned))
-	if p.explainScan && p.explainN < maxExplainsPerPass {
+	if p.explainScan && !p.explainsFull() {
 		// Every task looked at was explained lately or is now; had the
 		// pass stopped at maxExplainsPerPass, the next one goes on.
 		p.ps.explainScanAfter = p.now.Add(explainScanInterval(p.cfg))
@@ -254,7 +263,7 @@ func (p *pass) place(order *scheduler.QueueIter) {
 				return
 			}
 			p.explainScan = true
-			if p.explainN >= maxExplainsPerPass || p.scanned > p.cfg.MaxPassPlacements {
+			if p.explainsFull() || p.scanned > p.cfg.MaxPassPlacements {
 				return
 			}
 			if p.now.Sub(p.ps.explained[next.ID]) < p.cfg.ExplainInterval {
@@ -340,18 +349,27 @@ func (p *pass) wakeFor(t *fsm.Task, req *scheduler.Request, cand scheduler.Candi
 }
 
 // explain records why a task waits, at most every ExplainInterval per
-// task, at most maxExplainsPerPass per pass, and only when the reason
-// changed.
+// task, within the pass's bounds, and only when the reason changed.
 func (p *pass) explain(t *fsm.Task, req *scheduler.Request) {
-	if p.explainN >= maxExplainsPerPass || p.now.Sub(p.ps.explained[t.ID]) < p.cfg.ExplainInterval {
+	if p.explainsFull() || p.now.Sub(p.ps.explained[t.ID]) < p.cfg.ExplainInterval {
 		return
 	}
-	p.explainN++
+	summary, evaluated := p.placer.Summarize(req)
+	if evaluated {
+		p.explainN++
+	} else {
+		p.repeatN++
+	}
 	p.stats.Explains.Add(1)
 	p.ps.explained[t.ID] = p.now
-	if summary := p.placer.Summarize(req); summary != t.LastExplain() {
+	if summary != t.LastExplain() {
 		p.explains = append(p.explains, fsm.ExplainRequest{TaskID: t.ID, Summary: summary, Now: p.now})
 	}
+}
+
+// explainsFull reports whether the pass has explained all it may.
+func (p *pass) explainsFull() bool {
+	return p.explainN >= maxExplainsPerPass || p.repeatN >= maxRepeatExplainsPerPass
 }
 
 // reserve decides a placement and books it in the working copy, so that

@@ -305,6 +305,35 @@ func TestPassExplainsWhyATaskWaits(t *testing.T) {
 	}
 }
 
+// With every slot taken, a backlog of one kind is explained in one pass:
+// the class is summarized once, and the tasks after the first take its
+// summary, beyond the bound on tasks summarized one by one.
+func TestPassExplainsABacklogOfOneKindInOnePass(t *testing.T) {
+	h := newPassHarness(t)
+	h.node("a", 1000, 1, nil)
+	h.submit("first", 100, nil)
+	if n, _ := h.pass(); n != 1 {
+		t.Fatalf("decided %d for the one slot, want 1", n)
+	}
+	const waiting = 3 * maxExplainsPerPass
+	for i := range waiting {
+		h.submit(fmt.Sprintf("w%03d", i), 100, nil)
+	}
+	commits := h.commitCount()
+	h.now = h.now.Add(time.Millisecond)
+	h.pass()
+	c := h.lastCommit(commits)
+	if len(c.explains) != waiting {
+		t.Fatalf("one pass explained %d of %d waiting tasks of one kind", len(c.explains), waiting)
+	}
+	for i := range waiting {
+		id := fmt.Sprintf("w%03d", i)
+		if state, why := h.taskState(id); state != fsm.TaskPending || !strings.HasPrefix(why, "0/1 nodes eligible") {
+			t.Fatalf("task %s %s, explained %q", id, state, why)
+		}
+	}
+}
+
 // Two decisions from one view cannot both win: when another placement
 // took the slot between the pass's view and its commit, the FSM rejects
 // the pass's reservation, and the next pass chooses again from the state

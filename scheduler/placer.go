@@ -39,21 +39,23 @@ func (p *Placer) Book(n *Node, res Resources) {
 	clear(p.summaries)
 }
 
-// Summarize returns what Summarize(nodes, req) returns now. Requests of
-// one class without per-task state share one answer until the next Book:
-// with every slot taken, a leader explaining why a backlog of one kind
-// waits evaluated every node again for each task.
-func (p *Placer) Summarize(req *Request) string {
+// Summarize returns what Summarize(nodes, req) returns now, and whether
+// it evaluated the nodes to get it. Requests with the same requirements
+// for eligibility and no per-task state share one answer until the next
+// Book, whatever their class or preferences: with every slot taken, a
+// leader explaining why a backlog of one kind waits evaluated every node
+// again for each task.
+func (p *Placer) Summarize(req *Request) (summary string, evaluated bool) {
 	if len(req.Blacklist) > 0 || len(req.PassedOver) > 0 {
-		return Summarize(p.nodes, req)
+		return Summarize(p.nodes, req), true
 	}
-	key := classKey(req)
+	key := summaryKey(req)
 	if s, ok := p.summaries[key]; ok {
-		return s
+		return s, false
 	}
 	s := Summarize(p.nodes, req)
 	p.summaries[key] = s
-	return s
+	return s, true
 }
 
 type placerClass struct {
@@ -125,6 +127,33 @@ func (p *Placer) best(cl *placerClass, k int) []Candidate {
 		heap.Push(&cl.heap, c)
 	}
 	return got
+}
+
+// summaryKey names what a request's eligibility depends on, besides
+// per-task state: what evaluate reads, and nothing only scoring reads.
+func summaryKey(r *Request) string {
+	b := make([]byte, 0, 64+len(r.Capability)+len(r.CapabilityVersion))
+	b = append(b, r.Capability...)
+	b = append(b, 0)
+	b = append(b, r.CapabilityVersion...)
+	b = append(b, 0)
+	b = append(b, r.Driver...)
+	b = append(b, 1)
+	for _, p := range pairs(r.RequiredLabels) {
+		b = append(b, p.key...)
+		b = append(b, 0)
+		b = append(b, p.value...)
+		b = append(b, 0)
+	}
+	b = append(b, 2)
+	for _, t := range r.Tiers {
+		b = append(b, byte(t))
+	}
+	for _, v := range [...]int64{r.Resources.CPUMillis, r.Resources.MemoryMB, r.Resources.GPU, r.Resources.DiskMB, r.Now.UnixNano(), int64(r.HeartbeatTTL)} {
+		b = append(b, 3)
+		b = strconv.AppendInt(b, v, 10)
+	}
+	return string(b)
 }
 
 // classKey names a request's requirements (everything evaluate and score

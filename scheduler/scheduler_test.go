@@ -495,8 +495,8 @@ func TestPlacerMatchesSelect(t *testing.T) {
 			if rapid.IntRange(0, 9).Draw(rt, "blacklisted") == 0 && n > 0 {
 				req.Blacklist = map[string]bool{nodes[rapid.IntRange(0, n-1).Draw(rt, "on")].ID: true}
 			}
-			if got, want := p.Summarize(req), Summarize(nodes, req); got != want {
-				rt.Fatalf("step %d: placer summarizes %q, Summarize %q", s, got, want)
+			if got, _ := p.Summarize(req); got != Summarize(nodes, req) {
+				rt.Fatalf("step %d: placer summarizes %q, Summarize %q", s, got, Summarize(nodes, req))
 			}
 			want, wantErr := Select(nodes, req, cfg)
 			got, gotErr := p.Select(req)

@@ -41,9 +41,9 @@ type passCommitter interface {
 
 // maxExplainsPerPass bounds how many waiting tasks one pass explains by
 // checking every node against the task: a task with nodes of its own to
-// avoid, or the first of its class in the pass. maxRepeatExplainsPerPass
-// bounds those whose class the pass has already summarized, a lookup
-// each: a backlog of one kind is explained in a pass or a few, not in
+// avoid, or the first in the pass to ask what it asks of a node.
+// maxRepeatExplainsPerPass bounds those whose requirements the pass has
+// already summarized, a lookup each: a backlog of one kind is explained in a pass or a few, not in
 // one pass (a view of every node, a summary over them, a commit) per 64
 // tasks.
 const (
@@ -128,7 +128,7 @@ type pass struct {
 	proposals   []proposal
 	explains    []fsm.ExplainRequest
 	explainN    int  // tasks explained by checking every node (whether or not their reason changed)
-	repeatN     int  // tasks explained from their class's summary in the pass
+	repeatN     int  // tasks explained from a summary the pass already had
 	explainScan bool // looked over waiting tasks with every slot taken
 	scanned     int
 	wake        time.Time // when the pass wants to run again, if sooner
@@ -168,7 +168,7 @@ func (p *pass) run(ctx context.Context, ws fsm.WatchSet) (int, time.Time) {
 	p.stats.Scanned.Add(uint64(p.scanned))
 	if p.explainScan && !p.explainsFull() {
 		// Every task looked at was explained lately or is now; had the
-		// pass stopped at maxExplainsPerPass, the next one goes on.
+		// pass stopped at its bounds on explanations, the next one goes on.
 		p.ps.explainScanAfter = p.now.Add(explainScanInterval(p.cfg))
 	}
 	p.dispatch(ctx)

@@ -142,12 +142,7 @@ func summaryKey(r *Request) string {
 func classKey(r *Request) string {
 	b := appendEligibility(make([]byte, 0, 96+len(r.Capability)+len(r.CapabilityVersion)), r)
 	b = append(b, 4)
-	for _, p := range pairs(r.PreferredLabels) {
-		b = append(b, p.key...)
-		b = append(b, 0)
-		b = append(b, p.value...)
-		b = append(b, 0)
-	}
+	b = appendLabels(b, r.PreferredLabels)
 	b = append(b, 5)
 	for _, in := range r.Inputs {
 		b = append(b, in.Name...)
@@ -164,6 +159,18 @@ func classKey(r *Request) string {
 	return string(b)
 }
 
+// appendLabels appends a label map's pairs in key order, each part ended
+// by a zero byte.
+func appendLabels(b []byte, m map[string]string) []byte {
+	for _, p := range pairs(m) {
+		b = append(b, p.key...)
+		b = append(b, 0)
+		b = append(b, p.value...)
+		b = append(b, 0)
+	}
+	return b
+}
+
 // appendEligibility appends the fields eligibility reads, each section
 // opened by a byte of its own.
 func appendEligibility(b []byte, r *Request) []byte {
@@ -173,12 +180,7 @@ func appendEligibility(b []byte, r *Request) []byte {
 	b = append(b, 0)
 	b = append(b, r.Driver...)
 	b = append(b, 1)
-	for _, p := range pairs(r.RequiredLabels) {
-		b = append(b, p.key...)
-		b = append(b, 0)
-		b = append(b, p.value...)
-		b = append(b, 0)
-	}
+	b = appendLabels(b, r.RequiredLabels)
 	b = append(b, 2)
 	for _, t := range r.Tiers {
 		b = append(b, byte(t))

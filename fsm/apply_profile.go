@@ -401,7 +401,7 @@ func recordOutcome(db *store, index uint64, n *Node, na *Attempt, task *Task, no
 			} else {
 				c.EWMAMilli += (runMs - c.EWMAMilli) * 2 / (ewmaSpan + 1)
 			}
-			c.Recent = append(slices.Clone(c.Recent), runMs)
+			c.Recent = append(c.Recent[:len(c.Recent):len(c.Recent)], runMs) // a new array, sized once
 			if len(c.Recent) > ps.SlowWindow {
 				c.Recent = c.Recent[len(c.Recent)-ps.SlowWindow:]
 			}
@@ -447,7 +447,7 @@ func recordOutcome(db *store, index uint64, n *Node, na *Attempt, task *Task, no
 	fast := na.State == AttemptFailed && runMs <= ps.FastFailureMs
 	if fast {
 		c.FastStreak++
-		c.StreakTasks = append(slices.Clone(c.StreakTasks), task.ID)
+		c.StreakTasks = append(c.StreakTasks[:len(c.StreakTasks):len(c.StreakTasks)], task.ID)
 		if len(c.StreakTasks) > maxStreakTasks {
 			c.StreakTasks = c.StreakTasks[len(c.StreakTasks)-maxStreakTasks:]
 		}

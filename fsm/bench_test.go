@@ -265,3 +265,89 @@ func BenchmarkActiveJobs(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkAttemptEndApply measures applying attempts' ends, 32 to an
+// entry as agents' batched reports commit them, on a state shaped like
+// the deployment bench's: two nodes of 64 slots running one class of
+// short task. Each end rewrites the task, the attempt, the node's usage
+// and the derived profile records (the node's history and the class's
+// runs), all paid on every replica.
+func BenchmarkAttemptEndApply(b *testing.B) {
+	const nodes, slots, batch = 2, 64, 32
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	f := New(nil)
+	var index uint64
+	apply := func(cmds [][]byte) BatchResult {
+		index++
+		res, ok := f.ApplyBytes(index, EncodeBatch(cmds)).(BatchResult)
+		if !ok || len(res) != len(cmds) {
+			b.Fatalf("unexpected result %T", res)
+		}
+		for _, r := range res {
+			if rej, ok := r.(*Rejection); ok {
+				b.Fatalf("rejected: %v", rej)
+			}
+		}
+		return res
+	}
+	var cmds [][]byte
+	sessions := map[string]uint64{}
+	for i := range nodes {
+		c, _ := Encode(MsgRegisterNode, RegisterNodeRequest{Now: now, Node: Node{
+			ID: fmt.Sprintf("node-%d", i), Capabilities: map[string][]string{"exec": {"1"}},
+			Resources: scheduler.Resources{CPUMillis: 64000, MemoryMB: 64 << 10}, Slots: slots,
+		}})
+		cmds = append(cmds, c)
+	}
+	apply(cmds)
+	for i := range nodes {
+		n, _ := f.State().Node(fmt.Sprintf("node-%d", i))
+		sessions[n.ID] = n.SessionGeneration
+	}
+	seq := 0
+	// prepare submits, reserves and starts one batch of tasks, returning
+	// the encoded ends of their attempts.
+	prepare := func() [][]byte {
+		var submits, reserves, starts, ends [][]byte
+		at := now.Add(time.Duration(seq) * time.Millisecond)
+		for i := range batch {
+			id := fmt.Sprintf("task-%08d", seq+i)
+			c, _ := Encode(MsgSubmitTask, SubmitTaskRequest{ID: id, SubmittedAt: at, Spec: TaskSpec{Name: "bench", TaskShape: &TaskShape{
+				Priority: 50, Command: []string{"true"}, Capability: "exec", CapabilityVersion: "1",
+				Resources: scheduler.Resources{CPUMillis: 1000, MemoryMB: 64}, TimeoutSeconds: 60, MaxAttempts: 1,
+				Submitter: "team",
+			}}})
+			submits = append(submits, c)
+			node := fmt.Sprintf("node-%d", (seq+i)%nodes)
+			reserves = append(reserves, EncodeReserve(ReserveRequest{TaskID: id, AttemptID: "a" + id, Number: 1,
+				NodeID: node, SessionGeneration: sessions[node], Score: 1, Now: at, HeartbeatTTL: time.Hour}))
+		}
+		apply(submits)
+		apply(reserves)
+		for i := range batch {
+			a, err := f.State().Attempt(fmt.Sprintf("atask-%08d", seq+i))
+			if err != nil {
+				b.Fatal(err)
+			}
+			starts = append(starts, EncodeAttemptStart(AttemptStartRequest{AttemptID: a.ID, LeaseVersion: a.LeaseVersion, Now: at.Add(time.Millisecond)}))
+			ends = append(ends, EncodeAttemptEnd(AttemptEndRequest{AttemptID: a.ID, LeaseVersion: a.LeaseVersion, State: AttemptSucceeded,
+				Now: at.Add(3 * time.Millisecond)}))
+		}
+		apply(starts)
+		seq += batch
+		return ends
+	}
+	// Fill the histories to their bounds before timing.
+	for range 8 {
+		apply(prepare())
+	}
+	b.ResetTimer()
+	for b.Loop() {
+		b.StopTimer()
+		ends := prepare()
+		b.StartTimer()
+		apply(ends)
+		_ = f.State() // the leader reads a view after each entry
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*batch), "ns/end")
+}

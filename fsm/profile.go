@@ -347,17 +347,27 @@ func (h *NodeHistory) syncTimes() {
 // addOutcome appends o and drops what fell out of the window.
 func (h *NodeHistory) addOutcome(o Outcome, window time.Duration) {
 	cut := StampOf(o.At.Time().Add(-window))
-	keep := h.Outcomes[:0:0]
+	n := 1
 	for _, x := range h.Outcomes {
 		if !x.At.Before(cut) {
+			n++
+		}
+	}
+	// One array of the size kept: the history is copied on every result
+	// a replica applies, so growing it an element at a time would cost
+	// several arrays per result.
+	skip := max(n-maxOutcomesKept, 0)
+	keep := make([]Outcome, 0, n-skip)
+	for _, x := range h.Outcomes {
+		if !x.At.Before(cut) {
+			if skip > 0 {
+				skip--
+				continue
+			}
 			keep = append(keep, x)
 		}
 	}
-	keep = append(keep, o)
-	if len(keep) > maxOutcomesKept {
-		keep = keep[len(keep)-maxOutcomesKept:]
-	}
-	h.Outcomes = keep
+	h.Outcomes = append(keep, o)
 }
 
 // BlamedRate returns the blamed failures and all results within window
@@ -438,7 +448,8 @@ func (c *ClassStats) median(except string) (int64, int) {
 	if c == nil {
 		return 0, 0
 	}
-	vals := make([]int64, 0, len(c.Runs))
+	var buf [classRunsKept]int64 // the runs kept fit: no allocation
+	vals := buf[:0]
 	for _, r := range c.Runs {
 		if r.Node != except && r.Millis > 0 {
 			vals = append(vals, r.Millis)
@@ -475,8 +486,10 @@ func (c *ClassStats) succeededElsewhere(node string, since Stamp) bool {
 func (c *ClassStats) withRun(class string, run ClassRun, index uint64) *ClassStats {
 	out := &ClassStats{Class: class, Index: index}
 	if c != nil {
-		out.Runs = slices.Clone(c.Runs)
-		out.Successes = slices.Clone(c.Successes)
+		// Room for the run each adds: cloned at their length, both would
+		// be copied again by the append below.
+		out.Runs = append(make([]ClassRun, 0, len(c.Runs)+1), c.Runs...)
+		out.Successes = append(make([]ClassRun, 0, len(c.Successes)+1), c.Successes...)
 		out.Suspects = c.Suspects
 	}
 	if run.Millis > 0 {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -343,4 +344,41 @@ func TestProfileDerivationIsDeterministic(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestOutcomesKeepTheWindowAndTheBound checks the node history's results
+// list: results older than the window leave it, the newest
+// maxOutcomesKept stay in order, and a copy taken before an addition
+// keeps what it had (histories are shared by the state's views).
+func TestOutcomesKeepTheWindowAndTheBound(t *testing.T) {
+	start := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	h := &NodeHistory{}
+	for i := range 3 * maxOutcomesKept {
+		h.addOutcome(Outcome{At: StampOf(start.Add(time.Duration(i) * time.Second)), Class: "c", OK: i%2 == 0}, time.Hour)
+	}
+	if len(h.Outcomes) != maxOutcomesKept {
+		t.Fatalf("kept %d results, want %d", len(h.Outcomes), maxOutcomesKept)
+	}
+	for j, o := range h.Outcomes {
+		i := 2*maxOutcomesKept + j
+		if want := StampOf(start.Add(time.Duration(i) * time.Second)); o.At != want || o.OK != (i%2 == 0) {
+			t.Fatalf("result %d is %+v, want the one at %d s", j, o, i)
+		}
+	}
+	before := h.clone()
+	kept := slices.Clone(before.Outcomes)
+	// Ten minutes later with a five-minute window: only the new one stays.
+	last := start.Add(time.Duration(3*maxOutcomesKept) * time.Second)
+	h.addOutcome(Outcome{At: StampOf(last.Add(10 * time.Minute)), Class: "c"}, 5*time.Minute)
+	if len(h.Outcomes) != 1 || h.Outcomes[0].At != StampOf(last.Add(10*time.Minute)) {
+		t.Fatalf("after the window moved: %+v", h.Outcomes)
+	}
+	if !slices.Equal(before.Outcomes, kept) {
+		t.Fatal("an earlier copy of the history changed")
+	}
+	// Within the window, nothing leaves.
+	h.addOutcome(Outcome{At: StampOf(last.Add(11 * time.Minute)), Class: "c"}, 5*time.Minute)
+	if len(h.Outcomes) != 2 {
+		t.Fatalf("kept %d results within the window, want 2", len(h.Outcomes))
+	}
 }

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"herd/api"
@@ -18,7 +19,7 @@ func (a *Agent) assignmentLoop(ctx context.Context) {
 	for ctx.Err() == nil {
 		q := api.AssignmentsQuery{Index: index, Wait: a.cfg.AssignmentWait}
 		if index > 0 {
-			q.Known = a.knownAssignments()
+			q.Known, q.Held = a.knownAssignments()
 		}
 		as, err := a.client.Assignments(ctx, a.cfg.ID, q)
 		if err != nil {
@@ -53,6 +54,14 @@ func (a *Agent) assignmentLoop(ctx context.Context) {
 			index = max(index, as.Index)
 			continue
 		}
+		if !a.fillHeld(&as) {
+			// The answer names as held an attempt the kept list lacks,
+			// which a consistent cluster never does: ask at once for a
+			// whole list rather than act on a partial one.
+			a.logger.Warn("assignments named an attempt as held that the agent does not hold, asking for the whole list", "index", as.Index)
+			index = 0
+			continue
+		}
 		index, applied = as.Index, max(applied, as.AppliedIndex)
 		if as.Liveness == api.LivenessDown {
 			a.requestReregister()
@@ -75,12 +84,14 @@ func (a *Agent) assignmentLoop(ctx context.Context) {
 // last list it got without the attempts it has ended since. The cluster
 // then answers only changes the agent did not make itself (a reservation,
 // a cancel, a reclaim, a new session or liveness), not its own starts and
-// results committing.
-func (a *Agent) knownAssignments() string {
+// results committing. held is that list's index: the agent keeps it
+// whole, so the attempts still to start in it need not come whole again
+// (see api.AssignmentsQuery).
+func (a *Agent) knownAssignments() (known string, held uint64) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.last == nil {
-		return ""
+		return "", 0
 	}
 	ids := make([]string, 0, len(a.last.Attempts))
 	for _, x := range a.last.Attempts {
@@ -88,7 +99,42 @@ func (a *Agent) knownAssignments() string {
 			ids = append(ids, x.Attempt.ID)
 		}
 	}
-	return api.AssignmentsDigest(a.last.SessionGeneration, a.last.State(), ids)
+	return api.AssignmentsDigest(a.last.SessionGeneration, a.last.State(), ids), a.last.Index
+}
+
+// fillHeld completes the attempts as names as held with what the kept
+// list has of them (spec, inputs, the attempt whole), keeping the
+// answer's own StartWithinMs and EarlierSession. It reports false, leaving
+// as partial, when the kept list lacks one.
+func (a *Agent) fillHeld(as *api.Assignments) bool {
+	if !slices.ContainsFunc(as.Attempts, func(x api.Assignment) bool { return x.Held }) {
+		return true
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.last == nil {
+		return false
+	}
+	kept := make(map[string]*api.Assignment, len(a.last.Attempts))
+	for i := range a.last.Attempts {
+		if k := &a.last.Attempts[i]; k.Attempt.State == api.AttemptReserved {
+			kept[k.Attempt.ID] = k
+		}
+	}
+	for i := range as.Attempts {
+		x := &as.Attempts[i]
+		if !x.Held {
+			continue
+		}
+		k := kept[x.Attempt.ID]
+		if k == nil || k.Attempt.LeaseVersion != x.Attempt.LeaseVersion {
+			return false
+		}
+		whole := *k
+		whole.StartWithinMs, whole.EarlierSession = x.StartWithinMs, x.EarlierSession
+		*x = whole
+	}
+	return true
 }
 
 // hibernate stops polling and advertises it, keeping only gossip (the

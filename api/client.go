@@ -552,6 +552,9 @@ func (c *Client) Assignments(ctx context.Context, nodeID string, aq AssignmentsQ
 	if aq.Known != "" {
 		q.Set("known", aq.Known)
 	}
+	if aq.Held > 0 {
+		q.Set("held", strconv.FormatUint(aq.Held, 10))
+	}
 	_, err := c.do(ctx, http.MethodGet, "/v1/nodes/"+url.PathEscape(nodeID)+"/assignments?"+q.Encode(), nil, &out)
 	return out, err
 }

@@ -96,13 +96,13 @@ func (h *Handler) getAssignments(w http.ResponseWriter, r *http.Request) (any, e
 		return nil, err
 	}
 	q := r.URL.Query()
-	var index uint64
-	if v := q.Get("index"); v != "" {
-		n, err := strconv.ParseUint(v, 10, 64)
-		if err != nil {
-			return nil, badRequest("index %q must be a non-negative whole number", v)
-		}
-		index = n
+	index, err := uintParam(q.Get("index"), "index")
+	if err != nil {
+		return nil, err
+	}
+	held, err := uintParam(q.Get("held"), "held")
+	if err != nil {
+		return nil, err
 	}
 	var wait time.Duration
 	if v := q.Get("wait"); v != "" {
@@ -112,7 +112,7 @@ func (h *Handler) getAssignments(w http.ResponseWriter, r *http.Request) (any, e
 		}
 		wait = d
 	}
-	as, err := h.backend.Assignments(r.Context(), id, AssignmentsQuery{Index: index, Wait: wait, Known: q.Get("known")})
+	as, err := h.backend.Assignments(r.Context(), id, AssignmentsQuery{Index: index, Wait: wait, Known: q.Get("known"), Held: held})
 	if err != nil {
 		return nil, err
 	}

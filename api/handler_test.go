@@ -193,6 +193,7 @@ var handlerCases = []handlerCase{
 	{name: "get node bad id", method: "GET", target: "/v1/nodes/a%20b", status: 400, contains: "node id"},
 	{name: "assignments", method: "GET", target: "/v1/nodes/n1/assignments?index=5&wait=2s&known=d", status: 200, call: "Assignments n1 5 2s d"},
 	{name: "assignments bad index", method: "GET", target: "/v1/nodes/n1/assignments?index=-1", status: 400},
+	{name: "assignments bad held", method: "GET", target: "/v1/nodes/n1/assignments?held=x", status: 400},
 	{name: "assignments wait too long", method: "GET", target: "/v1/nodes/n1/assignments?wait=6m", status: 400},
 	{name: "assignments bad wait", method: "GET", target: "/v1/nodes/n1/assignments?wait=soon", status: 400},
 	{name: "assignments unknown node", method: "GET", target: "/v1/nodes/n9/assignments", setup: failWith("Assignments", errNotFound), status: 404, call: "Assignments n9 0 0s "},

@@ -777,6 +777,12 @@ type Assignment struct {
 	// may have started it without the start reaching the cluster, so the
 	// agent does not start it again but reports it LOST.
 	EarlierSession bool `json:"earlier_session,omitempty"`
+	// Held marks an attempt still to start that comes as its identity
+	// alone (id, task id, number, state, lease version) with
+	// StartWithinMs and EarlierSession: it was in the list the query said
+	// the agent holds (AssignmentsQuery.Held), whole, and the agent takes
+	// its spec from there.
+	Held bool `json:"held,omitempty"`
 }
 
 // Assignments is a node's live attempts at Index. Attempts that vanish
@@ -807,10 +813,18 @@ type Assignments struct {
 // AssignmentsDigest) a change answers only if it leaves the live set
 // different from the one the agent already knows: a node's own start and
 // end reports then do not send it a list it has no use for.
+//
+// Held is the Index of the last list the agent keeps whole: every
+// attempt still to start that was in it (reserved at or before that
+// index) is answered as its identity alone, marked Assignment.Held. Such
+// an attempt is listed in every answer until it ends, and most of each
+// answer of a busy node would otherwise be the same specs again. 0: every
+// attempt still to start comes whole.
 type AssignmentsQuery struct {
 	Index uint64
 	Wait  time.Duration
 	Known string
+	Held  uint64
 }
 
 // AssignmentsDigest names a live set as a node sees it: its session, its

@@ -267,15 +267,23 @@ func (s *Server) Assignments(ctx context.Context, nodeID string, q api.Assignmen
 			// and decoding at the agent.
 			x := api.Assignment{Attempt: api.Attempt{ID: a.ID, TaskID: a.TaskID, Number: a.Number, State: string(a.State), LeaseVersion: a.LeaseVersion}}
 			if a.State == fsm.AttemptReserved {
-				x.Attempt = toAPIAttempt(a)
 				t, err := st.Task(a.TaskID)
 				if err != nil {
 					continue
 				}
-				x.Spec = toAPISpec(t.Spec)
-				x.Inputs = inputSources(st, node.ID, t.Spec.Inputs)
 				x.StartWithinMs = s.startWithin(a.ReservedAt.Time()).Milliseconds()
 				x.EarlierSession = a.LeaseVersion < node.SessionIndex
+				// One reserved at or before the list the agent holds was in
+				// that list, whole (it lists every live attempt of the node):
+				// its spec is not sent again. Inputs are, as their sources
+				// may have changed since.
+				if a.CreateIndex <= q.Held && len(t.Spec.Inputs) == 0 {
+					x.Held = true
+				} else {
+					x.Attempt = toAPIAttempt(a)
+					x.Spec = toAPISpec(t.Spec)
+					x.Inputs = inputSources(st, node.ID, t.Spec.Inputs)
+				}
 			}
 			out.Attempts = append(out.Attempts, x)
 		}

@@ -110,3 +110,55 @@ func TestAssignmentsMarkAttemptsOfAnEarlierSession(t *testing.T) {
 		}
 	}
 }
+
+// An attempt still to start that was in the list the agent holds comes
+// as its identity alone, marked held, with its own start deadline and
+// session mark; one reserved after that list comes whole, and without
+// Held every reserved attempt comes whole.
+func TestAssignmentsSendHeldAttemptsAsIdentity(t *testing.T) {
+	c := NewClusterWith(t, 3, Setup{CheckInvariants: true})
+	cl := c.AllClient()
+	ctx := Ctx(t, 60*time.Second)
+	registerNode(t, cl, "manual", 4000, 4096, 0, 4, nil) // no agent behind it
+	reserved := func(want int, q api.AssignmentsQuery) api.Assignments {
+		t.Helper()
+		var as api.Assignments
+		if !Eventually(30*time.Second, func() bool {
+			var err error
+			as, err = cl.Assignments(ctx, "manual", q)
+			return err == nil && len(as.Attempts) == want
+		}) {
+			t.Fatalf("want %d reserved attempts, got %+v", want, as)
+		}
+		return as
+	}
+	first := submit(t, cl, shSpec("first", "true"))
+	waitTaskState(t, cl, first, "SCHEDULED")
+	held := reserved(1, api.AssignmentsQuery{})
+	if x := held.Attempts[0]; x.Held || len(x.Spec.Command) == 0 {
+		t.Fatalf("the first list's attempt is not whole: %+v", x)
+	}
+	second := submit(t, cl, shSpec("second", "true"))
+	waitTaskState(t, cl, second, "SCHEDULED")
+
+	as := reserved(2, api.AssignmentsQuery{Held: held.Index})
+	for _, x := range as.Attempts {
+		if x.Attempt.ID == held.Attempts[0].Attempt.ID {
+			if !x.Held || len(x.Spec.Command) != 0 || x.Attempt.NodeID != "" || x.Attempt.State != "RESERVED" {
+				t.Errorf("the attempt of the held list came whole or unmarked: %+v", x)
+			}
+			if x.StartWithinMs <= 0 || x.Attempt.LeaseVersion != held.Attempts[0].Attempt.LeaseVersion || x.Attempt.TaskID != first {
+				t.Errorf("the held attempt lacks its identity or start deadline: %+v", x)
+			}
+			continue
+		}
+		if x.Held || len(x.Spec.Command) == 0 || x.Attempt.TaskID != second {
+			t.Errorf("the attempt reserved after the held list did not come whole: %+v", x)
+		}
+	}
+	for _, x := range reserved(2, api.AssignmentsQuery{}).Attempts {
+		if x.Held || len(x.Spec.Command) == 0 {
+			t.Errorf("without held, attempt %s did not come whole: %+v", x.Attempt.ID, x)
+		}
+	}
+}

@@ -194,13 +194,27 @@ func (s *Server) inConfiguration() bool {
 	return false
 }
 
+// serverMetaCheck is how often a replica compares its entry in the
+// server table with its real addresses; serverMetaRetry how soon it looks
+// again while it is not in the Raft configuration yet, or knows no
+// leader to record a difference with (a forming cluster). The leader
+// writes the compact command forms only once every server's entry says
+// it reads them, so until a new cluster's last entry lands its log is
+// written (and read by every replica) in JSON.
+const (
+	serverMetaCheck = time.Second
+	serverMetaRetry = 100 * time.Millisecond
+)
+
 // reconcileServerMeta keeps this replica's entry in the replicated server
-// table (its HTTP address, used for forwarding) equal to its real
-// addresses: after a join, a restart on new addresses, or a snapshot
-// restored from another cluster.
+// table (its HTTP address, used for forwarding, and the command forms it
+// reads) equal to its real addresses: after a join, a restart on new
+// addresses, or a snapshot restored from another cluster.
 func (s *Server) reconcileServerMeta() {
-	for s.pause(time.Second) {
+	for wait := serverMetaRetry; s.pause(wait); {
+		wait = serverMetaCheck
 		if !s.inConfiguration() {
+			wait = serverMetaRetry
 			continue
 		}
 		want := s.selfJoinRequest()
@@ -218,6 +232,7 @@ func (s *Server) reconcileServerMeta() {
 		}
 		addr, ok := s.LeaderHTTPAddress()
 		if !ok {
+			wait = serverMetaRetry // an election: a leader is known soon
 			continue
 		}
 		if err := s.askToJoin(addr, want); err != nil {

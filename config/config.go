@@ -363,11 +363,11 @@ func DefaultRaft() Raft {
 }
 
 // DefaultGCHeadroomMiB is how far a replica's heap grows past what is
-// live, at most, unless set otherwise. A replica's live heap is mostly its
+// live, unless set otherwise. A replica's live heap is mostly its
 // replicated state, which outlives every collection, so Go's default
 // target would double the footprint of a large state for memory that
-// never becomes garbage; a small state keeps Go's target, and its CPU
-// (BENCHMARKS.md, "The collector's headroom").
+// never becomes garbage, and collect a small state every few megabytes
+// allocated (BENCHMARKS.md, "The collector's headroom").
 const DefaultGCHeadroomMiB = 16
 
 // DefaultServer returns a server configuration with every default set.

@@ -5,16 +5,20 @@
 // the heap left live by the last collection. A replica's live heap is
 // mostly its replicated state, which outlives every collection, so with
 // a large state the default doubles the footprint for memory that never
-// becomes garbage. A Pacer lowers the percentage after each collection so
-// that the growth stays within a headroom in bytes: a small heap keeps
-// the GOGC the process started with (and its collection rate), a large
-// one is collected more often and grows past its live state by the
-// headroom only (by MinPercent of it, once that is more). The collector's CPU is proportional to the allocation rate
-// over the percentage, so the cost falls on processes whose live heap
-// exceeds the headroom, and only while they allocate.
+// becomes garbage; with a small one it collects every few megabytes
+// allocated, and a busy replica spends a sixth of its CPU on it. A Pacer
+// sets the percentage after each collection so that the heap grows by
+// the headroom in bytes: a large heap is collected more often than Go's
+// default would and grows past its live state by the headroom only (by
+// MinPercent of it, once that is more); a small one is collected less
+// often, growing by the headroom but at most MaxPercent of itself. The
+// collector's CPU is proportional to the allocation rate over the
+// percentage, and the memory it lets the heap grow by is the headroom
+// whatever the live size.
 package gcpace
 
 import (
+	"os"
 	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
@@ -25,6 +29,12 @@ import (
 // MinPercent is the lowest target a Pacer sets: below it collections
 // come so often that the collector, not the work, would use the CPU.
 const MinPercent = 25
+
+// MaxPercent is the highest target a Pacer sets in a process that runs
+// with Go's default GOGC: a heap far smaller than the headroom grows by
+// at most four times itself between collections, so a process with
+// little live stays small.
+const MaxPercent = 400
 
 // Percent is the collector target for a heap with live bytes live: the
 // largest percentage up to maxPercent whose growth stays within headroom
@@ -48,8 +58,10 @@ func Percent(live, headroom uint64, maxPercent int) int {
 // live heap that collection left.
 type Pacer struct {
 	headroom uint64
+	start    int // the GOGC the process ran with, restored by Stop
 	max      int
 	current  atomic.Int64
+	paced    atomic.Uint64    // collections the Pacer has followed
 	samples  []metrics.Sample // used by the finalizer goroutine only
 
 	mu      sync.Mutex // orders a collection's update against Stop
@@ -61,11 +73,17 @@ type Pacer struct {
 // keeps it out of the tiny allocator, whose blocks may outlive it.
 type sentinel struct{ p *Pacer }
 
-// Start paces the collector within headroom bytes, below the GOGC the
-// process runs with (its environment's or a SetGCPercent before it). With
-// collection off (GOGC=off) there is nothing to pace and Start returns
-// nil; Stop on nil does nothing.
+// Start paces the collector within headroom bytes. A GOGC the process
+// was given (its environment's, or one other than Go's default set by a
+// SetGCPercent before Start) is the highest target it sets; with Go's
+// default the highest is MaxPercent.
+// With collection off (GOGC=off) there is nothing to pace and Start
+// returns nil; Stop on nil does nothing.
 func Start(headroom uint64) *Pacer {
+	return start(headroom, os.Getenv("GOGC") != "")
+}
+
+func start(headroom uint64, gogcGiven bool) *Pacer {
 	samples := []metrics.Sample{{Name: "/gc/gogc:percent"}, {Name: "/gc/heap/live:bytes"}}
 	metrics.Read(samples[:1])
 	if samples[0].Value.Kind() != metrics.KindUint64 {
@@ -75,7 +93,11 @@ func Start(headroom uint64) *Pacer {
 	if gogc <= 0 {
 		return nil
 	}
-	p := &Pacer{headroom: headroom, max: gogc, samples: samples[1:]}
+	max := gogc
+	if gogc == defaultGOGC && !gogcGiven {
+		max = MaxPercent
+	}
+	p := &Pacer{headroom: headroom, start: gogc, max: max, samples: samples[1:]}
 	p.current.Store(int64(gogc))
 	p.arm()
 	return p
@@ -106,12 +128,16 @@ func (p *Pacer) collected() bool {
 		debug.SetGCPercent(want)
 		p.current.Store(int64(want))
 	}
+	p.paced.Add(1)
 	return true
 }
 
 // Current is the target the Pacer set last (the starting GOGC before the
 // first collection).
 func (p *Pacer) Current() int { return int(p.current.Load()) }
+
+// defaultGOGC is Go's GOGC when the environment sets none.
+const defaultGOGC = 100
 
 // Stop ends the pacing and restores the starting GOGC.
 func (p *Pacer) Stop() {
@@ -124,5 +150,5 @@ func (p *Pacer) Stop() {
 		return
 	}
 	p.stopped = true
-	debug.SetGCPercent(p.max)
+	debug.SetGCPercent(p.start)
 }

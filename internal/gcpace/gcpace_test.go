@@ -13,7 +13,9 @@ func TestPercent(t *testing.T) {
 		live, headroom uint64
 		max, want      int
 	}{
-		{10 * mib, 16 * mib, 100, 100}, // a small heap keeps GOGC
+		{10 * mib, 16 * mib, 100, 100}, // a small heap keeps a given GOGC
+		{8 * mib, 16 * mib, MaxPercent, 200},
+		{2 * mib, 16 * mib, MaxPercent, MaxPercent}, // a tiny one grows four times itself at most
 		{16 * mib, 16 * mib, 100, 100},
 		{32 * mib, 16 * mib, 100, 50},
 		{40 * mib, 16 * mib, 100, 40},
@@ -76,4 +78,39 @@ func TestStartWithCollectionOff(t *testing.T) {
 	}
 	var p *Pacer
 	p.Stop() // nil: nothing to stop
+}
+
+// TestPacerLetsASmallHeapGrowByTheHeadroom: with Go's default GOGC a
+// process whose live heap is far below the headroom is collected less
+// often, up to MaxPercent; with a GOGC it was given, never above it.
+func TestPacerLetsASmallHeapGrowByTheHeadroom(t *testing.T) {
+	old := debug.SetGCPercent(100)
+	defer debug.SetGCPercent(old)
+	for _, given := range []bool{false, true} {
+		p := start(64<<20, given)
+		if p == nil {
+			t.Fatal("start with GOGC=100 did not pace")
+		}
+		// Collect until the Pacer has followed a collection: the sentinel
+		// armed by start is garbage from the first one on, and its
+		// finalizer runs on its own goroutine.
+		for deadline := time.Now().Add(30 * time.Second); p.paced.Load() == 0 && time.Now().Before(deadline); {
+			runtime.GC()
+			time.Sleep(time.Millisecond)
+		}
+		if p.paced.Load() == 0 {
+			t.Fatal("the pacer followed no collection in 30 s")
+		}
+		got := p.Current()
+		if !given && got != MaxPercent {
+			t.Errorf("Go's default GOGC, a test binary's small heap, 64 MiB of headroom: target %d, want %d", got, MaxPercent)
+		}
+		if given && got != 100 {
+			t.Errorf("a given GOGC of 100: target %d, want 100", got)
+		}
+		p.Stop()
+		if set := debug.SetGCPercent(100); set != 100 {
+			t.Fatalf("after Stop the target is %d, want the starting 100", set)
+		}
+	}
 }

@@ -31,7 +31,7 @@ var ServerSettings = Table[Server]{Defaults: DefaultServer, File: true, Settings
 	Field("acl", "HERD_ACL", "acl", "enforce ACL tokens on every endpoint (needs TLS); bootstrap with herd acl bootstrap", func(c *Server) *bool { return &c.ACL }),
 	Field("insecure", "HERD_INSECURE", "insecure", "allow listening off loopback without TLS and ACLs (logged at start and shown in /v1/status/self)", func(c *Server) *bool { return &c.Insecure }),
 	Field("memory_limit_mib", "HERD_MEMORY_LIMIT_MIB", "memory-limit-mib", "soft memory limit in MiB, 0 for none: the collector works harder near it", func(c *Server) *int { return &c.MemoryLimitMiB }),
-	Field("gc_headroom_mib", "HERD_GC_HEADROOM_MIB", "gc-headroom-mib", "how far (MiB) the heap grows past what is live before a collection: GOGC is set to it, from 25 to 400 (or to a GOGC set in the environment); 0: GOGC alone", func(c *Server) *int { return &c.GCHeadroomMiB }),
+	Field("gc_headroom_mib", "HERD_GC_HEADROOM_MIB", "gc-headroom-mib", "how far (MiB) the heap grows past what is live before a collection: GOGC is set after each one to allow that, between 25 and 400 (and at most a GOGC set in the environment); 0: GOGC alone", func(c *Server) *int { return &c.GCHeadroomMiB }),
 
 	Field("raft.heartbeat_timeout", "", "", "how long a follower goes without the leader before it stands for election", func(c *Server) *time.Duration { return &c.Raft.HeartbeatTimeout }),
 	Field("raft.election_timeout", "", "", "how long a candidate waits for votes before it retries", func(c *Server) *time.Duration { return &c.Raft.ElectionTimeout }),

@@ -13,6 +13,7 @@ import (
 	"runtime/pprof"
 	"sort"
 	"strings"
+	"sync"
 	"syscall"
 )
 
@@ -75,9 +76,11 @@ func main() {
 }
 
 // startCPUProfile writes a CPU profile of this process, from now until it
-// exits through main, to the file HERD_CPU_PROFILE names (when set): how
-// the servers and agents of a real deployment are profiled (herd bench
-// -process-profiles sets it for the processes it starts).
+// exits through main or is sent SIGUSR1 (where there is one), to the file
+// HERD_CPU_PROFILE names (when set): how the servers and agents of a real
+// deployment are profiled (herd bench -process-profiles sets it for the
+// processes it starts, and signals them when its measured window ends).
+// stop may be called more than once.
 func startCPUProfile() (stop func()) {
 	path := os.Getenv("HERD_CPU_PROFILE")
 	if path == "" {
@@ -93,10 +96,15 @@ func startCPUProfile() (stop func()) {
 		f.Close()
 		return func() {}
 	}
-	return func() {
-		pprof.StopCPUProfile()
-		f.Close()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			pprof.StopCPUProfile()
+			f.Close()
+		})
 	}
+	stopOnProfileSignal(stop)
+	return stop
 }
 
 func run(e *env, args []string) int {

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -26,7 +27,7 @@ type site struct {
 	exe string
 	dir string
 	// profiles, when set, is a directory each process writes a CPU
-	// profile of its run to.
+	// profile of its run to, up to endProfiles.
 	profiles string
 	// debug starts the servers with their debug endpoints, for profiles
 	// of chosen windows (see saveProfile).
@@ -158,6 +159,18 @@ func (s *site) leaderIndex() int {
 		}
 	}
 	return -1
+}
+
+// endProfiles has every process of the site stop its CPU profile (herd
+// stops it on SIGUSR1), so that the profiles end with the measured
+// window instead of taking in the reads of the tasks that follow it.
+func (s *site) endProfiles() {
+	if s.profiles == "" {
+		return
+	}
+	for _, c := range append(slices.Clone(s.servers), s.agents...) {
+		_ = stopProfile(c.Process)
+	}
 }
 
 // awaitBinaryForms waits until the leader, server li, writes the binary
@@ -371,6 +384,7 @@ func runProcessSite(exe, dir, profiles string, agents, tasks int) (processRun, e
 	out.tasks = tasks
 	out.tasksPerSec = float64(tasks) / elapsed.Seconds()
 	out.serverCPU, out.agentCPU = sum(sp, procCPUSeconds)-srv0, sum(ap, procCPUSeconds)-ag0
+	s.endProfiles()
 	out.taskCPU, out.leaderCPU = sum(ap, procChildCPUSeconds)-ch0, procCPUSeconds(sp[li])-ld0
 	per := func(sec float64) float64 { return sec * 1000 / float64(tasks) }
 	out.serverCPUPerTaskMs, out.agentCPUPerTaskMs = per(out.serverCPU), per(out.agentCPU)

@@ -154,7 +154,10 @@ func (a *Agent) runProcess(ctx context.Context, as api.Assignment) outcome {
 		_, _ = io.CopyBuffer(io.MultiWriter(logFile, tail), struct{ io.Reader }{r}, *buf)
 	}()
 	waited := make(chan error, 1)
-	go func() { waited <- cmd.Wait() }()
+	go func() {
+		awaitExit(pid)
+		waited <- cmd.Wait()
+	}()
 
 	timeout := time.Duration(derefInt64(spec.TimeoutSeconds, api.DefaultTimeoutSeconds)) * time.Second
 	waitErr, timedOut, abandoned := a.awaitEnd(ctx, pid, limits, timeout, waited)

@@ -154,10 +154,7 @@ func (a *Agent) runProcess(ctx context.Context, as api.Assignment) outcome {
 		_, _ = io.CopyBuffer(io.MultiWriter(logFile, tail), struct{ io.Reader }{r}, *buf)
 	}()
 	waited := make(chan error, 1)
-	go func() {
-		awaitExit(pid)
-		waited <- cmd.Wait()
-	}()
+	go func() { waited <- waitProcess(cmd) }()
 
 	timeout := time.Duration(derefInt64(spec.TimeoutSeconds, api.DefaultTimeoutSeconds)) * time.Second
 	waitErr, timedOut, abandoned := a.awaitEnd(ctx, pid, limits, timeout, waited)
@@ -196,6 +193,16 @@ func (a *Agent) runProcess(ctx context.Context, as api.Assignment) outcome {
 	}
 	logFile.Note(fmt.Sprintf("--- herd: %s, exit code %d %s\n", out.state, out.exitCode, out.err), out.state != api.AttemptSucceeded)
 	return out
+}
+
+// waitProcess waits for a started process to exit and reaps it, waiting
+// on the runtime's poller first (see awaitExit): on a busy agent a wait
+// blocked in the kernel makes the runtime hand its processor to another
+// thread and back, and with one processor a blocked wait can hold it
+// until the runtime's monitor next looks, up to 10 ms.
+func waitProcess(cmd *exec.Cmd) error {
+	awaitExit(cmd.Process.Pid)
+	return cmd.Wait()
 }
 
 // taskCommand is the attempt's command, ready to launch: in its working

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"errors"
+	"io"
 	"os"
 	"os/exec"
 	"strconv"
@@ -67,4 +68,56 @@ func procState(t *testing.T, pid int) string {
 	}
 	s := string(b)
 	return strings.Fields(s[strings.LastIndexByte(s, ')')+1:])[0]
+}
+
+// TestWaitProcessReapsLoneAndConcurrentWaits checks that waitProcess
+// returns each process's own exit status, waited for alone or beside
+// others.
+func TestWaitProcessReapsLoneAndConcurrentWaits(t *testing.T) {
+	lone := exec.Command("sh", "-c", "exit 7")
+	if err := lone.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if code := exitCodeOf(t, waitProcess(lone)); code != 7 {
+		t.Fatalf("a lone wait: exit status %d, want 7", code)
+	}
+	const n = 4
+	var (
+		cmds   [n]*exec.Cmd
+		inputs [n]io.WriteCloser
+		errs   [n]chan error
+	)
+	for i := range n {
+		cmds[i] = exec.Command("sh", "-c", "read line; exit "+strconv.Itoa(i+1))
+		var err error
+		if inputs[i], err = cmds[i].StdinPipe(); err != nil {
+			t.Fatal(err)
+		}
+		if err := cmds[i].Start(); err != nil {
+			t.Fatal(err)
+		}
+		errs[i] = make(chan error, 1)
+		go func() { errs[i] <- waitProcess(cmds[i]) }()
+	}
+	// Every process waits for its line: the waits overlap, and end in
+	// the reverse order of their start.
+	for i := n - 1; i >= 0; i-- {
+		inputs[i].Close()
+		if code := exitCodeOf(t, <-errs[i]); code != i+1 {
+			t.Fatalf("wait %d beside others: exit status %d, want %d", i, code, i+1)
+		}
+	}
+}
+
+// exitCodeOf is the exit status in a Wait's error (0 for none).
+func exitCodeOf(t *testing.T, err error) int {
+	t.Helper()
+	if err == nil {
+		return 0
+	}
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) {
+		t.Fatalf("wait: %v", err)
+	}
+	return exit.ExitCode()
 }

@@ -196,9 +196,8 @@ func (a *Agent) runProcess(ctx context.Context, as api.Assignment) outcome {
 }
 
 // waitProcess waits for a started process to exit and reaps it, waiting
-// on the runtime's poller first (see awaitExit): on a busy agent a wait
-// blocked in the kernel makes the runtime hand its processor to another
-// thread and back, and with one processor a blocked wait can hold it
+// on the runtime's poller first (see awaitExit), even when it is the
+// only wait: with one processor, a wait blocked in the kernel holds it
 // until the runtime's monitor next looks, up to 10 ms.
 func waitProcess(cmd *exec.Cmd) error {
 	awaitExit(cmd.Process.Pid)

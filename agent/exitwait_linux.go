@@ -11,9 +11,10 @@ import (
 // runtime's poller on a pidfd: a Wait alone blocks an OS thread in
 // waitid for the process's whole run, and on a busy agent every such
 // wait costs the runtime a handoff of its processor to another thread
-// and back, which is more of the agent's CPU per attempt than the five
-// short system calls made here. Where pidfds are missing (kernels
-// before 5.3) it returns at once and the caller's Wait blocks as before.
+// and back, more of the agent's CPU than the few short system calls
+// made here (an attempt launched while nothing else runs costs a little
+// more this way). Where pidfds are missing (kernels before 5.3) it
+// returns at once and the caller's Wait blocks as before.
 func awaitExit(pid int) {
 	fd, err := unix.PidfdOpen(pid, unix.PIDFD_NONBLOCK)
 	if err != nil {

@@ -42,10 +42,8 @@ func TestAwaitExitReturnsOnExitWithoutReaping(t *testing.T) {
 	if state := procState(t, cmd.Process.Pid); state != "Z" {
 		t.Fatalf("after awaitExit the process is in state %q, want Z (exited, not reaped)", state)
 	}
-	err = cmd.Wait()
-	var exit *exec.ExitError
-	if !errors.As(err, &exit) || exit.ExitCode() != 3 {
-		t.Fatalf("Wait after awaitExit: %v, want exit status 3", err)
+	if code := exitCodeOf(t, cmd.Wait()); code != 3 {
+		t.Fatalf("Wait after awaitExit: exit status %d, want 3", code)
 	}
 }
 

@@ -374,12 +374,19 @@ type cgroupV1Handle struct {
 // inherits its forking thread's cgroups. The thread moves back afterwards;
 // if it cannot, it is retired with its goroutine instead of being reused.
 // It is never the process's main thread (see lockOffMainThread).
+//
+// The thread names itself "0" in the tasks files rather than by its id:
+// the kernel moves the writing thread then without taking the lock that
+// every fork and exit on the machine takes to read (a move by id takes it
+// to write, waiting for the forks and exits under way and holding the
+// new ones back), so a launch neither waits for other processes' forks
+// nor stalls them.
 func (h *cgroupV1Handle) Launch(cmd *exec.Cmd) error {
 	start := cmd.Start
 	type result struct{ err, moveErr error }
 	done := make(chan result, 1)
 	go lockOffMainThread(func() {
-		tid := []byte(strconv.Itoa(unix.Gettid()))
+		self := []byte("0")
 		dirs := map[string]string{"memory": h.mem, "cpu": h.cpu}
 		home, err := h.pool.homeTasksFiles()
 		if err == nil {
@@ -394,7 +401,7 @@ func (h *cgroupV1Handle) Launch(cmd *exec.Cmd) error {
 		back := func() bool {
 			ok := true
 			for _, ctl := range moved {
-				if _, err := home[ctl].Write(tid); err != nil {
+				if _, err := home[ctl].Write(self); err != nil {
 					ok = false
 				}
 			}
@@ -404,7 +411,7 @@ func (h *cgroupV1Handle) Launch(cmd *exec.Cmd) error {
 			if home[ctl] == nil {
 				continue
 			}
-			if _, err := h.tasks[ctl].Write(tid); err != nil {
+			if _, err := h.tasks[ctl].Write(self); err != nil {
 				if back() {
 					runtime.UnlockOSThread()
 				}

@@ -79,10 +79,15 @@ type Server struct {
 	fsm       *fsm.FSM
 	raft      *raft.Raft
 	transport *raft.NetworkTransport
-	store     logStore
-	stable    *guardedStable // store, as raft's stable store
-	metrics   *serverMetrics
-	snaps     *raft.FileSnapshotStore
+	// rpcs is the transport as raft sees it: unpipelined, with the leader
+	// watch's look at pre-vote requests.
+	rpcs *preVoteLook
+	// watch hastens a follower's check for a lost leader.
+	watch   *leaderWatch
+	store   logStore
+	stable  *guardedStable // store, as raft's stable store
+	metrics *serverMetrics
+	snaps   *raft.FileSnapshotStore
 	// proposals commits concurrent single commands together;
 	// entryWaiters are its goroutines waiting for entries in flight.
 	proposals    *coalescer
@@ -194,7 +199,7 @@ func Start(cfg config.Server, opts Options) (_ *Server, err error) {
 	go func() { defer s.wg.Done(); s.keyringLoop() }()
 	go func() {
 		defer s.wg.Done()
-		newLeaderWatch(s.raft, s.logger.Named("leaderwatch")).run(s.shutdownCtx)
+		s.watch.run(s.shutdownCtx)
 	}()
 	go func() { defer s.wg.Done(); s.joinGossip() }()
 	go func() { defer s.wg.Done(); s.monitorLeadership() }()
@@ -309,13 +314,18 @@ func (s *Server) setupRaft(ln net.Listener) error {
 		return fmt.Errorf("log cache: %w", err)
 	}
 	s.stable = &guardedStable{s: store}
-	r, err := raft.NewRaft(rc, s.fsm, logs, s.stable, snaps, unpipelined{s.transport})
+	s.rpcs = newPreVoteLook(s.transport)
+	r, err := raft.NewRaft(rc, s.fsm, logs, s.stable, snaps, s.rpcs)
 	if err != nil {
+		s.rpcs.stop()
 		s.transport.Close()
 		store.Close()
 		return fmt.Errorf("start raft: %w", err)
 	}
 	s.raft = r
+	s.watch = newLeaderWatch(r, s.logger.Named("leaderwatch"))
+	s.watch.placeAmong(func() (int, int) { return voterPlace(r, rc.LocalID) })
+	s.rpcs.setLook(s.watch.beforePreVote)
 	return nil
 }
 
@@ -348,6 +358,7 @@ func (s *Server) Shutdown() error {
 			s.logger.Warn("raft never answered some entries proposed before the shutdown; their waiters are left")
 		}
 		s.stopGossip()
+		s.rpcs.stop()
 		if e := s.transport.Close(); e != nil && err == nil {
 			err = fmt.Errorf("close transport: %w", e)
 		}

@@ -49,7 +49,7 @@ type raftContact interface {
 // over one fewer than the voters apart (125 ms for three voters with a
 // one-second timeout); a random share of the quarter while its place is
 // unknown. Random shares alone came within a round trip of each other
-// often enough to split the vote in about one lost leader of twenty.
+// often enough to split the vote in about one lost leader of thirty.
 //
 // Whether to stand stays Raft's decision, by its own rules: pre-vote and a
 // follower's loyalty to a leader it still hears keep a follower that alone

@@ -184,7 +184,7 @@ func Start(cfg config.Server, opts Options) (_ *Server, err error) {
 	if err := s.setupRaft(raftLn); err != nil {
 		return nil, err
 	}
-	cleanups = append(cleanups, func() { _ = s.raft.Shutdown().Error(); s.stable.close(); s.store.Close() })
+	cleanups = append(cleanups, func() { _ = s.raft.Shutdown().Error(); s.rpcs.stop(); s.stable.close(); s.store.Close() })
 	s.proposals = newCoalescer(gatedRaft{s}, cfg.Raft.ApplyTimeout)
 	s.wg.Add(1)
 	go func() { defer s.wg.Done(); s.proposals.run(ctx, &s.entryWaiters) }()

@@ -54,7 +54,8 @@ type Agent struct {
 	session    atomic.Uint64
 	reregister chan struct{}
 	lease      lease
-	leaseAddr  atomic.Pointer[string] // where tasks check their leases, once served
+	guard      atomic.Pointer[leaseGuard] // nil: no lease guard runs beside the agent
+	leaseAddr  atomic.Pointer[string]     // where tasks check their leases, once served
 	// startDeadline bounds how long a start report is retried (30 s).
 	startDeadline time.Duration
 	renewNow      chan struct{} // asks the heartbeat loop for an HTTP heartbeat now
@@ -164,6 +165,9 @@ func New(cfg Config) (*Agent, error) {
 		running:    map[string]*execution{}, finished: map[string]bool{},
 		clock: steady.New(cfg.Clock, nil), startDeadline: 30 * time.Second,
 	}
+	a.lease.onRenew = func(renewedAt time.Time, ttl time.Duration) {
+		a.guard.Load().leaseRenewed(renewedAt, ttl, a.fenceGrace(ttl), a.leaseCheckEvery())
+	}
 	if err := a.setUpContainers(); err != nil {
 		return nil, err
 	}
@@ -222,10 +226,14 @@ func (a *Agent) Run(ctx context.Context) error {
 		// Tasks then find no HERD_AGENT_ADDR; everything else works.
 		a.logger.Warn("tasks cannot check their leases", "error", err)
 	}
+	// The guard runs before anything can start: from the first attempt
+	// on, a stop or a death of the agent does not leave it running.
+	a.guard.Store(a.startGuard())
 	if err := a.register(ctx); err != nil {
 		if a.gossip != nil {
 			a.gossip.stop()
 		}
+		a.guard.Load().stop()
 		return err
 	}
 	a.wg.Add(6)
@@ -249,6 +257,8 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	a.mu.Unlock()
 	a.wg.Wait()
+	// Every attempt is stopped: the guard may go.
+	a.guard.Load().stop()
 	if d, ok := a.limiter.(interface{ drain() }); ok {
 		d.drain() // idle pooled cgroups
 	}
@@ -353,7 +363,8 @@ func (a *Agent) pruneAttemptFiles(cutoff time.Time) int {
 		id, _, _ := strings.Cut(name, ".")
 		return active[id] || a.workDirs.inPool(name)
 	}
-	return pruneOld(filepath.Join(a.cfg.DataDir, "logs"), cutoff, keep) + pruneOld(filepath.Join(a.cfg.DataDir, "work"), cutoff, keep)
+	return pruneOld(filepath.Join(a.cfg.DataDir, "logs"), cutoff, keep) + pruneOld(filepath.Join(a.cfg.DataDir, "work"), cutoff, keep) +
+		pruneOld(fenceDir(a.cfg.DataDir), cutoff, keep)
 }
 
 // ReloadTLS reads the agent's certificate, key and CA again (SIGHUP): new

@@ -237,6 +237,9 @@ func (a *Agent) reconcile(ctx context.Context, as *api.Assignments) {
 			if a.leftoverContainers[id] {
 				why = "the agent restarted; the container its earlier run left was killed and removed"
 			}
+			if fence := takeFenceRecord(a.cfg.DataDir, id); fence != "" {
+				why = "the agent restarted; " + fence
+			}
 			a.wg.Add(1)
 			go func() {
 				defer a.wg.Done()
@@ -254,10 +257,18 @@ func (a *Agent) reconcile(ctx context.Context, as *api.Assignments) {
 		if x.StartWithinMs > 0 {
 			startBy = a.lastAt.Add(time.Duration(x.StartWithinMs) * time.Millisecond)
 		}
+		keep := x.Spec.OnDisconnect == api.OnDisconnectKeepRunning
+		if keep {
+			// The guard spares it too when the agent stops or dies.
+			a.guard.Load().keepRunning(id, true)
+		}
 		a.wg.Add(1)
 		go func() {
 			defer a.wg.Done()
 			defer cancel(nil)
+			if keep {
+				defer a.guard.Load().keepRunning(id, false)
+			}
 			a.execute(ctx, actx, cancel, x, startBy)
 			a.mu.Lock()
 			delete(a.running, id)

@@ -84,6 +84,12 @@ type Config struct {
 	// on a board without a real-time clock does not delete them early.
 	Clock func() time.Time
 
+	// GuardPath is the herd binary the agent runs as its lease guard
+	// (`herd agent-guard`, see guard_protocol.go), which stops the
+	// attempts when the agent itself is stopped, hung or killed; empty:
+	// none runs (an agent inside a test's process).
+	GuardPath string
+
 	Logger hclog.Logger
 	// Transport, when set, carries every request to the servers (tests
 	// cut it to simulate a partition).

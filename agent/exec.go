@@ -185,6 +185,14 @@ func (a *Agent) runProcess(ctx context.Context, as api.Assignment) outcome {
 		// cluster can be reached.
 		out.abandoned, out.state, out.exitCode, out.err = false, api.AttemptLost, -1, fence.msg
 	}
+	if out.state != api.AttemptSucceeded {
+		// Stopped by the lease guard while the agent was stopped or hung:
+		// LOST, with the guard's reason, like a stop of the agent's own.
+		if why := takeFenceRecord(a.cfg.DataDir, att.ID); why != "" {
+			out.abandoned, out.state, out.exitCode, out.err = false, api.AttemptLost, -1, why
+			a.conditions.note(fmt.Sprintf("attempt %s of task %s %s", att.ID, att.TaskID, why))
+		}
+	}
 	if err := logFile.Err(); err != nil && isNoSpace(err) {
 		out.err = strings.TrimPrefix(out.err+"; output not logged: no space left for the log", "; ")
 	}

@@ -39,6 +39,9 @@ type lease struct {
 	renewedAt time.Time     // monotonic: when the acknowledged request was sent
 	ttl       time.Duration // 0: the cluster gives no lease (nothing is fenced)
 	sent      [64]sentBeat  // recent gossip heartbeats, by seq modulo 64
+	// onRenew, when set, is told of every extension (outside the lock):
+	// the agent's lease guard follows the lease by it.
+	onRenew func(renewedAt time.Time, ttl time.Duration)
 }
 
 type sentBeat struct {
@@ -74,9 +77,13 @@ func (l *lease) renew(sentAt time.Time, ttl time.Duration) {
 		return
 	}
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.ttl == 0 || sentAt.Add(ttl).After(l.renewedAt.Add(l.ttl)) {
+	extended := l.ttl == 0 || sentAt.Add(ttl).After(l.renewedAt.Add(l.ttl))
+	if extended {
 		l.renewedAt, l.ttl = sentAt, ttl
+	}
+	l.mu.Unlock()
+	if extended && l.onRenew != nil {
+		l.onRenew(sentAt, ttl)
 	}
 }
 
@@ -115,11 +122,17 @@ func (a *Agent) fenceGrace(ttl time.Duration) time.Duration { return min(a.cfg.K
 
 func (e *fenceError) Error() string { return e.msg }
 
+// leaseCheckEvery is how often the lease loop looks at the lease: the
+// most it may notice late.
+func (a *Agent) leaseCheckEvery() time.Duration {
+	return max(a.cfg.HeartbeatInterval/10, 10*time.Millisecond)
+}
+
 // leaseLoop watches the lease: it asks for an HTTP heartbeat once half of
 // it is gone unanswered, and stops the running attempts once too little
 // is left to stop them within it.
 func (a *Agent) leaseLoop(ctx context.Context) {
-	every := max(a.cfg.HeartbeatInterval/10, 10*time.Millisecond)
+	every := a.leaseCheckEvery()
 	t := time.NewTicker(every)
 	defer t.Stop()
 	lapsed := false

@@ -556,3 +556,10 @@ func (h *cgroupV1Handle) OOMKilled() bool {
 }
 
 func (h *cgroupV1Handle) Release() { h.pool.give(h.v1Group, h.emptied) }
+
+// guardCgroups are this limiter's groups, for the lease guard: every
+// attempt's processes are in one of them, whatever they do to their
+// environment or process group.
+func (l *cgroupV1) guardCgroups() []guardCgroup {
+	return []guardCgroup{{Dir: l.memRoot, Prefix: l.prefix}, {Dir: l.cpuRoot, Prefix: l.prefix}}
+}

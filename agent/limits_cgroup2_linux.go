@@ -189,3 +189,7 @@ func (h *cgroupV2Handle) Release() {
 	}
 	_ = os.Remove(h.dir)
 }
+
+// guardCgroups is herd's parent group below the agent's own, for the
+// lease guard: every attempt's group is in it.
+func (c *cgroupV2) guardCgroups() []guardCgroup { return []guardCgroup{{Dir: c.root}} }

@@ -52,3 +52,6 @@ func diskSpace(dir string) (freeBytes, freeInodes uint64, ok bool) {
 	}
 	return uint64(st.Bavail) * uint64(st.Bsize), inodes, true
 }
+
+// ownProcessGroup is the agent's own process group.
+func ownProcessGroup() int { return syscall.Getpgrp() }

@@ -26,3 +26,5 @@ func signalled(*os.ProcessState) (syscall.Signal, bool) { return 0, false }
 func freeDiskMB(string) int64 { return 0 }
 
 func diskSpace(string) (uint64, uint64, bool) { return 0, 0, false }
+
+func ownProcessGroup() int { return 0 }

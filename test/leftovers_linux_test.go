@@ -14,8 +14,8 @@ import (
 	"herd/api"
 )
 
-// An agent killed outright (SIGKILL) leaves its task running when no
-// cgroup holds it. Started again on the same data directory, the agent
+// An agent killed outright (SIGKILL) together with its lease guard
+// leaves its task running when no cgroup holds it. Started again on the same data directory, the agent
 // kills what its earlier run left before it reports the attempt lost, so
 // the run the cluster places next cannot overlap it.
 func TestRestartedAgentKillsWhatItsKilledRunLeftRunning(t *testing.T) {
@@ -62,10 +62,23 @@ func TestRestartedAgentKillsWhatItsKilledRunLeftRunning(t *testing.T) {
 	if !Eventually(30*time.Second, func() bool { pid = processWithEnv("HERD_ATTEMPT_ID=" + attempt); return pid != 0 }) {
 		t.Fatal("the attempt's process never showed up")
 	}
+	// Both the agent and its lease guard, which would otherwise stop the
+	// task at once: what is left when both die together (an OOM kill of
+	// each, a kill of everything).
+	guard := guardOf(agentProc.Process.Pid)
+	if guard == 0 {
+		t.Fatal("the agent runs no lease guard")
+	}
+	if err := syscall.Kill(guard, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
 	if err := agentProc.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	_ = agentProc.Wait()
+	if err := syscall.Kill(guard, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
 	if !alive(pid) {
 		t.Fatalf("the task's process %d ended with its agent; the test needs it left running", pid)
 	}

@@ -3,7 +3,10 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
+	"os/signal"
 	"runtime"
+	"runtime/debug"
 	"syscall"
 	"time"
 
@@ -111,8 +114,14 @@ func runAgent(e *env, args []string) error {
 		runtime.GOMAXPROCS(n)
 	}
 	logger := hclog.New(&hclog.LoggerOptions{Name: "herd", Level: hclog.LevelFromString(set.LogLevel), Output: e.stderr})
+	guard, err := os.Executable()
+	if err != nil {
+		logger.Warn("cannot find the herd binary to run the lease guard: a stopped or killed agent leaves its attempts running", "error", err)
+		guard = ""
+	}
 	ag, err := agent.New(agent.Config{
-		ID: set.ID, Servers: set.Servers, DataDir: set.DataDir, Labels: set.Labels, Capabilities: capMap,
+		GuardPath: guard,
+		ID:        set.ID, Servers: set.Servers, DataDir: set.DataDir, Labels: set.Labels, Capabilities: capMap,
 		Resources: api.Resources{CPUMillis: set.CPUMillis, MemoryMB: set.MemoryMB, GPU: set.GPU, DiskMB: set.DiskMB},
 		Slots:     set.Slots, Weight: set.Weight, Limits: set.Limits, LogRetention: set.LogRetention, MinFreeDiskMB: set.MinFreeDiskMB,
 		HeartbeatInterval: set.HeartbeatInterval, Logger: logger,
@@ -169,4 +178,27 @@ func agentProcs(procs int, getenv func(string) (string, bool)) int {
 		return 0
 	}
 	return 1
+}
+
+// agentGuardCommand is the hidden command an agent runs its lease guard
+// as: the same binary, reading the agent's messages on its standard input.
+const agentGuardCommand = "agent-guard"
+
+// runAgentGuard is the lease guard beside an agent (agent.RunGuard). It
+// ignores the signals that stop an agent: it goes when the agent says
+// goodbye or its pipe closes, after stopping what the agent left. It
+// asks the kernel's OOM killer to pick it last where it may.
+func runAgentGuard(e *env, args []string) error {
+	if len(args) != 0 {
+		return usagef("%s takes no arguments; the agent starts it", agentGuardCommand)
+	}
+	signal.Ignore(syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGPIPE)
+	_ = os.WriteFile("/proc/self/oom_score_adj", []byte("-900"), 0)
+	debug.SetGCPercent(50)
+	level := hclog.Info
+	if v, ok := e.getenv("HERD_LOG_LEVEL"); ok {
+		level = hclog.LevelFromString(v)
+	}
+	logger := hclog.New(&hclog.LoggerOptions{Name: "herd", Level: level, Output: e.stderr}).Named("agent.guard")
+	return agent.RunGuard(e.stdin, logger)
 }

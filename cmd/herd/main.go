@@ -116,6 +116,10 @@ func run(e *env, args []string) int {
 		}
 		return 0
 	}
+	if args[0] == agentGuardCommand {
+		// Not listed: the agent starts it, nobody else.
+		return exitCode(e, runAgentGuard(e, args[1:]))
+	}
 	for _, c := range cmds {
 		if c.name == args[0] {
 			err := c.run(e, args[1:])

@@ -6,6 +6,7 @@ import (
 	"io"
 	"math"
 	"math/rand/v2"
+	"path/filepath"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -49,11 +50,16 @@ const (
 	FaultLoss          = "message-loss"
 	FaultDelay         = "delay"
 	FaultRestartAll    = "restart-all"
+	// The process agent's own faults: the agent process stopped (SIGSTOP)
+	// past its lease, and killed outright (SIGKILL) and started again.
+	FaultAgentSIGSTOP = "agent-sigstop"
+	FaultAgentSIGKILL = "agent-sigkill"
 )
 
 var allFaults = []string{
 	FaultLeaderCrash, FaultFollowerCrash, FaultIsolateLeader, FaultPauseLeader, FaultSplit,
 	FaultOneWay, FaultAgentPause, FaultAgentKill, FaultLoss, FaultDelay, FaultRestartAll,
+	FaultAgentSIGSTOP, FaultAgentSIGKILL,
 }
 
 // Checkers, by the name anomalies are counted under.
@@ -165,6 +171,11 @@ type chaos struct {
 
 	runMu sync.Mutex
 	runs  []agent.RunRecord // every attempt's process, as its agent ran it
+
+	// procs are the schedule's real agent processes (none under -short),
+	// and tickFile where the ticker tasks write their ticks.
+	procs    []*procAgent
+	tickFile string
 }
 
 // replay is a zombie's completion for an attempt that had already ended.
@@ -222,17 +233,22 @@ func RunChaos(t *testing.T, cfg ChaosConfig) *ChaosReport {
 		ac := agent.Config{
 			ID: fmt.Sprintf("a%d", i+1), DataDir: t.TempDir(), Slots: 4,
 			Resources: api.Resources{CPUMillis: 4000, MemoryMB: 2048},
+			Labels:    map[string]string{"process": "no"},
 			KillGrace: 200 * time.Millisecond,
 			OnRun:     ch.recordRun,
 		}
 		ch.agentCfgs = append(ch.agentCfgs, ac)
 		ch.agents = append(ch.agents, ch.c.StartAgent(ac))
 	}
+	ch.tickFile = filepath.Join(t.TempDir(), "ticks")
+	ch.procs = ch.startProcAgents()
 	ch.start = time.Now()
 
 	ctx, stop := context.WithTimeout(context.Background(), cfg.Duration)
 	defer stop()
 	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); ch.tickers(ctx) }()
 	for i := 0; i < cfg.Clients; i++ {
 		wg.Add(1)
 		go func() { defer wg.Done(); ch.client(ctx, i) }()
@@ -249,9 +265,7 @@ func RunChaos(t *testing.T, cfg ChaosConfig) *ChaosReport {
 	ch.mu.Lock()
 	defer ch.mu.Unlock()
 	ch.report.Ops = len(ch.history)
-	ch.runMu.Lock()
-	ch.report.Runs = len(ch.runs)
-	ch.runMu.Unlock()
+	ch.report.Runs = len(ch.allRuns())
 	for _, op := range ch.history {
 		if op.Output.(taskOutput).Unknown {
 			ch.report.Unknown++

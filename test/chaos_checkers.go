@@ -314,13 +314,32 @@ func (ch *chaos) recordRun(r agent.RunRecord) {
 	ch.runMu.Unlock()
 }
 
-// checkNoOverlap: no two attempts of one task ran at the same time, by the
-// agents' own records of when each process was launched and reaped. (All
-// agents run in this process, so their times are on one clock.)
-func (ch *chaos) checkNoOverlap() {
+// allRuns is every attempt's run: the in-process agents' records of when
+// each process was launched and reaped, except for the ticker tasks, whose
+// runs are known wherever they ran (the process agent included) from
+// their first and last ticks.
+func (ch *chaos) allRuns() []agent.RunRecord {
+	ticks := ch.tickRuns()
+	ticked := map[string]bool{}
+	for _, r := range ticks {
+		ticked[r.Task] = true
+	}
 	ch.runMu.Lock()
-	runs := slices.Clone(ch.runs)
-	ch.runMu.Unlock()
+	defer ch.runMu.Unlock()
+	out := ticks
+	for _, r := range ch.runs {
+		if !ticked[r.Task] {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// checkNoOverlap: no two attempts of one task ran at the same time, by
+// allRuns. (Every agent runs on this machine: their times are on one
+// clock.)
+func (ch *chaos) checkNoOverlap() {
+	runs := ch.allRuns()
 	byTask := map[string][]agent.RunRecord{}
 	for _, r := range runs {
 		byTask[r.Task] = append(byTask[r.Task], r)

@@ -55,6 +55,9 @@ func (ch *chaos) faults(ctx context.Context) {
 			return
 		}
 		kind := allFaults[ch.rng.IntN(len(allFaults))]
+		if len(ch.procs) == 0 && (kind == FaultAgentSIGSTOP || kind == FaultAgentSIGKILL) {
+			kind = FaultAgentKill // no agent process to stop under -short
+		}
 		hold := time.Duration(1000+ch.rng.IntN(2000)) * time.Millisecond
 		ch.inject(kind, hold)
 	}
@@ -121,6 +124,16 @@ func (ch *chaos) inject(kind string, hold time.Duration) {
 	case FaultAgentKill:
 		ch.injected(kind, false)
 		ch.restartAgent(ch.rng.IntN(len(ch.agentCfgs)), hold)
+	case FaultAgentSIGSTOP:
+		// Past the DOWN verdict (which waits for memberlist's suspicion to
+		// end too: a few seconds at the tests' gossip timings) and the
+		// re-placement after the lease: the lease guard must have stopped
+		// what the frozen agent ran before its replacement started.
+		ch.injected(kind, false)
+		ch.procs[ch.rng.IntN(len(ch.procs))].pause(hold + 6*time.Second)
+	case FaultAgentSIGKILL:
+		ch.injected(kind, false)
+		ch.procs[ch.rng.IntN(len(ch.procs))].killAndRestart(hold)
 	case FaultLoss:
 		ch.injected(kind, false)
 		ch.net.SetLoss(0.1 + 0.2*ch.rng.Float64())

@@ -85,6 +85,9 @@ func (ch *chaos) client(ctx context.Context, id int) {
 					IdempotencyKey: key, Command: chaosCommands[rng.IntN(len(chaosCommands))], Submitter: name,
 					Resources:   api.Resources{CPUMillis: 500, MemoryMB: 64},
 					MaxAttempts: ptr(2), TimeoutSeconds: ptr(int64(20)),
+					// The in-process agents, whose records show every run:
+					// the process agent's slots are the ticker tasks'.
+					RequiredLabels: map[string]string{"process": "no"},
 				}
 			}
 			key := spec.IdempotencyKey

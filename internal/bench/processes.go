@@ -252,6 +252,30 @@ func metricSampleWith(hc *http.Client, httpAddr, sample string) (float64, error)
 	return 0, nil
 }
 
+// guardPids are the lease guards of the agents with the given pids: their
+// children running `herd agent-guard`.
+func guardPids(agents []int) []int {
+	parent := map[string]bool{}
+	for _, p := range agents {
+		parent[strconv.Itoa(p)] = true
+	}
+	var out []int
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if f := procStat(pid); len(f) < 2 || !parent[f[1]] {
+			continue
+		}
+		if cmd, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); err == nil && strings.HasSuffix(string(cmd), "\x00agent-guard\x00") {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
 // processRun is what one multi-process run measured.
 type processRun struct {
 	tasksPerSec          float64
@@ -261,6 +285,8 @@ type processRun struct {
 	tasks                int
 	limits               string  // how the agents enforced limits (their herd.limits label)
 	serverRSS, agentRSS  float64 // MiB, the largest
+	guardRSS, guardAnon  float64 // MiB, the largest lease guard's RSS and its anonymous part
+	guardCPUPerTaskMs    float64 // the agents' lease guards together
 	herdCPUPerTaskMs     float64
 	agentCPUPerTaskMs    float64
 	serverCPUPerTaskMs   float64
@@ -303,6 +329,7 @@ func benchProcesses(exe, dir, profiles string, sz benchSizes, r *Result) error {
 	r.ProcessesAgentCPUPerTaskMs, r.ProcessesTaskCPUPerTaskMs = two.agentCPUPerTaskMs, two.taskCPUPerTaskMs
 	r.ProcessesOneAgentHerdCPUPerTaskMs = one.herdCPUPerTaskMs
 	r.ProcessesServerRSSMiB, r.ProcessesAgentRSSMiB = two.serverRSS, two.agentRSS
+	r.ProcessesGuardRSSMiB, r.ProcessesGuardAnonMiB, r.ProcessesGuardCPUPerTaskMs = two.guardRSS, two.guardAnon, two.guardCPUPerTaskMs
 	r.ProcessesTasks = sz.processTasks
 	if two.limits != "" {
 		r.Machine.AgentLimits = two.limits
@@ -361,6 +388,9 @@ func runProcessSite(exe, dir, profiles string, agents, tasks int) (processRun, e
 		return t
 	}
 	sp, ap := pids(s.servers), pids(s.agents)
+	// Each agent's lease guard is herd's too: its CPU counts as the
+	// agents'.
+	gp := guardPids(ap)
 	ctx := context.Background()
 	// Warm up: a batch the size of the slots, so connections, pools and
 	// the leader's caches are in their running state.
@@ -371,7 +401,7 @@ func runProcessSite(exe, dir, profiles string, agents, tasks int) (processRun, e
 		return out, err
 	}
 	base, _ := metricSample(s.http[li], `herd_tasks{state="SUCCEEDED"}`)
-	srv0, ag0, ch0, ld0 := sum(sp, procCPUSeconds), sum(ap, procCPUSeconds), sum(ap, procChildCPUSeconds), procCPUSeconds(sp[li])
+	srv0, ag0, ch0, ld0, gd0 := sum(sp, procCPUSeconds), sum(ap, procCPUSeconds), sum(ap, procChildCPUSeconds), procCPUSeconds(sp[li]), sum(gp, procCPUSeconds)
 	t0 := time.Now()
 	if err := submitTrue(ctx, s.cl, "run", 0, tasks); err != nil {
 		return out, err
@@ -383,13 +413,19 @@ func runProcessSite(exe, dir, profiles string, agents, tasks int) (processRun, e
 	elapsed := time.Since(t0)
 	out.tasks = tasks
 	out.tasksPerSec = float64(tasks) / elapsed.Seconds()
-	out.serverCPU, out.agentCPU = sum(sp, procCPUSeconds)-srv0, sum(ap, procCPUSeconds)-ag0
+	guardCPU := sum(gp, procCPUSeconds) - gd0
+	out.serverCPU, out.agentCPU = sum(sp, procCPUSeconds)-srv0, sum(ap, procCPUSeconds)-ag0+guardCPU
 	s.endProfiles()
 	out.taskCPU, out.leaderCPU = sum(ap, procChildCPUSeconds)-ch0, procCPUSeconds(sp[li])-ld0
 	per := func(sec float64) float64 { return sec * 1000 / float64(tasks) }
 	out.serverCPUPerTaskMs, out.agentCPUPerTaskMs = per(out.serverCPU), per(out.agentCPU)
 	out.taskCPUPerTaskMs, out.leaderCPUPerTaskMs = per(out.taskCPU), per(out.leaderCPU)
 	out.herdCPUPerTaskMs = per(out.serverCPU + out.agentCPU)
+	out.guardCPUPerTaskMs = per(guardCPU)
+	for _, p := range gp {
+		out.guardRSS = max(out.guardRSS, procRSSMiB(p, "VmRSS"))
+		out.guardAnon = max(out.guardAnon, procRSSMiB(p, "RssAnon"))
+	}
 	for _, p := range sp {
 		out.serverRSS = max(out.serverRSS, procRSSMiB(p, "VmRSS"))
 	}

@@ -3,7 +3,9 @@
 // runs each attempt as a subprocess in its own process group under
 // resource limits (a cgroup when it can, rlimits otherwise), keeps local
 // logs, and reports fenced results. It talks to the servers only through
-// the api client and spawns nothing but the tasks themselves.
+// the api client and spawns nothing but the tasks themselves and, run as
+// `herd agent`, one lease guard: a small process that stops the tasks
+// when the agent itself is stopped, hung or killed (guard_protocol.go).
 package agent
 
 import (

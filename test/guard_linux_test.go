@@ -181,9 +181,9 @@ func TestProcessesStoppedAgentsAttemptEndsBeforeItRunsElsewhere(t *testing.T) {
 }
 
 // An agent killed outright (SIGKILL, an OOM kill, a crash) takes its
-// attempts with it: its lease guard stops them at once rather than leave
-// them running as orphans, and the restarted agent reports them LOST
-// with the reason.
+// attempts with it: its lease guard (started again by the agent if it
+// dies itself) stops them at once rather than leave them running as
+// orphans, and the restarted agent reports them LOST with the reason.
 func TestProcessesKilledAgentsAttemptsEndWithIt(t *testing.T) {
 	s := newSite(t, guardSiteConf)
 	s.agent("edge-1", systemPath(), guardAgentFlags("-slots", "1")...)
@@ -196,8 +196,16 @@ func TestProcessesKilledAgentsAttemptsEndWithIt(t *testing.T) {
 		t.Fatal("the attempt's process never showed up")
 	}
 	agentProc := s.agents["edge-1"]
-	if guardOf(agentProc.Process.Pid) == 0 {
+	// A guard that dies is started again, and the new one does the work.
+	first := guardOf(agentProc.Process.Pid)
+	if first == 0 {
 		t.Fatal("the agent runs no lease guard")
+	}
+	if err := syscall.Kill(first, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if !Eventually(10*time.Second, func() bool { g := guardOf(agentProc.Process.Pid); return g != 0 && g != first }) {
+		t.Fatal("the agent did not start its lease guard again")
 	}
 	killed := time.Now()
 	if err := agentProc.Process.Signal(syscall.SIGKILL); err != nil {

@@ -13,29 +13,6 @@ import (
 	"herd/api"
 )
 
-// buildHerd compiles the herd binary once per test binary run.
-func buildHerd(t *testing.T) string {
-	t.Helper()
-	if testing.Short() {
-		t.Skip("builds and runs the herd binary; skipped with -short")
-	}
-	// The test binary does not import the command, so go test's cache
-	// would keep a result after a change to it alone; reading its files
-	// here makes them part of what the cached result depends on.
-	sources, _ := filepath.Glob(filepath.Join("..", "cmd", "herd", "*.go"))
-	for _, f := range sources {
-		if _, err := os.ReadFile(f); err != nil {
-			t.Fatalf("read the command's source: %v", err)
-		}
-	}
-	bin := filepath.Join(t.TempDir(), "herd")
-	cmd := exec.Command("go", "build", "-o", bin, "herd/cmd/herd")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	return bin
-}
-
 type serverProc struct {
 	id, http, raft, dir string
 	extra               []string // more flags
@@ -163,11 +140,4 @@ func TestProcessesSurviveSIGKILLOfLeader(t *testing.T) {
 		t.Fatalf("%s did not exit cleanly on SIGTERM: %v", p.id, err)
 	}
 	p.cmd = nil
-}
-
-func tail(b []byte, n int) string {
-	if len(b) > n {
-		b = b[len(b)-n:]
-	}
-	return string(b)
 }

@@ -25,12 +25,23 @@ import (
 // agent checks what it received against it.
 const HeaderSHA256 = "X-Herd-Sha256"
 
-// serveDatasets serves the outputs this node keeps to other agents that
-// need them as inputs: GET /v1/datasets/{name} with the file's SHA-256;
-// the agent's metrics, GET /metrics; and its attempts' logs,
-// GET /v1/logs/{attempt}.
-// With TLS only agents and servers of the cluster are served. It returns
-// the address it listens on.
+// serveDatasets serves the agent's data port and returns the address it
+// listens on. What each route serves, and to whom when the cluster runs
+// TLS (each request is judged by the certificate it came with; a cluster
+// without TLS runs on loopback or was told -insecure):
+//
+//	GET /v1/datasets/{name}  the outputs this node keeps, with their
+//	                         SHA-256: servers and every agent (a stage
+//	                         placed elsewhere fetches its inputs here)
+//	GET /v1/logs/{attempt}   an attempt's log: servers, and this node's
+//	GET /v1/images           the image cache: servers, and this node's
+//	                         own agent certificate (tools on the node)
+//	GET /metrics             the agent's metrics: servers, this node's
+//	                         certificate, and client certificates (a
+//	                         Prometheus with `herd tls cert create -client`)
+//
+// Another node's agent certificate gets 403 for logs, images and metrics:
+// one broken edge box must not read every other box's task output.
 func (a *Agent) serveDatasets(ctx context.Context) (string, error) {
 	addr := a.cfg.DataAddr
 	if addr == "" {
@@ -53,20 +64,20 @@ func (a *Agent) serveDatasets(ctx context.Context) (string, error) {
 	}
 	if a.tls != nil {
 		ln = tls.NewListener(ln, a.tls.ServerConfig(pki.ClientCertRequired, func(id pki.Identity) error {
-			if id.Role != pki.RoleAgent && id.Role != pki.RoleServer {
-				return fmt.Errorf("datasets are served to the cluster's agents and servers only, not to %s", id)
+			if !id.Role.Valid() {
+				return fmt.Errorf("the data port serves the cluster's servers, agents and clients only, not %s", id)
 			}
 			return nil
 		}))
 	}
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /v1/datasets/{name}", a.handleDataset)
-	mux.Handle("GET /metrics", a.metricsHandler())
-	mux.HandleFunc("GET /v1/logs/{attempt}", a.handleLog)
-	mux.HandleFunc("GET /v1/images", func(w http.ResponseWriter, _ *http.Request) {
+	mux.HandleFunc("GET /v1/datasets/{name}", a.dataRoute(anyAgent, a.handleDataset))
+	mux.Handle("GET /metrics", a.dataRoute(scrapers, a.metricsHandler().ServeHTTP))
+	mux.HandleFunc("GET /v1/logs/{attempt}", a.dataRoute(serversAndSelf, a.handleLog))
+	mux.HandleFunc("GET /v1/images", a.dataRoute(serversAndSelf, func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(a.imageStatus())
-	})
+	}))
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		<-ctx.Done()
@@ -74,6 +85,55 @@ func (a *Agent) serveDatasets(ctx context.Context) (string, error) {
 	}()
 	go func() { _ = srv.Serve(ln) }()
 	return ln.Addr().String(), nil
+}
+
+// Who may use a route of the data port, by certificate (see serveDatasets).
+type dataAudience int
+
+const (
+	anyAgent       dataAudience = iota // servers and every agent
+	serversAndSelf                     // servers and this node's own certificate
+	scrapers                           // serversAndSelf and client certificates
+)
+
+// dataRoute serves h to the audience: without TLS to everyone, with it to
+// the certificates the audience admits; others get 403 saying who may.
+func (a *Agent) dataRoute(who dataAudience, h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if a.tls == nil {
+			h(w, r)
+			return
+		}
+		var id pki.Identity
+		if r.TLS != nil && len(r.TLS.PeerCertificates) > 0 {
+			id, _ = pki.IdentityOf(r.TLS.PeerCertificates[0])
+		}
+		self := id == pki.Identity{Role: pki.RoleAgent, ID: a.cfg.ID}
+		ok := id.Role == pki.RoleServer || self
+		switch who {
+		case anyAgent:
+			ok = ok || id.Role == pki.RoleAgent
+		case scrapers:
+			ok = ok || id.Role == pki.RoleClient
+		}
+		if !ok {
+			msg := map[dataAudience]string{
+				anyAgent:       "datasets are served to the cluster's servers and agents",
+				serversAndSelf: "served to the cluster's servers and to node " + a.cfg.ID + "'s own certificate only",
+				scrapers:       "metrics are served to the cluster's servers, node " + a.cfg.ID + "'s own certificate and client certificates",
+			}[who]
+			writeDataError(w, http.StatusForbidden, fmt.Sprintf("%s may not %s %s: %s", id, r.Method, r.URL.Path, msg))
+			return
+		}
+		h(w, r)
+	}
+}
+
+// writeDataError answers with a JSON error body, as the servers' API does.
+func writeDataError(w http.ResponseWriter, status int, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(map[string]string{"error": msg})
 }
 
 func (a *Agent) handleDataset(w http.ResponseWriter, r *http.Request) {

@@ -1,9 +1,15 @@
 package agent
 
 import (
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"herd/internal/pki"
 )
@@ -92,5 +98,85 @@ func TestAgentReloadsItsCertificate(t *testing.T) {
 	}
 	if id := a.tls.Identity(); id.ID != "n1" || a.tls.NotAfter().Before(before) {
 		t.Fatalf("identity after a refused reload: %v", id)
+	}
+}
+
+// The data port judges each request by its certificate: logs and the
+// image cache go to servers and to the node's own certificate, never to
+// another node's agent; datasets to every agent (stages fetch their
+// inputs there); metrics also to client certificates (a scraper). A
+// refusal is a 403 with a JSON error that says who may.
+func TestDataPortServesEachRouteToItsAudience(t *testing.T) {
+	dir := t.TempDir()
+	if err := pki.CreateCA(dir, "", 0); err != nil {
+		t.Fatal(err)
+	}
+	files := map[string]pki.Files{}
+	for _, id := range []pki.Identity{{Role: pki.RoleAgent, ID: "n1"}, {Role: pki.RoleAgent, ID: "n2"}, {Role: pki.RoleServer, ID: "s1"}, {Role: pki.RoleClient, ID: "prometheus"}} {
+		if _, err := pki.CreateCert(dir, pki.CertRequest{Identity: id}); err != nil {
+			t.Fatal(err)
+		}
+		files[id.String()] = pki.Files{CA: dir + "/ca.pem", Cert: pki.CertFile(dir, id.ID), Key: pki.KeyFile(dir, id.ID)}
+	}
+	a, err := New(Config{ID: "n1", Servers: []string{"127.0.0.1:4646"}, DataDir: t.TempDir(), Limits: "none", NoBench: true, TLS: files["agent/n1"]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	addr, err := a.serveDatasets(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	get := func(who, path string) (int, string) {
+		t.Helper()
+		m, err := pki.Load(files[who])
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr := &http.Transport{DialTLSContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
+			return pki.Dial(ctx, (&net.Dialer{}).DialContext, addr, m.ClientConfig(pki.RoleAgent))
+		}}
+		defer tr.CloseIdleConnections()
+		resp, err := (&http.Client{Transport: tr, Timeout: 10 * time.Second}).Get("https://" + addr + path)
+		if err != nil {
+			t.Fatalf("%s GET %s: %v", who, path, err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	allowed := func(code int) bool { return code != http.StatusForbidden && code < 500 }
+	for _, tc := range []struct {
+		who, path string
+		ok        bool
+	}{
+		{"server/s1", "/v1/logs/att-1", true},
+		{"agent/n1", "/v1/logs/att-1", true},
+		{"agent/n2", "/v1/logs/att-1", false},
+		{"client/prometheus", "/v1/logs/att-1", false},
+		{"server/s1", "/v1/images", true},
+		{"agent/n1", "/v1/images", true},
+		{"agent/n2", "/v1/images", false},
+		{"client/prometheus", "/v1/images", false},
+		{"agent/n2", "/v1/datasets/photos", true},
+		{"server/s1", "/v1/datasets/photos", true},
+		{"client/prometheus", "/v1/datasets/photos", false},
+		{"client/prometheus", "/metrics", true},
+		{"server/s1", "/metrics", true},
+		{"agent/n2", "/metrics", false},
+	} {
+		code, body := get(tc.who, tc.path)
+		switch {
+		case tc.ok && !allowed(code):
+			t.Errorf("%s GET %s: %d %s, want it served", tc.who, tc.path, code, body)
+		case !tc.ok && code != http.StatusForbidden:
+			t.Errorf("%s GET %s: %d %s, want 403", tc.who, tc.path, code, body)
+		case !tc.ok:
+			var e struct{ Error string }
+			if json.Unmarshal([]byte(body), &e) != nil || !strings.Contains(e.Error, tc.who+" may not GET "+tc.path) {
+				t.Errorf("%s GET %s: the refusal says %q", tc.who, tc.path, body)
+			}
+		}
 	}
 }

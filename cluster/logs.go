@@ -61,7 +61,7 @@ func (s *Server) TaskLog(ctx context.Context, w http.ResponseWriter, taskID stri
 	if follow {
 		q.Set("follow", "true")
 	}
-	scheme, client, done := s.agentClient()
+	scheme, client, done := s.agentClient(node.ID)
 	defer done()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, scheme+"://"+node.DataAddress+"/v1/logs/"+url.PathEscape(a.ID)+"?"+q.Encode(), nil)
 	if err != nil {
@@ -102,17 +102,17 @@ func (s *Server) TaskLog(ctx context.Context, w http.ResponseWriter, taskID stri
 	}
 }
 
-// agentClient reaches agents' data addresses: over TLS with this
-// server's certificate when the cluster has one.
-func (s *Server) agentClient() (scheme string, client *http.Client, done func()) {
-	client = &http.Client{}
+// agentClient reaches node nodeID's data address: over TLS with this
+// server's certificate when the cluster has one, to the holder of that
+// node's agent certificate only.
+func (s *Server) agentClient(nodeID string) (scheme string, client *http.Client, done func()) {
 	if s.tls == nil {
-		return "http", client, func() {}
+		return "http", &http.Client{}, func() {}
 	}
 	tr := &http.Transport{DialTLSContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
-		return pki.Dial(ctx, (&net.Dialer{Timeout: 10 * time.Second}).DialContext, addr, s.tls.ClientConfig(pki.RoleAgent))
+		return pki.Dial(ctx, (&net.Dialer{Timeout: 10 * time.Second}).DialContext, addr, s.tls.ClientConfigFor(pki.Identity{Role: pki.RoleAgent, ID: nodeID}))
 	}}
-	return "https", client, tr.CloseIdleConnections
+	return "https", &http.Client{Transport: tr}, tr.CloseIdleConnections
 }
 
 // NodeImages asks a node's agent about its container runtime and image
@@ -129,7 +129,7 @@ func (s *Server) NodeImages(ctx context.Context, nodeID string) (api.ImageCache,
 	case node.DataAddress == "":
 		return api.ImageCache{}, fmt.Errorf("node %s serves no status (an agent older than this build): %w", node.ID, api.ErrConflict)
 	}
-	scheme, client, done := s.agentClient()
+	scheme, client, done := s.agentClient(node.ID)
 	defer done()
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()

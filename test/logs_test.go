@@ -14,12 +14,32 @@ import (
 // An attempt's log is read from the node that ran it: followed while the
 // attempt runs, to its end; each attempt's log is its own; tail gives the
 // end of it; once the node is DOWN the answer says so (and the cluster's
-// 64 KiB tail is what remains).
+// 64 KiB tail is what remains). The same with TLS and ACLs on, where the
+// server reaches the agent's data port over mutual TLS; the node's image
+// cache is read the same way.
 func TestTaskLogsFromTheNode(t *testing.T) {
-	c := NewClusterWith(t, 3, gossipSetup())
+	for _, secure := range []bool{false, true} {
+		t.Run(map[bool]string{false: "plain", true: "secure"}[secure], func(t *testing.T) {
+			setup := gossipSetup()
+			setup.Secure = secure
+			taskLogsFromTheNode(t, NewClusterWith(t, 3, setup))
+		})
+	}
+}
+
+func taskLogsFromTheNode(t *testing.T, c *Cluster) {
 	a := c.StartAgent(agent.Config{ID: "edge-1", Slots: 2})
 	WaitRegistered(t, a)
 	cl := c.AllClient()
+	var imgErr error
+	if !Eventually(30*time.Second, func() bool {
+		// Any replica answers, from what it has applied: a follower
+		// may not know the node yet.
+		_, imgErr = cl.NodeImages(Ctx(t, time.Minute), "edge-1")
+		return !errors.Is(imgErr, api.ErrNotFound)
+	}) || imgErr != nil {
+		t.Fatalf("the node's image cache: %v", imgErr)
+	}
 	ctx := Ctx(t, time.Minute)
 	spec := shSpec("chatty", `for i in 1 2 3 4 5; do echo "attempt $HERD_ATTEMPT_NUMBER line $i"; sleep 0.2; done; test "$HERD_ATTEMPT_NUMBER" = 2`)
 	spec.MaxAttempts = ptrTo(2)

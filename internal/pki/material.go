@@ -184,6 +184,27 @@ func (m *Material) ServerConfig(auth ClientAuth, allow func(Identity) error) *tl
 // at whatever addresses they advertise. The holder's own certificate goes
 // with every handshake.
 func (m *Material) ClientConfig(want Role) *tls.Config {
+	return m.clientConfig(func(id Identity) error {
+		if id.Role != want {
+			return fmt.Errorf("peer %s is not a %s", id, want)
+		}
+		return nil
+	})
+}
+
+// ClientConfigFor is ClientConfig for one holder: the peer must hold
+// exactly the identity want (a server that reads a node's logs reaches
+// that node's agent, not whatever answers at its address).
+func (m *Material) ClientConfigFor(want Identity) *tls.Config {
+	return m.clientConfig(func(id Identity) error {
+		if id != want {
+			return fmt.Errorf("peer %s is not %s", id, want)
+		}
+		return nil
+	})
+}
+
+func (m *Material) clientConfig(check func(Identity) error) *tls.Config {
 	return &tls.Config{
 		MinVersion: tls.VersionTLS12,
 		// Verification is done below, against the CA of the moment.
@@ -197,10 +218,7 @@ func (m *Material) ClientConfig(want Role) *tls.Config {
 			if err != nil {
 				return err
 			}
-			if id.Role != want {
-				return fmt.Errorf("peer %s is not a %s", id, want)
-			}
-			return nil
+			return check(id)
 		},
 	}
 }

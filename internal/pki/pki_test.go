@@ -2,6 +2,7 @@ package pki
 
 import (
 	"context"
+	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
 	"net"
@@ -204,4 +205,33 @@ func FuzzParseIdentity(f *testing.F) {
 			}
 		}
 	})
+}
+
+// ClientConfigFor admits exactly one holder: another holder of the same
+// role is refused, as is a holder of another role.
+func TestClientConfigForAdmitsOneHolder(t *testing.T) {
+	want := Identity{Role: RoleAgent, ID: "n1"}
+	peers := []Identity{want, {Role: RoleAgent, ID: "n2"}, {Role: RoleClient, ID: "alice"}}
+	dir := issue(t, append([]Identity{{Role: RoleServer, ID: "s1"}}, peers...)...)
+	server := material(t, dir, "s1")
+	for i, peerID := range peers {
+		ln, err := tls.Listen("tcp", "127.0.0.1:0", material(t, dir, peerID.ID).ServerConfig(ClientCertRequired, nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			if c, err := ln.Accept(); err == nil {
+				_ = c.(*tls.Conn).Handshake()
+				c.Close()
+			}
+		}()
+		c, err := Dial(context.Background(), (&net.Dialer{}).DialContext, ln.Addr().String(), server.ClientConfigFor(want))
+		if c != nil {
+			c.Close()
+		}
+		ln.Close()
+		if ok := i == 0; (err == nil) != ok {
+			t.Errorf("dialing %s for %s: %v", peerID, want, err)
+		}
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"slices"
 	"strconv"
@@ -73,8 +74,9 @@ type Principal struct {
 	policies []string
 	// Node, when set, scopes the caller to that node's own records.
 	Node string
-	// Server: the caller holds a server certificate.
+	// Server: the caller holds a server certificate, for server ServerID.
 	Server     bool
+	ServerID   string
 	Submitters []string
 	// open: ACLs are off; everything is allowed but node scoping.
 	open bool
@@ -178,6 +180,24 @@ func callerIdentity(r *http.Request) (pki.Identity, bool, error) {
 	return id, true, nil
 }
 
+// callerAddress is where the request came from: the connection's remote
+// host, or, on a request a server forwarded, the host its original caller
+// connected from (a client cannot claim an address by sending the
+// header itself: it is believed from a server's certificate, or on a
+// cluster without TLS, where anyone may do anything anyway).
+func callerAddress(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		host = r.RemoteAddr
+	}
+	if fwd := r.Header.Get(HeaderForwardedFor); fwd != "" && r.Header.Get(HeaderForwarded) != "" {
+		if id, ok, err := peerIdentity(r); r.TLS == nil || (err == nil && ok && id.Role == pki.RoleServer) {
+			return fwd
+		}
+	}
+	return host
+}
+
 // authenticate decides who made the request.
 func (h *Handler) authenticate(r *http.Request) (Principal, error) {
 	id, hasCert, err := callerIdentity(r)
@@ -189,7 +209,7 @@ func (h *Handler) authenticate(r *http.Request) (Principal, error) {
 		p.Actor = id.String()
 		switch id.Role {
 		case pki.RoleServer:
-			p.Server = true
+			p.Server, p.ServerID = true, id.ID
 		case pki.RoleAgent:
 			p.Node = id.ID
 		}
@@ -282,7 +302,7 @@ func (h *Handler) audit(r *http.Request, action, target string, err error) {
 // auditOutcome records an operator action with the outcome given.
 func (h *Handler) auditOutcome(r *http.Request, action, target, outcome string) {
 	p := PrincipalOf(r.Context())
-	if aerr := h.backend.Audit(r.Context(), AuditEntry{Actor: p.Actor, Action: action, Target: target, Outcome: outcome}); aerr != nil {
+	if aerr := h.backend.Audit(r.Context(), AuditEntry{Actor: p.Actor, From: callerAddress(r), Action: action, Target: target, Outcome: outcome}); aerr != nil {
 		h.logger.Error("could not record an operator action in the audit trail", "actor", p.Actor, "action", action, "target", target, "error", aerr)
 	}
 }

@@ -55,13 +55,16 @@ var Policies = []ACLPolicy{
 
 // AuditEntry is one recorded operator action, or one refused agent request.
 type AuditEntry struct {
-	Index   uint64    `json:"index"`
-	Time    time.Time `json:"time"`
-	Actor   string    `json:"actor"`
-	Action  string    `json:"action"`
-	Target  string    `json:"target,omitempty"`
-	Outcome string    `json:"outcome"`
-	NodeID  string    `json:"node_id,omitempty"`
+	Index uint64    `json:"index"`
+	Time  time.Time `json:"time"`
+	Actor string    `json:"actor"`
+	// From is the address the request came from (its first hop's, when a
+	// replica forwarded it to the leader).
+	From    string `json:"from,omitempty"`
+	Action  string `json:"action"`
+	Target  string `json:"target,omitempty"`
+	Outcome string `json:"outcome"`
+	NodeID  string `json:"node_id,omitempty"`
 }
 
 // AuditList is the answer of GET /v1/operator/audit.

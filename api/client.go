@@ -309,9 +309,15 @@ func (c *Client) Join(ctx context.Context, req JoinRequest) error {
 	return err
 }
 
-// RemovePeer removes a server from the Raft configuration.
-func (c *Client) RemovePeer(ctx context.Context, id string) error {
-	_, err := c.do(ctx, http.MethodDelete, "/v1/operator/raft/peer?id="+url.QueryEscape(id), nil, nil)
+// RemovePeer removes a server from the Raft configuration. Unless force
+// is set, the leader refuses a removal that would leave the voters
+// without a quorum among those that answer.
+func (c *Client) RemovePeer(ctx context.Context, id string, force bool) error {
+	q := url.Values{"id": {id}}
+	if force {
+		q.Set("force", "true")
+	}
+	_, err := c.do(ctx, http.MethodDelete, "/v1/operator/raft/peer?"+q.Encode(), nil, nil)
 	return err
 }
 

@@ -81,7 +81,9 @@ func (f *fakeBackend) SchedulerStatus() SchedulerStatus {
 func (f *fakeBackend) Join(_ context.Context, req JoinRequest) error {
 	return f.call("Join", req.ID)
 }
-func (f *fakeBackend) RemovePeer(_ context.Context, id string) error { return f.call("RemovePeer", id) }
+func (f *fakeBackend) RemovePeer(_ context.Context, id string, _ bool) error {
+	return f.call("RemovePeer", id)
+}
 func (f *fakeBackend) TransferLeadership(_ context.Context, id string) error {
 	return f.call("TransferLeadership", id)
 }

@@ -36,6 +36,7 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request) {
 			if id, ok, err := callerIdentity(r); err == nil && ok {
 				pr.Out.Header.Set(HeaderIdentity, id.String())
 			}
+			pr.Out.Header.Set(HeaderForwardedFor, callerAddress(r))
 		},
 		ModifyResponse: func(resp *http.Response) error {
 			resp.Header.Set(HeaderLeaderAddress, addr)

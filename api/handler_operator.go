@@ -8,13 +8,18 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 )
 
 // OperatorBackend changes the Raft group and its state as a whole. Every
 // method is leader-only.
 type OperatorBackend interface {
+	// Join adds a server as a voter once it answers at its address as
+	// that server, or refreshes a member's record.
 	Join(ctx context.Context, req JoinRequest) error
-	RemovePeer(ctx context.Context, id string) error
+	// RemovePeer removes a server; unless forced, not when the voters
+	// left could not reach a quorum among those that answer.
+	RemovePeer(ctx context.Context, id string, force bool) error
 	// TransferLeadership hands leadership to targetID, or to any
 	// up-to-date voter when targetID is empty.
 	TransferLeadership(ctx context.Context, targetID string) error
@@ -46,14 +51,35 @@ func (h *Handler) deletePeer(_ http.ResponseWriter, r *http.Request) (any, error
 	if !ValidID(id) {
 		return nil, badRequest("query parameter id %q is not a valid server id", id)
 	}
-	err := h.backend.RemovePeer(r.Context(), id)
-	h.audit(r, "raft peer remove", id, err)
+	force := false
+	if v := r.URL.Query().Get("force"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return nil, badRequest("query parameter force %q is not true or false", v)
+		}
+		force = b
+	}
+	what := id
+	if force {
+		// Recorded first too: a forced removal may cost this replica its
+		// leadership before the outcome can be written.
+		what += " (forced)"
+		h.auditOutcome(r, "raft peer remove", what, "requested")
+	}
+	err := h.backend.RemovePeer(r.Context(), id, force)
+	h.audit(r, "raft peer remove", what, err)
 	if err != nil {
 		return nil, err
 	}
 	return map[string]string{"removed": id}, nil
 }
 
+// postJoin adds a server to the Raft group, or brings its record up to
+// date. On a cluster with TLS only the server being added may ask, with
+// its own certificate: one operator token must not be able to add a
+// voter that does not exist and move the quorum. A join that adds a
+// member is audited; the record refreshes servers send every few seconds
+// are not.
 func (h *Handler) postJoin(w http.ResponseWriter, r *http.Request) (any, error) {
 	var req JoinRequest
 	if err := decodeBody(w, r, &req); err != nil {
@@ -62,7 +88,16 @@ func (h *Handler) postJoin(w http.ResponseWriter, r *http.Request) (any, error) 
 	if !ValidID(req.ID) || req.RaftAddress == "" || req.HTTPAddress == "" {
 		return nil, badRequest("join needs a valid id, raft_address and http_address")
 	}
-	if err := h.backend.Join(r.Context(), req); err != nil {
+	if p := PrincipalOf(r.Context()); r.TLS != nil && !(p.Server && p.ServerID == req.ID) {
+		err := forbidden("%s may not add server %s: on a cluster with TLS a server joins itself, with its own certificate (server/%s; start it with -join)", p.Actor, req.ID, req.ID)
+		h.audit(r, "raft join", req.ID, err)
+		return nil, err
+	}
+	err := h.backend.Join(r.Context(), req)
+	if !req.UpdateOnly {
+		h.audit(r, "raft join", req.ID+" at "+req.RaftAddress, err)
+	}
+	if err != nil {
 		return nil, err
 	}
 	return map[string]string{"joined": req.ID}, nil

@@ -159,7 +159,7 @@ func (s *Server) Audit(ctx context.Context, e api.AuditEntry) error {
 		}
 	}
 	_, _, err := s.apply(ctx, fsm.MsgAudit, fsm.AuditRequest{Record: fsm.AuditRecord{
-		Actor: e.Actor, Action: e.Action, Target: e.Target, Outcome: e.Outcome, NodeID: e.NodeID,
+		Actor: e.Actor, From: e.From, Action: e.Action, Target: e.Target, Outcome: e.Outcome, NodeID: e.NodeID,
 	}, Now: now})
 	return err
 }
@@ -169,7 +169,7 @@ func (s *Server) AuditLog(after uint64, limit int) ([]api.AuditEntry, error) {
 	recs := s.fsm.State().Audit(after, limit)
 	out := make([]api.AuditEntry, len(recs))
 	for i, r := range recs {
-		out[i] = api.AuditEntry{Index: r.Index, Time: r.Time.Time(), Actor: r.Actor, Action: r.Action, Target: r.Target, Outcome: r.Outcome, NodeID: r.NodeID}
+		out[i] = api.AuditEntry{Index: r.Index, Time: r.Time.Time(), Actor: r.Actor, From: r.From, Action: r.Action, Target: r.Target, Outcome: r.Outcome, NodeID: r.NodeID}
 	}
 	return out, nil
 }

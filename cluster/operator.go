@@ -3,11 +3,15 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"net"
+	"net/http"
 	"slices"
+	"strings"
 	"time"
 
 	"herd/api"
 	"herd/fsm"
+	"herd/internal/pki"
 
 	"github.com/hashicorp/raft"
 )
@@ -47,8 +51,11 @@ func (s *Server) Join(ctx context.Context, req api.JoinRequest) error {
 	if !member {
 		// A member's record is always updated (it says what the server
 		// reads now, and the leader follows it); a newcomer must read
-		// what the cluster writes.
+		// what the cluster writes, and answer as itself.
 		if err := s.checkJoinForms(req); err != nil {
+			return err
+		}
+		if err := s.probeJoiner(ctx, req); err != nil {
 			return err
 		}
 		s.logger.Info("adding voter", "id", req.ID, "address", req.RaftAddress)
@@ -72,8 +79,90 @@ func (s *Server) upsertServerMeta(ctx context.Context, req api.JoinRequest) erro
 	return err
 }
 
+// joinProbeTimeout bounds the leader's question to a server that asks to
+// join, and to the voters before a removal.
+const joinProbeTimeout = 5 * time.Second
+
+// probeJoiner asks the server that would be added, at the HTTP address it
+// gave, who it is: a voter that does not answer would only move the
+// quorum (three voters need two, four need three). With TLS the answer
+// must come from the holder of that server's certificate.
+func (s *Server) probeJoiner(ctx context.Context, req api.JoinRequest) error {
+	self, err := s.askSelf(ctx, req.HTTPAddress, req.ID)
+	switch {
+	case err != nil:
+		return fmt.Errorf("server %s does not answer at %s (%v): a voter is added only once it answers there: %w", req.ID, req.HTTPAddress, err, api.ErrConflict)
+	case self.ID != req.ID || self.RaftAddress != req.RaftAddress:
+		return fmt.Errorf("the server at %s is %s with raft address %s, not %s at %s: %w", req.HTTPAddress, self.ID, self.RaftAddress, req.ID, req.RaftAddress, api.ErrConflict)
+	}
+	return nil
+}
+
+// askSelf asks the server at httpAddr who it is, within joinProbeTimeout;
+// with TLS only the holder of server id's certificate is believed.
+func (s *Server) askSelf(ctx context.Context, httpAddr, id string) (api.SelfInfo, error) {
+	tr := api.NewTransport()
+	tr.DialContext = s.dial
+	addr := httpAddr
+	if s.tls != nil {
+		addr = "https://" + httpAddr
+		tr.DialTLSContext = func(ctx context.Context, _, a string) (net.Conn, error) {
+			return pki.Dial(ctx, s.dial, a, s.tls.ClientConfigFor(pki.Identity{Role: pki.RoleServer, ID: id}))
+		}
+	}
+	defer tr.CloseIdleConnections()
+	c, err := api.NewClient(addr)
+	if err != nil {
+		return api.SelfInfo{}, err
+	}
+	c.SetHTTPClient(&http.Client{Transport: tr, Timeout: joinProbeTimeout})
+	c.Retries = 0
+	ctx, cancel := context.WithTimeout(ctx, joinProbeTimeout)
+	defer cancel()
+	return c.Self(ctx)
+}
+
+// answering counts the voters of servers that answer now: this replica,
+// and each other one that says who it is at its recorded address.
+func (s *Server) answering(ctx context.Context, voters []raft.Server) (n int, silent []string) {
+	type answer struct {
+		id string
+		ok bool
+	}
+	answers := make(chan answer, len(voters))
+	for _, v := range voters {
+		id := string(v.ID)
+		if id == s.cfg.ID {
+			answers <- answer{id, true}
+			continue
+		}
+		go func() {
+			addr, ok := s.httpAddressOf(id)
+			if !ok {
+				answers <- answer{id, false}
+				return
+			}
+			self, err := s.askSelf(ctx, addr, id)
+			answers <- answer{id, err == nil && self.ID == id}
+		}()
+	}
+	for range voters {
+		a := <-answers
+		if a.ok {
+			n++
+		} else {
+			silent = append(silent, a.id)
+		}
+	}
+	slices.Sort(silent)
+	return n, silent
+}
+
 // RemovePeer removes a server from the Raft configuration (leader-only).
-func (s *Server) RemovePeer(ctx context.Context, id string) error {
+// Unless forced, it refuses a removal after which the voters that answer
+// would not be a majority of those left: the cluster could then commit
+// nothing until a silent one came back.
+func (s *Server) RemovePeer(ctx context.Context, id string, force bool) error {
 	if !s.IsLeader() {
 		return fmt.Errorf("%s: %w", s.cfg.ID, api.ErrNotLeader)
 	}
@@ -82,13 +171,23 @@ func (s *Server) RemovePeer(ctx context.Context, id string) error {
 		return fmt.Errorf("read raft configuration: %w", err)
 	}
 	found := false
+	var left []raft.Server // the voters after the removal
 	for _, srv := range f.Configuration().Servers {
-		if srv.ID == raft.ServerID(id) {
+		switch {
+		case srv.ID == raft.ServerID(id):
 			found = true
+		case srv.Suffrage == raft.Voter:
+			left = append(left, srv)
 		}
 	}
 	if !found {
 		return fmt.Errorf("server %q is not in the raft configuration: %w", id, api.ErrNotFound)
+	}
+	if !force {
+		if n, silent := s.answering(ctx, left); n <= len(left)/2 {
+			return fmt.Errorf("removing %s would leave %d voters of which %d answer (%s silent): %d are needed to commit anything. Remove a server that does not answer instead, or force the removal if %s is gone for good and the silent ones will come back: %w",
+				id, len(left), n, strings.Join(silent, ", "), len(left)/2+1, id, api.ErrConflict)
+		}
 	}
 	s.logger.Info("removing raft peer", "id", id)
 	if err := s.raft.RemoveServer(raft.ServerID(id), 0, s.cfg.Raft.ApplyTimeout).Error(); err != nil {

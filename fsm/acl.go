@@ -45,7 +45,9 @@ type AuditRecord struct {
 	Index uint64 `json:"index"`
 	Time  Stamp  `json:"time"`
 	// Actor is a token's accessor id or a certificate's identity.
-	Actor   string `json:"actor"`
+	Actor string `json:"actor"`
+	// From is the address the request came from.
+	From    string `json:"from,omitempty"`
 	Action  string `json:"action"`
 	Target  string `json:"target,omitempty"`
 	Outcome string `json:"outcome"`

@@ -279,7 +279,7 @@ func TestRemovePeerAndTransferLeadership(t *testing.T) {
 		}
 	}
 	victimID := c.Replicas[victim].Cfg.ID
-	if err := c.Client(via).RemovePeer(ctx, victimID); err != nil {
+	if err := c.Client(via).RemovePeer(ctx, victimID, false); err != nil {
 		t.Fatalf("remove peer %s: %v", victimID, err)
 	}
 	// The removed server, still running and not yet told, asking only to
@@ -306,7 +306,7 @@ func TestRemovePeerAndTransferLeadership(t *testing.T) {
 			t.Fatalf("server entry incomplete: %+v", s)
 		}
 	}
-	if err := c.Client(via).RemovePeer(ctx, "nope"); !errors.Is(err, api.ErrNotFound) {
+	if err := c.Client(via).RemovePeer(ctx, "nope", false); !errors.Is(err, api.ErrNotFound) {
 		t.Fatalf("removing an unknown peer: want 404, got %v", err)
 	}
 	// The remaining two still accept writes.

@@ -238,9 +238,9 @@ func runOperatorAudit(e *env, args []string) error {
 		return printJSON(e.stdout, l.Entries)
 	}
 	t := &table{}
-	t.add("INDEX", "TIME", "ACTOR", "ACTION", "TARGET", "OUTCOME")
+	t.add("INDEX", "TIME", "ACTOR", "FROM", "ACTION", "TARGET", "OUTCOME")
 	for _, r := range l.Entries {
-		t.add(strconv.FormatUint(r.Index, 10), ago(r.Time), r.Actor, r.Action, orDash(r.Target), r.Outcome)
+		t.add(strconv.FormatUint(r.Index, 10), ago(r.Time), r.Actor, orDash(r.From), r.Action, orDash(r.Target), r.Outcome)
 	}
 	t.write(e.stdout)
 	return nil

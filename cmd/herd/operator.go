@@ -107,9 +107,10 @@ func runListPeers(e *env, args []string) error {
 }
 
 func runRemovePeer(e *env, args []string) error {
-	fs := newFlags(e, "operator raft remove-peer", "ID", "Remove a server from the raft configuration (for a server that is gone for good).")
+	fs := newFlags(e, "operator raft remove-peer", "ID", "Remove a server from the raft configuration (for a server that is gone for good).\nThe leader refuses a removal that would leave fewer answering voters than a quorum,\nunless -force.")
 	var cf clientFlags
 	cf.register(e, fs, false)
+	force := fs.Bool("force", false, "remove it even if the voters left that answer are not a quorum (they must come back)")
 	if err := parse(e, fs, args); err != nil {
 		return err
 	}
@@ -122,7 +123,7 @@ func runRemovePeer(e *env, args []string) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := cl.RemovePeer(ctx, fs.Arg(0)); err != nil {
+	if err := cl.RemovePeer(ctx, fs.Arg(0), *force); err != nil {
 		return fmt.Errorf("remove peer: %w", err)
 	}
 	fmt.Fprintf(e.stdout, "Removed %s from the raft configuration\n", fs.Arg(0))

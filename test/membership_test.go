@@ -1,0 +1,178 @@
+package test
+
+import (
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"herd/api"
+	"herd/fsm"
+	"herd/internal/localcluster"
+	"herd/internal/pki"
+)
+
+// awaitServerRecords waits until the leader knows every server's HTTP
+// address (a forming cluster records them within a moment): it asks
+// the voters whether they answer there.
+func awaitServerRecords(t *testing.T, c *Cluster) {
+	t.Helper()
+	if !Eventually(30*time.Second, func() bool {
+		conf, err := c.Client(c.WaitForLeader()).RaftConfiguration(Ctx(t, 10*time.Second))
+		return err == nil && !slices.ContainsFunc(conf.Servers, func(s api.RaftServer) bool { return s.HTTPAddress == "" })
+	}) {
+		t.Fatal("the leader never recorded every server's HTTP address")
+	}
+}
+
+// raftIDs lists the servers of the cluster's Raft configuration.
+func raftIDs(t *testing.T, cl *api.Client) []string {
+	t.Helper()
+	conf, err := cl.RaftConfiguration(Ctx(t, 30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, s := range conf.Servers {
+		ids = append(ids, s.ID)
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// auditSays reports whether the audit trail holds an entry of action
+// whose target and outcome contain the strings given, from an address.
+func auditSays(t *testing.T, cl *api.Client, action, target, outcome string) bool {
+	t.Helper()
+	l, err := cl.AuditLog(Ctx(t, 30*time.Second), 0, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return slices.ContainsFunc(l.Entries, func(e api.AuditEntry) bool {
+		return e.Action == action && strings.Contains(e.Target, target) && strings.Contains(e.Outcome, outcome) && e.From != ""
+	})
+}
+
+// On a cluster with TLS a server joins itself: a management token
+// without a server certificate cannot add a voter (one call would move
+// the quorum of three to three of four), nor can another server's
+// certificate, and the server's own certificate cannot add it while
+// nothing answers at its address. Each refusal is audited with who and
+// from where; the configuration stays as it was.
+func TestRaftJoinTakesTheJoiningServersOwnCertificate(t *testing.T) {
+	c, dir := secureCluster(t, 3, false)
+	ctx := Ctx(t, 2*time.Minute)
+	addrs := httpAddrs(c)
+	boot, err := secureClient(t, dir, addrs, "", nil).BootstrapACL(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mgmt := secureClient(t, dir, addrs, boot.SecretID, nil)
+	before := raftIDs(t, mgmt)
+	// Of this build: only its silence can keep it out.
+	ghost := api.JoinRequest{ID: "s9", RaftAddress: FreeAddr(t), HTTPAddress: FreeAddr(t), CommandForms: fsm.CommandForms}
+	if err := mgmt.Join(ctx, ghost); statusOf(err) != 403 {
+		t.Fatalf("a management token adding s9: %v, want 403", err)
+	}
+	other, err := localcluster.IssueTo(dir, pki.Identity{Role: pki.RoleServer, ID: "s8"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := secureClient(t, dir, addrs, "", &other).Join(ctx, ghost); statusOf(err) != 403 {
+		t.Fatalf("server s8's certificate adding s9: %v, want 403", err)
+	}
+	own, err := localcluster.IssueTo(dir, pki.Identity{Role: pki.RoleServer, ID: "s9"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = secureClient(t, dir, addrs, "", &own).Join(ctx, ghost)
+	if !errors.Is(err, api.ErrConflict) || !strings.Contains(err.Error(), "does not answer") {
+		t.Fatalf("s9 joining with nothing answering at its address: %v, want 409", err)
+	}
+	if after := raftIDs(t, mgmt); !slices.Equal(after, before) {
+		t.Fatalf("the configuration changed from %v to %v", before, after)
+	}
+	if !Eventually(10*time.Second, func() bool {
+		return auditSays(t, mgmt, "raft join", "s9", "may not add server s9") && auditSays(t, mgmt, "raft join", "s9", "does not answer")
+	}) {
+		l, _ := mgmt.AuditLog(ctx, 0, 1000)
+		t.Fatalf("the refused joins are not in the audit trail: %+v", l.Entries)
+	}
+}
+
+// Without TLS an operator may add a server, but not one that does not
+// answer at the address it names.
+func TestRaftJoinRefusesAServerThatDoesNotAnswer(t *testing.T) {
+	c := NewCluster(t, 3)
+	cl := c.AllClient()
+	before := raftIDs(t, cl)
+	err := cl.Join(Ctx(t, time.Minute), api.JoinRequest{ID: "s9", RaftAddress: FreeAddr(t), HTTPAddress: FreeAddr(t), CommandForms: fsm.CommandForms})
+	if !errors.Is(err, api.ErrConflict) || !strings.Contains(err.Error(), "does not answer") {
+		t.Fatalf("adding a server that does not answer: %v, want 409", err)
+	}
+	if after := raftIDs(t, cl); !slices.Equal(after, before) {
+		t.Fatalf("the configuration changed from %v to %v", before, after)
+	}
+}
+
+// With one follower down, removing the other (alive) one would leave two
+// voters of which one answers: refused, and audited. Forced, the removal
+// is made, and completes (with everything else) once the silent server
+// is back. Removing a server that does not answer is never refused.
+func TestRemovePeerKeepsAQuorumUnlessForced(t *testing.T) {
+	c := NewCluster(t, 3)
+	ctx := Ctx(t, 2*time.Minute)
+	awaitServerRecords(t, c)
+	leader := c.WaitForLeader()
+	var followers []int
+	for i := range c.Replicas {
+		if i != leader {
+			followers = append(followers, i)
+		}
+	}
+	down, alive := followers[0], followers[1]
+	downID, aliveID := c.Replicas[down].Cfg.ID, c.Replicas[alive].Cfg.ID
+	c.Stop(down)
+	cl := c.Client(leader)
+	err := cl.RemovePeer(ctx, aliveID, false)
+	if !errors.Is(err, api.ErrConflict) || !strings.Contains(err.Error(), "of which 1 answer ("+downID+" silent)") {
+		t.Fatalf("removing the live follower with the other down: %v, want 409", err)
+	}
+	if !auditSays(t, cl, "raft peer remove", aliveID, "failed") {
+		t.Fatal("the refused removal is not in the audit trail")
+	}
+	// Forced, it goes into the log. The two left, the leader and the
+	// stopped server, are the configuration that must commit it: the
+	// leader steps down while the stopped one is away (the answer may say
+	// the outcome is unknown), and the removal completes once it is back.
+	if err := cl.RemovePeer(ctx, aliveID, true); err != nil && !errors.Is(err, api.ErrNotLeader) && statusOf(err) != 503 {
+		t.Fatalf("forced removal: %v", err)
+	}
+	c.Stop(alive)
+	c.Start(down)
+	c.WaitForLeader()
+	submitN(t, c.AllClient(), "after", 3)
+	var ids []string
+	if !Eventually(30*time.Second, func() bool { ids = raftIDs(t, c.AllClient()); return !slices.Contains(ids, aliveID) && len(ids) == 2 }) {
+		t.Fatalf("configuration after the forced removal: %v", ids)
+	}
+	if !auditSays(t, c.AllClient(), "raft peer remove", aliveID+" (forced)", "requested") {
+		t.Fatal("the forced removal is not in the audit trail")
+	}
+}
+
+// Removing a server that does not answer is never refused: the voters
+// left are the ones that answer.
+func TestRemovePeerOfASilentServer(t *testing.T) {
+	c := NewCluster(t, 3)
+	ctx := Ctx(t, 2*time.Minute)
+	awaitServerRecords(t, c)
+	leader := c.WaitForLeader()
+	down := (leader + 1) % 3
+	c.Stop(down)
+	if err := c.Client(leader).RemovePeer(ctx, c.Replicas[down].Cfg.ID, false); err != nil {
+		t.Fatalf("removing the silent server: %v", err)
+	}
+	submitN(t, c.AllClient(), "two", 3)
+}

@@ -11,6 +11,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"time"
 
 	"herd/internal/pki"
 )
@@ -112,6 +114,38 @@ func (p Principal) allows(c Capability) bool {
 		return p.Node != "" || p.has("operator")
 	}
 	return false
+}
+
+// changesTheCluster: a route needing c changes the cluster's membership,
+// credentials or nodes, and a refusal of it is audited.
+func (c Capability) changesTheCluster() bool {
+	return c == capOperator || c == capManagement || c == capServerOrOperator
+}
+
+// refusalLimiter keeps the audit records of refused requests to one per
+// caller per refusalAuditEvery, so that a caller retrying in a loop cannot
+// fill the Raft log.
+type refusalLimiter struct {
+	mu   sync.Mutex
+	last map[string]time.Time
+}
+
+const refusalAuditEvery = 10 * time.Second
+
+func (l *refusalLimiter) allow(actor string, now time.Time) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.last == nil {
+		l.last = map[string]time.Time{}
+	}
+	if t, ok := l.last[actor]; ok && now.Sub(t) < refusalAuditEvery {
+		return false
+	}
+	if len(l.last) > 10000 {
+		clear(l.last) // a bound, not a policy: many callers, each recorded again
+	}
+	l.last[actor] = now
+	return true
 }
 
 // MaySubmitAs reports whether p may submit tasks for submitter.

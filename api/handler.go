@@ -80,6 +80,8 @@ type Handler struct {
 	// https: the replicas serve the API over TLS, so forwarding dials
 	// the leader with TLS.
 	https bool
+	// refused limits the audit records of refused operator requests.
+	refused refusalLimiter
 }
 
 // NewHandler builds the HTTP handler for a replica.
@@ -269,6 +271,10 @@ func (h *Handler) wrap(rt route, fn http.HandlerFunc) http.HandlerFunc {
 			err = unauthenticated("token not found (unknown or deleted)")
 		}
 		if err != nil {
+			if rt.where == leaderOnly && rt.need.changesTheCluster() && p.Actor != "" && h.refused.allow(p.Actor, time.Now()) {
+				// Someone with a credential tried what it does not allow.
+				h.audit(r.WithContext(context.WithValue(r.Context(), principalKey{}, p)), "refused "+rt.method+" "+rt.pattern, r.URL.Path, err)
+			}
 			writeErr(w, err)
 			return
 		}

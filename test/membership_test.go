@@ -59,7 +59,8 @@ func auditSays(t *testing.T, cl *api.Client, action, target, outcome string) boo
 // the quorum of three to three of four), nor can another server's
 // certificate, and the server's own certificate cannot add it while
 // nothing answers at its address. Each refusal is audited with who and
-// from where; the configuration stays as it was.
+// from where, as is a token's refused try at another operator route;
+// the configuration stays as it was.
 func TestRaftJoinTakesTheJoiningServersOwnCertificate(t *testing.T) {
 	c, dir := secureCluster(t, 3, false)
 	ctx := Ctx(t, 2*time.Minute)
@@ -93,11 +94,21 @@ func TestRaftJoinTakesTheJoiningServersOwnCertificate(t *testing.T) {
 	if after := raftIDs(t, mgmt); !slices.Equal(after, before) {
 		t.Fatalf("the configuration changed from %v to %v", before, after)
 	}
+	// A token without the operator capability trying an operator route
+	// is refused, and the refusal is audited too.
+	readTok, err := mgmt.CreateToken(ctx, api.ACLTokenRequest{Name: "dashboards", Policies: []string{"read"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := secureClient(t, dir, addrs, readTok.SecretID, nil).RemovePeer(ctx, "s2", false); statusOf(err) != 403 {
+		t.Fatalf("a read token removing a peer: %v, want 403", err)
+	}
 	if !Eventually(10*time.Second, func() bool {
-		return auditSays(t, mgmt, "raft join", "s9", "may not add server s9") && auditSays(t, mgmt, "raft join", "s9", "does not answer")
+		return auditSays(t, mgmt, "raft join", "s9", "may not add server s9") && auditSays(t, mgmt, "raft join", "s9", "does not answer") &&
+			auditSays(t, mgmt, "refused DELETE /v1/operator/raft/peer", "/v1/operator/raft/peer", "operator capability")
 	}) {
 		l, _ := mgmt.AuditLog(ctx, 0, 1000)
-		t.Fatalf("the refused joins are not in the audit trail: %+v", l.Entries)
+		t.Fatalf("the refusals are not in the audit trail: %+v", l.Entries)
 	}
 }
 

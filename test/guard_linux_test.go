@@ -184,9 +184,11 @@ func TestProcessesStoppedAgentsAttemptEndsBeforeItRunsElsewhere(t *testing.T) {
 // attempts with it: its lease guard (started again by the agent if it
 // dies itself) stops them at once rather than leave them running as
 // orphans, and the restarted agent reports them LOST with the reason.
+// A task that opted into keep_running is spared until the agent starts
+// again, which stops what its earlier run left.
 func TestProcessesKilledAgentsAttemptsEndWithIt(t *testing.T) {
 	s := newSite(t, guardSiteConf)
-	s.agent("edge-1", systemPath(), guardAgentFlags("-slots", "1")...)
+	s.agent("edge-1", systemPath(), guardAgentFlags("-slots", "2")...)
 	s.ready("edge-1")
 	id := s.submit(shSpec("orphan", "sleep 600 & wait"))[0]
 	task := waitTaskState(t, s.cl, id, api.TaskRunning)
@@ -195,6 +197,16 @@ func TestProcessesKilledAgentsAttemptsEndWithIt(t *testing.T) {
 	if !Eventually(30*time.Second, func() bool { pid = processWithEnv("HERD_ATTEMPT_ID=" + attempt); return pid != 0 }) {
 		t.Fatal("the attempt's process never showed up")
 	}
+	// A task that opted into running on when cut off is spared.
+	keepSpec := shSpec("kept", "sleep 600 & wait")
+	keepSpec.OnDisconnect = api.OnDisconnectKeepRunning
+	keptID := s.submit(keepSpec)[0]
+	kept := waitTaskState(t, s.cl, keptID, api.TaskRunning).Attempts[0].ID
+	var keptPid int
+	if !Eventually(30*time.Second, func() bool { keptPid = processWithEnv("HERD_ATTEMPT_ID=" + kept); return keptPid != 0 }) {
+		t.Fatal("the kept attempt's process never showed up")
+	}
+	t.Cleanup(func() { _ = syscall.Kill(keptPid, syscall.SIGKILL) })
 	agentProc := s.agents["edge-1"]
 	// A guard that dies is started again, and the new one does the work.
 	first := guardOf(agentProc.Process.Pid)
@@ -217,7 +229,14 @@ func TestProcessesKilledAgentsAttemptsEndWithIt(t *testing.T) {
 		t.Fatalf("the task's process %d outlived its killed agent", pid)
 	}
 	t.Logf("the attempt's processes were gone %v after the agent was killed", time.Since(killed).Round(time.Millisecond))
-	s.restart("edge-1", guardAgentFlags("-slots", "1")...)
+	if !alive(keptPid) {
+		t.Fatal("the guard stopped a task that opted into keep_running")
+	}
+	s.restart("edge-1", guardAgentFlags("-slots", "2")...)
+	// What the killed run left of the kept task, the restarted agent stops.
+	if !Eventually(60*time.Second, func() bool { return !alive(keptPid) }) {
+		t.Fatal("the restarted agent left the kept task of its earlier run running")
+	}
 	if !Eventually(60*time.Second, func() bool {
 		task = s.task(id)
 		return task.Attempts[0].State == api.AttemptLost && timelineSays(task, "the agent exited without stopping it")

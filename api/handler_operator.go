@@ -46,10 +46,32 @@ func (h *Handler) operatorRoutes() []route {
 	}
 }
 
+// needsCertificate refuses a request to one of the operations that can
+// take the whole cluster down (a peer's removal, a snapshot's restore)
+// from a caller with a token alone, on a cluster with TLS: a token that
+// leaks is not enough for those; the operator presents their own
+// certificate too (herd tls cert create -client; the CLI's -client-cert
+// and -client-key).
+func (h *Handler) needsCertificate(r *http.Request, action, target string) error {
+	if r.TLS == nil {
+		return nil
+	}
+	if _, ok, err := callerIdentity(r); err == nil && ok {
+		return nil
+	}
+	p := PrincipalOf(r.Context())
+	err := forbidden("%s may not %s with a token alone: on a cluster with TLS it takes an operator's certificate as well (herd tls cert create -client -id NAME; -client-cert and -client-key in the CLI)", p.Actor, action)
+	h.audit(r, action, target, err)
+	return err
+}
+
 func (h *Handler) deletePeer(_ http.ResponseWriter, r *http.Request) (any, error) {
 	id := r.URL.Query().Get("id")
 	if !ValidID(id) {
 		return nil, badRequest("query parameter id %q is not a valid server id", id)
+	}
+	if err := h.needsCertificate(r, "raft peer remove", id); err != nil {
+		return nil, err
 	}
 	force := false
 	if v := r.URL.Query().Get("force"); v != "" {
@@ -138,6 +160,9 @@ func (h *Handler) getSnapshot(w http.ResponseWriter, r *http.Request) (any, erro
 }
 
 func (h *Handler) putSnapshot(w http.ResponseWriter, r *http.Request) (any, error) {
+	if err := h.needsCertificate(r, "snapshot restore", ""); err != nil {
+		return nil, err
+	}
 	r.Body = http.MaxBytesReader(w, r.Body, MaxSnapshotBytes)
 	err := h.backend.SnapshotRestore(r.Context(), r.Body)
 	h.audit(r, "snapshot restore", "", err)

@@ -60,7 +60,8 @@ func auditSays(t *testing.T, cl *api.Client, action, target, outcome string) boo
 // certificate, and the server's own certificate cannot add it while
 // nothing answers at its address. Each refusal is audited with who and
 // from where, as is a token's refused try at another operator route;
-// the configuration stays as it was.
+// the configuration stays as it was. A peer's removal and a snapshot's
+// restore take an operator's certificate besides the token.
 func TestRaftJoinTakesTheJoiningServersOwnCertificate(t *testing.T) {
 	c, dir := secureCluster(t, 3, false)
 	ctx := Ctx(t, 2*time.Minute)
@@ -94,6 +95,26 @@ func TestRaftJoinTakesTheJoiningServersOwnCertificate(t *testing.T) {
 	if after := raftIDs(t, mgmt); !slices.Equal(after, before) {
 		t.Fatalf("the configuration changed from %v to %v", before, after)
 	}
+	// A peer's removal and a snapshot's restore take an operator's
+	// certificate as well as the token: a leaked token alone cannot take
+	// the cluster down.
+	if err := mgmt.RemovePeer(ctx, "nope", false); statusOf(err) != 403 {
+		t.Fatalf("a management token alone removing a peer: %v, want 403", err)
+	}
+	if err := mgmt.SnapshotRestore(ctx, strings.NewReader("not a snapshot")); statusOf(err) != 403 {
+		t.Fatalf("a management token alone restoring a snapshot: %v, want 403", err)
+	}
+	alice, err := localcluster.IssueTo(dir, pki.Identity{Role: pki.RoleClient, ID: "alice"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	withCert := secureClient(t, dir, addrs, boot.SecretID, &alice)
+	if err := withCert.RemovePeer(ctx, "nope", false); !errors.Is(err, api.ErrNotFound) {
+		t.Fatalf("an operator's certificate and token removing an unknown peer: %v, want 404", err)
+	}
+	if err := withCert.SnapshotRestore(ctx, strings.NewReader("not a snapshot")); !errors.Is(err, api.ErrBadRequest) {
+		t.Fatalf("an operator's certificate and token restoring garbage: %v, want 400", err)
+	}
 	// A token without the operator capability trying an operator route
 	// is refused, and the refusal is audited too.
 	readTok, err := mgmt.CreateToken(ctx, api.ACLTokenRequest{Name: "dashboards", Policies: []string{"read"}})
@@ -105,6 +126,7 @@ func TestRaftJoinTakesTheJoiningServersOwnCertificate(t *testing.T) {
 	}
 	if !Eventually(10*time.Second, func() bool {
 		return auditSays(t, mgmt, "raft join", "s9", "may not add server s9") && auditSays(t, mgmt, "raft join", "s9", "does not answer") &&
+			auditSays(t, mgmt, "snapshot restore", "", "with a token alone") &&
 			auditSays(t, mgmt, "refused DELETE /v1/operator/raft/peer", "/v1/operator/raft/peer", "operator capability")
 	}) {
 		l, _ := mgmt.AuditLog(ctx, 0, 1000)

@@ -42,6 +42,11 @@ func notApplied(msg string) error {
 // decodeBody reads a size-limited JSON body into v, refusing unknown
 // fields, trailing data and invalid UTF-8 with a 4xx error.
 func decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
+	if r.ContentLength > MaxRequestBytes {
+		// Said up front: refused before a byte of it is read (a client
+		// that sent "Expect: 100-continue" then never sends it).
+		return describeDecodeError(&http.MaxBytesError{Limit: MaxRequestBytes})
+	}
 	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxRequestBytes))
 	if err != nil {
 		return describeDecodeError(err)

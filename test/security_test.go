@@ -164,6 +164,36 @@ func TestSecureClusterEndToEnd(t *testing.T) {
 		{"join as a server", func() error {
 			return intruder.Join(ctx, api.JoinRequest{ID: "s9", RaftAddress: "127.0.0.1:1", HTTPAddress: "127.0.0.1:2"})
 		}},
+		{"heartbeat for another node", func() error {
+			_, err := intruder.Heartbeat(ctx, att.NodeID, 1)
+			return err
+		}},
+		{"drain a node", func() error {
+			_, err := intruder.DrainNode(ctx, att.NodeID, true)
+			return err
+		}},
+		{"drain its own node (an operator's act)", func() error {
+			_, err := intruder.DrainNode(ctx, other, true)
+			return err
+		}},
+		{"set a node's tier", func() error {
+			_, err := intruder.SetNodeTier(ctx, other, "L1")
+			return err
+		}},
+		{"create a token", func() error {
+			_, err := intruder.CreateToken(ctx, api.ACLTokenRequest{Name: "mine", Policies: []string{"management"}})
+			return err
+		}},
+		{"transfer the leadership", func() error {
+			_, err := intruder.TransferLeadership(ctx, "")
+			return err
+		}},
+		{"restore a snapshot", func() error {
+			return intruder.SnapshotRestore(ctx, strings.NewReader("x"))
+		}},
+		{"remove a peer", func() error {
+			return intruder.RemovePeer(ctx, "s2", false)
+		}},
 		{"submit without a token", func() error {
 			_, _, err := intruder.SubmitTask(ctx, api.TaskSpec{Command: []string{"true"}})
 			return err

@@ -167,7 +167,11 @@ func (h *Handler) getEvents(w http.ResponseWriter, r *http.Request) (any, error)
 				return written, nil
 			}
 		}
+		p := PrincipalOf(r.Context())
 		for _, ev := range page.Events {
+			if !h.mayReadEvent(p, ev) {
+				continue
+			}
 			if err := enc.Encode(ev); err != nil {
 				return written, nil
 			}

@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"net/http"
+	"slices"
 	"strconv"
 )
 
@@ -56,7 +57,11 @@ func (h *Handler) listJobs(w http.ResponseWriter, r *http.Request) (any, error) 
 		}
 		limit = n
 	}
-	return h.backend.ListJobs(q.Get("after"), limit)
+	list, err := h.backend.ListJobs(q.Get("after"), limit)
+	if p := PrincipalOf(r.Context()); err == nil && p.scoped() {
+		list.Jobs = slices.DeleteFunc(list.Jobs, func(j Job) bool { return !h.mayReadJob(p, j) })
+	}
+	return list, err
 }
 
 func (h *Handler) getJob(w http.ResponseWriter, r *http.Request) (any, error) {
@@ -64,7 +69,14 @@ func (h *Handler) getJob(w http.ResponseWriter, r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return h.backend.GetJob(id)
+	job, err := h.backend.GetJob(id)
+	if err != nil {
+		return nil, err
+	}
+	if p := PrincipalOf(r.Context()); !h.mayReadJob(p, job) {
+		return nil, forbidden("%s reads the work of %v only; job %s has tasks of other submitters (or none yet)", p.Actor, p.Submitters, id)
+	}
+	return job, nil
 }
 
 func (h *Handler) postJobCancel(w http.ResponseWriter, r *http.Request) (any, error) {

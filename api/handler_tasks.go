@@ -72,6 +72,9 @@ func (h *Handler) getTaskLog(w http.ResponseWriter, r *http.Request) (any, error
 			return nil, badRequest("follow %q must be true or false", v)
 		}
 	}
+	if err := h.checkReadTask(r, id); err != nil {
+		return nil, err
+	}
 	if err := h.backend.TaskLog(r.Context(), w, id, number, tail, follow); err != nil {
 		return nil, err
 	}
@@ -135,12 +138,18 @@ func (h *Handler) getTask(w http.ResponseWriter, r *http.Request) (any, error) {
 		}
 		return nil, h.refuse(r, "read task", id, forbidden("%s acts for node %s only: task %s has no attempt there", p.Actor, p.Node, id))
 	}
+	if p := PrincipalOf(r.Context()); !p.mayReadTask(task) {
+		return nil, forbidden("%s reads the work of %v only; task %s is %s's", p.Actor, p.Submitters, id, submitterOf(task))
+	}
 	return task, nil
 }
 
 func (h *Handler) getTaskExplain(_ http.ResponseWriter, r *http.Request) (any, error) {
 	id, err := pathID(r, "task")
 	if err != nil {
+		return nil, err
+	}
+	if err := h.checkReadTask(r, id); err != nil {
 		return nil, err
 	}
 	return h.backend.ExplainTask(id)
@@ -214,5 +223,9 @@ func (h *Handler) listTasks(_ http.ResponseWriter, r *http.Request) (any, error)
 	if query.After != "" && !ValidID(query.After) {
 		return nil, badRequest("after %q is not a valid task id", query.After)
 	}
-	return h.backend.ListTasks(query)
+	list, err := h.backend.ListTasks(query)
+	if p := PrincipalOf(r.Context()); err == nil && p.scoped() {
+		list.Tasks = slices.DeleteFunc(list.Tasks, func(t Task) bool { return !p.mayReadTask(t) })
+	}
+	return list, err
 }

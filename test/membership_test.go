@@ -2,11 +2,13 @@ package test
 
 import (
 	"errors"
+	"io"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"herd/agent"
 	"herd/api"
 	"herd/fsm"
 	"herd/internal/localcluster"
@@ -208,4 +210,111 @@ func TestRemovePeerOfASilentServer(t *testing.T) {
 		t.Fatalf("removing the silent server: %v", err)
 	}
 	submitN(t, c.AllClient(), "two", 3)
+}
+
+// A team's token (limited to its submitters) reads its own work only:
+// another team's task, its explanation, logs and events, and a job of
+// its tasks, are refused with 403 or left out of lists, while the
+// team's own stay readable.
+func TestTeamTokensReadTheirOwnWorkOnly(t *testing.T) {
+	c := NewClusterWith(t, 3, Setup{Secure: true})
+	a := c.StartAgent(agent.Config{ID: "edge-1", Slots: 2})
+	WaitRegistered(t, a)
+	ctx := Ctx(t, 2*time.Minute)
+	mgmt := c.AllClient()
+	team := func(name string) *api.Client {
+		t.Helper()
+		tok, err := mgmt.CreateToken(ctx, api.ACLTokenRequest{Name: name, Policies: []string{"submit", "read"}, Submitters: []string{name}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cl := c.AllClient()
+		cl.SetToken(tok.SecretID)
+		return cl
+	}
+	x, y := team("team-x"), team("team-y")
+	spec := shSpec("x-work", "echo secret of team x")
+	spec.Submitter = "team-x"
+	res, _, err := x.SubmitTask(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitTaskState(t, x, res.ID, api.TaskSucceeded)
+	jobSpec := api.JobSpec{Name: "x-job", Stages: []api.StageSpec{{Name: "one", Task: api.TaskSpec{Command: []string{"true"}, Submitter: "team-x"}}}}
+	job, err := x.SubmitJob(ctx, jobSpec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !Eventually(60*time.Second, func() bool {
+		j, _, err := x.GetJob(ctx, job.ID, api.ReadOptions{})
+		return err == nil && j.State == api.JobSucceeded
+	}) {
+		t.Fatal("team x's job never succeeded")
+	}
+
+	for name, try := range map[string]func(cl *api.Client) error{
+		"get the task": func(cl *api.Client) error {
+			_, _, err := cl.GetTask(ctx, res.ID, api.ReadOptions{})
+			return err
+		},
+		"explain the task": func(cl *api.Client) error {
+			_, err := cl.ExplainTask(ctx, res.ID, api.ReadOptions{})
+			return err
+		},
+		"read the task's logs": func(cl *api.Client) error {
+			return cl.TaskLog(ctx, io.Discard, res.ID, 0, 0, false)
+		},
+		"get the job": func(cl *api.Client) error {
+			_, _, err := cl.GetJob(ctx, job.ID, api.ReadOptions{})
+			return err
+		},
+	} {
+		if err := try(x); err != nil {
+			t.Errorf("team x's token: %s: %v", name, err)
+		}
+		if err := try(y); statusOf(err) != 403 {
+			t.Errorf("team y's token: %s: %v, want 403", name, err)
+		}
+	}
+	listed := func(cl *api.Client) bool {
+		l, _, err := cl.ListTasks(ctx, api.TaskQuery{Limit: 100}, api.ReadOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return slices.ContainsFunc(l.Tasks, func(tk api.Task) bool { return tk.ID == res.ID })
+	}
+	if !listed(x) || listed(y) {
+		t.Errorf("the task listed to team x: %v, to team y: %v", listed(x), listed(y))
+	}
+	jobListed := func(cl *api.Client) bool {
+		l, _, err := cl.ListJobs(ctx, "", 100, api.ReadOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return slices.ContainsFunc(l.Jobs, func(j api.Job) bool { return j.ID == job.ID })
+	}
+	if !jobListed(x) || jobListed(y) {
+		t.Errorf("the job listed to team x: %v, to team y: %v", jobListed(x), jobListed(y))
+	}
+	events := func(cl *api.Client) (task, node int) {
+		err := cl.Events(ctx, api.EventQuery{}, false, func(l api.EventLine) error {
+			switch {
+			case l.Topic == "task" && l.Key == res.ID:
+				task++
+			case l.Topic == "node":
+				node++
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return task, node
+	}
+	if xt, _ := events(x); xt == 0 {
+		t.Error("team x sees none of its task's events")
+	}
+	if yt, yn := events(y); yt != 0 || yn == 0 {
+		t.Errorf("team y sees %d of team x's task events and %d node events; want none and some", yt, yn)
+	}
 }

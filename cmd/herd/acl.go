@@ -84,7 +84,7 @@ func runACLTokenCreate(e *env, args []string) error {
 	var cf clientFlags
 	var policies, submitters listFlag
 	fs.Var(&policies, "policy", "a policy to hold (repeatable or comma-separated)")
-	fs.Var(&submitters, "submitter", "limit submit to these submitters (repeatable)")
+	fs.Var(&submitters, "submitter", "limit the token to these submitters' work: submitting, cancelling and reading it (repeatable)")
 	node := fs.String("agent", "", "make a node-scoped agent token for this node id")
 	name := fs.String("name", "", "a description")
 	cl, ctx, cancel, err := aclCommand(e, fs, &cf, args, 0)

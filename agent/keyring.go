@@ -113,4 +113,10 @@ func (a *Agent) refreshKeyring(ctx context.Context, clusterIndex uint64, force b
 	}
 	a.keyring.index = kr.Index
 	a.logger.Info("gossip keyring applied", "index", kr.Index, "keys", len(keys))
+	// Say so at once (an HTTP heartbeat carries the index): an operator
+	// rotating keys waits for every node to run the new keyring.
+	select {
+	case a.renewNow <- struct{}{}:
+	default:
+	}
 }

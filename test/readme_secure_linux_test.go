@@ -118,7 +118,9 @@ herd task submit -wait -- sh -c 'echo hello from $HERD_NODE_ID' | tee task.txt
 id=$(sed -n 's/^Submitted task \([^,]*\),.*/\1/p' task.txt)
 herd task logs "$id" > logs.txt
 `)
+	sb.WriteString("echo \"mark: rotation starts $(date +%s.%N)\"\n")
 	sb.WriteString(onLoopback(rotation, dir) + "\n")
+	sb.WriteString("echo \"mark: rotation done $(date +%s.%N)\"\n")
 	script := sb.String()
 	t.Cleanup(func() {
 		if b, err := os.ReadFile(filepath.Join(dir, "pids")); err == nil {
@@ -142,6 +144,11 @@ herd task logs "$id" > logs.txt
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("the README's secure section failed: %v\n--- script ---\n%s\n--- output ---\n%s", err, script, tail(out, 6000))
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		if strings.HasPrefix(line, "mark: ") {
+			t.Log(line)
+		}
 	}
 	logs, err := os.ReadFile(filepath.Join(dir, "logs.txt"))
 	if err != nil || !strings.Contains(string(logs), "hello from edge-7") {

@@ -106,9 +106,19 @@ func TestJobImagePipeline(t *testing.T) {
 
 // A fan-out of 10 spread over three nodes, then a fan-in that sees all
 // ten outputs: those made elsewhere are fetched from the nodes holding
-// them, checked against their SHA-256.
+// them, checked against their SHA-256. The same with TLS and ACLs on,
+// where an agent fetches from another's data port with its certificate.
 func TestJobFanOutFanIn(t *testing.T) {
-	c := NewClusterWith(t, 3, agentSetup())
+	for _, secure := range []bool{false, true} {
+		t.Run(map[bool]string{false: "plain", true: "secure"}[secure], func(t *testing.T) {
+			setup := agentSetup()
+			setup.Secure = secure
+			jobFanOutFanIn(t, NewClusterWith(t, 3, setup))
+		})
+	}
+}
+
+func jobFanOutFanIn(t *testing.T, c *Cluster) {
 	dirs := edgeAgents(t, c, 3)
 	cl := c.AllClient()
 	res, err := cl.SubmitJob(Ctx(t, 30*time.Second), api.JobSpec{Name: "fan", Stages: []api.StageSpec{

@@ -96,7 +96,7 @@ func (a *Agent) execute(agentCtx, attemptCtx context.Context, cancel context.Can
 			log.Info("attempt stopped after the cluster took it back")
 			return
 		}
-		out.err = fmt.Sprintf("stopped on %s: the agent was shut down", a.cfg.ID)
+		out.err = "the agent stopped"
 	}
 	a.report(agentCtx, x, out)
 }
@@ -252,20 +252,6 @@ func (a *Agent) report(ctx context.Context, x api.Assignment, out outcome) {
 		req.RanMs = int64((out.ranFor + time.Millisecond - 1) / time.Millisecond)
 	}
 	req.StartUnreported = out.startUnreported
-	if ctx.Err() != nil {
-		// The agent is shutting down and its reporter has stopped: one
-		// try, straight to the cluster and bounded, so that the attempt
-		// is re-placed now rather than once the node is declared DOWN.
-		sctx, cancel := context.WithTimeout(context.Background(), stopReportWait)
-		defer cancel()
-		if _, err := a.client.CompleteAttempt(sctx, x.Attempt.ID, req); err != nil {
-			log.Warn("agent stopping; result not delivered (a restart of the agent reports it)", "state", out.state, "error", err)
-			return
-		}
-		a.completed.Add(1)
-		log.Info("result accepted as the agent stops", "state", out.state)
-		return
-	}
 	backoff := 100 * time.Millisecond
 	for {
 		rep, err := a.reports.report(ctx, api.AttemptReportItem{AttemptID: x.Attempt.ID, Complete: &req})
@@ -294,10 +280,6 @@ func (a *Agent) report(ctx context.Context, x api.Assignment, out outcome) {
 		backoff = min(backoff*2, 5*time.Second)
 	}
 }
-
-// stopReportWait bounds the report of an attempt the agent stopped as it
-// shuts down.
-const stopReportWait = 5 * time.Second
 
 // truncate makes s valid UTF-8 of at most n bytes, keeping its end (the
 // last output matters most) and cutting on a character boundary.

@@ -224,7 +224,7 @@ func (g *agentGossip) resendHeartbeat() {
 }
 
 func (g *agentGossip) sendHeartbeat(seq uint64) {
-	msg, err := api.EncodeGossipMsg(api.GossipHeartbeat, api.GossipHeartbeatMsg{Node: g.a.cfg.ID, Session: g.a.session.Load(), Seq: seq})
+	msg, err := api.EncodeGossipMsg(api.GossipHeartbeat, api.GossipHeartbeatMsg{Node: g.a.cfg.ID, Session: g.a.session.Load(), Seq: seq, KeyringIndex: g.a.keyringIndex()})
 	if err != nil {
 		return
 	}
@@ -276,6 +276,13 @@ func (g *agentGossip) NotifyMsg(b []byte) {
 		}
 		if g.a.lease.acked(ack.Seq, time.Duration(ack.LeaseMs)*time.Millisecond) {
 			for prev := g.acked.Load(); ack.Seq > prev && !g.acked.CompareAndSwap(prev, ack.Seq); prev = g.acked.Load() {
+			}
+		}
+		if ack.KeyringIndex > g.a.keyringIndex() {
+			// The keyring changed: an HTTP heartbeat now fetches it.
+			select {
+			case g.a.renewNow <- struct{}{}:
+			default:
 			}
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 
 	"herd/internal/gossip"
 
@@ -30,6 +31,9 @@ type agentKeyring struct {
 	mu    sync.Mutex // one fetch at a time
 	ring  *memberlist.Keyring
 	index uint64
+	// running mirrors index for readers that must not wait on a fetch
+	// (the gossip callbacks).
+	running atomic.Uint64
 }
 
 // loadKeyring makes the agent's keyring: the one saved in its data
@@ -42,6 +46,7 @@ func (a *Agent) loadKeyring() (*memberlist.Keyring, error) {
 			if keys, primary, err := decodeKeyring(sk.Keys, sk.Primary); err == nil {
 				if kr, err := memberlist.NewKeyring(keys, primary); err == nil {
 					a.keyring.ring, a.keyring.index = kr, sk.Index
+					a.keyring.running.Store(sk.Index)
 					a.logger.Info("gossip keyring loaded from the data directory", "index", sk.Index, "keys", len(keys))
 					return kr, nil
 				}
@@ -75,11 +80,7 @@ func decodeKeyring(keys []string, primary string) ([][]byte, []byte, error) {
 
 // keyringIndex is the replicated keyring the agent runs (0: the
 // configured key).
-func (a *Agent) keyringIndex() uint64 {
-	a.keyring.mu.Lock()
-	defer a.keyring.mu.Unlock()
-	return a.keyring.index
-}
+func (a *Agent) keyringIndex() uint64 { return a.keyring.running.Load() }
 
 // refreshKeyring fetches the keyring when the cluster's differs from the
 // one the agent runs, applies it to its gossip and saves it.
@@ -112,6 +113,7 @@ func (a *Agent) refreshKeyring(ctx context.Context, clusterIndex uint64, force b
 		a.logger.Warn("could not save the gossip keyring", "error", err)
 	}
 	a.keyring.index = kr.Index
+	a.keyring.running.Store(kr.Index)
 	a.logger.Info("gossip keyring applied", "index", kr.Index, "keys", len(keys))
 	// Say so at once (an HTTP heartbeat carries the index): an operator
 	// rotating keys waits for every node to run the new keyring.

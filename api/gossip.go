@@ -75,6 +75,9 @@ type GossipLeaseAckMsg struct {
 	Session uint64 `codec:"s"`
 	Seq     uint64 `codec:"q"`
 	LeaseMs int64  `codec:"l"`
+	// KeyringIndex is the cluster's gossip keyring index: an agent that
+	// runs an older one fetches it (0: not said, from an older server).
+	KeyringIndex uint64 `codec:"k,omitempty"`
 }
 
 // GossipHeartbeatMsg is an agent's proof of life: Seq counts up by one per
@@ -83,6 +86,9 @@ type GossipHeartbeatMsg struct {
 	Node    string `codec:"n"`
 	Session uint64 `codec:"s"`
 	Seq     uint64 `codec:"q"`
+	// KeyringIndex is the gossip keyring index the agent runs (0: never
+	// rotated, or an older agent that does not say).
+	KeyringIndex uint64 `codec:"k,omitempty"`
 }
 
 // EncodeGossipMsg frames a message: kind byte, then msgpack.

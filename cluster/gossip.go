@@ -218,6 +218,9 @@ func (g *serverGossip) NotifyMsg(b []byte) {
 		return
 	}
 	lease := g.s.monitor.heartbeat(hb, g.s.now())
+	if hb.KeyringIndex > 0 {
+		g.s.keyringSeen.report(hb.Node, hb.KeyringIndex)
+	}
 	if g.s.IsLeader() {
 		g.ackLease(hb, lease)
 	}
@@ -240,7 +243,7 @@ func (g *serverGossip) ackLease(hb api.GossipHeartbeatMsg, lease time.Duration) 
 	if !ok {
 		return
 	}
-	msg, err := api.EncodeGossipMsg(api.GossipLeaseAck, api.GossipLeaseAckMsg{Node: hb.Node, Session: hb.Session, Seq: hb.Seq, LeaseMs: lease.Milliseconds()})
+	msg, err := api.EncodeGossipMsg(api.GossipLeaseAck, api.GossipLeaseAckMsg{Node: hb.Node, Session: hb.Session, Seq: hb.Seq, LeaseMs: lease.Milliseconds(), KeyringIndex: g.s.keyringIndex()})
 	if err != nil {
 		return
 	}

@@ -352,12 +352,13 @@ func TestProcessesRestartedAgentEndsEachAttemptOnce(t *testing.T) {
 			if len(ends) != 1 || !strings.Contains(ends[0], "LOST: ") {
 				t.Fatalf("after %v: attempt %d of %s ended %d times: %+v", how, round+1, id, len(ends), task.Timeline)
 			}
-			// Stopped on purpose, the agent reports its attempts itself as
-			// it goes; killed, its guard stopped them and the restarted
-			// agent says so.
-			want := map[syscall.Signal]string{syscall.SIGTERM: "the agent was shut down", syscall.SIGKILL: "the agent exited without stopping it"}[how]
-			if !strings.Contains(ends[0], want) {
-				t.Fatalf("after %v: %q does not say %q", how, ends[0], want)
+			// Stopped on purpose, the agent stopped them itself; killed,
+			// its guard did. The restarted agent says which, unless the
+			// node was declared DOWN first (a slow restart on a loaded
+			// machine), whose reclaim then ended them.
+			want := map[syscall.Signal]string{syscall.SIGTERM: "the agent restarted; the process is gone", syscall.SIGKILL: "the agent exited without stopping it"}[how]
+			if !strings.Contains(ends[0], want) && !strings.Contains(ends[0], "reclaimed: node down") {
+				t.Fatalf("after %v: %q says neither %q nor that the node was declared down", how, ends[0], want)
 			}
 			t.Logf("after %v: %s", how, ends[0])
 		}

@@ -5,11 +5,13 @@ package test
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -44,10 +46,10 @@ func secureSectionBlocks(t *testing.T) []string {
 var waitComment = regexp.MustCompile(`^(.*?)\s*#\s*wait for "([^"]+)"\s*$`)
 
 // onLoopback moves the README's commands onto this machine: its site
-// addresses (10.0.0.x) to the same hosts in 127/8, which is all
-// loopback on Linux, and its system directories into dir.
-func onLoopback(block, dir string) string {
-	block = strings.ReplaceAll(block, "10.0.0.", "127.0.0.")
+// addresses (10.0.0.x) to the same hosts in net (a /24 of 127/8, which
+// is all loopback on Linux), and its system directories into dir.
+func onLoopback(block, dir, net string) string {
+	block = strings.ReplaceAll(block, "10.0.0.", net)
 	block = strings.ReplaceAll(block, "/etc/herd/", dir+"/etc/herd/")
 	block = strings.ReplaceAll(block, "/var/lib/herd-agent", dir+"/var/herd-agent")
 	var out []string
@@ -76,10 +78,16 @@ func TestProcessesREADMESecureSectionRuns(t *testing.T) {
 	}
 	certs, keygen, server, tokens, agentBlock, rotation := blocks[0], blocks[1], blocks[2], blocks[3], blocks[4], blocks[5]
 	dir := t.TempDir()
+	// A /24 of loopback of this run's own: the README's fixed ports are
+	// then free whatever else runs (another run, one a killed test left).
+	net := fmt.Sprintf("127.%d.%d.", 1+rand.IntN(254), 1+rand.IntN(254))
 	var sb strings.Builder
-	fmt.Fprintf(&sb, "set -euo pipefail\nexport PATH=%s:$PATH\ncd %s\nmkdir -p etc/herd var\n", filepath.Dir(bin), dir)
-	sb.WriteString(onLoopback(certs, dir) + "\n")
-	sb.WriteString(onLoopback(keygen, dir) + "\n")
+	// Everything the script starts is in its process group, killed with
+	// it: on a TERM (the test's process gone, or the time up) and at the
+	// end of the test.
+	fmt.Fprintf(&sb, "set -euo pipefail\ntrap 'kill -KILL 0' TERM\nexport PATH=%s:$PATH\ncd %s\nmkdir -p etc/herd var\n", filepath.Dir(bin), dir)
+	sb.WriteString(onLoopback(certs, dir, net) + "\n")
+	sb.WriteString(onLoopback(keygen, dir, net) + "\n")
 	// "Copy pki/ca.pem everywhere, and to each machine its own files."
 	sb.WriteString("cp pki/ca.pem pki/s1.pem pki/s1-key.pem pki/s2.pem pki/s2-key.pem pki/s3.pem pki/s3-key.pem pki/edge-7.pem pki/edge-7-key.pem etc/herd/\n")
 	// "On each mini PC": the block names s1; s2 and s3 run it with their
@@ -96,12 +104,12 @@ func TestProcessesREADMESecureSectionRuns(t *testing.T) {
 			line = strings.ReplaceAll(line, "/var/lib/herd ", fmt.Sprintf("%s/var/s%d ", dir, n))
 			lines = append(lines, line)
 		}
-		fmt.Fprintf(&sb, "( %s ) > s%d.log 2>&1 &\necho $! >> pids\n", onLoopback(strings.TrimSpace(strings.Join(lines, "\n")), dir), n)
+		fmt.Fprintf(&sb, "( %s ) > s%d.log 2>&1 &\n", onLoopback(strings.TrimSpace(strings.Join(lines, "\n")), dir, net), n)
 	}
 	// "Once the three have a leader": the bootstrap is tried until one
 	// answers; its secret is the <secret> of the next line.
 	var tokenLines []string
-	for _, line := range strings.Split(onLoopback(tokens, dir), "\n") {
+	for _, line := range strings.Split(onLoopback(tokens, dir, net), "\n") {
 		switch {
 		case strings.HasPrefix(strings.TrimSpace(line), "herd acl bootstrap"):
 			line = "for i in $(seq 120); do herd acl bootstrap > boot.txt 2> boot.err && break; sleep 0.5; done; cat boot.txt"
@@ -111,7 +119,7 @@ func TestProcessesREADMESecureSectionRuns(t *testing.T) {
 		tokenLines = append(tokenLines, line)
 	}
 	sb.WriteString(strings.Join(tokenLines, "\n") + "\n")
-	fmt.Fprintf(&sb, "( %s ) > edge-7.log 2>&1 &\necho $! >> pids\n", onLoopback(strings.TrimSpace(agentBlock), dir))
+	fmt.Fprintf(&sb, "( %s ) > edge-7.log 2>&1 &\n", onLoopback(strings.TrimSpace(agentBlock), dir, net))
 	// The systemd steps' first task, and its logs through the servers.
 	sb.WriteString(`until herd node list | grep -q 'edge-7.*READY'; do sleep 0.5; done
 herd task submit -wait -- sh -c 'echo hello from $HERD_NODE_ID' | tee task.txt
@@ -119,17 +127,19 @@ id=$(sed -n 's/^Submitted task \([^,]*\),.*/\1/p' task.txt)
 herd task logs "$id" > logs.txt
 `)
 	sb.WriteString("echo \"mark: rotation starts $(date +%s.%N)\"\n")
-	sb.WriteString(onLoopback(rotation, dir) + "\n")
+	sb.WriteString(onLoopback(rotation, dir, net) + "\n")
 	sb.WriteString("echo \"mark: rotation done $(date +%s.%N)\"\n")
 	script := sb.String()
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "bash", "-c", script)
+	cmd.Env = append(os.Environ(), "HOME="+dir)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	t.Cleanup(func() {
-		if b, err := os.ReadFile(filepath.Join(dir, "pids")); err == nil {
-			for _, pid := range strings.Fields(string(b)) {
-				_ = exec.Command("pkill", "-KILL", "-P", pid).Run()
-				_ = exec.Command("kill", "-KILL", pid).Run()
-			}
+		if cmd.Process != nil {
+			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 		}
-		_ = exec.Command("pkill", "-KILL", "-f", dir).Run()
 		if t.Failed() {
 			for _, f := range []string{"s1.log", "s2.log", "s3.log", "edge-7.log", "boot.err"} {
 				b, _ := os.ReadFile(filepath.Join(dir, f))
@@ -137,10 +147,6 @@ herd task logs "$id" > logs.txt
 			}
 		}
 	})
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "bash", "-c", script)
-	cmd.Env = append(os.Environ(), "HOME="+dir)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("the README's secure section failed: %v\n--- script ---\n%s\n--- output ---\n%s", err, script, tail(out, 6000))

@@ -139,7 +139,7 @@ func (s *Server) answering(ctx context.Context, voters []raft.Server) (n int, si
 		go func() {
 			addr, ok := s.httpAddressOf(id)
 			if !ok {
-				answers <- answer{id, false}
+				answers <- answer{id + " (its address not recorded yet)", false}
 				return
 			}
 			self, err := s.askSelf(ctx, addr, id)

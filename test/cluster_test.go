@@ -279,6 +279,10 @@ func TestRemovePeerAndTransferLeadership(t *testing.T) {
 		}
 	}
 	victimID := c.Replicas[victim].Cfg.ID
+	// The leader asks the voters left whether they answer, at the
+	// addresses they recorded: a forming cluster records them within a
+	// moment.
+	awaitServerRecords(t, c)
 	if err := c.Client(via).RemovePeer(ctx, victimID, false); err != nil {
 		t.Fatalf("remove peer %s: %v", victimID, err)
 	}

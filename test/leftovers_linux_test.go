@@ -64,21 +64,27 @@ func TestRestartedAgentKillsWhatItsKilledRunLeftRunning(t *testing.T) {
 	}
 	// Both the agent and its lease guard, which would otherwise stop the
 	// task at once: what is left when both die together (an OOM kill of
-	// each, a kill of everything).
+	// each, a kill of everything). The agent is frozen first, so that it
+	// cannot start its guard again, then the guard killed, then the
+	// agent. (A guard merely stopped would not do: when its agent dies,
+	// its process group is orphaned and the kernel continues it.)
 	guard := guardOf(agentProc.Process.Pid)
 	if guard == 0 {
 		t.Fatal("the agent runs no lease guard")
 	}
-	if err := syscall.Kill(guard, syscall.SIGSTOP); err != nil {
+	if err := agentProc.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
+	}
+	if err := syscall.Kill(guard, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if !Eventually(10*time.Second, func() bool { return !alive(guard) }) {
+		t.Fatal("the guard outlived its SIGKILL")
 	}
 	if err := agentProc.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	_ = agentProc.Wait()
-	if err := syscall.Kill(guard, syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
 	if !alive(pid) {
 		t.Fatalf("the task's process %d ended with its agent; the test needs it left running", pid)
 	}

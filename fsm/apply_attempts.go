@@ -271,7 +271,9 @@ func endAttempt(db *store, index uint64, a *Attempt, task *Task, r *AttemptEndRe
 	case TaskFailed, TaskTimedOut:
 		t.addEvent(index, r.Now, EventFailed, fmt.Sprintf("gave up after %d attempts", t.Attempts))
 	}
-	recordOutcome(db, index, n, &na, task, r.Now)
+	if note := recordOutcome(db, index, n, &na, task, r.Now); note != "" {
+		t.addEvent(index, r.Now, EventBlame, note)
+	}
 	db.putAttempt(&na)
 	db.putNode(n)
 	db.putTask(t)

@@ -376,100 +376,149 @@ func resetStreaks(n *Node) {
 // recordOutcome derives, from one attempt's end, the node's history of the
 // task's class and the fleet's; and from them, at once, the demotions and
 // quarantines the settings call for. n is the node's copy being changed;
-// na the ended attempt. Times are the commands' (StartedAt, r.Now), so
-// every replica derives the same.
-func recordOutcome(db *store, index uint64, n *Node, na *Attempt, task *Task, now time.Time) {
+// na the ended attempt; task the task as it was before this end. Times
+// are the commands' (StartedAt, r.Now), so every replica derives the same.
+// It returns a note for the task's timeline when the evidence made the
+// task the suspect.
+func recordOutcome(db *store, index uint64, n *Node, na *Attempt, task *Task, now time.Time) string {
 	if na.State != AttemptSucceeded && na.State != AttemptFailed && na.State != AttemptTimedOut {
-		return // cancelled or lost: nothing about the node or the work
+		return "" // cancelled or lost: nothing about the node or the work
 	}
-	ps := db.profileSettings()
-	class := task.Spec.ClassOf()
-	window := ms(ps.FailureWindowMs)
 	var runMs int64
 	if !na.StartedAt.IsZero() {
 		runMs = max(int64(na.FinishedAt.Sub(na.StartedAt)/time.Millisecond), 1)
 	}
+	if na.State == AttemptSucceeded {
+		recordSuccess(db, index, n, na, task, runMs, now)
+		return ""
+	}
+	note := suspectTaskNote(task, n.ID)
+	recordFailure(db, index, n, na, task, runMs, now)
+	return note
+}
+
+// recordSuccess is recordOutcome for a success.
+func recordSuccess(db *store, index uint64, n *Node, na *Attempt, task *Task, runMs int64, now time.Time) {
+	ps := db.profileSettings()
+	class := task.Spec.ClassOf()
 	stats := db.class(class)
 	h := n.History.clone()
+	h.FastStreak, h.StreakTasks = 0, nil
 	c := &h.Classes[h.class(class)]
-	if na.State == AttemptSucceeded {
-		c.Runs++
-		c.ConsecutiveFailures, c.FastStreak, c.StreakTasks = 0, 0, nil
-		if runMs > 0 {
-			if c.EWMAMilli == 0 {
-				c.EWMAMilli = runMs
-			} else {
-				c.EWMAMilli += (runMs - c.EWMAMilli) * 2 / (ewmaSpan + 1)
-			}
+	c.Runs++
+	c.ConsecutiveFailures, c.FastStreak, c.StreakTasks = 0, 0, nil
+	if runMs > 0 {
+		if c.EWMAMilli == 0 {
+			c.EWMAMilli = runMs
+		} else {
+			c.EWMAMilli += (runMs - c.EWMAMilli) * 2 / (ewmaSpan + 1)
+		}
+		// A run that began before the tier last changed says nothing of
+		// the node since: the dwell before a promotion counts what the
+		// node does after its demotion, not what was in flight.
+		if !na.StartedAt.Before(n.Tier.ChangedAt) {
 			c.Recent = append(c.Recent[:len(c.Recent):len(c.Recent)], runMs) // a new array, sized once
 			if len(c.Recent) > ps.SlowWindow {
 				c.Recent = c.Recent[len(c.Recent)-ps.SlowWindow:]
 			}
 		}
-		h.addOutcome(Outcome{At: StampOf(now), Class: class, OK: true}, window)
-		median, k := stats.median(n.ID)
-		demote := ""
-		if k >= minSamplesForMedian && median > 0 {
-			if slow := slowRuns(c.Recent, median, ps.SlowFactorPercent); slow >= ps.SlowRuns {
-				demote = fmt.Sprintf("%d of the last %d runs of class %s took over %s the fleet median (%d ms)", slow, len(c.Recent), class, factorText(ps.SlowFactorPercent), median)
-			}
-		}
-		h.syncTimes()
-		n.History = h
-		if demote != "" && demoteNode(n, ps, index, now, demote) {
-			for i := range n.History.Classes {
-				n.History.Classes[i].Recent = nil
-			}
-		}
-		next := stats.withRun(class, ClassRun{Node: n.ID, Millis: runMs, At: StampOf(now)}, index)
-		suspects := next.Suspects
-		next.Suspects = nil
-		db.putClass(next)
-		// Nodes whose fast failures of this class came before any success
-		// elsewhere are suspects now.
-		for _, s := range suspects {
-			if s.Node == n.ID {
-				continue
-			}
-			if other, ok := db.node(s.Node); ok {
-				o := other.clone()
-				if quarantineIfStreak(db, o, ps, class, index, now) {
-					o.ModifyIndex = index
-					db.putNode(o)
-				}
-			}
-		}
-		confirmElsewhere(db, index, n.ID, task, ps, now)
-		return
 	}
-	c.Failures++
-	c.ConsecutiveFailures++
-	fast := na.State == AttemptFailed && runMs <= ps.FastFailureMs
-	if fast {
-		c.FastStreak++
-		c.StreakTasks = append(c.StreakTasks[:len(c.StreakTasks):len(c.StreakTasks)], task.ID)
-		if len(c.StreakTasks) > maxStreakTasks {
-			c.StreakTasks = c.StreakTasks[len(c.StreakTasks)-maxStreakTasks:]
+	h.addOutcome(Outcome{At: StampOf(now), Class: class, Task: task.ID, OK: true}, ms(ps.FailureWindowMs))
+	median, k := stats.median(n.ID)
+	demote := ""
+	if k >= minSamplesForMedian && median > 0 {
+		if slow := slowRuns(c.Recent, median, ps.SlowFactorPercent); slow >= ps.SlowRuns {
+			demote = fmt.Sprintf("%d of the last %d runs of class %s took over %s the fleet median (%d ms)", slow, len(c.Recent), class, factorText(ps.SlowFactorPercent), median)
 		}
-	} else {
-		c.FastStreak, c.StreakTasks = 0, nil
 	}
-	blamed := stats.succeededElsewhere(n.ID, StampOf(now.Add(-window)))
-	h.addOutcome(Outcome{At: StampOf(now), Class: class, Blamed: blamed}, window)
 	h.syncTimes()
 	n.History = h
-	if c.FastStreak >= ps.BlackHoleFailures && n.Quarantine == nil && !quarantineIfStreak(db, n, ps, class, index, now) {
-		// No success elsewhere yet: the first one decides (see above).
-		next := stats.withSuspect(class, n.ID, StampOf(now), index)
-		db.putClass(next)
-	}
-	if b, total := h.BlamedRate(now, window); total >= ps.FailureMinAttempts && b*100 >= ps.FailureRatePercent*total {
-		why := fmt.Sprintf("%d of its last %d attempts in %s failed at work that succeeds elsewhere (over %d%%)", b, total, window, ps.FailureRatePercent)
-		if demoteNode(n, ps, index, now, why) {
-			n.History.Outcomes = nil
-			requestCheck(db, n, index, now, "failure rate: "+why)
+	if demote != "" && demoteNode(n, ps, index, now, demote) {
+		for i := range n.History.Classes {
+			n.History.Classes[i].Recent = nil
 		}
 	}
+	next := stats.withRun(class, ClassRun{Node: n.ID, Millis: runMs, At: StampOf(now)}, index)
+	suspects := next.Suspects
+	next.Suspects = nil
+	db.putClass(next)
+	// Nodes whose fast failures of this class came before any success
+	// elsewhere are suspects now.
+	for _, s := range suspects {
+		if s.Node == n.ID {
+			continue
+		}
+		if other, ok := db.node(s.Node); ok {
+			o := other.clone()
+			if quarantineIfStreak(db, o, ps, class, index, now) {
+				o.ModifyIndex = index
+				db.putNode(o)
+			}
+		}
+	}
+	fleetSucceeded(db, index, n.ID, ps, now)
+	confirmElsewhere(db, index, n.ID, task, ps, now)
+}
+
+// recordFailure is recordOutcome for a failure or a timeout.
+func recordFailure(db *store, index uint64, n *Node, na *Attempt, task *Task, runMs int64, now time.Time) {
+	ps := db.profileSettings()
+	class := task.Spec.ClassOf()
+	window := ms(ps.FailureWindowMs)
+	stats := db.class(class)
+	h := n.History.clone()
+	c := &h.Classes[h.class(class)]
+	c.Failures++
+	c.ConsecutiveFailures++
+	// A task that failed on another node too is the suspect: its failures
+	// are taken back from every node it failed on (exonerate, below) and
+	// this one counts against nobody.
+	elsewhere := failedElsewhere(task, n.ID)
+	fast := na.State == AttemptFailed && runMs <= ps.FastFailureMs
+	switch {
+	case elsewhere:
+	case fast:
+		c.FastStreak, c.StreakTasks = addStreak(c.FastStreak, c.StreakTasks, task.ID)
+		h.FastStreak, h.StreakTasks = addStreak(h.FastStreak, h.StreakTasks, task.ID)
+	default:
+		c.FastStreak, c.StreakTasks = 0, nil
+		h.FastStreak, h.StreakTasks = 0, nil
+	}
+	// Blame waits for the evidence: the failure counts against the node
+	// once the same task succeeds on another node (confirmElsewhere).
+	h.addOutcome(Outcome{At: StampOf(now), Class: class, Task: task.ID}, window)
+	h.syncTimes()
+	n.History = h
+	if elsewhere {
+		exonerate(db, index, n, task, ps, now)
+		return
+	}
+	if c.FastStreak >= ps.BlackHoleFailures && n.Quarantine == nil && !quarantineIfStreak(db, n, ps, class, index, now) {
+		// No success elsewhere yet: the first one decides (see above).
+		db.putClass(stats.withSuspect(class, n.ID, StampOf(now), index))
+	}
+	if h.FastStreak >= ps.BlackHoleFailures && n.Quarantine == nil && !quarantineIfNodeStreak(db, n, ps, index, now) {
+		db.fleet = db.fleet.withSuspect("", n.ID, StampOf(now), index)
+	}
+}
+
+// demoteIfFailing demotes n (a copy being changed) when, over the failure
+// window, enough of its results are blamed failures, and asks for its
+// health check; it reports whether it did.
+func demoteIfFailing(db *store, n *Node, ps ProfileSettings, index uint64, now time.Time) bool {
+	window := ms(ps.FailureWindowMs)
+	b, total := n.History.BlamedRate(now, window)
+	if total < ps.FailureMinAttempts || b*100 < ps.FailureRatePercent*total {
+		return false
+	}
+	why := fmt.Sprintf("%d of its last %d attempts in %s failed at work that then succeeded elsewhere (over %d%%)", b, total, window, ps.FailureRatePercent)
+	if !demoteNode(n, ps, index, now, why) {
+		return false
+	}
+	n.History = n.History.clone()
+	n.History.Outcomes = nil
+	requestCheck(db, n, index, now, "failure rate: "+why)
+	return true
 }
 
 // demoteNode moves n down a tier with why, unless it is pinned or at L3
@@ -503,7 +552,7 @@ func quarantineIfStreak(db *store, n *Node, ps ProfileSettings, class string, in
 	q := &Quarantine{
 		Level: QuarantineSuspected, Class: class, Since: StampOf(now), Until: StampOf(now.Add(ms(ps.QuarantineSuspectMs))),
 		Tasks:  slices.Clone(c.StreakTasks),
-		Reason: fmt.Sprintf("suspected black hole: %d attempts of class %s failed in a row, each within %s, while the class succeeds on other nodes", c.FastStreak, class, ms(ps.FastFailureMs)),
+		Reason: fmt.Sprintf("suspected black hole: %d tasks of class %s failed in a row here, each within %s, while the class succeeds on other nodes", c.FastStreak, class, ms(ps.FastFailureMs)),
 	}
 	// Tasks of the streak that already succeeded elsewhere confirm it.
 	for _, id := range q.Tasks {
@@ -520,9 +569,11 @@ func quarantineIfStreak(db *store, n *Node, ps ProfileSettings, class string, in
 	return true
 }
 
-// confirmElsewhere counts task's success against the quarantines of the
-// nodes it failed on; most of a streak's tasks succeeding elsewhere
-// confirms the black hole.
+// confirmElsewhere puts task's success on succeededOn as evidence
+// against the other nodes it failed on: their failures of it become
+// blamed (which may demote them for their failure rate), and it counts
+// toward confirming their suspected quarantines (most of a streak's tasks
+// succeeding elsewhere confirms the black hole).
 func confirmElsewhere(db *store, index uint64, succeededOn string, task *Task, ps ProfileSettings, now time.Time) {
 	if len(task.nodeFailures()) == 0 {
 		return
@@ -537,19 +588,44 @@ func confirmElsewhere(db *store, index uint64, succeededOn string, task *Task, p
 			continue
 		}
 		node, ok := db.node(id)
-		if !ok || node.Quarantine == nil || node.Quarantine.Level != QuarantineSuspected || !slices.Contains(node.Quarantine.Tasks, task.ID) {
+		if !ok {
 			continue
 		}
 		n := node.clone()
-		q := *node.Quarantine
-		q.Confirmed++
-		n.Quarantine = &q
-		if q.Confirmed*2 > len(q.Tasks) {
-			confirmQuarantine(n, ps, index, now)
+		changed := blameOutcomes(n, task.ID)
+		if changed && demoteIfFailing(db, n, ps, index, now) {
+			changed = true
 		}
-		n.ModifyIndex = index
-		db.putNode(n)
+		if q := node.Quarantine; q != nil && q.Level == QuarantineSuspected && slices.Contains(q.Tasks, task.ID) {
+			c := *q
+			c.Confirmed++
+			n.Quarantine = &c
+			if c.Confirmed*2 > len(c.Tasks) {
+				confirmQuarantine(n, ps, index, now)
+			}
+			changed = true
+		}
+		if changed {
+			n.ModifyIndex = index
+			db.putNode(n)
+		}
 	}
+}
+
+// blameOutcomes marks n's failures of task as blamed; n is a copy being
+// changed. It reports whether any was.
+func blameOutcomes(n *Node, task string) bool {
+	if n.History == nil || !slices.ContainsFunc(n.History.Outcomes, func(o Outcome) bool { return o.Task == task && !o.OK && !o.Blamed }) {
+		return false
+	}
+	n.History = n.History.clone()
+	n.History.Outcomes = slices.Clone(n.History.Outcomes)
+	for i := range n.History.Outcomes {
+		if o := &n.History.Outcomes[i]; o.Task == task && !o.OK {
+			o.Blamed = true
+		}
+	}
+	return true
 }
 
 // confirmQuarantine makes n's suspected quarantine a confirmed, longer one.

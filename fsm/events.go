@@ -47,6 +47,14 @@ const (
 	EventTier
 	EventQuarantine
 	EventHealthCheck
+	// EventBlame: the evidence moved the blame for failures between the
+	// task and the nodes it failed on.
+	EventBlame
+	// EventSlow: an attempt ran far past its class's fleet median.
+	EventSlow
+	// EventInputUnavailable: an attempt could not fetch an input from any
+	// live node; it used none of the task's attempts.
+	EventInputUnavailable
 )
 
 var eventKindNames = [...]string{
@@ -56,6 +64,7 @@ var eventKindNames = [...]string{
 	EventManagement: "management", EventReady: "ready", EventSuspect: "suspect",
 	EventCondition: "condition", EventAgent: "agent", EventRefused: "refused",
 	EventProfile: "profile", EventTier: "tier", EventQuarantine: "quarantine", EventHealthCheck: "health_check",
+	EventBlame: "blame", EventSlow: "slow", EventInputUnavailable: "input_unavailable",
 }
 
 // otherEventKinds numbers, in this process only, kinds read that this

@@ -21,7 +21,7 @@ type stringEvent struct {
 func TestEventKindsReadAndWriteAsTheirNames(t *testing.T) {
 	written := []string{"queued", "waiting", "node_selected", "started", "finished", "failed", "cancelled",
 		"stale_result_rejected", "registered", "down", "management", "ready", "suspect", "condition", "agent", "refused",
-		"profile", "tier", "quarantine", "health_check"}
+		"profile", "tier", "quarantine", "health_check", "blame", "slow", "input_unavailable"}
 	seen := map[EventKind]string{}
 	for _, name := range written {
 		k, ok := EventKindOf(name)

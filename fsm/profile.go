@@ -99,6 +99,12 @@ type NodeHistory struct {
 	// Outcomes are the node's attempt results within the failure window,
 	// oldest first.
 	Outcomes []Outcome `json:"outcomes,omitempty"`
+	// FastStreak counts the distinct tasks, of any class, whose attempts
+	// failed fast here since the node's last success, with the tasks in
+	// StreakTasks: a node that fails everything it is given, new classes
+	// included, is a black-hole suspect without per-class history.
+	FastStreak  int      `json:"fast_streak,omitempty"`
+	StreakTasks []string `json:"streak_tasks,omitempty"`
 }
 
 // ClassHistory is a node's record for one task class.
@@ -111,19 +117,22 @@ type ClassHistory struct {
 	// the node's tier last changed, at most the slow window's length.
 	Recent []int64 `json:"recent_ms,omitempty"`
 	// ConsecutiveFailures counts failures since the last success;
-	// FastStreak the fast ones among the latest, in a row, with their
-	// tasks in StreakTasks.
+	// FastStreak the distinct tasks among the latest that failed fast, in
+	// a row, with the tasks in StreakTasks. A task that failed on another
+	// node too is the suspect, not this node: it leaves the streak.
 	ConsecutiveFailures int      `json:"consecutive_failures,omitempty"`
 	FastStreak          int      `json:"fast_streak,omitempty"`
 	StreakTasks         []string `json:"streak_tasks,omitempty"`
 }
 
-// Outcome is one attempt result. Blamed marks a failure of a class that
-// succeeded on another node within the failure window: such a failure
-// says something about the node, not the work.
+// Outcome is one attempt result. Blamed marks a failure of a task that
+// then succeeded on another node: such a failure says something about
+// the node, not the work. A failure of a task that fails elsewhere too,
+// or never succeeds anywhere, is never blamed.
 type Outcome struct {
 	At     Stamp  `json:"at"`
 	Class  string `json:"class"`
+	Task   string `json:"task,omitempty"`
 	OK     bool   `json:"ok"`
 	Blamed bool   `json:"blamed,omitempty"`
 }

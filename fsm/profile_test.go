@@ -43,6 +43,15 @@ func (h *profileHarness) run(class, node string, d time.Duration, state AttemptS
 // runTask runs the next attempt of task id (submitting it first if new).
 func (h *profileHarness) runTask(id, class, node string, d time.Duration, state AttemptState) {
 	h.t.Helper()
+	if !h.tryTask(id, class, node, d, state) {
+		h.t.Fatalf("reserve %s on %s refused", id, node)
+	}
+}
+
+// tryTask is runTask that reports false, having done nothing, when the
+// node refuses the reservation (it is quarantined, say).
+func (h *profileHarness) tryTask(id, class, node string, d time.Duration, state AttemptState) bool {
+	h.t.Helper()
 	st := h.f.State()
 	task, err := st.Task(id)
 	if err != nil {
@@ -67,7 +76,7 @@ func (h *profileHarness) runTask(id, class, node string, d time.Duration, state 
 	res := h.apply(MsgReserve, ReserveRequest{TaskID: id, AttemptID: attempt, Number: number, NodeID: node, SessionGeneration: n.SessionGeneration, Now: h.now})
 	r, ok := res.(*ReserveResult)
 	if !ok {
-		h.t.Fatalf("reserve %s on %s: %v", id, node, res)
+		return false
 	}
 	if out := h.apply(MsgAttemptStart, AttemptStartRequest{AttemptID: attempt, LeaseVersion: r.Attempt.LeaseVersion, Now: h.now}); out == nil {
 		h.t.Fatal("start")
@@ -76,6 +85,7 @@ func (h *profileHarness) runTask(id, class, node string, d time.Duration, state 
 	if _, ok := h.apply(MsgAttemptEnd, AttemptEndRequest{AttemptID: attempt, LeaseVersion: r.Attempt.LeaseVersion, State: state, ExitCode: 1, Now: h.now, RetryAt: h.now}).(*AttemptResult); !ok {
 		h.t.Fatalf("end %s", attempt)
 	}
+	return true
 }
 
 func (h *profileHarness) node(id string) *Node {
@@ -175,7 +185,7 @@ func TestBlackHoleIsQuarantinedConfirmedAndReleased(t *testing.T) {
 	if n.Quarantine == nil || n.Quarantine.Level != QuarantineSuspected || n.HealthCheck.Requested != 1 {
 		t.Fatalf("after 3 fast failures: %+v %+v", n.Quarantine, n.HealthCheck)
 	}
-	if !strings.Contains(n.Quarantine.Reason, "3 attempts of class build failed in a row") {
+	if !strings.Contains(n.Quarantine.Reason, "3 tasks of class build failed in a row here") {
 		t.Fatalf("reason %q", n.Quarantine.Reason)
 	}
 	spec := testSpec("")
@@ -250,17 +260,24 @@ func TestFirstSuccessElsewhereQuarantinesSuspect(t *testing.T) {
 	}
 }
 
-// A failure rate over half, within the window, of work that succeeds
-// elsewhere demotes a half-dead node and asks for its health check.
+// A failure rate over half, within the window, of tasks that then succeed
+// elsewhere demotes a half-dead node and asks for its health check; the
+// failures count once their tasks succeeded on another node, not before.
 func TestFailureRateDemotes(t *testing.T) {
 	h := newProfileHarness(t, "good", "flaky")
 	for i := 0; i < 4; i++ {
 		h.run("clean", "good", time.Second, AttemptSucceeded)
 		// Slow failures (timeouts), so no black-hole streak.
-		h.run("clean", "flaky", 40*time.Second, AttemptTimedOut)
+		id := h.run("clean", "flaky", 40*time.Second, AttemptTimedOut)
+		if i == 3 {
+			if n := h.node("flaky"); n.Tier.Demotions != 0 {
+				t.Fatalf("demoted before the failed task succeeded elsewhere: %+v", n.Tier)
+			}
+		}
+		h.runTask(id, "clean", "good", time.Second, AttemptSucceeded)
 	}
 	n := h.node("flaky")
-	if n.Tier.Tier != scheduler.TierL3 || !strings.Contains(lastEvent(n, EventTier), "failed at work that succeeds elsewhere") || n.HealthCheck.Requested == 0 {
+	if n.Tier.Tier != scheduler.TierL3 || !strings.Contains(lastEvent(n, EventTier), "failed at work that then succeeded elsewhere") || n.HealthCheck.Requested == 0 {
 		t.Fatalf("tier %+v, event %q, check %+v", n.Tier, lastEvent(n, EventTier), n.HealthCheck)
 	}
 }

@@ -44,6 +44,7 @@ const (
 	tableKeyring  = "gossip_keyring"
 	tableClasses  = "classes"
 	tableProfile  = "profile_settings"
+	tableFleet    = "fleet"
 	tableJobs     = "jobs"
 )
 
@@ -102,6 +103,9 @@ func writeSnapshot(w io.Writer, s *State) error {
 	}
 	if werr == nil && s.st.profile != nil {
 		write(tableProfile, s.st.profile)
+	}
+	if werr == nil && s.st.fleet != nil {
+		write(tableFleet, s.st.fleet)
 	}
 	if werr == nil {
 		s.st.jobs.Ascend(func(v *Job) bool { return write(tableJobs, v) })
@@ -248,6 +252,8 @@ func decodeRecord(db *store, rec snapshotRecord) error {
 		return decodeInto(rec, func(v *ClassStats) string { return v.Class }, db.putClass)
 	case tableProfile:
 		return decodeInto(rec, func(v *ProfileSettings) string { return "profile" }, func(v *ProfileSettings) { db.profile = v })
+	case tableFleet:
+		return decodeInto(rec, func(v *ClassStats) string { return "fleet" }, func(v *ClassStats) { db.fleet = v })
 	case tableJobs:
 		return decodeInto(rec, func(v *Job) string { return v.ID }, db.putJob)
 	case tableAudit:

@@ -45,6 +45,10 @@ type store struct {
 	// profile settings (nil: DefaultProfileSettings).
 	classes *btree.BTreeG[*ClassStats]
 	profile *ProfileSettings
+	// fleet is the fleet's record across classes: the latest success of
+	// each node at anything, and the nodes that failed everything before
+	// any success elsewhere (nil until something succeeded or failed).
+	fleet *ClassStats
 	// jobs by id, and by idempotency key (jobs without one left out);
 	// activeJobs by id, the scheduled and running ones alone: the
 	// leader's loops visit those every tick, while a schedule's finished
@@ -153,7 +157,7 @@ func (s *store) clone() *store {
 		tasks: s.tasks.Clone(), tasksByKey: s.tasksByKey.Clone(), tasksByStat: s.tasksByStat.Clone(), taskCounts: counts,
 		attempts: s.attempts.Clone(), attemptsByTask: s.attemptsByTask.Clone(), liveByNode: s.liveByNode.Clone(),
 		endedByNode: s.endedByNode.Clone(), acl: s.acl.clone(), keyring: s.keyring,
-		classes: s.classes.Clone(), profile: s.profile, jobs: s.jobs.Clone(), jobsByKey: s.jobsByKey.Clone(),
+		classes: s.classes.Clone(), profile: s.profile, fleet: s.fleet, jobs: s.jobs.Clone(), jobsByKey: s.jobsByKey.Clone(),
 		activeJobs: s.activeJobs.Clone(),
 		feed:       s.feed, feedBase: s.feedBase, changes: s.changes,
 		events: s.events, eventsFrom: s.eventsFrom,

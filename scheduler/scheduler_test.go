@@ -796,3 +796,36 @@ func TestCheckOfAnEligibleNodeDoesNotAllocate(t *testing.T) {
 		t.Fatalf("a passing Check allocates %.0f times, want 0", allocs)
 	}
 }
+
+// A retry never returns to the node where the task failed while another
+// node fits, whatever its preferred labels (two of them here), with the
+// deterministic and the random choice alike; when no other node fits it
+// goes back there.
+func TestRetryAvoidsTheFailedNodeWhateverThePreferences(t *testing.T) {
+	pref := node("pref", 4, 0)
+	pref.Labels = map[string]string{"disk": "ssd", "zone": "a"}
+	other := node("other", 4, 7)
+	other.Weight = 1
+	req := &Request{
+		TaskID: "t1", Capability: "exec", CapabilityVersion: "1",
+		PreferredLabels: map[string]string{"disk": "ssd", "zone": "a"},
+		Resources:       Resources{CPUMillis: 1000}, Now: now,
+		FailedOn: map[string]int{"pref": 1},
+	}
+	for _, cfg := range []*Config{nil, {RandomTopK: 3}, {RandomTopK: 3, SpreadWindow: 20_000, ProfileScale: 100_000, ProfileWeights: DefaultProfileWeights()}} {
+		for seed := uint64(0); seed < 64; seed++ {
+			req.Seed = seed
+			got, err := Select([]*Node{pref, other}, req, cfg)
+			if err != nil || got.Node.ID != "other" {
+				t.Fatalf("cfg %+v seed %d: retry placed on %v (%v)", cfg, seed, got.Node, err)
+			}
+		}
+		if ranked := Rank([]*Node{pref, other}, req, cfg); ranked[0].Node.ID != "other" {
+			t.Fatalf("cfg %+v: ranked %s first", cfg, ranked[0].Node.ID)
+		}
+		full := node("other", 4, 8)
+		if got, err := Select([]*Node{pref, full}, req, cfg); err != nil || got.Node.ID != "pref" {
+			t.Fatalf("cfg %+v: with no other node free, the retry should go back: %v (%v)", cfg, got.Node, err)
+		}
+	}
+}

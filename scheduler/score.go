@@ -19,8 +19,10 @@ const (
 	WeightPoints         = 1_000
 	RunningAttemptCost   = 10_000
 	// RetryNodePenalty is subtracted per earlier failure of the task on a
-	// node, so a retry goes elsewhere when it can (half a preferred label).
-	RetryNodePenalty = 500_000
+	// node. It outweighs every other term, preferred labels included, so a
+	// retry never returns to a node where the task failed or hung while
+	// another node fits.
+	RetryNodePenalty = 1_000_000_000_000
 	// HibernatingPenalty makes an awake node win over a sleeping one with
 	// the same preferred labels: waking a node costs seconds.
 	HibernatingPenalty = 300_000
@@ -319,7 +321,7 @@ func Select(nodes []*Node, req *Request, cfg *Config) (Candidate, error) {
 		if len(top) == 0 {
 			return Candidate{}, ErrNoEligibleNode
 		}
-		return weightedPick(spreadGroup(top, cfg), req.Seed), nil
+		return weightedPick(avoidFailed(spreadGroup(top, cfg), req), req.Seed), nil
 	}
 	var best Candidate
 	found := false
@@ -359,6 +361,21 @@ func topK(nodes []*Node, req *Request, cfg *Config, k int) []Candidate {
 		}
 	}
 	return top
+}
+
+// avoidFailed drops from a random choice's group the nodes the task
+// failed on, unless the best is one (then no other node fits).
+func avoidFailed(group []Candidate, req *Request) []Candidate {
+	if len(req.FailedOn) == 0 || req.FailedOn[group[0].Node.ID] > 0 {
+		return group
+	}
+	out := group[:0:0]
+	for _, c := range group {
+		if req.FailedOn[c.Node.ID] == 0 {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 // spreadGroup returns the leading candidates a random choice is made

@@ -149,8 +149,9 @@ type Request struct {
 	HeartbeatTTL time.Duration
 	// Blacklist holds the nodes this task must not be placed on again.
 	Blacklist map[string]bool
-	// FailedOn counts this task's failures per node: a retry prefers a
-	// node it has not failed on (RetryNodePenalty per failure).
+	// FailedOn counts this task's failures per node: a retry goes to a
+	// node it has not failed on whenever one fits, whatever the
+	// preferences (RetryNodePenalty per failure).
 	FailedOn map[string]int
 	// PassedOver holds nodes the leader gave up on for this task, with why
 	// (a hibernating node that did not wake in time).

@@ -353,9 +353,12 @@ func (p *profiler) loadOutputs() {
 }
 
 // healthCheck runs the site's check (HealthCheck, through /bin/sh -c,
-// with a minute to answer) or, without one, the built-in check: the data
-// directory is writable, a process can be started, and the clock is
-// sane. It returns whether the node passed and what it said.
+// with a minute to answer) or, without one, the built-in check, which
+// exercises what tasks need, the way tasks get it: the data directory
+// takes a write, `sh` found through the PATH tasks see starts in a
+// working directory of its own and answers, a container starts when the
+// node advertises the oci driver, and the clock is sane. It returns
+// whether the node passed and what it said.
 func (a *Agent) healthCheck(ctx context.Context) (bool, string) {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
@@ -376,24 +379,39 @@ func (a *Agent) healthCheck(ctx context.Context) (bool, string) {
 		}
 		return true, text
 	}
-	f, err := os.CreateTemp(a.cfg.DataDir, ".herd-health-*")
+	dir, err := os.MkdirTemp(a.cfg.DataDir, ".herd-health-*")
 	if err != nil {
 		return false, "data directory not writable: " + err.Error()
 	}
-	name := f.Name()
-	_, werr := f.WriteString("ok")
-	cerr := f.Close()
-	_ = os.Remove(name)
-	if werr != nil || cerr != nil {
-		return false, fmt.Sprintf("data directory not writable: %v %v", werr, cerr)
+	defer os.RemoveAll(dir)
+	if err := os.WriteFile(filepath.Join(dir, "probe"), []byte("ok"), 0o600); err != nil {
+		return false, "data directory not writable: " + err.Error()
 	}
-	if err := exec.CommandContext(ctx, "/bin/sh", "-c", "exit 0").Run(); err != nil {
-		return false, "cannot start a process: " + err.Error()
+	// As a task's command is started: looked up in the agent's PATH,
+	// with the agent's environment, in a directory of its own.
+	cmd := a.paths.command("sh", "-c", "echo ok")
+	if cmd.Err != nil {
+		return false, "a task's command cannot start: sh: " + cmd.Err.Error()
+	}
+	cmd.Dir = dir
+	cmd.Env = os.Environ()
+	cmd.SysProcAttr = groupLeader()
+	cmd.WaitDelay = time.Second
+	out, err := cmd.Output()
+	if err != nil || strings.TrimSpace(string(out)) != "ok" {
+		return false, fmt.Sprintf("a task's command does not run: sh -c 'echo ok' answered %q (%v)", strings.TrimSpace(string(out)), err)
+	}
+	kinds := "a shell task runs"
+	if a.oci != nil {
+		if err := a.oci.probe(filepath.Join(dir, "oci")); err != nil {
+			return false, "a container task cannot run: " + err.Error()
+		}
+		kinds += ", a container starts"
 	}
 	if now := a.clock.Now(); now.Year() < 2024 {
 		return false, "clock not sane: it reads " + now.Format(time.RFC3339)
 	}
-	return true, "built-in check: data directory writable, a process starts, clock sane"
+	return true, "built-in check: data directory writable, " + kinds + ", clock sane"
 }
 
 // localPath is where this node holds a dataset: a kept output, or a

@@ -77,7 +77,7 @@ var agentTable = config.Table[agentSettings]{
 		config.Field("image_cache_mb", "", "image-cache-mb", "MB of unpacked images kept on the node; the least recently used go first", func(c *agentSettings) *int64 { return &c.ImageCacheMB }),
 		config.Field("insecure_registries", "", "insecure-registries", "comma-separated registry hosts reached over plain HTTP (loopback ones always are)", func(c *agentSettings) *[]string { return &c.InsecureRegistries }),
 		config.Field("registry_auth_file", "HERD_REGISTRY_AUTH_FILE", "registry-auth-file", "a Docker-style config.json whose \"auths\" give the credentials for the registries it names (read at each pull; credential helpers are not run); empty: anonymous pulls", func(c *agentSettings) *string { return &c.RegistryAuthFile }),
-		config.Field("health_check", "", "health-check", "the site's health check, run through /bin/sh -c when the cluster asks (a quarantine); empty: data directory writable, a process starts, clock sane", func(c *agentSettings) *string { return &c.HealthCheck }),
+		config.Field("health_check", "", "health-check", "the site's health check, run through /bin/sh -c when the cluster asks (a quarantine); empty: the built-in check (data directory writable, sh found and run as tasks are, a container starts where the oci driver is, clock sane)", func(c *agentSettings) *string { return &c.HealthCheck }),
 	},
 }
 

@@ -24,6 +24,7 @@ func profileSettings(p config.Profiles) fsm.ProfileSettings {
 		FailureWindowMs: p.FailureWindow.Milliseconds(), FailureMinAttempts: p.FailureMinAttempts, FailureRatePercent: pct(p.FailureRate),
 		BlackHoleFailures: p.BlackHoleFailures, FastFailureMs: p.FastFailure.Milliseconds(),
 		QuarantineSuspectMs: p.QuarantineSuspect.Milliseconds(), QuarantineConfirmedMs: p.QuarantineConfirmed.Milliseconds(),
+		SlowAttemptPercent: pct(p.SlowAttemptFactor), SlowAttemptFloorMs: p.SlowAttemptFloor.Milliseconds(),
 	}
 }
 
@@ -57,6 +58,8 @@ func (s *Server) profileLoop(ctx context.Context) {
 		s.logger.Info("profile settings committed", "settings", fmt.Sprintf("%+v", want))
 	}
 	tried := map[string]time.Time{} // node → when a proposal was last made for it
+	marked := map[string]bool{}     // attempts proposed slow
+	var lastSlowScan time.Time
 	for ctx.Err() == nil {
 		if !s.readsProfiles() {
 			sleepCtx(ctx, time.Second)
@@ -89,8 +92,67 @@ func (s *Server) profileLoop(ctx context.Context) {
 				}
 			}
 		}
+		if now.Sub(lastSlowScan) >= slowScanEvery && s.readsSlowAttempts() {
+			lastSlowScan = now
+			s.markSlowAttempts(ctx, now, marked)
+		}
 		sleepCtx(ctx, profileTick)
 	}
+}
+
+// slowScanEvery is how often the leader compares running attempts with
+// their class's slow threshold.
+const slowScanEvery = time.Second
+
+// markSlowAttempts proposes marking slow every running attempt past its
+// class's slow threshold (Apply checks it again). marked remembers the
+// attempts proposed, so each is proposed once; it forgets those no longer
+// running.
+func (s *Server) markSlowAttempts(ctx context.Context, now time.Time, marked map[string]bool) {
+	st := s.fsm.State()
+	running, err := st.AttemptsInState(fsm.AttemptRunning)
+	if err != nil {
+		return
+	}
+	live := make(map[string]bool, len(running))
+	for _, a := range running {
+		live[a.ID] = true
+		if marked[a.ID] || a.StartedAt.IsZero() {
+			continue
+		}
+		task, err := st.Task(a.TaskID)
+		if err != nil || task.CurrentSlow() || task.CurrentAttempt() != a.ID {
+			continue
+		}
+		limit, ok := st.SlowThreshold(task.Spec.ClassOf(), a.NodeID)
+		if !ok || now.Sub(a.StartedAt.Time()) < limit {
+			continue
+		}
+		marked[a.ID] = true
+		if _, _, err := s.apply(ctx, fsm.MsgAttemptSlow, fsm.AttemptSlowRequest{AttemptID: a.ID, Now: now}); err != nil && ctx.Err() == nil && !errors.Is(err, api.ErrConflict) {
+			s.logger.Warn("mark a slow attempt", "attempt", a.ID, "error", err)
+		}
+	}
+	for id := range marked {
+		if !live[id] {
+			delete(marked, id)
+		}
+	}
+}
+
+// readsSlowAttempts reports whether every server reads the attempt-slow
+// command.
+func (s *Server) readsSlowAttempts() bool {
+	servers, err := s.fsm.State().Servers()
+	if err != nil {
+		return false
+	}
+	for _, sv := range servers {
+		if sv.CommandForms < fsm.FormsNeeded(fsm.MsgAttemptSlow) {
+			return false
+		}
+	}
+	return len(servers) > 0
 }
 
 // profileDue says what time makes due for n at now: a promotion, a health

@@ -242,6 +242,12 @@ type Profiles struct {
 	QuarantineSuspect   time.Duration
 	QuarantineConfirmed time.Duration
 	HealthRecheck       time.Duration
+	// An attempt running over SlowAttemptFactor times its class's fleet
+	// median, and at least SlowAttemptFloor, is marked slow: reported,
+	// counted as a slow run of its node, and a speculative task's backup
+	// starts elsewhere.
+	SlowAttemptFactor float64
+	SlowAttemptFloor  time.Duration
 }
 
 // DefaultProfiles are the defaults of fsm.DefaultProfileSettings.
@@ -252,6 +258,7 @@ func DefaultProfiles() Profiles {
 		FailureWindow: 5 * time.Minute, FailureMinAttempts: 4, FailureRate: 0.5,
 		BlackHoleFailures: 3, FastFailure: 30 * time.Second,
 		QuarantineSuspect: 2 * time.Minute, QuarantineConfirmed: 30 * time.Minute, HealthRecheck: 30 * time.Second,
+		SlowAttemptFactor: 5, SlowAttemptFloor: 10 * time.Second,
 	}
 }
 
@@ -553,6 +560,8 @@ func (p Profiles) validate() []error {
 	bad(p.FailureMinAttempts < 1, "failure_min_attempts must be at least 1")
 	bad(p.FailureRate <= 0 || p.FailureRate > 1, "failure_rate must be in (0, 1]")
 	bad(p.BlackHoleFailures < 1 || p.BlackHoleFailures > 16, "black_hole_failures must be 1..16")
+	bad(p.SlowAttemptFactor <= 1 || p.SlowAttemptFactor > 100, "slow_attempt_factor must be over 1 (and at most 100)")
+	bad(p.SlowAttemptFloor < 0, "slow_attempt_floor must not be negative")
 	return errs
 }
 

@@ -86,6 +86,8 @@ var ServerSettings = Table[Server]{Defaults: DefaultServer, File: true, Settings
 	Field("profiles.quarantine_suspect", "", "", "how long a suspected black hole is quarantined", func(c *Server) *time.Duration { return &c.Profiles.QuarantineSuspect }),
 	Field("profiles.quarantine_confirmed", "", "", "how long a confirmed black hole is quarantined", func(c *Server) *time.Duration { return &c.Profiles.QuarantineConfirmed }),
 	Field("profiles.health_recheck", "", "", "how often a quarantined node's failed health check is asked again", func(c *Server) *time.Duration { return &c.Profiles.HealthRecheck }),
+	Field("profiles.slow_attempt_factor", "", "", "an attempt running over this many times its class's fleet median (and the floor) is slow", func(c *Server) *float64 { return &c.Profiles.SlowAttemptFactor }),
+	Field("profiles.slow_attempt_floor", "", "", "an attempt is never slow before it ran this long", func(c *Server) *time.Duration { return &c.Profiles.SlowAttemptFloor }),
 
 	Field("liveness.heartbeat_interval", "", "", "an agent's normal heartbeat", func(c *Server) *time.Duration { return &c.Liveness.HeartbeatInterval }),
 	Field("liveness.max_heartbeat_interval", "", "", "how far the interval stretches as a node's heartbeat loss rises to 30%", func(c *Server) *time.Duration { return &c.Liveness.MaxHeartbeatInterval }),

@@ -413,30 +413,13 @@ func recordSuccess(db *store, index uint64, n *Node, na *Attempt, task *Task, ru
 		} else {
 			c.EWMAMilli += (runMs - c.EWMAMilli) * 2 / (ewmaSpan + 1)
 		}
-		// A run that began before the tier last changed says nothing of
-		// the node since: the dwell before a promotion counts what the
-		// node does after its demotion, not what was in flight.
-		if !na.StartedAt.Before(n.Tier.ChangedAt) {
-			c.Recent = append(c.Recent[:len(c.Recent):len(c.Recent)], runMs) // a new array, sized once
-			if len(c.Recent) > ps.SlowWindow {
-				c.Recent = c.Recent[len(c.Recent)-ps.SlowWindow:]
-			}
-		}
 	}
 	h.addOutcome(Outcome{At: StampOf(now), Class: class, Task: task.ID, OK: true}, ms(ps.FailureWindowMs))
-	median, k := stats.median(n.ID)
-	demote := ""
-	if k >= minSamplesForMedian && median > 0 {
-		if slow := slowRuns(c.Recent, median, ps.SlowFactorPercent); slow >= ps.SlowRuns {
-			demote = fmt.Sprintf("%d of the last %d runs of class %s took over %s the fleet median (%d ms)", slow, len(c.Recent), class, factorText(ps.SlowFactorPercent), median)
-		}
-	}
 	h.syncTimes()
 	n.History = h
-	if demote != "" && demoteNode(n, ps, index, now, demote) {
-		for i := range n.History.Classes {
-			n.History.Classes[i].Recent = nil
-		}
+	// A slow attempt's time already counted when it was marked slow.
+	if runMs > 0 && !task.CurrentSlow() {
+		noteRun(db, n, ps, class, runMs, na.StartedAt, index, now)
 	}
 	next := stats.withRun(class, ClassRun{Node: n.ID, Millis: runMs, At: StampOf(now)}, index)
 	suspects := next.Suspects
@@ -458,6 +441,37 @@ func recordSuccess(db *store, index uint64, n *Node, na *Attempt, task *Task, ru
 	}
 	fleetSucceeded(db, index, n.ID, ps, now)
 	confirmElsewhere(db, index, n.ID, task, ps, now)
+}
+
+// noteRun adds a run time of class to n's recent runs (n is a copy whose
+// history is its own) and demotes n when too many of them are over the
+// slow factor of the fleet median. A run that began before the tier last
+// changed says nothing of the node since, and is left out: the dwell
+// before a promotion counts what the node does after its demotion, not
+// what was in flight.
+func noteRun(db *store, n *Node, ps ProfileSettings, class string, runMs int64, started Stamp, index uint64, now time.Time) {
+	if started.Before(n.Tier.ChangedAt) {
+		return
+	}
+	c := &n.History.Classes[n.History.class(class)]
+	c.Recent = append(c.Recent[:len(c.Recent):len(c.Recent)], runMs) // a new array, sized once
+	if len(c.Recent) > ps.SlowWindow {
+		c.Recent = c.Recent[len(c.Recent)-ps.SlowWindow:]
+	}
+	median, k := db.class(class).median(n.ID)
+	if k < minSamplesForMedian || median <= 0 {
+		return
+	}
+	slow := slowRuns(c.Recent, median, ps.SlowFactorPercent)
+	if slow < ps.SlowRuns {
+		return
+	}
+	why := fmt.Sprintf("%d of the last %d runs of class %s took over %s the fleet median (%d ms)", slow, len(c.Recent), class, factorText(ps.SlowFactorPercent), median)
+	if demoteNode(n, ps, index, now, why) {
+		for i := range n.History.Classes {
+			n.History.Classes[i].Recent = nil
+		}
+	}
 }
 
 // recordFailure is recordOutcome for a failure or a timeout.

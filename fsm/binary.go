@@ -26,7 +26,7 @@ import (
 // older version is read as before, without them. Version 6 added an
 // attempt end's OnlyReserved, after its other fields; an end of an older
 // version is read as an unconditional one.
-const binaryVersion = 6
+const binaryVersion = 7
 
 // shapeFormVersion is the newest version that changed how a submission's
 // shape encodes: from it on, the shape's bytes in a submission are the

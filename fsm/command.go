@@ -70,6 +70,9 @@ const (
 	// command forms of version 6 and is written only while every server
 	// reads them (see CommandForms).
 	MsgForgetJobs MessageType = 32
+	// MsgAttemptSlow marks a running attempt slow. It came with the
+	// command forms of version 7.
+	MsgAttemptSlow MessageType = 33
 )
 
 // payloadVersion is the version byte written after the type. A replica
@@ -102,7 +105,7 @@ const CommandForms = binaryVersion
 // for the commands every build that reports forms applies. Each is the
 // first forms version released after its commands: the profile commands
 // came with version 4, the job commands while 4 was current (a build
-// reporting 4 may predate them), forget-jobs with 6. The node
+// reporting 4 may predate them), forget-jobs with 6, attempt-slow with 7. The node
 // conditions, ACL, audit and keyring commands predate some builds that
 // report forms too, and are not held back: an audit record goes with
 // every write under ACLs, and refusing it would stop an upgrade's
@@ -115,6 +118,8 @@ func FormsNeeded(t MessageType) int {
 		return 5
 	case MsgForgetJobs:
 		return 6
+	case MsgAttemptSlow:
+		return 7
 	}
 	return 0
 }
@@ -306,6 +311,8 @@ func (t MessageType) String() string {
 		return "forget-jobs"
 	case MsgRerunStage:
 		return "rerun-stage"
+	case MsgAttemptSlow:
+		return "attempt-slow"
 	}
 	return fmt.Sprintf("type-%d", uint8(t))
 }

@@ -201,6 +201,8 @@ func (f *FSM) applyOne(db *store, index uint64, h header, payload []byte) any {
 		resp, err = applyJSON(payload, func(r *FireJobRequest) (any, error) { return applyFireJob(db, index, r) })
 	case MsgRerunStage:
 		resp, err = applyJSON(payload, func(r *RerunStageRequest) (any, error) { return applyRerunStage(db, index, r) })
+	case MsgAttemptSlow:
+		resp, err = applyJSON(payload, func(r *AttemptSlowRequest) (any, error) { return applyAttemptSlow(db, index, r) })
 	default:
 		if h.ignorable {
 			f.logger.Warn("skipping unknown ignorable command", "index", index, "type", t)

@@ -211,13 +211,21 @@ type ProfileSettings struct {
 	FastFailureMs         int64 `json:"fast_failure_ms"`
 	QuarantineSuspectMs   int64 `json:"quarantine_suspect_ms"`
 	QuarantineConfirmedMs int64 `json:"quarantine_confirmed_ms"`
+	// Slow attempts: one running over SlowAttemptPercent of its class's
+	// fleet median (taken over at least 3 runs on other nodes), and at
+	// least SlowAttemptFloorMs, is marked slow and its time so far counts
+	// as a slow run of its node. 0 turns it off (settings committed
+	// before it existed).
+	SlowAttemptPercent int   `json:"slow_attempt_percent,omitempty"`
+	SlowAttemptFloorMs int64 `json:"slow_attempt_floor_ms,omitempty"`
 }
 
 // DefaultProfileSettings: L1 from 4 cores and
 // 8 GiB, L2 from 2 cores and 2 GiB; 3 of the last 5 runs over 2.5× the
 // fleet median demote; a failure rate over 50% in 5 minutes demotes; 10
 // minutes healthy promote; 3 fast failures (under 30 s) make a black hole,
-// quarantined 2 minutes on suspicion and 30 once confirmed.
+// quarantined 2 minutes on suspicion and 30 once confirmed; an attempt
+// running over 5× its class's median, and 10 s, is slow.
 func DefaultProfileSettings() ProfileSettings {
 	return ProfileSettings{
 		L1MinCores: 4, L1MinMemoryMB: 8192, L2MinCores: 2, L2MinMemoryMB: 2048,
@@ -225,6 +233,7 @@ func DefaultProfileSettings() ProfileSettings {
 		FailureWindowMs: 5 * 60 * 1000, FailureMinAttempts: 4, FailureRatePercent: 50,
 		BlackHoleFailures: 3, FastFailureMs: 30 * 1000,
 		QuarantineSuspectMs: 2 * 60 * 1000, QuarantineConfirmedMs: 30 * 60 * 1000,
+		SlowAttemptPercent: 500, SlowAttemptFloorMs: 10 * 1000,
 	}
 }
 
@@ -246,6 +255,8 @@ func (p ProfileSettings) Validate() error {
 	check(p.FailureMinAttempts >= 1 && p.FailureRatePercent >= 1 && p.FailureRatePercent <= 100, "failure_min_attempts must be at least 1 and failure_rate 1..100%")
 	check(p.BlackHoleFailures >= 1 && p.BlackHoleFailures <= maxStreakTasks, fmt.Sprintf("black_hole_failures must be 1..%d", maxStreakTasks))
 	check(p.FastFailureMs > 0 && p.QuarantineSuspectMs > 0 && p.QuarantineConfirmedMs >= p.QuarantineSuspectMs, "fast_failure and quarantine times must be positive, confirmed at least suspected")
+	check(p.SlowAttemptPercent == 0 || p.SlowAttemptPercent > 100, "slow_attempt_factor must be over 1")
+	check(p.SlowAttemptFloorMs >= 0, "slow_attempt_floor must not be negative")
 	if len(bad) > 0 {
 		return fmt.Errorf("profile settings: %s", strings.Join(bad, "; "))
 	}

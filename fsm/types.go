@@ -197,7 +197,11 @@ type Task struct {
 	Failures int16
 	// requeued is set once QueuedAt moved on from the submission, whose
 	// time more then keeps (the flag fits in the word State starts).
-	requeued    bool
+	requeued bool
+	// currentSlow is set while the current attempt is marked slow (see
+	// AttemptSlowRequest): its time so far counted against its node. It
+	// fits in the same word.
+	currentSlow bool
 	Spec        TaskSpec
 	CreateIndex uint64
 	ModifyIndex uint64
@@ -352,6 +356,9 @@ func (t *Task) trailingAt(index uint64) int {
 
 // m is the record's second part, made if it has none yet. Only a record
 // being changed (a clone, or one not yet stored) may call it.
+// CurrentSlow reports whether the task's current attempt is marked slow.
+func (t *Task) CurrentSlow() bool { return t.currentSlow }
+
 func (t *Task) m() *taskMore {
 	if t.more == nil {
 		t.more = &taskMore{}
@@ -360,6 +367,7 @@ func (t *Task) m() *taskMore {
 }
 
 func (t *Task) setCurrentAttempt(id string) {
+	t.currentSlow = false
 	if id != "" || t.more != nil {
 		t.m().currentAttempt = id
 	}
@@ -407,6 +415,7 @@ type taskJSON struct {
 	QueuedAt       Stamp                  `json:"queued_at"`
 	NotBefore      Stamp                  `json:"not_before,omitzero"`
 	NodeFailures   map[string]NodeFailure `json:"node_failures,omitempty"`
+	CurrentSlow    bool                   `json:"current_attempt_slow,omitempty"`
 	LastExplain    string                 `json:"last_explain,omitempty"`
 	Timeline       []TimelineEvent        `json:"timeline"`
 }
@@ -431,7 +440,7 @@ func (t *Task) toJSON() *taskJSON {
 		ID: t.ID, State: t.State, Attempts: t.Attempts, Failures: t.Failures, Spec: t.Spec,
 		CreateIndex: t.CreateIndex, ModifyIndex: t.ModifyIndex, CurrentAttempt: t.CurrentAttempt(),
 		QueuedAt: t.QueuedAt, NotBefore: t.NotBefore(), NodeFailures: t.nodeFailures(), LastExplain: t.LastExplain(),
-		Timeline: t.Timeline(),
+		Timeline: t.Timeline(), CurrentSlow: t.currentSlow,
 	}
 }
 
@@ -459,6 +468,7 @@ func (t *Task) fromJSON(j *taskJSON) error {
 	if len(j.NodeFailures) > 0 {
 		t.m().nodeFailures = j.NodeFailures
 	}
+	t.currentSlow = j.CurrentSlow && j.CurrentAttempt != ""
 	if len(j.Timeline) > 1 {
 		t.m().timeline = slices.Clone(j.Timeline[1:])
 	}

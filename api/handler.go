@@ -335,10 +335,16 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.mux.ServeHTTP(w, r)
 }
 
-// pathID validates an {id} path segment naming a what.
+// pathID validates an {id} path segment naming a what. Jobs and tasks
+// are named by refs: the ids the cluster makes for periodic runs and
+// stage instances are longer than an id and hold an '@'.
 func pathID(r *http.Request, what string) (string, error) {
 	id := r.PathValue("id")
-	if !ValidID(id) {
+	valid := ValidID
+	if what == "job" || what == "task" {
+		valid = ValidRef
+	}
+	if !valid(id) {
 		return "", badRequest("%q is not a valid %s id", id, what)
 	}
 	return id, nil

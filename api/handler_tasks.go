@@ -220,7 +220,7 @@ func (h *Handler) listTasks(_ http.ResponseWriter, r *http.Request) (any, error)
 		}
 		query.Limit = n
 	}
-	if query.After != "" && !ValidID(query.After) {
+	if query.After != "" && !ValidRef(query.After) {
 		return nil, badRequest("after %q is not a valid task id", query.After)
 	}
 	list, err := h.backend.ListTasks(query)

@@ -382,6 +382,10 @@ func (e *StatusError) Is(target error) bool {
 // ValidID reports whether s is acceptable as a task, node or server id.
 func ValidID(s string) bool { return check.ID(s) }
 
+// ValidRef reports whether s may name a job or a task: an id, a periodic
+// run's id (job@slot), or a stage instance's task id made from either.
+func ValidRef(s string) bool { return check.Ref(s) }
+
 // NodeRegistration is what an agent (or an operator) registers.
 type NodeRegistration struct {
 	ID           string              `json:"id"`
@@ -635,7 +639,9 @@ type NodeExplanation struct {
 }
 
 // ScoreParts is a node's score taken apart: the reference formula's
-// points, the profile's, and the profile's parts (each 0..1).
+// points, the profile's, and the profile's parts (each 0..1). Locality
+// applies only to a task with inputs: Inputs is empty, and Locality 0
+// and not weighed, for one without.
 type ScoreParts struct {
 	Reference int64   `json:"reference"`
 	Profile   int64   `json:"profile"`

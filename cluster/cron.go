@@ -63,13 +63,16 @@ func due(j *fsm.Job, s cron.Schedule, loc *time.Location, now time.Time, onTime 
 		missed++
 	}
 	late := now.Sub(next)
+	// Every outcome says how late the firing is, so "on time" is checked
+	// against the figure beside it.
+	lateText := late.Round(time.Millisecond).String() + " after its slot"
 	switch {
 	case late <= onTime && missed == 0:
-		return next, true, "on time", true
+		return next, true, "on time, fired " + lateText, true
 	case late <= onTime && j.Spec.Schedule.CatchUp == fsm.CatchUpRunOnce:
-		return next, true, fmt.Sprintf("caught up: %d slots missed while no leader fired them, run once with this one, on time", missed), true
+		return next, true, fmt.Sprintf("caught up: %d slots missed while no leader fired them, run once with this one, on time, fired %s", missed, lateText), true
 	case late <= onTime:
-		return next, true, fmt.Sprintf("on time; %d earlier slots missed while no leader fired them were skipped", missed), true
+		return next, true, fmt.Sprintf("on time, fired %s; %d earlier slots missed while no leader fired them were skipped", lateText, missed), true
 	case j.Spec.Schedule.CatchUp == fsm.CatchUpRunOnce:
 		return next, true, fmt.Sprintf("caught up: %d slots missed while no leader fired them, run once %s late", missed+1, late.Round(time.Millisecond)), true
 	}

@@ -22,7 +22,7 @@ func TestDueSlots(t *testing.T) {
 		t.Fatal("nothing is due before the first slot")
 	}
 	slot, run, outcome, ok := due(job(""), s, loc, start.Add(10500*time.Millisecond), time.Second)
-	if !ok || !run || !slot.Equal(start.Add(10*time.Second)) || outcome != "on time" {
+	if !ok || !run || !slot.Equal(start.Add(10*time.Second)) || outcome != "on time, fired 500ms after its slot" {
 		t.Fatalf("on time: %v %v %q %v", slot, run, outcome, ok)
 	}
 	// An outage of a minute: six slots missed.

@@ -100,9 +100,12 @@ func evaluate(n *Node, req *Request, c *compiled, out *[]Reason) bool {
 		fail(ReasonHeartbeatExpired, "heartbeat expired", detail)
 	}
 	if req.Capability != "" && !slices.Contains(n.Capabilities[req.Capability], req.CapabilityVersion) {
-		detail := "node has none"
-		if vs := n.Capabilities[req.Capability]; len(vs) > 0 && !c.summaryOnly {
-			detail = "node has " + req.Capability + "@" + strings.Join(vs, ",")
+		detail := ""
+		if !c.summaryOnly {
+			detail = "node has no " + req.Capability + " at any version"
+			if vs := n.Capabilities[req.Capability]; len(vs) > 0 {
+				detail = "node has " + req.Capability + "@" + strings.Join(vs, ",")
+			}
 		}
 		if c.missingCapability == "" {
 			c.missingCapability = "missing capability " + req.Capability + "@" + req.CapabilityVersion

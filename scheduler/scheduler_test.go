@@ -829,3 +829,17 @@ func TestRetryAvoidsTheFailedNodeWhateverThePreferences(t *testing.T) {
 		}
 	}
 }
+
+// A missing capability's detail names what the node lacks.
+func TestMissingCapabilityDetailNamesIt(t *testing.T) {
+	n := node("n", 4, 0)
+	req := &Request{Capability: "gpu-infer", CapabilityVersion: "2", Now: now}
+	rs := Check(n, req)
+	if len(rs) != 1 || rs[0].String() != "missing capability gpu-infer@2 (node has no gpu-infer at any version)" {
+		t.Fatalf("reasons %v", rs)
+	}
+	n.Capabilities["gpu-infer"] = []string{"1"}
+	if rs := Check(n, req); len(rs) != 1 || rs[0].String() != "missing capability gpu-infer@2 (node has gpu-infer@1)" {
+		t.Fatalf("reasons %v", rs)
+	}
+}

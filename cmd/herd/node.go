@@ -515,8 +515,14 @@ func runExplain(e *env, args []string) error {
 			score = strconv.FormatInt(*n.Score, 10)
 		}
 		if p := n.Parts; p != nil {
-			parts = fmt.Sprintf("reference %d + profile %d (capacity %.2f, health %.2f, locality %.2f, history %.2f)",
-				p.Reference, p.Profile, p.Capacity, p.Health, p.Locality, p.History)
+			// Locality counts only for a task with inputs (the API then
+			// says how much of them the node holds).
+			locality := "n/a (no inputs)"
+			if p.Inputs != "" {
+				locality = strconv.FormatFloat(p.Locality, 'f', 2, 64)
+			}
+			parts = fmt.Sprintf("reference %d + profile %d (capacity %.2f, health %.2f, locality %s, history %.2f)",
+				p.Reference, p.Profile, p.Capacity, p.Health, locality, p.History)
 			if p.Inputs != "" {
 				parts += "; " + p.Inputs
 			}

@@ -224,13 +224,15 @@ func runTaskStatus(e *env, args []string) error {
 	tb.add("Submitted", ago(t.SubmittedAt)+" by "+s.Submitter)
 	tb.add("Command", strings.Join(quoteArgs(s.Command), " "))
 	tb.add("Priority", strconv.Itoa(deref(s.Priority)))
-	tb.add("Capability", s.Capability+"@"+s.CapabilityVersion)
 	if s.Driver == api.DriverOCI {
 		network := s.Network
 		if network == "" {
 			network = api.NetworkHost
 		}
 		tb.add("Image", s.Image+" (driver oci, network "+network+")")
+		tb.add("Needs", "a node with "+s.Capability+"@"+s.CapabilityVersion+" and a working OCI runtime (the oci driver)")
+	} else {
+		tb.add("Needs", "a node with "+s.Capability+"@"+s.CapabilityVersion)
 	}
 	tb.add("Resources", fmt.Sprintf("cpu %dm, memory %d MB, gpu %d, disk %d MB", s.Resources.CPUMillis, s.Resources.MemoryMB, s.Resources.GPU, s.Resources.DiskMB))
 	tb.add("Timeout", fmt.Sprintf("%ds", deref(s.TimeoutSeconds)))

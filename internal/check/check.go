@@ -17,6 +17,13 @@ var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
 // that it is safe in a URL path and a file name).
 func ID(s string) bool { return idPattern.MatchString(s) }
 
+var refPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}(@[0-9]{1,20})?(\.[0-9]{1,9}){0,3}$`)
+
+// Ref reports whether s may name a job or a task as the cluster names
+// them: an ID, or the ids it makes from one, a periodic run
+// ("<job>@<slot>") and a stage instance's task ("<job or run>.<stage>.<instance>[.<generation>]").
+func Ref(s string) bool { return refPattern.MatchString(s) }
+
 // JoinSorted joins the messages of errs, sorted and separated by "; ",
 // into one error, or returns nil for none. Sorting makes the message
 // stable when the problems were found by ranging over a map.

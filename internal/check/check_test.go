@@ -28,3 +28,17 @@ func TestJoinSorted(t *testing.T) {
 		t.Fatalf("got %v", err)
 	}
 }
+
+func TestRef(t *testing.T) {
+	long := strings.Repeat("j", 64)
+	for _, ok := range []string{"a", "nightly@1765000000", "nightly@1765000000.0.3", "nightly@1765000000.1.0.2", long + ".0.1", long + "@1765000000.2.0"} {
+		if !Ref(ok) {
+			t.Errorf("%q refused", ok)
+		}
+	}
+	for _, bad := range []string{"", "@1", "a@", "a@x", "a@1@2", "a/b", "a@1.x", "a b", long + "x"} {
+		if Ref(bad) {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}

@@ -252,6 +252,7 @@ func (a *Agent) report(ctx context.Context, x api.Assignment, out outcome) {
 		req.RanMs = int64((out.ranFor + time.Millisecond - 1) / time.Millisecond)
 	}
 	req.StartUnreported = out.startUnreported
+	req.InputUnavailable = out.inputUnavailable
 	backoff := 100 * time.Millisecond
 	for {
 		rep, err := a.reports.report(ctx, api.AttemptReportItem{AttemptID: x.Attempt.ID, Complete: &req})

@@ -209,7 +209,7 @@ func (a *Agent) prepareInputs(ctx context.Context, as api.Assignment) (string, e
 			}
 		}
 		if from == nil {
-			return dir, fmt.Errorf("input %s is held on no reachable node", name)
+			return dir, &inputUnavailableError{fmt.Errorf("input %s is held on no reachable node", name)}
 		}
 		if err := a.fetchInput(ctx, *from, dst); err != nil {
 			return dir, fmt.Errorf("input %s from node %s: %w", name, from.NodeID, err)
@@ -218,8 +218,18 @@ func (a *Agent) prepareInputs(ctx context.Context, as api.Assignment) (string, e
 	return dir, nil
 }
 
+// inputUnavailableError is an input that no live node served: its
+// holder is unreachable, does not have it, or dropped the download. It
+// is neither the task's fault nor this node's.
+type inputUnavailableError struct{ err error }
+
+func (e *inputUnavailableError) Error() string { return e.err.Error() }
+func (e *inputUnavailableError) Unwrap() error { return e.err }
+
 // fetchInput downloads a dataset from the agent holding it into dst,
-// through a temporary file renamed once its SHA-256 matches.
+// through a temporary file renamed once its SHA-256 matches. What the
+// holder does wrong or cannot do is an inputUnavailableError; a checksum
+// that does not match is not (the holder answers, wrongly, every time).
 func (a *Agent) fetchInput(ctx context.Context, from api.InputSource, dst string) error {
 	scheme := "http"
 	client := &http.Client{Timeout: 10 * time.Minute}
@@ -237,12 +247,12 @@ func (a *Agent) fetchInput(ctx context.Context, from api.InputSource, dst string
 	}
 	resp, err := client.Do(req)
 	if err != nil {
-		return err
+		return &inputUnavailableError{err}
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		return fmt.Errorf("%s: %s", resp.Status, strings.TrimSpace(string(msg)))
+		return &inputUnavailableError{fmt.Errorf("%s: %s", resp.Status, strings.TrimSpace(string(msg)))}
 	}
 	want := resp.Header.Get(HeaderSHA256)
 	if want == "" {
@@ -255,12 +265,14 @@ func (a *Agent) fetchInput(ctx context.Context, from api.InputSource, dst string
 	}
 	h := sha256.New()
 	_, err = io.Copy(io.MultiWriter(f, h), resp.Body)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
+	cerr := f.Close()
+	switch {
+	case err != nil && !isNoSpace(err):
 		os.Remove(tmp)
-		return fmt.Errorf("download: %w", err)
+		return &inputUnavailableError{fmt.Errorf("download: %w", err)}
+	case err != nil || cerr != nil:
+		os.Remove(tmp)
+		return fmt.Errorf("download: %w", errors.Join(err, cerr))
 	}
 	if got := hex.EncodeToString(h.Sum(nil)); got != want {
 		os.Remove(tmp)

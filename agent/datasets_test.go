@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -54,20 +55,25 @@ func TestInputsAreFetchedAndChecked(t *testing.T) {
 		t.Fatalf("fetched %q (%v)", b, err)
 	}
 	os.RemoveAll(dir)
-	if _, err := reader.prepareInputs(ctx, as(strings.TrimPrefix(liar.URL, "http://"))); err == nil || !strings.Contains(err.Error(), "checksum mismatch") {
-		t.Fatalf("a corrupted copy: %v", err)
+	var unavailable *inputUnavailableError
+	if _, err := reader.prepareInputs(ctx, as(strings.TrimPrefix(liar.URL, "http://"))); err == nil || !strings.Contains(err.Error(), "checksum mismatch") || errors.As(err, &unavailable) {
+		t.Fatalf("a corrupted copy (the task's attempt fails, counted): %v", err)
 	}
 	if _, err := os.Stat(filepath.Join(dir, "preprocess", "pre.bin")); !os.IsNotExist(err) {
 		t.Fatalf("a corrupted copy was left for the command: %v", err)
 	}
 	missing := as(addr)
 	missing.Spec.Inputs[0], missing.Inputs[0].Dataset = "j1.1.0:gone.bin", "j1.1.0:gone.bin"
-	if _, err := reader.prepareInputs(ctx, missing); err == nil || !strings.Contains(err.Error(), "404") {
-		t.Fatalf("an input the holder lacks: %v", err)
+	if _, err := reader.prepareInputs(ctx, missing); err == nil || !strings.Contains(err.Error(), "404") || !errors.As(err, &unavailable) {
+		t.Fatalf("an input the holder lacks (unavailable): %v", err)
 	}
 	nowhere := as(addr)
 	nowhere.Inputs = nil
-	if _, err := reader.prepareInputs(ctx, nowhere); err == nil || !strings.Contains(err.Error(), "held on no reachable node") {
-		t.Fatalf("an input held nowhere: %v", err)
+	if _, err := reader.prepareInputs(ctx, nowhere); err == nil || !strings.Contains(err.Error(), "held on no reachable node") || !errors.As(err, &unavailable) {
+		t.Fatalf("an input held nowhere (unavailable): %v", err)
+	}
+	gone := as("127.0.0.1:1") // nothing listens: the holder is down
+	if _, err := reader.prepareInputs(ctx, gone); err == nil || !errors.As(err, &unavailable) {
+		t.Fatalf("an unreachable holder (unavailable): %v", err)
 	}
 }

@@ -29,6 +29,9 @@ type outcome struct {
 	// startUnreported: the attempt ended before its start was reported
 	// (see earlyStart); the end carries it.
 	startUnreported bool
+	// inputUnavailable: an input could not be fetched from any live
+	// node (state LOST): neither the task's fault nor this node's.
+	inputUnavailable bool
 	// ranFor is how long the attempt ran here, from its process's start
 	// to its end, as this node's clock measures it: the cluster dates the
 	// end by it, so a report that took long on its way does not make the
@@ -94,6 +97,10 @@ func (a *Agent) runProcess(ctx context.Context, as api.Assignment) outcome {
 	if err != nil {
 		msg := "inputs: " + err.Error()
 		logFile.Note("--- herd: "+msg+"\n", true)
+		var unavailable *inputUnavailableError
+		if errors.As(err, &unavailable) {
+			return outcome{state: api.AttemptLost, exitCode: -1, err: "input unavailable: " + err.Error(), inputUnavailable: true}
+		}
 		return outcome{state: api.AttemptFailed, exitCode: -1, err: msg}
 	}
 	var (

@@ -686,6 +686,10 @@ type AttemptCompleteRequest struct {
 	// reported (see Assignment.StartWithinMs): the cluster commits its
 	// start, RanMs before the end, in the same entry as the end.
 	StartUnreported bool `json:"start_unreported,omitempty"`
+	// InputUnavailable says the attempt could not fetch an input from any
+	// live node (State LOST): it counts against neither the task's
+	// attempts nor the node, and the task waits for the input's holder.
+	InputUnavailable bool `json:"input_unavailable,omitempty"`
 }
 
 // AttemptReport answers an attempt report; Duplicate marks a report that

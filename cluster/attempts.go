@@ -86,8 +86,19 @@ func (s *Server) attemptEnd(id string, req api.AttemptCompleteRequest) fsm.Attem
 			end.RetryAt = end.Now.Add(s.retryDelay(int(t.Failures) + 1))
 		}
 	}
+	if req.InputUnavailable && state == fsm.AttemptLost {
+		// The task waits for its input's holder: it tries again after a
+		// while, at no cost, until the holder is back or declared down
+		// (then the stage that made the input runs again).
+		end.InputUnavailable = true
+		end.RetryAt = end.Now.Add(inputRetryDelay)
+	}
 	return end
 }
+
+// inputRetryDelay is how long a task whose input could not be fetched
+// waits before it is placed again.
+const inputRetryDelay = 5 * time.Second
 
 // ReportAttempts commits a batch of starts and results in one Raft entry
 // (leader-only) and answers each as its single request would be.

@@ -194,6 +194,11 @@ func applyAttemptEnd(db *store, index uint64, r *AttemptEndRequest) (any, error)
 	return endAttempt(db, index, a, task, r)
 }
 
+// maxInputWaits bounds the attempts a task may make in all when its
+// inputs keep being unavailable: past it, such an end counts as a lost
+// attempt like any other.
+const maxInputWaits = 1000
+
 // endAttempt moves a live attempt to its terminal state, releases its
 // reservation and moves the task on: done, failed for good, or back to
 // PENDING for a new attempt.
@@ -228,6 +233,18 @@ func endAttempt(db *store, index uint64, a *Attempt, task *Task, r *AttemptEndRe
 		n.Datasets = withOutputs(n.Datasets, task)
 	case AttemptCancelled:
 		next = TaskCancelled
+	case AttemptLost:
+		if r.InputUnavailable && int(t.Attempts) < maxInputWaits {
+			// Neither the task's fault nor the node's: no attempt used, no
+			// failure counted anywhere. It waits for the input's holder
+			// to come back, or to be declared down (then the stage that
+			// made the input runs again).
+			next = TaskPending
+			t.setNotBefore(StampOf(r.RetryAt))
+			t.requeue(StampOf(r.Now))
+			break
+		}
+		fallthrough
 	default: // failed, timed out, lost: each one used an attempt
 		t.Failures++
 		// A lost attempt (node down, never started) says nothing about
@@ -246,7 +263,7 @@ func endAttempt(db *store, index uint64, a *Attempt, task *Task, r *AttemptEndRe
 			t.more.nodeFailures[a.NodeID] = f
 		}
 		switch {
-		case int(t.Attempts) < t.Spec.MaxAttempts:
+		case int(t.Failures) < t.Spec.MaxAttempts:
 			next = TaskPending
 			t.setNotBefore(StampOf(r.RetryAt))
 			t.requeue(StampOf(r.Now))
@@ -263,7 +280,10 @@ func endAttempt(db *store, index uint64, a *Attempt, task *Task, r *AttemptEndRe
 	t.addEvent(index, r.Now, EventFinished, detail)
 	switch next {
 	case TaskPending:
-		msg := fmt.Sprintf("requeued for attempt %d of %d", t.Attempts+1, t.Spec.MaxAttempts)
+		if r.State == AttemptLost && r.InputUnavailable && t.Failures == task.Failures {
+			t.addEvent(index, r.Now, EventInputUnavailable, fmt.Sprintf("attempt %d on %s could not fetch an input from a live node: it counts against neither the task's attempts nor the node; waiting for the input's holder to come back or be declared down (the stage that made it then runs again)", a.Number, a.NodeID))
+		}
+		msg := fmt.Sprintf("requeued for attempt %d of %d", t.Failures+1, t.Spec.MaxAttempts)
 		if r.RetryAt.After(r.Now) {
 			msg += fmt.Sprintf(" after a %s backoff", r.RetryAt.Sub(r.Now).Round(time.Millisecond))
 		}

@@ -181,7 +181,7 @@ func decodeAttemptStart(payload []byte) (*AttemptStartRequest, error) {
 
 // EncodeAttemptEnd encodes an attempt's end in the binary form.
 func EncodeAttemptEnd(r AttemptEndRequest) []byte {
-	buf := make([]byte, 0, 2+10*binary.MaxVarintLen64+len(r.AttemptID)+len(r.State)+len(r.OutputTail)+len(r.Error))
+	buf := make([]byte, 0, 3+10*binary.MaxVarintLen64+len(r.AttemptID)+len(r.State)+len(r.OutputTail)+len(r.Error))
 	buf = append(buf, byte(MsgAttemptEnd), binaryVersion)
 	buf = appendString(buf, r.AttemptID)
 	buf = binary.AppendUvarint(buf, r.LeaseVersion)
@@ -191,7 +191,8 @@ func EncodeAttemptEnd(r AttemptEndRequest) []byte {
 	buf = appendString(buf, r.Error)
 	buf = appendTime(buf, r.Now)
 	buf = appendTime(buf, r.RetryAt)
-	return append(buf, boolByte(r.OnlyReserved))
+	buf = append(buf, boolByte(r.OnlyReserved))
+	return append(buf, boolByte(r.InputUnavailable))
 }
 
 func decodeAttemptEnd(payload []byte) (*AttemptEndRequest, error) {
@@ -208,6 +209,9 @@ func decodeAttemptEndVersion(payload []byte, version byte) (*AttemptEndRequest, 
 	}
 	if version >= 6 {
 		r.OnlyReserved = d.bool()
+	}
+	if version >= 7 {
+		r.InputUnavailable = d.bool()
 	}
 	if err := d.finish(); err != nil {
 		return nil, fmt.Errorf("%w: attempt end: %v", ErrMalformedCommand, err)

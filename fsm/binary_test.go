@@ -84,7 +84,7 @@ func TestBinaryFormsCoverEveryField(t *testing.T) {
 	for _, c := range []struct {
 		typ    any
 		fields int
-	}{{SubmitTaskRequest{}, 3}, {TaskSpec{}, 3}, {TaskShape{}, 21}, {scheduler.Resources{}, 4}, {ReserveRequest{}, 8}, {AttemptStartRequest{}, 3}, {AttemptEndRequest{}, 9}, {ExplainRequest{}, 3}} {
+	}{{SubmitTaskRequest{}, 3}, {TaskSpec{}, 3}, {TaskShape{}, 21}, {scheduler.Resources{}, 4}, {ReserveRequest{}, 8}, {AttemptStartRequest{}, 3}, {AttemptEndRequest{}, 10}, {ExplainRequest{}, 3}} {
 		if n := exported(reflect.TypeOf(c.typ)); n != c.fields {
 			t.Errorf("%T has %d fields, its binary form %d: update binary.go, then this test", c.typ, n, c.fields)
 		}
@@ -147,7 +147,7 @@ func TestTaskCommandsBinaryRoundTrip(t *testing.T) {
 			AttemptID: rapid.String().Draw(rt, "id"), LeaseVersion: rapid.Uint64().Draw(rt, "lease"),
 			State: AttemptState(rapid.String().Draw(rt, "state")), ExitCode: rapid.Int().Draw(rt, "exit"),
 			OutputTail: rapid.String().Draw(rt, "tail"), Error: rapid.String().Draw(rt, "error"),
-			Now: drawTime(rt, "now"), RetryAt: drawTime(rt, "retry"), OnlyReserved: rapid.Bool().Draw(rt, "only-reserved"),
+			Now: drawTime(rt, "now"), RetryAt: drawTime(rt, "retry"), OnlyReserved: rapid.Bool().Draw(rt, "only-reserved"), InputUnavailable: rapid.Bool().Draw(rt, "input-unavailable"),
 		}
 		checkBinary(rt, EncodeAttemptEnd(r), MsgAttemptEnd, decodeAttemptEnd, r)
 	})
@@ -284,24 +284,34 @@ func drawNames(rt *rapid.T, label string) []string {
 }
 
 // An attempt end in the binary form of version 5 (before OnlyReserved)
-// is read as an unconditional one, and a flag other than 0 or 1 is
+// is read as an unconditional one, one of version 6 (before
+// InputUnavailable) as a plain end, and a flag other than 0 or 1 is
 // refused.
 func TestAttemptEndOlderBinaryVersionIsRead(t *testing.T) {
-	r := AttemptEndRequest{AttemptID: "a1", LeaseVersion: 7, State: AttemptLost, ExitCode: -1, Error: "reclaimed", Now: epoch, RetryAt: epoch, OnlyReserved: true}
+	r := AttemptEndRequest{AttemptID: "a1", LeaseVersion: 7, State: AttemptLost, ExitCode: -1, Error: "reclaimed", Now: epoch, RetryAt: epoch, OnlyReserved: true, InputUnavailable: true}
 	enc := EncodeAttemptEnd(r)
-	if enc[len(enc)-1] != 1 {
-		t.Fatalf("today's form does not end with the flag: %x", enc[len(enc)-2:])
+	if enc[len(enc)-2] != 1 || enc[len(enc)-1] != 1 {
+		t.Fatalf("today's form does not end with the flags: %x", enc[len(enc)-2:])
 	}
-	old := append([]byte{enc[0], 5}, enc[2:len(enc)-1]...)
-	h, payload, err := decodeHeader(old)
-	if err != nil || !h.binary {
-		t.Fatalf("a version 5 end: %+v, %v", h, err)
-	}
-	got, err := decodeAttemptEndVersion(payload, h.version)
-	want := r
-	want.OnlyReserved = false
-	if err != nil || !reflect.DeepEqual(*got, want) {
-		t.Fatalf("a version 5 end decoded as %+v (%v), want %+v", got, err, want)
+	for _, c := range []struct {
+		version byte
+		cut     int
+		clear   func(*AttemptEndRequest)
+	}{
+		{5, 2, func(r *AttemptEndRequest) { r.OnlyReserved, r.InputUnavailable = false, false }},
+		{6, 1, func(r *AttemptEndRequest) { r.InputUnavailable = false }},
+	} {
+		old := append([]byte{enc[0], c.version}, enc[2:len(enc)-c.cut]...)
+		h, payload, err := decodeHeader(old)
+		if err != nil || !h.binary {
+			t.Fatalf("a version %d end: %+v, %v", c.version, h, err)
+		}
+		got, err := decodeAttemptEndVersion(payload, h.version)
+		want := r
+		c.clear(&want)
+		if err != nil || !reflect.DeepEqual(*got, want) {
+			t.Fatalf("a version %d end decoded as %+v (%v), want %+v", c.version, got, err, want)
+		}
 	}
 	bad := bytes.Clone(enc)
 	bad[len(bad)-1] = 2

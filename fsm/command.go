@@ -393,6 +393,12 @@ type AttemptEndRequest struct {
 	// a replica that reads JSON alone never sees a condition it would
 	// ignore; in JSON the end is unconditional.
 	OnlyReserved bool `json:"-"`
+	// InputUnavailable marks a LOST end whose attempt could not fetch an
+	// input from any live node: neither the task's fault nor the node's,
+	// it uses none of the task's attempts and counts against no node.
+	// Only the binary form (version 7) carries it; in JSON the end is a
+	// plain LOST.
+	InputUnavailable bool `json:"-"`
 }
 
 // NodeDrainRequest stops (or resumes) new placements on a node.

@@ -41,3 +41,23 @@ func TestBuiltInHealthCheckExercisesWhatTasksNeed(t *testing.T) {
 		}
 	}
 }
+
+// A figure is its samples' median, and the spread their range over it:
+// one disturbed sample moves the spread, not the figure.
+func TestMedianSpread(t *testing.T) {
+	if m, s := medianSpread([]int64{100, 7351, 98, 102, 101}); m != 101 || s != (7351-98)*100/101 {
+		t.Fatalf("median %d spread %d", m, s)
+	}
+	if m, s := medianSpread([]int64{0, 0, 0}); m != 0 || s != 0 {
+		t.Fatalf("zeros: %d %d", m, s)
+	}
+}
+
+// A measurement reports its rounds and spreads; on an idle machine the
+// figures are positive and the rounds within the bound.
+func TestMeasureReportsRoundsAndSpread(t *testing.T) {
+	p := Measure(t.TempDir(), false)
+	if !p.Benchmarked || p.CPUScore <= 0 || p.MemoryMBps <= 0 || p.Rounds < 1 || p.Rounds > benchMaxRounds || p.CPUSpreadPct < 0 {
+		t.Fatalf("profile %+v", p)
+	}
+}

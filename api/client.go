@@ -697,6 +697,15 @@ func (c *Client) ReportHealthCheck(ctx context.Context, nodeID string, r HealthC
 	return out, err
 }
 
+// Probe asks a server for bytes of zeros on nodeID's behalf, to measure
+// the link: it returns how long the request took, from sending it to the
+// last byte.
+func (c *Client) Probe(ctx context.Context, nodeID string, bytes int) (time.Duration, error) {
+	start := time.Now()
+	err := c.streamInto(ctx, c.http, "/v1/nodes/"+url.PathEscape(nodeID)+"/probe?bytes="+strconv.Itoa(bytes), io.Discard)
+	return time.Since(start), err
+}
+
 // RequestHealthCheck asks nodeID's agent to run its health check.
 func (c *Client) RequestHealthCheck(ctx context.Context, nodeID string) (Node, error) {
 	var out Node

@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"net/http"
+	"strconv"
 )
 
 // ProfileBackend takes what agents measure and check of their nodes and
@@ -30,7 +31,40 @@ func (h *Handler) profileRoutes() []route {
 		{http.MethodPost, "/v1/nodes/{id}/health-check/request", leaderOnly, capOperator, h.postHealthCheckRequest},
 		{http.MethodPost, "/v1/nodes/{id}/tier", leaderOnly, capOperator, h.postTier},
 		{http.MethodPost, "/v1/nodes/{id}/rebench", leaderOnly, capOperator, h.postRebench},
+		{http.MethodGet, "/v1/nodes/{id}/probe", local, capAgent, h.getProbe},
 	}
+}
+
+// MaxProbeBytes bounds what a network probe asks a server to send.
+const MaxProbeBytes = 4 << 20
+
+// probeZeros is what a probe answer is written from.
+var probeZeros = make([]byte, 64<<10)
+
+// getProbe answers an agent measuring its link to the servers:
+// ?bytes=N (at most MaxProbeBytes) of zeros, no storage or Raft touched.
+func (h *Handler) getProbe(w http.ResponseWriter, r *http.Request) (any, error) {
+	if _, err := pathID(r, "node"); err != nil {
+		return nil, err
+	}
+	n := int64(0)
+	if v := r.URL.Query().Get("bytes"); v != "" {
+		var err error
+		if n, err = strconv.ParseInt(v, 10, 64); err != nil || n < 0 || n > MaxProbeBytes {
+			return nil, badRequest("bytes %q: want 0..%d", v, MaxProbeBytes)
+		}
+	}
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set("Content-Length", strconv.FormatInt(n, 10))
+	w.WriteHeader(http.StatusOK)
+	for n > 0 {
+		k := min(n, int64(len(probeZeros)))
+		if _, err := w.Write(probeZeros[:k]); err != nil {
+			break
+		}
+		n -= k
+	}
+	return written, nil
 }
 
 func (h *Handler) putProfile(w http.ResponseWriter, r *http.Request) (any, error) {

@@ -237,6 +237,8 @@ var handlerCases = []handlerCase{
 	{name: "health check stale", method: "POST", target: "/v1/nodes/n1/health-check", body: `{"seq":1,"passed":true}`, setup: failWith("ReportHealthCheck", &CodedError{Code: "stale", Err: ErrConflict}), status: 409, code: "stale", call: "ReportHealthCheck n1 1 true"},
 	{name: "health check request", method: "POST", target: "/v1/nodes/n1/health-check/request", body: `{}`, status: 200, call: "RequestHealthCheck n1"},
 	{name: "health check request missing node", method: "POST", target: "/v1/nodes/n9/health-check/request", body: `{}`, setup: failWith("RequestHealthCheck", errNotFound), status: 404, call: "RequestHealthCheck n9"},
+	{name: "link probe", method: "GET", target: "/v1/nodes/n1/probe?bytes=70000", status: 200, contentType: "application/octet-stream"},
+	{name: "link probe too big", method: "GET", target: "/v1/nodes/n1/probe?bytes=99999999", status: 400, contains: "want 0..4194304"},
 	{name: "tier pin", method: "POST", target: "/v1/nodes/n1/tier", body: `{"tier":"L3"}`, status: 200, call: "SetNodeTier n1 L3"},
 	{name: "tier auto", method: "POST", target: "/v1/nodes/n1/tier", body: `{"tier":"auto"}`, status: 200, call: "SetNodeTier n1 auto"},
 	{name: "tier unknown", method: "POST", target: "/v1/nodes/n1/tier", body: `{"tier":"L4"}`, status: 400},

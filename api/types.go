@@ -419,6 +419,16 @@ type NodeProfile struct {
 	Benchmarked bool      `json:"benchmarked"`
 	BenchMillis int64     `json:"bench_ms,omitempty"`
 	MeasuredAt  time.Time `json:"measured_at,omitzero"`
+	// Rounds is how many rounds of samples were taken: each figure is the
+	// median of its last round's samples, and its spread their (max - min)
+	// / median in percent; a round whose spread is high is measured again.
+	Rounds          int   `json:"rounds,omitempty"`
+	CPUSpreadPct    int64 `json:"cpu_spread_pct,omitempty"`
+	MemorySpreadPct int64 `json:"memory_spread_pct,omitempty"`
+	// The link to the servers: the median round trip of an empty probe,
+	// and the throughput of a 1 MiB one (0: not measured).
+	RTTMicros   int64 `json:"rtt_us,omitempty"`
+	NetworkMBps int64 `json:"network_mbps,omitempty"`
 }
 
 // Dataset is named data a node holds.

@@ -265,6 +265,7 @@ func toFSMProfile(p api.NodeProfile) fsm.NodeProfile {
 	return fsm.NodeProfile{
 		CPUScore: p.CPUScore, MemoryMBps: p.MemoryMBps, FsyncMicros: p.FsyncMicros, Cores: p.Cores,
 		MemoryMB: p.MemoryMB, DiskFreeMB: p.DiskFreeMB, Benchmarked: p.Benchmarked, BenchMillis: p.BenchMillis,
+		Rounds: p.Rounds, CPUSpreadPct: p.CPUSpreadPct, MemorySpreadPct: p.MemorySpreadPct, RTTMicros: p.RTTMicros, NetworkMBps: p.NetworkMBps,
 	}
 }
 
@@ -275,7 +276,8 @@ func toAPIProfile(p *fsm.NodeProfile) *api.NodeProfile {
 	return &api.NodeProfile{
 		CPUScore: p.CPUScore, MemoryMBps: p.MemoryMBps, FsyncMicros: p.FsyncMicros, Cores: p.Cores,
 		MemoryMB: p.MemoryMB, DiskFreeMB: p.DiskFreeMB, Benchmarked: p.Benchmarked, BenchMillis: p.BenchMillis,
-		MeasuredAt: p.MeasuredAt.Time(),
+		MeasuredAt: p.MeasuredAt.Time(), Rounds: p.Rounds, CPUSpreadPct: p.CPUSpreadPct, MemorySpreadPct: p.MemorySpreadPct,
+		RTTMicros: p.RTTMicros, NetworkMBps: p.NetworkMBps,
 	}
 }
 

@@ -113,7 +113,8 @@ func (s *State) Classes() []*ClassStats {
 }
 
 func checkProfile(p *NodeProfile) error {
-	for _, v := range []int64{p.CPUScore, p.MemoryMBps, p.FsyncMicros, int64(p.Cores), p.MemoryMB, p.DiskFreeMB, p.BenchMillis} {
+	for _, v := range []int64{p.CPUScore, p.MemoryMBps, p.FsyncMicros, int64(p.Cores), p.MemoryMB, p.DiskFreeMB, p.BenchMillis,
+		int64(p.Rounds), p.CPUSpreadPct, p.MemorySpreadPct, p.RTTMicros, p.NetworkMBps} {
 		if v < 0 || v > maxProfileFigureValue {
 			return reject(RejectInvalid, "profile figure %d is outside 0..%d", v, int64(maxProfileFigureValue))
 		}
@@ -125,8 +126,15 @@ func profileSummary(p *NodeProfile) string {
 	if !p.Benchmarked {
 		return fmt.Sprintf("static figures: %d cores, %d MB memory, %d MB disk free", p.Cores, p.MemoryMB, p.DiskFreeMB)
 	}
-	return fmt.Sprintf("measured in %d ms: cpu %d MB/s per core × %d cores, memory %d MB/s, fsync %d µs, %d MB memory, %d MB disk free",
+	s := fmt.Sprintf("measured in %d ms: cpu %d MB/s per core × %d cores, memory %d MB/s, fsync %d µs, %d MB memory, %d MB disk free",
 		p.BenchMillis, p.CPUScore, p.Cores, p.MemoryMBps, p.FsyncMicros, p.MemoryMB, p.DiskFreeMB)
+	if p.Rounds > 0 {
+		s += fmt.Sprintf(" (medians of %d round(s); spread cpu %d%%, memory %d%%)", p.Rounds, p.CPUSpreadPct, p.MemorySpreadPct)
+	}
+	if p.RTTMicros > 0 {
+		s += fmt.Sprintf("; link to the servers %d µs round trip, %d MB/s", p.RTTMicros, p.NetworkMBps)
+	}
+	return s
 }
 
 func applyNodeProfile(db *store, index uint64, r *NodeProfileRequest) (any, error) {

@@ -28,6 +28,14 @@ type NodeProfile struct {
 	// BenchMillis is how long the measurement took on the node.
 	BenchMillis int64 `json:"bench_ms,omitempty"`
 	MeasuredAt  Stamp `json:"measured_at"`
+	// Rounds of samples taken; each figure is its last round's median,
+	// with the samples' spread ((max - min) / median, percent).
+	Rounds          int   `json:"rounds,omitempty"`
+	CPUSpreadPct    int64 `json:"cpu_spread_pct,omitempty"`
+	MemorySpreadPct int64 `json:"memory_spread_pct,omitempty"`
+	// The link to the servers: median round trip and throughput.
+	RTTMicros   int64 `json:"rtt_us,omitempty"`
+	NetworkMBps int64 `json:"network_mbps,omitempty"`
 }
 
 // Power is the profile's compute: single-core score times cores (0 when

@@ -114,3 +114,29 @@ func TestSpreadWindowKeepsPreferredLabelsDecisive(t *testing.T) {
 		t.Fatalf("equal nodes should all be chosen sometimes: %v", seen)
 	}
 }
+
+// Once nodes have run a class, their observed speed at it, not the
+// benchmark, makes the capacity part: a node whose benchmark flattered it
+// (power 1) but which runs the class three times slower than the fleet
+// loses to one with a poor benchmark (power 0.2) that runs it at the
+// fleet's median; for a class neither ran, the benchmark decides.
+func TestObservedRunTimesOutweighTheBenchmark(t *testing.T) {
+	flattered, modest := node("flattered", 4, 0), node("modest", 4, 0)
+	flattered.Profile = Profile{Power: 1, Health: 1, Classes: []ClassTime{{Class: "infer", EWMAMillis: 3000}}}
+	modest.Profile = Profile{Power: 0.2, Health: 1, Classes: []ClassTime{{Class: "infer", EWMAMillis: 1000}}}
+	cfg := &Config{ProfileScale: 200_000, ProfileWeights: DefaultProfileWeights()}
+	req := seedRequest()
+	req.PreferredLabels = nil
+	req.Class, req.ClassMedianMillis = "infer", 1000
+	if got, _ := Select([]*Node{flattered, modest}, req, cfg); got.Node.ID != "modest" {
+		t.Fatalf("the node slow at the class won on its benchmark: %s", got.Node.ID)
+	}
+	pf, pm := Parts(flattered, req, cfg), Parts(modest, req, cfg)
+	if pf.Capacity >= pm.Capacity {
+		t.Fatalf("capacity %f (flattered) vs %f (modest): observed speed should decide", pf.Capacity, pm.Capacity)
+	}
+	req.Class, req.ClassMedianMillis = "new", 0
+	if got, _ := Select([]*Node{flattered, modest}, req, cfg); got.Node.ID != "flattered" {
+		t.Fatalf("for a class neither ran the benchmark decides: %s", got.Node.ID)
+	}
+}

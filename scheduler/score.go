@@ -182,8 +182,9 @@ type parts struct{ capacity, health, locality, history float64 }
 
 // profileParts computes the profile's parts, each 0..1:
 //   - capacity: half what would be left free of CPU and memory after
-//     placing the request, half the node's measured power (all of it the
-//     free share on an unmeasured node);
+//     placing the request, half the node's speed: its observed speed at
+//     the request's class once it ran it (see history), else its measured
+//     power (all of it the free share on an unmeasured node);
 //   - health: the node's Health as the caller derived it;
 //   - locality: the share of the request's input bytes the node holds (by
 //     count when no sizes are known); 0 for a task without inputs, and
@@ -194,7 +195,13 @@ type parts struct{ capacity, health, locality, history float64 }
 func profileParts(n *Node, req *Request) parts {
 	free := n.Resources.Sub(n.Reserved).Sub(req.Resources)
 	capacity := (ratio(free.CPUMillis, n.Resources.CPUMillis) + ratio(free.MemoryMB, n.Resources.MemoryMB)) / 2
-	if n.Profile.Power > 0 {
+	speed, observed := observedSpeed(n, req)
+	switch {
+	case observed:
+		// The node ran this class: what its runs took, against the fleet,
+		// says more than a half-second benchmark.
+		capacity = (capacity + speed) / 2
+	case n.Profile.Power > 0:
 		capacity = (capacity + clamp01(n.Profile.Power)) / 2
 	}
 	p := parts{capacity: capacity, health: clamp01(n.Profile.Health), history: 1}
@@ -213,12 +220,23 @@ func profileParts(n *Node, req *Request) parts {
 			p.locality = float64(count) / float64(len(req.Inputs))
 		}
 	}
-	if req.Class != "" && req.ClassMedianMillis > 0 {
-		if ewma, ok := classTime(n.Profile.Classes, req.Class); ok && ewma > 0 {
-			p.history = clamp01(float64(req.ClassMedianMillis) / float64(ewma))
-		}
+	if observed {
+		p.history = speed
 	}
 	return p
+}
+
+// observedSpeed is the fleet's median run time of the request's class
+// over the node's EWMA of it (0..1), and whether both are known.
+func observedSpeed(n *Node, req *Request) (float64, bool) {
+	if req.Class == "" || req.ClassMedianMillis <= 0 {
+		return 0, false
+	}
+	ewma, ok := classTime(n.Profile.Classes, req.Class)
+	if !ok || ewma <= 0 {
+		return 0, false
+	}
+	return clamp01(float64(req.ClassMedianMillis) / float64(ewma)), true
 }
 
 // heldInputs returns the bytes of the request's inputs the node holds

@@ -93,18 +93,29 @@ func deref(p *int64) int64 {
 	return *p
 }
 
-// An operator's requests reach the agent through its assignments watch:
-// a rebench commits a new measurement, a health check request an answer
-// (the built-in check passes on a healthy box).
+// An agent measures its node (medians over rounds of samples, with their
+// spread) and, once registered, its link to the servers. An operator's
+// requests reach the agent through its assignments watch: a rebench
+// commits a new measurement, a health check request an answer (the
+// built-in check passes on a healthy box).
 func TestRebenchAndHealthCheckOnRequest(t *testing.T) {
-	c := NewClusterWith(t, 3, agentSetup())
+	setup := agentSetup()
+	setup.Bench = true
+	c := NewClusterWith(t, 3, setup)
 	a := c.StartAgent(agent.Config{ID: "edge-1", Resources: api.Resources{CPUMillis: 2000, MemoryMB: 4096}, Slots: 1})
 	WaitRegistered(t, a)
 	cl := c.AllClient()
 	ctx := Ctx(t, time.Minute)
-	n, _, err := cl.GetNode(ctx, "edge-1", api.ReadOptions{Consistent: true})
-	if err != nil || n.Profile == nil || n.Profile.Cores == 0 || n.Profile.MeasuredAt.IsZero() {
-		t.Fatalf("the registration carries no profile: %+v (%v)", n.Profile, err)
+	var n api.Node
+	var err error
+	if !Eventually(20*time.Second, func() bool {
+		n, _, err = cl.GetNode(ctx, "edge-1", api.ReadOptions{})
+		return err == nil && n.Profile != nil && n.Profile.RTTMicros > 0
+	}) {
+		t.Fatalf("the link to the servers was never measured: %+v (%v)", n.Profile, err)
+	}
+	if p := n.Profile; p.Cores == 0 || p.MeasuredAt.IsZero() || !p.Benchmarked || p.Rounds < 1 || p.CPUScore <= 0 || p.NetworkMBps <= 0 {
+		t.Fatalf("profile %+v", p)
 	}
 	first := n.Profile.MeasuredAt
 	if _, err := cl.RequestRebench(ctx, "edge-1"); err != nil {

@@ -157,9 +157,15 @@ func runNodeStatus(e *env, args []string) error {
 		if p.Benchmarked {
 			profile = fmt.Sprintf("cpu %d MB/s per core × %d cores, memory %d MB/s, fsync %d µs, %d MB memory, %d MB disk free; measured %s in %d ms",
 				p.CPUScore, p.Cores, p.MemoryMBps, p.FsyncMicros, p.MemoryMB, p.DiskFreeMB, ago(p.MeasuredAt), p.BenchMillis)
+			if p.Rounds > 0 {
+				profile += fmt.Sprintf(" (medians of %d round(s); spread cpu %d%%, memory %d%%)", p.Rounds, p.CPUSpreadPct, p.MemorySpreadPct)
+			}
 		}
 	}
 	tb.add("Profile", profile)
+	if p := n.Profile; p != nil && p.RTTMicros > 0 {
+		tb.add("Link", fmt.Sprintf("%d µs round trip to the servers, %d MB/s", p.RTTMicros, p.NetworkMBps))
+	}
 	if len(n.Datasets) > 0 {
 		parts := make([]string, len(n.Datasets))
 		for i, d := range n.Datasets {

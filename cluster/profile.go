@@ -74,7 +74,7 @@ func (s *Server) profileLoop(ctx context.Context) {
 			if t, ok := tried[n.ID]; ok && now.Sub(t) < s.cfg.Profiles.HealthRecheck {
 				continue // a proposal refused (not healthy yet) waits a recheck
 			}
-			if op, why := profileDue(n, s.cfg.Profiles, now); op != "" {
+			if op, why := fsm.ProfileDue(n, s.cfg.Profiles.Dwell, s.cfg.Profiles.HealthRecheck, now); op != "" {
 				tried[n.ID] = now
 				var err error
 				if op == fsm.TierOpPromote {
@@ -153,34 +153,6 @@ func (s *Server) readsSlowAttempts() bool {
 		}
 	}
 	return len(servers) > 0
-}
-
-// profileDue says what time makes due for n at now: a promotion, a health
-// check (with why), or nothing.
-func profileDue(n *fsm.Node, pc config.Profiles, now time.Time) (string, string) {
-	if n.Liveness == scheduler.LivenessDown {
-		return "", ""
-	}
-	if q := n.Quarantine; q != nil {
-		hc := n.HealthCheck
-		if hc.Requested != hc.Answered {
-			return "", "" // one is asked and not answered yet
-		}
-		switch {
-		case !now.Before(q.Until.Time()) && (hc.At.Before(q.Until) || q.CheckFailed):
-			if q.CheckFailed && now.Sub(hc.At.Time()) < pc.HealthRecheck {
-				return "", ""
-			}
-			return fsm.HealthCheckRequest, "quarantine time over"
-		case q.CheckFailed && now.Sub(hc.At.Time()) >= pc.HealthRecheck:
-			return fsm.HealthCheckRequest, "the last check failed"
-		}
-		return "", ""
-	}
-	if n.Tier.Demotions > 0 && n.Tier.Pin == scheduler.TierUnknown && now.Sub(n.Tier.ChangedAt.Time()) >= pc.Dwell {
-		return fsm.TierOpPromote, ""
-	}
-	return "", ""
 }
 
 // readsProfiles reports whether every server reads the profile commands

@@ -289,6 +289,37 @@ func promotable(db *store, n *Node, ps ProfileSettings, now time.Time) (string, 
 	return fmt.Sprintf("healthy for %s since the last change (no run over %s the fleet median, no failure of work that succeeds elsewhere)", dwell, factorText(ps.PromoteFactorPercent)), nil
 }
 
+// ProfileDue says what time alone makes due for n at now, for the
+// leader to propose: a promotion (TierOpPromote) once a demoted node held
+// its tier for dwell, a health check (HealthCheckRequest, with why) of a
+// quarantined node whose quarantine ran out or whose failed check is
+// recheck old, or nothing. Apply decides whether a promotion is earned.
+func ProfileDue(n *Node, dwell, recheck time.Duration, now time.Time) (op, why string) {
+	if n.Liveness == scheduler.LivenessDown {
+		return "", ""
+	}
+	if q := n.Quarantine; q != nil {
+		hc := n.HealthCheck
+		if hc.Requested != hc.Answered {
+			return "", "" // one is asked and not answered yet
+		}
+		switch {
+		case !now.Before(q.Until.Time()) && (hc.At.Before(q.Until) || q.CheckFailed):
+			if q.CheckFailed && now.Sub(hc.At.Time()) < recheck {
+				return "", ""
+			}
+			return HealthCheckRequest, "quarantine time over"
+		case q.CheckFailed && now.Sub(hc.At.Time()) >= recheck:
+			return HealthCheckRequest, "the last check failed"
+		}
+		return "", ""
+	}
+	if n.Tier.Demotions > 0 && n.Tier.Pin == scheduler.TierUnknown && now.Sub(n.Tier.ChangedAt.Time()) >= dwell {
+		return TierOpPromote, ""
+	}
+	return "", ""
+}
+
 // slowRuns counts the runs in recent over percent of median.
 func slowRuns(recent []int64, median int64, percent int) int {
 	slow := 0

@@ -367,6 +367,15 @@ func applyNodeHealthCheck(db *store, index uint64, r *NodeHealthCheckRequest) (a
 			msg += ": " + r.Output
 		}
 		n.addEvent(index, r.Now, EventHealthCheck, msg)
+		if n.Quarantine == nil && !r.Passed && n.History != nil && max(n.History.FastStreak, n.History.NewStreak) >= db.profileSettings().BlackHoleFailures {
+			// A suspect's own check confirms what its failures said.
+			ps := db.profileSettings()
+			q := &Quarantine{Level: QuarantineSuspected, Since: StampOf(r.Now), Until: StampOf(r.Now.Add(ms(ps.QuarantineSuspectMs))), CheckFailed: true,
+				Tasks:  slices.Clone(n.History.StreakTasks),
+				Reason: fmt.Sprintf("suspected black hole: %d tasks failed fast in a row here and its health check fails", max(n.History.FastStreak, n.History.NewStreak))}
+			n.Quarantine = q
+			n.addEvent(index, r.Now, EventQuarantine, fmt.Sprintf("quarantined until a health check passes: %s", q.Reason))
+		}
 		if q := n.Quarantine; q != nil {
 			switch {
 			case !r.Passed:
@@ -410,6 +419,8 @@ func resetStreaks(n *Node) {
 		n.History.Classes[i].FastStreak = 0
 		n.History.Classes[i].StreakTasks = nil
 	}
+	n.History.FastStreak, n.History.StreakTasks = 0, nil
+	n.History.NewStreak, n.History.NewStreakTasks = 0, nil
 }
 
 // recordOutcome derives, from one attempt's end, the node's history of the
@@ -442,10 +453,19 @@ func recordSuccess(db *store, index uint64, n *Node, na *Attempt, task *Task, ru
 	class := task.Spec.ClassOf()
 	stats := db.class(class)
 	h := n.History.clone()
-	h.FastStreak, h.StreakTasks = 0, nil
+	// A success of an attempt that began before the node's latest fast
+	// failure says nothing of the node since: it ends no streak (a node
+	// that just went bad still finishes what it started well).
+	fresh := !na.StartedAt.Before(h.lastFastFailure())
 	c := &h.Classes[h.class(class)]
+	if fresh {
+		h.FastStreak, h.StreakTasks = 0, nil
+		if c.Runs == 0 {
+			h.NewStreak, h.NewStreakTasks = 0, nil
+		}
+		c.ConsecutiveFailures, c.FastStreak, c.StreakTasks = 0, 0, nil
+	}
 	c.Runs++
-	c.ConsecutiveFailures, c.FastStreak, c.StreakTasks = 0, 0, nil
 	if runMs > 0 {
 		if c.EWMAMilli == 0 {
 			c.EWMAMilli = runMs
@@ -531,27 +551,36 @@ func recordFailure(db *store, index uint64, n *Node, na *Attempt, task *Task, ru
 	switch {
 	case elsewhere:
 	case fast:
-		c.FastStreak, c.StreakTasks = addStreak(c.FastStreak, c.StreakTasks, task.ID)
-		h.FastStreak, h.StreakTasks = addStreak(h.FastStreak, h.StreakTasks, task.ID)
+		addToStreaks(h, c, task.ID)
 	default:
 		c.FastStreak, c.StreakTasks = 0, nil
 		h.FastStreak, h.StreakTasks = 0, nil
+		h.NewStreak, h.NewStreakTasks = 0, nil
 	}
 	// Blame waits for the evidence: the failure counts against the node
 	// once the same task succeeds on another node (confirmElsewhere).
-	h.addOutcome(Outcome{At: StampOf(now), Class: class, Task: task.ID}, window)
+	h.addOutcome(Outcome{At: StampOf(now), Class: class, Task: task.ID, Fast: fast}, window)
 	h.syncTimes()
 	n.History = h
 	if elsewhere {
 		exonerate(db, index, n, task, ps, now)
 		return
 	}
+	suspect := false
 	if c.FastStreak >= ps.BlackHoleFailures && n.Quarantine == nil && !quarantineIfStreak(db, n, ps, class, index, now) {
 		// No success elsewhere yet: the first one decides (see above).
 		db.putClass(stats.withSuspect(class, n.ID, StampOf(now), index))
+		suspect = true
 	}
-	if h.FastStreak >= ps.BlackHoleFailures && n.Quarantine == nil && !quarantineIfNodeStreak(db, n, ps, index, now) {
+	if max(h.FastStreak, h.NewStreak) >= ps.BlackHoleFailures && n.Quarantine == nil && !quarantineIfNodeStreak(db, n, ps, index, now) {
 		db.fleet = db.fleet.withSuspect("", n.ID, StampOf(now), index)
+		suspect = true
+	}
+	if suspect && n.HealthCheck.Requested == n.HealthCheck.Answered {
+		// Nothing to compare with yet (a cluster starting): the node's
+		// own health check decides meanwhile, and it takes no new work
+		// until it answers (see the probation in View).
+		requestCheck(db, n, index, now, fmt.Sprintf("%d tasks failed fast in a row, and nothing succeeded elsewhere yet to compare with", max(c.FastStreak, h.FastStreak, h.NewStreak)))
 	}
 }
 
@@ -649,6 +678,9 @@ func confirmElsewhere(db *store, index uint64, succeededOn string, task *Task, p
 		if changed && demoteIfFailing(db, n, ps, index, now) {
 			changed = true
 		}
+		if restoreStreak(db, n, task, task.nodeFailures()[id], ps, index, now) {
+			changed = true
+		}
 		if q := node.Quarantine; q != nil && q.Level == QuarantineSuspected && slices.Contains(q.Tasks, task.ID) {
 			c := *q
 			c.Confirmed++
@@ -662,6 +694,44 @@ func confirmElsewhere(db *store, index uint64, succeededOn string, task *Task, p
 			n.ModifyIndex = index
 			db.putNode(n)
 		}
+	}
+}
+
+// restoreStreak gives a task's fast failure on n back to n's streaks once
+// the task succeeded elsewhere, unless n succeeded at anything since (its
+// streaks began again): a good task that failed on two black holes was
+// taken for the suspect, and its success clears it. n is a copy being
+// changed; it reports whether it changed n.
+func restoreStreak(db *store, n *Node, task *Task, f NodeFailure, ps ProfileSettings, index uint64, now time.Time) bool {
+	h := n.History
+	if h == nil || n.HealthyIndex >= f.LastIndex || !slices.ContainsFunc(h.Outcomes, func(o Outcome) bool { return o.Task == task.ID && !o.OK && o.Fast }) {
+		return false
+	}
+	class := task.Spec.ClassOf()
+	i, ok := slices.BinarySearchFunc(h.Classes, class, func(c ClassHistory, name string) int { return strings.Compare(c.Class, name) })
+	if !ok || (slices.Contains(h.Classes[i].StreakTasks, task.ID) && slices.Contains(h.StreakTasks, task.ID)) {
+		return false
+	}
+	h = h.clone()
+	addToStreaks(h, &h.Classes[i], task.ID)
+	n.History = h
+	if h.Classes[i].FastStreak >= ps.BlackHoleFailures && n.Quarantine == nil {
+		quarantineIfStreak(db, n, ps, class, index, now)
+	}
+	if max(h.FastStreak, h.NewStreak) >= ps.BlackHoleFailures && n.Quarantine == nil {
+		quarantineIfNodeStreak(db, n, ps, index, now)
+	}
+	return true
+}
+
+// addToStreaks adds a fast failure of task (of the class c keeps) to h's
+// streaks: the class's, the node's, and the new classes' when the node
+// never succeeded at the class.
+func addToStreaks(h *NodeHistory, c *ClassHistory, task string) {
+	c.FastStreak, c.StreakTasks = addStreak(c.FastStreak, c.StreakTasks, task)
+	h.FastStreak, h.StreakTasks = addStreak(h.FastStreak, h.StreakTasks, task)
+	if c.Runs == 0 {
+		h.NewStreak, h.NewStreakTasks = addStreak(h.NewStreak, h.NewStreakTasks, task)
 	}
 }
 

@@ -112,6 +112,9 @@ func takeBack(n *Node, task string, ps ProfileSettings, index uint64, now time.T
 	if h.FastStreak, h.StreakTasks, dropped = dropStreak(h.FastStreak, h.StreakTasks, task); dropped {
 		changed = true
 	}
+	if h.NewStreak, h.NewStreakTasks, dropped = dropStreak(h.NewStreak, h.NewStreakTasks, task); dropped {
+		changed = true
+	}
 	if slices.ContainsFunc(h.Outcomes, func(o Outcome) bool { return o.Task == task && o.Blamed }) {
 		h.Outcomes = slices.Clone(h.Outcomes)
 		for i := range h.Outcomes {
@@ -143,15 +146,19 @@ func takeBack(n *Node, task string, ps ProfileSettings, index uint64, now time.T
 // of distinct tasks of any class, failed fast in a row while other nodes
 // succeeded within the failure window. It reports whether it did.
 func quarantineIfNodeStreak(db *store, n *Node, ps ProfileSettings, index uint64, now time.Time) bool {
-	if n.Quarantine != nil || n.History == nil || n.History.FastStreak < ps.BlackHoleFailures {
+	if n.Quarantine != nil || n.History == nil || max(n.History.FastStreak, n.History.NewStreak) < ps.BlackHoleFailures {
 		return false
 	}
 	if !db.fleet.succeededElsewhere(n.ID, StampOf(now.Add(-ms(ps.FailureWindowMs)))) {
 		return false
 	}
 	h := n.History
+	count, tasks, what := h.FastStreak, h.StreakTasks, "failed in a row here"
+	if h.FastStreak < ps.BlackHoleFailures {
+		count, tasks, what = h.NewStreak, h.NewStreakTasks, "of classes it never ran failed in a row here, while it runs the classes it knows"
+	}
 	var classes []string
-	q := &Quarantine{Level: QuarantineSuspected, Since: StampOf(now), Until: StampOf(now.Add(ms(ps.QuarantineSuspectMs))), Tasks: slices.Clone(h.StreakTasks)}
+	q := &Quarantine{Level: QuarantineSuspected, Since: StampOf(now), Until: StampOf(now.Add(ms(ps.QuarantineSuspectMs))), Tasks: slices.Clone(tasks)}
 	for _, id := range q.Tasks {
 		t, ok := db.task(id)
 		if !ok {
@@ -165,7 +172,7 @@ func quarantineIfNodeStreak(db *store, n *Node, ps ProfileSettings, index uint64
 		}
 	}
 	slices.Sort(classes)
-	q.Reason = fmt.Sprintf("suspected black hole: %d tasks (class %s) failed in a row here, each within %s, while other nodes succeed", h.FastStreak, strings.Join(classes, ", "), ms(ps.FastFailureMs))
+	q.Reason = fmt.Sprintf("suspected black hole: %d tasks (class %s) %s, each within %s, while other nodes succeed", count, strings.Join(classes, ", "), what, ms(ps.FastFailureMs))
 	n.Quarantine = q
 	n.addEvent(index, now, EventQuarantine, fmt.Sprintf("quarantined until %s: %s", q.Until.Time().UTC().Format(time.RFC3339), q.Reason))
 	if q.Confirmed*2 > len(q.Tasks) {

@@ -164,7 +164,7 @@ func TestBlameFollowsTheEvidence(t *testing.T) {
 		open := func() []string {
 			var out []string
 			for _, id := range nodes {
-				if h.node(id).Quarantine == nil {
+				if !h.refuses(id) {
 					out = append(out, id)
 				}
 			}
@@ -197,7 +197,9 @@ func TestBlameFollowsTheEvidence(t *testing.T) {
 				h.tryTask(id, class, on, time.Second, AttemptSucceeded)
 				continue
 			}
-			h.tryTask(id, class, on, 5*time.Millisecond, AttemptFailed)
+			if !h.tryTask(id, class, on, 5*time.Millisecond, AttemptFailed) {
+				continue // it takes no work now (awaiting its health check)
+			}
 			holeAte++
 			var healthy []string
 			for _, i := range open() {
@@ -221,8 +223,8 @@ func TestBlameFollowsTheEvidence(t *testing.T) {
 				}
 				continue
 			}
-			if n.Quarantine != nil || n.Tier.Demotions != 0 {
-				rt.Fatalf("healthy node %s judged: %+v %+v", id, n.Quarantine, n.Tier)
+			if n.Quarantine != nil || n.Tier.Demotions != 0 || h.refuses(id) {
+				rt.Fatalf("healthy node %s judged: %+v %+v, probation %v", id, n.Quarantine, n.Tier, n.probation())
 			}
 			if b, _ := n.History.BlamedRate(h.now, 24*time.Hour); b != 0 {
 				rt.Fatalf("healthy node %s has %d blamed failures", id, b)

@@ -27,12 +27,13 @@ func lifecycle(t *testing.T, h *harness, tasks int) {
 		att := "a-" + id
 		h.applyBatch(reserveCmd(t, id, att, "n1", 1, n1.SessionGeneration))
 		lease := leaseOf(t, h, att)
-		h.apply(MsgAttemptStart, AttemptStartRequest{AttemptID: att, LeaseVersion: lease, Now: epoch})
+		start := epoch.Add(time.Duration(2*i) * time.Second) // one after the other, as a node runs them
+		h.apply(MsgAttemptStart, AttemptStartRequest{AttemptID: att, LeaseVersion: lease, Now: start})
 		state := AttemptSucceeded
 		if i%3 == 0 {
 			state = AttemptFailed
 		}
-		h.apply(MsgAttemptEnd, AttemptEndRequest{AttemptID: att, LeaseVersion: lease, State: state, ExitCode: 1, Now: epoch.Add(time.Second)})
+		h.apply(MsgAttemptEnd, AttemptEndRequest{AttemptID: att, LeaseVersion: lease, State: state, ExitCode: 1, Now: start.Add(time.Second)})
 	}
 	h.apply(MsgNodeDrain, NodeDrainRequest{NodeID: "n2", Enable: true, Now: epoch})
 }

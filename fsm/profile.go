@@ -113,6 +113,12 @@ type NodeHistory struct {
 	// included, is a black-hole suspect without per-class history.
 	FastStreak  int      `json:"fast_streak,omitempty"`
 	StreakTasks []string `json:"streak_tasks,omitempty"`
+	// NewStreak counts the same of tasks of classes the node never
+	// succeeded at, reset only by a success at such a class: a node that
+	// fails whatever it has not run before, while it still runs what it
+	// knows, is a suspect too.
+	NewStreak      int      `json:"new_streak,omitempty"`
+	NewStreakTasks []string `json:"new_streak_tasks,omitempty"`
 }
 
 // ClassHistory is a node's record for one task class.
@@ -143,6 +149,8 @@ type Outcome struct {
 	Task   string `json:"task,omitempty"`
 	OK     bool   `json:"ok"`
 	Blamed bool   `json:"blamed,omitempty"`
+	// Fast marks a failure within the fast-failure time of its start.
+	Fast bool `json:"fast,omitempty"`
 }
 
 // UptimeMark records that the node came up or went down at At.
@@ -396,6 +404,20 @@ func (h *NodeHistory) addOutcome(o Outcome, window time.Duration) {
 		}
 	}
 	h.Outcomes = append(keep, o)
+}
+
+// lastFastFailure is when the node's latest fast failure within the
+// window ended (zero for none).
+func (h *NodeHistory) lastFastFailure() Stamp {
+	if h == nil {
+		return 0
+	}
+	for i := len(h.Outcomes) - 1; i >= 0; i-- {
+		if o := h.Outcomes[i]; !o.OK && o.Fast {
+			return o.At
+		}
+	}
+	return 0
 }
 
 // BlamedRate returns the blamed failures and all results within window

@@ -88,6 +88,13 @@ func (h *profileHarness) tryTask(id, class, node string, d time.Duration, state 
 	return true
 }
 
+// refuses reports whether node takes no new work now: quarantined, or
+// awaiting a health check after fast failures.
+func (h *profileHarness) refuses(node string) bool {
+	n := h.node(node)
+	return n.Quarantine != nil || slices.Equal(n.probation(), awaitingCheck)
+}
+
 func (h *profileHarness) node(id string) *Node {
 	h.t.Helper()
 	n, err := h.f.State().Node(id)
@@ -332,7 +339,7 @@ func TestProfileDerivationIsDeterministic(t *testing.T) {
 			node := rapid.SampledFrom(nodes).Draw(rt, "node")
 			d := time.Duration(rapid.IntRange(1, 5000).Draw(rt, "ms")) * time.Millisecond
 			state := rapid.SampledFrom([]AttemptState{AttemptSucceeded, AttemptFailed, AttemptTimedOut}).Draw(rt, "state")
-			if a.node(node).Quarantine != nil {
+			if a.refuses(node) {
 				continue
 			}
 			a.run(class, node, d, state)

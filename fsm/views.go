@@ -14,10 +14,36 @@ func (n *Node) View() scheduler.Node {
 		LastHeartbeat: n.LastHeartbeat.Time(), Capabilities: n.Capabilities, Labels: n.Labels,
 		Resources: n.Resources, Reserved: n.Reserved, Slots: n.Slots,
 		RunningAttempts: n.RunningAttempts, Weight: n.Weight, Condition: n.condition(),
-		Tier: n.Tier.Tier, Quarantine: n.quarantine(),
+		Tier: n.Tier.Tier, Quarantine: n.quarantine(), Probation: n.probation(),
 		Profile: scheduler.Profile{Datasets: n.Datasets, Classes: n.History.times(), Health: 1},
 	}
 }
+
+// probation is the node's probation for the scheduler (see
+// scheduler.Node.Probation): "*" when it failed fast at anything since
+// its last success, "!" (no new work) while it does and a health check
+// asked of it is unanswered; nil, with no allocation, otherwise.
+func (n *Node) probation() []string {
+	h := n.History
+	if h == nil {
+		return nil
+	}
+	if (h.FastStreak > 0 || h.NewStreak > 0) && n.HealthCheck.Requested > n.HealthCheck.Answered {
+		return awaitingCheck
+	}
+	if h.FastStreak > 0 || h.NewStreak > 0 {
+		return everyClass
+	}
+	// A class failing fast on a node that succeeds at others does not
+	// hold the node back: it would take that class again only once idle,
+	// and a busy node would never show whether it is a hole for it.
+	return nil
+}
+
+var (
+	everyClass    = []string{"*"}
+	awaitingCheck = []string{"!"}
+)
 
 // quarantine is the quarantine's reason for the scheduler, empty when the
 // node is not quarantined.

@@ -169,6 +169,11 @@ func evaluate(n *Node, req *Request, c *compiled, out *[]Reason) bool {
 		}
 		fail(ReasonInsufficientFree, "insufficient unreserved capacity", detail)
 	}
+	if awaitingCheck(n) {
+		fail(ReasonProbation, "on probation", "failed fast since its last success: no new work until its health check answers")
+	} else if n.RunningAttempts > 0 && onProbation(n, req.Class) {
+		fail(ReasonProbation, "on probation", "failed fast at this work since its last success: one attempt at a time")
+	}
 	if req.Blacklist[n.ID] {
 		fail(ReasonBlacklisted, "blacklisted for this task", "failed it twice, awaiting a health check")
 	}
@@ -176,6 +181,20 @@ func evaluate(n *Node, req *Request, c *compiled, out *[]Reason) bool {
 		fail(ReasonPassedOver, "passed over", why)
 	}
 	return ok
+}
+
+// awaitingCheck reports whether the node takes no new work until its
+// health check answers.
+func awaitingCheck(n *Node) bool { return len(n.Probation) == 1 && n.Probation[0] == "!" }
+
+// onProbation reports whether the node is on probation for class.
+func onProbation(n *Node, class string) bool {
+	for _, c := range n.Probation {
+		if c == "*" || c == class {
+			return true
+		}
+	}
+	return false
 }
 
 // eligible is evaluate's yes/no answer, with the checks reordered by
@@ -190,6 +209,9 @@ func eligible(n *Node, req *Request, c *compiled) bool {
 		return false
 	}
 	if len(req.Blacklist) > 0 && req.Blacklist[n.ID] {
+		return false
+	}
+	if len(n.Probation) > 0 && (awaitingCheck(n) || n.RunningAttempts > 0 && onProbation(n, req.Class)) {
 		return false
 	}
 	if len(req.PassedOver) > 0 {

@@ -24,11 +24,21 @@ type Placer struct {
 	classes map[string]*placerClass
 	// summaries holds Summarize's answers by class, until the next Book.
 	summaries map[string]string
+	// probation is set when a node is on probation for some class: its
+	// eligibility then depends on a request's class.
+	probation bool
 }
 
 // NewPlacer prepares a placer over nodes; cfg may be nil.
 func NewPlacer(nodes []*Node, cfg *Config) *Placer {
-	return &Placer{nodes: nodes, cfg: cfg, classes: map[string]*placerClass{}, summaries: map[string]string{}}
+	p := &Placer{nodes: nodes, cfg: cfg, classes: map[string]*placerClass{}, summaries: map[string]string{}}
+	for _, n := range nodes {
+		if len(n.Probation) > 0 {
+			p.probation = true
+			break
+		}
+	}
+	return p
 }
 
 // Book records that the caller placed a request needing res on n, one of
@@ -42,7 +52,8 @@ func (p *Placer) Book(n *Node, res Resources) {
 // Summarize returns what Summarize(nodes, req) returns now, and whether
 // it evaluated the nodes to get it. Requests with the same requirements
 // for eligibility and no per-task state share one answer until the next
-// Book, whatever their class or preferences: with every slot taken, a
+// Book, whatever their class (unless a node is on probation, which is by
+// class) or preferences: with every slot taken, a
 // leader explaining why a backlog of one kind waits evaluated every node
 // again for each task.
 func (p *Placer) Summarize(req *Request) (summary string, evaluated bool) {
@@ -50,6 +61,9 @@ func (p *Placer) Summarize(req *Request) (summary string, evaluated bool) {
 		return Summarize(p.nodes, req), true
 	}
 	key := summaryKey(req)
+	if p.probation {
+		key += "\x07" + req.Class
+	}
 	if s, ok := p.summaries[key]; ok {
 		return s, false
 	}

@@ -677,6 +677,7 @@ func drawNode(rt *rapid.T, id string) *Node {
 		Slots:           rapid.IntRange(1, 4).Draw(rt, "slots"),
 		RunningAttempts: rapid.IntRange(0, 2).Draw(rt, "running"),
 		Condition:       rapid.SampledFrom([]string{"", "", "", "disk_full: 3 MiB free"}).Draw(rt, "condition"),
+		Probation:       rapid.SampledFrom([][]string{nil, nil, nil, {"*"}, {"infer"}}).Draw(rt, "probation"),
 	}
 }
 
@@ -691,6 +692,7 @@ func drawResources(rt *rapid.T, label string, lo, hi int) Resources {
 // ...) mostly pass.
 func drawRequest(rt *rapid.T) *Request {
 	req := &Request{
+		Class:      rapid.SampledFrom([]string{"", "infer", "clean"}).Draw(rt, "class"),
 		Capability: rapid.SampledFrom([]string{"", "exec", "gpu"}).Draw(rt, "cap"), CapabilityVersion: "1",
 		Resources: drawResources(rt, "want", 0, 2), Now: now, HeartbeatTTL: time.Duration(rapid.IntRange(0, 90).Draw(rt, "ttl")) * time.Second,
 		Driver: rapid.SampledFrom([]string{"", "", "oci"}).Draw(rt, "driver"),

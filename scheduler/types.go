@@ -35,6 +35,12 @@ type Node struct {
 	// Quarantine says why the node takes no new work for now (a black
 	// hole suspected or confirmed), empty when it is not quarantined.
 	Quarantine string
+	// Probation names the classes whose attempts failed fast on the node
+	// since it last succeeded at them ("*": every class): while it holds
+	// any attempt it takes no other of them, so a black hole in the
+	// making eats one attempt at a time until it is judged. "!": it
+	// failed fast and its health check is awaited: no new work at all.
+	Probation []string
 	// Condition is what the node's agent reports is wrong with it (a
 	// full disk), empty when nothing is: such a node takes no new attempt.
 	Condition string
@@ -184,6 +190,7 @@ const (
 	ReasonAgentCondition    ReasonCode = "agent_condition"
 	ReasonQuarantined       ReasonCode = "quarantined"
 	ReasonTierBelowSize     ReasonCode = "tier_below_size"
+	ReasonProbation         ReasonCode = "probation"
 )
 
 // Reason is one failed rule: a code for machines, a summary phrase shared

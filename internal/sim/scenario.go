@@ -34,8 +34,9 @@ const (
 	// KindClassHole fails the attempts of one class fast (a missing
 	// library); its health check passes.
 	KindClassHole = "class_hole"
-	// KindNewClassHole fails fast the attempts of every class first seen
-	// after the simulation began; its health check passes.
+	// KindNewClassHole fails fast the attempts of every class it had not
+	// run before its defect began (it cannot fetch what it lacks), and
+	// runs those it had; its health check passes.
 	KindNewClassHole = "new_class_hole"
 	// KindHung never finishes an attempt: each runs to its timeout.
 	KindHung = "hung"
@@ -88,6 +89,10 @@ type NodeGroup struct {
 	Speed float64 `json:"speed,omitempty"`
 	// Class is the class a class_hole fails.
 	Class string `json:"class,omitempty"`
+	// OnsetWithin: each node's defect begins at a random time within it,
+	// the node healthy before (a node that goes bad in the field); 0:
+	// from the start.
+	OnsetWithin Duration `json:"onset_within,omitempty"`
 }
 
 // Class is a kind of work: its run time on a node of speed 1, and its
@@ -228,10 +233,12 @@ func Mixed() Scenario {
 			{Count: 50, Kind: KindHealthy, Cores: 2, MemoryMB: 4096, Speed: 0.7},
 			{Count: 20, Kind: KindHealthy, Cores: 8, MemoryMB: 16384, Speed: 1.5},
 			{Count: 10, Kind: KindSlow, Cores: 4, MemoryMB: 8192},
-			{Count: 4, Kind: KindBlackHole, Cores: 4, MemoryMB: 8192},
-			{Count: 3, Kind: KindClassHole, Cores: 4, MemoryMB: 8192, Class: "infer"},
-			{Count: 3, Kind: KindNewClassHole, Cores: 4, MemoryMB: 8192},
-			{Count: 4, Kind: KindHung, Cores: 4, MemoryMB: 8192},
+			{Count: 2, Kind: KindBlackHole, Cores: 4, MemoryMB: 8192},
+			{Count: 2, Kind: KindBlackHole, Cores: 4, MemoryMB: 8192, OnsetWithin: Duration(time.Hour)},
+			{Count: 3, Kind: KindClassHole, Cores: 4, MemoryMB: 8192, Class: "infer", OnsetWithin: Duration(time.Hour)},
+			{Count: 3, Kind: KindNewClassHole, Cores: 4, MemoryMB: 8192, OnsetWithin: Duration(time.Hour)},
+			{Count: 2, Kind: KindHung, Cores: 4, MemoryMB: 8192},
+			{Count: 2, Kind: KindHung, Cores: 4, MemoryMB: 8192, OnsetWithin: Duration(time.Hour)},
 			{Count: 6, Kind: KindFlapping, Cores: 2, MemoryMB: 4096},
 		},
 		Classes: []Class{
@@ -252,10 +259,12 @@ func Small() Scenario {
 			{Count: 14, Kind: KindHealthy, Cores: 4, MemoryMB: 8192},
 			{Count: 6, Kind: KindHealthy, Cores: 2, MemoryMB: 4096, Speed: 0.7},
 			{Count: 2, Kind: KindSlow, Cores: 4, MemoryMB: 8192},
-			{Count: 2, Kind: KindBlackHole, Cores: 4, MemoryMB: 8192},
-			{Count: 1, Kind: KindClassHole, Cores: 4, MemoryMB: 8192, Class: "infer"},
+			{Count: 1, Kind: KindBlackHole, Cores: 4, MemoryMB: 8192},
+			{Count: 1, Kind: KindBlackHole, Cores: 4, MemoryMB: 8192, OnsetWithin: Duration(10 * time.Minute)},
+			{Count: 1, Kind: KindClassHole, Cores: 4, MemoryMB: 8192, Class: "infer", OnsetWithin: Duration(10 * time.Minute)},
 			{Count: 1, Kind: KindNewClassHole, Cores: 4, MemoryMB: 8192},
-			{Count: 2, Kind: KindHung, Cores: 4, MemoryMB: 8192},
+			{Count: 1, Kind: KindHung, Cores: 4, MemoryMB: 8192},
+			{Count: 1, Kind: KindHung, Cores: 4, MemoryMB: 8192, OnsetWithin: Duration(10 * time.Minute)},
 			{Count: 2, Kind: KindFlapping, Cores: 2, MemoryMB: 4096},
 		},
 		Classes: []Class{

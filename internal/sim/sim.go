@@ -47,16 +47,24 @@ type simNode struct {
 	id    string
 	group NodeGroup
 	down  bool
+	// onset is when its defect begins (a bad kind's; before it, healthy).
+	onset time.Time
+	// known are the classes it succeeded at before its onset (what a
+	// new-class hole still runs).
+	known map[string]bool
 	// What the cluster judged, and when.
 	firstQuarantine time.Time
 	quarantines     int
 	demoted         bool
 	firstDemotion   time.Time
 	wasQuarantined  bool
-	// failedBefore counts this node's failed attempts before its first
-	// quarantine (the attempts a black hole ate).
-	failedBefore int
-	firstFailure time.Time
+	// failedBefore counts the attempts of good tasks that failed here
+	// through the node's fault before its first quarantine (the attempts
+	// a black hole ate); afterEvidence those of them placed after the
+	// first such failure ended, when the cluster had evidence.
+	failedBefore  int
+	afterEvidence int
+	firstFailure  time.Time
 }
 
 type simTask struct {
@@ -74,11 +82,14 @@ type event struct {
 	at   time.Time
 	seq  uint64
 	kind int
-	// For ends: the attempt and how it ends.
+	// For ends: the attempt, how it ends, when it started and whether
+	// the node's fault ended it.
 	attempt string
 	lease   uint64
 	state   fsm.AttemptState
 	node    string
+	started time.Time
+	fault   bool
 	check   uint64
 	passed  bool
 }
@@ -133,9 +144,13 @@ type runner struct {
 }
 
 type hungAttempt struct {
-	start  time.Time
+	start time.Time
+	flag  time.Duration // from start to the slow mark, 0 until marked
+	// limit is the highest slow threshold in force while it ran (5× the
+	// class's fleet median, or the floor): the median moves as runs end.
+	limit time.Duration
+	// median is the class's true median on a node of speed 1.
 	median time.Duration
-	flag   time.Duration // from start to the slow mark, 0 until marked
 }
 
 // Run simulates a scenario and scores the cluster's judgements.
@@ -196,7 +211,11 @@ func (r *runner) setup() error {
 		}
 		for i := 0; i < g.Count; i++ {
 			id := fmt.Sprintf("%s-%02d-%03d", g.Kind, gi, i)
-			r.nodes[id] = &simNode{id: id, group: g}
+			sn := &simNode{id: id, group: g, onset: r.now, known: map[string]bool{}}
+			if g.OnsetWithin > 0 {
+				sn.onset = r.now.Add(time.Duration(r.rng.Int64N(int64(g.OnsetWithin))))
+			}
+			r.nodes[id] = sn
 			r.order = append(r.order, id)
 			if err := r.register(id); err != nil {
 				return err
@@ -312,8 +331,11 @@ func (r *runner) arrive() error {
 	}
 	st.class, st.median = c.Name, time.Duration(c.Median)
 	if r.sc.NewClassShare > 0 && r.rng.Float64() < r.sc.NewClassShare {
+		// A class's runs take alike: each new class borrows one base
+		// class's time.
 		gen := int(r.now.Sub(epoch) / time.Duration(r.sc.NewClassEvery))
 		st.class = freshPrefix + strconv.Itoa(gen)
+		st.median = time.Duration(r.sc.Classes[gen%len(r.sc.Classes)].Median)
 	}
 	timeout := max(10*st.median, time.Minute)
 	spec := fsm.TaskSpec{Name: st.class, TaskShape: &fsm.TaskShape{
@@ -345,11 +367,18 @@ func (r *runner) handle(e *event) error {
 		}
 		if e.state != fsm.AttemptSucceeded {
 			r.failedAttempts++
-			if n := r.nodes[e.node]; n != nil && n.firstQuarantine.IsZero() {
+			if n := r.nodes[e.node]; n != nil && e.fault && n.firstQuarantine.IsZero() {
 				n.failedBefore++
 				if n.firstFailure.IsZero() {
 					n.firstFailure = r.now
+				} else if e.started.After(n.firstFailure) || e.started.Equal(n.firstFailure) {
+					n.afterEvidence++
 				}
+			}
+		}
+		if n := r.nodes[e.node]; n != nil && e.state == fsm.AttemptSucceeded && e.started.Before(n.onset) {
+			if t := res.(*fsm.AttemptResult).Task; t != nil {
+				n.known[t.Spec.ClassOf()] = true
 			}
 		}
 		if t := res.(*fsm.AttemptResult).Task; t != nil {
@@ -408,7 +437,8 @@ func (r *runner) leaderDuties() error {
 	for _, n := range nodes {
 		if hc := n.HealthCheck; hc.Requested > hc.Answered && !r.slowSeen["check-"+n.ID+strconv.FormatUint(hc.Requested, 10)] {
 			r.slowSeen["check-"+n.ID+strconv.FormatUint(hc.Requested, 10)] = true
-			passed := r.nodes[n.ID].group.Kind != KindBlackHole
+			sn := r.nodes[n.ID]
+			passed := sn.group.Kind != KindBlackHole || r.now.Before(sn.onset)
 			r.push(&event{at: r.now.Add(healthAnswer), kind: evCheck, node: n.ID, check: hc.Requested, passed: passed})
 		}
 		op, why := fsm.ProfileDue(n, time.Duration(r.settings.DwellMs)*time.Millisecond, healthRecheck, r.now)
@@ -429,6 +459,10 @@ func (r *runner) leaderDuties() error {
 			continue
 		}
 		limit, ok := st.SlowThreshold(t.Spec.ClassOf(), a.NodeID)
+		if h, hung := r.hung[a.ID]; hung && ok && limit > h.limit {
+			h.limit = limit
+			r.hung[a.ID] = h
+		}
 		if !ok || r.now.Sub(a.StartedAt.Time()) < limit {
 			continue
 		}
@@ -518,34 +552,41 @@ func (r *runner) start(t *fsm.Task, cand scheduler.Candidate) error {
 	st := r.tasks[t.ID]
 	st.state = fsm.TaskRunning
 	sn := r.nodes[n.ID]
-	d, state := r.outcome(st, sn, t.Spec.TimeoutSeconds)
-	if sn.group.Kind == KindHung {
-		r.hung[attempt] = hungAttempt{start: r.now, median: st.median}
+	d, state, fault := r.outcome(st, sn, t.Spec.TimeoutSeconds)
+	if sn.group.Kind == KindHung && fault {
+		// Scored against the class's median as the cluster knew it when
+		// the attempt started; a class without one cannot be judged.
+		if limit, ok := r.f.State().SlowThreshold(t.Spec.ClassOf(), n.ID); ok {
+			r.hung[attempt] = hungAttempt{start: r.now, limit: limit, median: st.median}
+		}
 	}
-	r.push(&event{at: r.now.Add(d), kind: evEnd, attempt: attempt, lease: lease, state: state, node: n.ID})
+	r.push(&event{at: r.now.Add(d), kind: evEnd, attempt: attempt, lease: lease, state: state, node: n.ID, started: r.now, fault: fault})
 	return nil
 }
 
-// outcome is the truth of an attempt of task on node: how long it takes
-// and how it ends.
-func (r *runner) outcome(t *simTask, n *simNode, timeoutSeconds int64) (time.Duration, fsm.AttemptState) {
+// outcome is the truth of an attempt of task on node: how long it takes,
+// how it ends, and whether the node's defect ended it (a good task the
+// node should have run).
+func (r *runner) outcome(t *simTask, n *simNode, timeoutSeconds int64) (time.Duration, fsm.AttemptState, bool) {
 	timeout := time.Duration(timeoutSeconds) * time.Second
+	defect := !r.now.Before(n.onset)
+	good := t.truth == taskGood || (t.truth == taskSmallFail && n.group.Cores >= 4)
 	switch {
-	case n.group.Kind == KindBlackHole,
-		n.group.Kind == KindClassHole && t.class == n.group.Class,
-		n.group.Kind == KindNewClassHole && len(t.class) > len(freshPrefix) && t.class[:len(freshPrefix)] == freshPrefix:
-		return fastFailure, fsm.AttemptFailed
 	case t.truth == taskBad, t.truth == taskSmallFail && n.group.Cores < 4:
-		return badTaskFailure, fsm.AttemptFailed
-	case n.group.Kind == KindHung:
-		return timeout, fsm.AttemptTimedOut
+		return badTaskFailure, fsm.AttemptFailed, false
+	case defect && (n.group.Kind == KindBlackHole ||
+		n.group.Kind == KindClassHole && t.class == n.group.Class ||
+		n.group.Kind == KindNewClassHole && !n.known[t.class]):
+		return fastFailure, fsm.AttemptFailed, good
+	case defect && n.group.Kind == KindHung:
+		return timeout, fsm.AttemptTimedOut, good
 	}
 	jitter := 0.9 + 0.2*r.rng.Float64()
 	d := time.Duration(float64(t.median) / n.group.Speed * jitter)
 	if d >= timeout {
-		return timeout, fsm.AttemptTimedOut
+		return timeout, fsm.AttemptTimedOut, false
 	}
-	return d, fsm.AttemptSucceeded
+	return d, fsm.AttemptSucceeded, false
 }
 
 // observe records the judgements standing now: quarantines and

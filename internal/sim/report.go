@@ -26,8 +26,8 @@ type KindRow struct {
 	// time from its first failure to the quarantine.
 	MaxWasted       int           `json:"max_wasted,omitempty"`
 	MaxAfterFailure int           `json:"max_after_first_failure,omitempty"`
-	MaxTimeCatch time.Duration `json:"max_time_to_catch_ns,omitempty"`
-	Missed       int           `json:"missed,omitempty"`
+	MaxTimeCatch    time.Duration `json:"max_time_to_catch_ns,omitempty"`
+	Missed          int           `json:"missed,omitempty"`
 	// Unseen counts bad nodes whose defect never failed an attempt of a
 	// good task (it began too late, or no such work came): nothing to
 	// judge them by.
@@ -193,7 +193,6 @@ func (rep *Report) Compare(oracle *Report) {
 		rep.MakespanRatio = float64(rep.Makespan) / float64(oracle.Makespan)
 	}
 }
-
 
 // Check lists the targets the report misses: no healthy or flapping node
 // quarantined or demoted, every black hole caught within 3 failed

@@ -38,9 +38,9 @@ var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 type taskTruth int
 
 const (
-	taskGood taskTruth = iota
-	taskBad            // fails everywhere
-	taskSmallFail      // fails on nodes under 4 cores
+	taskGood      taskTruth = iota
+	taskBad                 // fails everywhere
+	taskSmallFail           // fails on nodes under 4 cores
 )
 
 type simNode struct {

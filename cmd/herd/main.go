@@ -54,6 +54,7 @@ func commands() []command {
 		{"acl", "bootstrap ACLs and manage tokens", runACL},
 		{"lease", "check, from inside a task, that its attempt is still current", runLease},
 		{"bench", "measure throughput, latency, footprint and failover on this machine", runBench},
+		{"sim", "score the cluster's judgements of nodes and tasks on a simulated fleet", runSim},
 		{"version", "print the version", func(e *env, _ []string) error { fmt.Fprintln(e.stdout, "herd", version); return nil }},
 	}
 }

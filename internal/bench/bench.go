@@ -18,6 +18,7 @@ import (
 
 	"herd/agent"
 	"herd/config"
+	"herd/internal/sim"
 )
 
 // benchSizes are the workload sizes of one run.
@@ -35,14 +36,16 @@ type benchSizes struct {
 	agentsWindow   time.Duration
 	// electionsWindow is how long each timing set loses packets.
 	electionsWindow time.Duration
+	// judgement is the simulator's scenario (see internal/sim).
+	judgement string
 }
 
 func fullSizes() benchSizes {
-	return benchSizes{ceiling: 10 * time.Second, nodes: 1000, backlog: 100_000, e2eTasks: 20_000, footNodes: 1000, footIdle: 20 * time.Second, footTasks: 100_000, failoverTrials: 20, finishedTasks: 1_000_000, processTasks: 3000, agentsN: 1000, agentsWindow: 30 * time.Second, electionsWindow: 2 * time.Minute}
+	return benchSizes{ceiling: 10 * time.Second, nodes: 1000, backlog: 100_000, e2eTasks: 20_000, footNodes: 1000, footIdle: 20 * time.Second, footTasks: 100_000, failoverTrials: 20, finishedTasks: 1_000_000, processTasks: 3000, agentsN: 1000, agentsWindow: 30 * time.Second, electionsWindow: 2 * time.Minute, judgement: "mixed"}
 }
 
 func quickSizes() benchSizes {
-	return benchSizes{ceiling: 2 * time.Second, nodes: 100, backlog: 3000, e2eTasks: 200, footNodes: 100, footIdle: time.Second, footTasks: 2000, failoverTrials: 2, finishedTasks: 20_000, processTasks: 300, agentsN: 50, agentsWindow: 3 * time.Second, electionsWindow: 5 * time.Second}
+	return benchSizes{ceiling: 2 * time.Second, nodes: 100, backlog: 3000, e2eTasks: 200, footNodes: 100, footIdle: time.Second, footTasks: 2000, failoverTrials: 2, finishedTasks: 20_000, processTasks: 300, agentsN: 50, agentsWindow: 3 * time.Second, electionsWindow: 5 * time.Second, judgement: "small"}
 }
 
 // Result is what one run measured; the JSON keys are stable.
@@ -141,8 +144,12 @@ type Result struct {
 	FinishedHeapMiB       float64 `json:"finished_tasks_heap_mib"`
 	FinishedBytesPerTask  float64 `json:"finished_task_heap_bytes"`
 	AfterRetentionHeapMiB float64 `json:"after_retention_heap_mib"`
-	ReplicaHeapMiB        float64 `json:"replica_heap_mib"`
-	ReplicaAnonMiB        float64 `json:"replica_rss_anon_mib"`
+	// The judgement simulator's report on its scenario (with the oracle's
+	// makespan), and how long it took to run both.
+	Judgement        *sim.Report `json:"judgement,omitempty"`
+	JudgementSeconds float64     `json:"judgement_seconds,omitempty"`
+	ReplicaHeapMiB   float64     `json:"replica_heap_mib"`
+	ReplicaAnonMiB   float64     `json:"replica_rss_anon_mib"`
 	// The loaded replica's CPU, in percent of one core, while it holds a
 	// backlog no node may take (every node drained): the leader's passes
 	// only explain why the tasks wait.
@@ -306,7 +313,7 @@ const logStoreEnv = "HERD_RAFT_LOG_STORE"
 const agentLimitsEnv = "HERD_LIMITS"
 
 // Steps are the steps of a run, in the order they run.
-var Steps = []string{"decision", "placement", "e2e", "e2e-secure", "e2e-processes", "agents", "footprint", "failover", "elections", "retention"}
+var Steps = []string{"decision", "placement", "e2e", "e2e-secure", "e2e-processes", "agents", "footprint", "failover", "elections", "retention", "judgement"}
 
 // Validate checks options that would fail only later in a run.
 func (o Options) Validate() error {
@@ -428,6 +435,7 @@ func Run(o Options, out io.Writer) error {
 		"failover":  func() error { return benchFailover(filepath.Join(dir, "failover"), sz, &r) },
 		"elections": func() error { return benchElections(o.Executable, filepath.Join(dir, "elections"), sz, &r) },
 		"retention": func() error { return benchRetention(sz, &r) },
+		"judgement": func() error { return benchJudgement(sz, &r) },
 	}
 	for _, name := range Steps {
 		if len(o.Only) > 0 && !slices.Contains(o.Only, name) {
@@ -479,6 +487,17 @@ func Print(w io.Writer, r *Result) {
 	row(tb, "replica CPU, idle backlog", fmt.Sprintf("%.1f%% of a core", r.ReplicaIdleCPUPercent), fmt.Sprintf("same replica, over %[1]s starting %[1]s after the load: every node drained, the leader explains why tasks wait", r.FootprintIdle))
 	row(tb, "snapshot", fmt.Sprintf("%d bytes, saved in %.0f ms, restored in %.0f ms", r.SnapshotBytes, r.SnapshotSaveMs, r.SnapshotRestoreMs), "same replica; the archive restored into it through the API")
 	row(tb, "finished tasks", fmt.Sprintf("heap %.0f MiB (%.0f bytes each); %.1f MiB after retention", r.FinishedHeapMiB, r.FinishedBytesPerTask, r.AfterRetentionHeapMiB), fmt.Sprintf("%d succeeded tasks in one replica's state, then forgotten", r.FinishedTasks))
+	if j := r.Judgement; j != nil {
+		wrong, missed, after := 0, 0, 0
+		for _, k := range j.Kinds {
+			wrong += k.Nodes - k.Right
+			missed += k.Missed
+			after = max(after, k.MaxAfterFailure)
+		}
+		row(tb, "judgements", fmt.Sprintf("%d nodes judged wrongly, %d black holes missed, each caught by its failure %d at most; hung attempts flagged at %.1f× the fleet median; %d of %d bad tasks blamed, %d good; makespan %.2f× the oracle's; simulated in %.1f s",
+			wrong, missed, after+1, j.MaxFlagRatio, j.BadTasksBlamed, j.BadTasks, j.GoodTasksBlamed, j.MakespanRatio, r.JudgementSeconds),
+			fmt.Sprintf("herd sim -scenario %s: %d tasks over %s simulated, the real scheduler and FSM", j.Scenario, j.Tasks, j.Simulated.Round(time.Minute)))
+	}
 	row(tb, "restart to ready", fmt.Sprintf("%.0f ms", r.RestartToReadyMs), "same replica, from its data dir")
 	row(tb, "failover", fmt.Sprintf("p50 %.0f ms, p99 %.0f ms; the load ran at %.0f writes/s when the leader died; %d elections beyond the first", r.FailoverP50, r.FailoverP99, r.FailoverLoadPerSec, r.FailoverExtraElections), fmt.Sprintf("leader lost under load (halted, no handover; %d writers, one submit each per %s, through every replica) → first acknowledged write, default timings", failoverLoadWriters, failoverLoadEvery))
 	row(tb, "failover, handed over", fmt.Sprintf("p50 %.0f ms, p99 %.0f ms", r.FailoverHandOverP50, r.FailoverHandOverP99), "the same, the leader stopped as on SIGTERM: it hands its leadership over before it goes")

@@ -49,6 +49,11 @@ type Report struct {
 	// GoodTasksBlamed counts good tasks the evidence made suspects (they
 	// failed on two bad nodes).
 	GoodTasksBlamed int `json:"good_tasks_blamed"`
+	// SmallFailTasks fail on nodes under 4 cores alone; those blamed
+	// failed on two small nodes before a big one ran them.
+	SmallFailTasks   int `json:"small_fail_tasks"`
+	SmallFailBlamed  int `json:"small_fail_blamed"`
+	SmallFailSucceed int `json:"small_fail_succeeded"`
 	Attempts        int `json:"attempts"`
 	FailedAttempts  int `json:"failed_attempts"`
 	Commands        int `json:"commands"`
@@ -149,6 +154,14 @@ func (r *runner) report() *Report {
 			if blamed {
 				rep.GoodTasksBlamed++
 			}
+		case taskSmallFail:
+			rep.SmallFailTasks++
+			if blamed {
+				rep.SmallFailBlamed++
+			}
+			if t.state == fsm.TaskSucceeded {
+				rep.SmallFailSucceed++
+			}
 		default:
 			rep.BadTasks++
 			if blamed {
@@ -233,8 +246,8 @@ func (rep *Report) Check() []string {
 
 // Write prints the report for people.
 func (rep *Report) Write(w io.Writer) {
-	fmt.Fprintf(w, "scenario %s (seed %d): %s simulated, %d tasks (%d good, %d bad), %d attempts (%d failed), %d commands\n",
-		rep.Scenario, rep.Seed, rep.Simulated.Round(time.Second), rep.Tasks, rep.GoodTasks, rep.BadTasks, rep.Attempts, rep.FailedAttempts, rep.Commands)
+	fmt.Fprintf(w, "scenario %s (seed %d): %s simulated, %d tasks (%d good, %d bad, %d failing on small nodes), %d attempts (%d failed), %d commands\n",
+		rep.Scenario, rep.Seed, rep.Simulated.Round(time.Second), rep.Tasks, rep.GoodTasks, rep.BadTasks, rep.SmallFailTasks, rep.Attempts, rep.FailedAttempts, rep.Commands)
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "KIND\tNODES\tQUARANTINED\tDEMOTED\tRIGHT\tMISSED\tUNSEEN\tMAX EATEN\tPLACED AFTER 1ST FAILURE\tMAX TIME TO CATCH")
@@ -247,7 +260,8 @@ func (rep *Report) Write(w io.Writer) {
 	}
 	tw.Flush()
 	fmt.Fprintln(w)
-	fmt.Fprintf(w, "good tasks succeeded: %d of %d; bad tasks blamed: %d of %d; good tasks blamed: %d\n", rep.GoodSucceeded, rep.GoodTasks, rep.BadTasksBlamed, rep.BadTasks, rep.GoodTasksBlamed)
+	fmt.Fprintf(w, "good tasks succeeded: %d of %d; bad tasks blamed: %d of %d; good tasks blamed: %d; tasks failing on small nodes: %d, %d succeeded on a big one, %d blamed\n",
+		rep.GoodSucceeded, rep.GoodTasks, rep.BadTasksBlamed, rep.BadTasks, rep.GoodTasksBlamed, rep.SmallFailTasks, rep.SmallFailSucceed, rep.SmallFailBlamed)
 	fmt.Fprintf(w, "hung attempts flagged slow: %d of %d (of classes with a median when they started), the latest at %.1f× the fleet median (%.1f× the class's true median)\n", rep.HungFlagged, rep.HungAttempts, rep.MaxFlagRatio, rep.MaxFlagTrueRatio)
 	fmt.Fprintf(w, "makespan %s", rep.Makespan.Round(time.Second))
 	if rep.OracleMakespan > 0 {

@@ -54,9 +54,9 @@ type Report struct {
 	SmallFailTasks   int `json:"small_fail_tasks"`
 	SmallFailBlamed  int `json:"small_fail_blamed"`
 	SmallFailSucceed int `json:"small_fail_succeeded"`
-	Attempts        int `json:"attempts"`
-	FailedAttempts  int `json:"failed_attempts"`
-	Commands        int `json:"commands"`
+	Attempts         int `json:"attempts"`
+	FailedAttempts   int `json:"failed_attempts"`
+	Commands         int `json:"commands"`
 	// Makespan is when the last good task ended, from the start.
 	Makespan time.Duration `json:"makespan_ns"`
 	// OracleMakespan and MakespanRatio compare with the oracle's run

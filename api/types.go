@@ -67,6 +67,12 @@ type TaskSpec struct {
 	Image string `json:"image,omitempty"`
 	// Network of an oci task: "host" (the default) or "none".
 	Network string `json:"network,omitempty"`
+	// Speculative: once the task's attempt runs past its class's slow
+	// threshold, a backup attempt starts on another node and the first
+	// to succeed wins (the other is cancelled, its lease dead). For
+	// tasks that may run twice at once: idempotent, or writing only their
+	// own outputs.
+	Speculative bool `json:"speculative,omitempty"`
 }
 
 // The drivers and networks of a task spec.

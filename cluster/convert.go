@@ -21,7 +21,7 @@ func toFSMSpec(in api.TaskSpec) fsm.TaskSpec {
 		TimeoutSeconds: *in.TimeoutSeconds, MaxAttempts: *in.MaxAttempts, Submitter: in.Submitter,
 		OnDisconnect: onDisconnect(in.OnDisconnect),
 		Class:        in.Class, Size: in.Size, Tiers: parseTiers(in.Tiers), Inputs: in.Inputs, Outputs: in.Outputs, InputPaths: in.InputPaths,
-		Driver: driver(in.Driver), Image: in.Image, Network: network(in.Network),
+		Driver: driver(in.Driver), Image: in.Image, Network: network(in.Network), Speculative: in.Speculative,
 	}}
 }
 
@@ -100,7 +100,7 @@ func toAPISpec(in fsm.TaskSpec) api.TaskSpec {
 		},
 		TimeoutSeconds: &timeout, MaxAttempts: &maxAttempts, Submitter: in.Submitter, OnDisconnect: in.OnDisconnect,
 		Class: in.Class, Size: in.Size, Tiers: tierNames(in.Tiers), Inputs: in.Inputs, Outputs: in.Outputs, InputPaths: in.InputPaths,
-		Driver: in.Driver, Image: in.Image, Network: in.Network,
+		Driver: in.Driver, Image: in.Image, Network: in.Network, Speculative: in.Speculative,
 	}
 }
 

@@ -117,11 +117,20 @@ func (s *Server) markSlowAttempts(ctx context.Context, now time.Time, marked map
 	live := make(map[string]bool, len(running))
 	for _, a := range running {
 		live[a.ID] = true
-		if marked[a.ID] || a.StartedAt.IsZero() {
+		if a.StartedAt.IsZero() {
 			continue
 		}
 		task, err := st.Task(a.TaskID)
-		if err != nil || task.CurrentSlow() || task.CurrentAttempt() != a.ID {
+		if err != nil || task.CurrentAttempt() != a.ID {
+			continue
+		}
+		if task.CurrentSlow() {
+			if task.Spec.TaskShape != nil && task.Spec.Speculative && st.BackupAttempt(task) == "" {
+				s.placeBackup(ctx, st, task, a, now)
+			}
+			continue
+		}
+		if marked[a.ID] {
 			continue
 		}
 		limit, ok := st.SlowThreshold(task.Spec.ClassOf(), a.NodeID)
@@ -137,6 +146,45 @@ func (s *Server) markSlowAttempts(ctx context.Context, now time.Time, marked map
 		if !live[id] {
 			delete(marked, id)
 		}
+	}
+}
+
+// placeBackup reserves a backup attempt for a speculative task whose
+// attempt is slow, on the best other node that fits (never the slow
+// attempt's); the backup races the slow attempt, and the first success
+// wins (see fsm/speculative.go). With no node fitting it tries again on
+// the next look.
+func (s *Server) placeBackup(ctx context.Context, st *fsm.State, task *fsm.Task, slow *fsm.Attempt, now time.Time) {
+	nodes, nodeByID, fleet, err := nodeViews(st, now, s.cfg.Profiles)
+	if err != nil {
+		return
+	}
+	req := task.Request(now, s.cfg.Scheduler.HeartbeatTTL)
+	fleet.fill(&req)
+	req.Blacklist = task.Blacklist(nodeByID)
+	if req.Blacklist == nil {
+		req.Blacklist = map[string]bool{}
+	}
+	req.Blacklist[slow.NodeID] = true
+	scoring := scoringConfig(s.cfg.Scheduler)
+	cand, err := scheduler.Select(nodes, &req, &scoring)
+	if err != nil {
+		return
+	}
+	rec := nodeByID(cand.Node.ID)
+	if rec == nil {
+		return
+	}
+	_, _, err = s.apply(ctx, fsm.MsgReserve, fsm.ReserveRequest{
+		TaskID: task.ID, AttemptID: newID(now), Number: int(task.Attempts) + 1, NodeID: cand.Node.ID,
+		SessionGeneration: rec.SessionGeneration, Score: cand.Score, Now: now, HeartbeatTTL: s.cfg.Scheduler.HeartbeatTTL, Backup: true,
+	})
+	switch {
+	case err == nil:
+		s.logger.Info("backup attempt reserved for a slow speculative task", "task", task.ID, "slow_attempt", slow.ID, "node", cand.Node.ID)
+	case ctx.Err() != nil:
+	default:
+		s.logger.Debug("backup attempt refused", "task", task.ID, "error", err)
 	}
 }
 

@@ -35,10 +35,14 @@ func applyReserve(db *store, index uint64, r *ReserveRequest) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	if task.State != TaskPending {
+	if r.Backup {
+		if err := backupAllowed(db, task, r); err != nil {
+			return nil, err
+		}
+	} else if task.State != TaskPending {
 		return nil, reject(RejectTaskNotPending, "task %s is %s", task.ID, task.State)
 	}
-	if StampOf(r.Now).Before(task.NotBefore()) {
+	if !r.Backup && StampOf(r.Now).Before(task.NotBefore()) {
 		return nil, reject(RejectTaskBackoff, "task %s may not be retried before %s", task.ID, task.NotBefore().Time().Format(time.RFC3339))
 	}
 	if r.Number != int(task.Attempts)+1 {
@@ -74,12 +78,16 @@ func applyReserve(db *store, index uint64, r *ReserveRequest) (any, error) {
 		ReservedAt: StampOf(r.Now), CreateIndex: index, ModifyIndex: index,
 	}
 	t := task.clone()
-	t.State = TaskScheduled
 	t.Attempts = int16(r.Number)
-	t.setCurrentAttempt(a.ID)
 	t.ModifyIndex = index
-	t.setLastExplain("")
-	t.addEvent(index, r.Now, EventNodeSelected, reservedMessage(a.Number, node.ID, r.Score, a.LeaseVersion))
+	if r.Backup {
+		t.addEvent(index, r.Now, EventNodeSelected, "backup "+reservedMessage(a.Number, node.ID, r.Score, a.LeaseVersion)+": the current attempt is slow; the first to succeed wins")
+	} else {
+		t.State = TaskScheduled
+		t.setCurrentAttempt(a.ID)
+		t.setLastExplain("")
+		t.addEvent(index, r.Now, EventNodeSelected, reservedMessage(a.Number, node.ID, r.Score, a.LeaseVersion))
+	}
 	db.putAttempt(a)
 	db.addUsage(node.ID, a.Resources, +1, index)
 	db.putTask(t)
@@ -124,7 +132,11 @@ func applyAttemptStart(db *store, index uint64, r *AttemptStartRequest) (any, er
 	if err != nil {
 		return nil, err
 	}
-	if task.CurrentAttempt() != a.ID || !ValidTaskTransition(task.State, TaskRunning) {
+	backup := task.CurrentAttempt() != a.ID && backupOf(db, task) == a.ID
+	// A task running on: its backup took over as its attempt before it
+	// started (see endAttemptWith).
+	runningOn := task.State == TaskRunning && task.CurrentAttempt() == a.ID
+	if !backup && !runningOn && (task.CurrentAttempt() != a.ID || !ValidTaskTransition(task.State, TaskRunning)) {
 		return staleReport(db, index, a, r.LeaseVersion, r.Now, "not the task's current attempt")
 	}
 	na := *a
@@ -132,9 +144,13 @@ func applyAttemptStart(db *store, index uint64, r *AttemptStartRequest) (any, er
 	na.StartedAt = StampOf(r.Now)
 	na.ModifyIndex = index
 	t := task.clone()
-	t.State = TaskRunning
 	t.ModifyIndex = index
-	t.addEvent(index, r.Now, EventStarted, startedMessage(a.Number, a.NodeID))
+	if backup {
+		t.addEvent(index, r.Now, EventStarted, "backup "+startedMessage(a.Number, a.NodeID))
+	} else {
+		t.State = TaskRunning
+		t.addEvent(index, r.Now, EventStarted, startedMessage(a.Number, a.NodeID))
+	}
 	db.putAttempt(&na)
 	db.putTask(t)
 	return &AttemptResult{Attempt: &na, Task: t}, nil
@@ -188,10 +204,10 @@ func applyAttemptEnd(db *store, index uint64, r *AttemptEndRequest) (any, error)
 	if err != nil {
 		return nil, err
 	}
-	if task.CurrentAttempt() != a.ID {
+	if task.CurrentAttempt() != a.ID && backupOf(db, task) != a.ID {
 		return staleReport(db, index, a, r.LeaseVersion, r.Now, "not the task's current attempt")
 	}
-	return endAttempt(db, index, a, task, r)
+	return finishAttempt(db, index, a, task, r)
 }
 
 // maxInputWaits bounds the attempts a task may make in all when its
@@ -203,6 +219,14 @@ const maxInputWaits = 1000
 // reservation and moves the task on: done, failed for good, or back to
 // PENDING for a new attempt.
 func endAttempt(db *store, index uint64, a *Attempt, task *Task, r *AttemptEndRequest) (any, error) {
+	return endAttemptWith(db, index, a, task, r, nil)
+}
+
+// endAttemptWith is endAttempt for one of a task's two racing attempts
+// when the other, goesOn, lives on (see speculative.go): an end that is
+// not a success leaves the task on goesOn, without a requeue or a
+// verdict, its failure counted as any.
+func endAttemptWith(db *store, index uint64, a *Attempt, task *Task, r *AttemptEndRequest, goesOn *Attempt) (any, error) {
 	if !ValidAttemptTransition(a.State, r.State) {
 		return nil, reject(RejectIllegalTransfer, "attempt %s: %s → %s", a.ID, a.State, r.State)
 	}
@@ -234,6 +258,10 @@ func endAttempt(db *store, index uint64, a *Attempt, task *Task, r *AttemptEndRe
 	case AttemptCancelled:
 		next = TaskCancelled
 	case AttemptLost:
+		if goesOn != nil && r.InputUnavailable {
+			next = t.State
+			break
+		}
 		if r.InputUnavailable && int(t.Attempts) < maxInputWaits {
 			// Neither the task's fault nor the node's: no attempt used, no
 			// failure counted anywhere. It waits for the input's holder
@@ -263,6 +291,8 @@ func endAttempt(db *store, index uint64, a *Attempt, task *Task, r *AttemptEndRe
 			t.more.nodeFailures[a.NodeID] = f
 		}
 		switch {
+		case goesOn != nil:
+			next = t.State
 		case int(t.Failures) < t.Spec.MaxAttempts:
 			next = TaskPending
 			t.setNotBefore(StampOf(r.RetryAt))
@@ -273,11 +303,18 @@ func endAttempt(db *store, index uint64, a *Attempt, task *Task, r *AttemptEndRe
 			next = TaskFailed
 		}
 	}
-	if !ValidTaskTransition(t.State, next) {
-		return nil, reject(RejectIllegalTransfer, "task %s: %s → %s", t.ID, t.State, next)
+	if goesOn == nil || next != t.State {
+		if !ValidTaskTransition(t.State, next) {
+			return nil, reject(RejectIllegalTransfer, "task %s: %s → %s", t.ID, t.State, next)
+		}
 	}
 	t.State = next
 	t.addEvent(index, r.Now, EventFinished, detail)
+	if goesOn != nil && next != TaskSucceeded && next != TaskCancelled {
+		t.setCurrentAttempt(goesOn.ID)
+		t.addEvent(index, r.Now, EventQueued, fmt.Sprintf("attempt %d on %s goes on as the task's attempt", goesOn.Number, goesOn.NodeID))
+		next = -1 // no requeue, no verdict: the task waits for goesOn
+	}
 	switch next {
 	case TaskPending:
 		if r.State == AttemptLost && r.InputUnavailable && t.Failures == task.Failures {

@@ -110,7 +110,7 @@ func applyNodeDown(db *store, index uint64, r *NodeDownRequest) (any, error) {
 				r.Reason, OnDisconnectKeepRunning)
 			retryAt = r.Now
 		}
-		if _, err := endAttempt(db, index, a, task, &AttemptEndRequest{
+		if _, err := finishAttempt(db, index, a, task, &AttemptEndRequest{
 			AttemptID: a.ID, LeaseVersion: a.LeaseVersion, State: AttemptLost, ExitCode: -1,
 			Error: why, Now: r.Now, RetryAt: retryAt,
 		}); err != nil {

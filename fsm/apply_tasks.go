@@ -75,7 +75,7 @@ func cancelTask(db *store, index uint64, task *Task, reason string, now time.Tim
 			return nil, err
 		}
 		if a.State.Live() {
-			res, err := endAttempt(db, index, a, task, &AttemptEndRequest{
+			res, err := finishAttempt(db, index, a, task, &AttemptEndRequest{
 				AttemptID: a.ID, LeaseVersion: a.LeaseVersion, State: AttemptCancelled, ExitCode: -1, Error: reason, Now: now,
 			})
 			if err != nil {

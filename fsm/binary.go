@@ -31,7 +31,7 @@ const binaryVersion = 7
 // shapeFormVersion is the newest version that changed how a submission's
 // shape encodes: from it on, the shape's bytes in a submission are the
 // key replicas share shapes by.
-const shapeFormVersion = 5
+const shapeFormVersion = 7
 
 // oldBinaryVersion is the oldest binary form still read.
 const oldBinaryVersion = 2
@@ -51,14 +51,23 @@ func EncodeReserve(r ReserveRequest) []byte {
 	buf = binary.AppendVarint(buf, r.Score)
 	buf = appendTime(buf, r.Now)
 	buf = binary.AppendVarint(buf, int64(r.HeartbeatTTL))
-	return buf
+	return append(buf, boolByte(r.Backup))
 }
 
 func decodeReserve(payload []byte) (*ReserveRequest, error) {
+	return decodeReserveVersion(payload, binaryVersion)
+}
+
+// decodeReserveVersion decodes a reservation written in the binary form
+// of the given version.
+func decodeReserveVersion(payload []byte, version byte) (*ReserveRequest, error) {
 	d := decoder{buf: payload}
 	r := &ReserveRequest{
 		TaskID: d.string(), AttemptID: d.string(), Number: int(d.varint()), NodeID: d.string(),
 		SessionGeneration: d.uvarint(), Score: d.varint(), Now: d.time(), HeartbeatTTL: time.Duration(d.varint()),
+	}
+	if version >= 7 {
+		r.Backup = d.bool()
 	}
 	if err := d.finish(); err != nil {
 		return nil, fmt.Errorf("%w: reserve: %v", ErrMalformedCommand, err)
@@ -111,7 +120,8 @@ func appendShape(buf []byte, s *TaskShape) []byte {
 	buf = appendStrings(buf, s.InputPaths)
 	buf = appendString(buf, s.Driver)
 	buf = appendString(buf, s.Image)
-	return appendString(buf, s.Network)
+	buf = appendString(buf, s.Network)
+	return append(buf, boolByte(s.Speculative))
 }
 
 func decodeSubmitTask(payload []byte) (*SubmitTaskRequest, error) {
@@ -154,6 +164,9 @@ func decodeSubmitTaskWith(payload []byte, in *interner, version byte) (*SubmitTa
 	}
 	if version >= 5 {
 		r.Spec.Driver, r.Spec.Image, r.Spec.Network = d.string(), d.string(), d.string()
+	}
+	if version >= 7 {
+		r.Spec.Speculative = d.bool()
 	}
 	if err := d.finish(); err != nil {
 		return nil, fmt.Errorf("%w: submit: %v", ErrMalformedCommand, err)

@@ -22,7 +22,7 @@ func TestReserveBinaryRoundTrip(t *testing.T) {
 			TaskID: rapid.String().Draw(rt, "task"), AttemptID: rapid.String().Draw(rt, "attempt"),
 			Number: rapid.Int().Draw(rt, "number"), NodeID: rapid.String().Draw(rt, "node"),
 			SessionGeneration: rapid.Uint64().Draw(rt, "session"), Score: rapid.Int64().Draw(rt, "score"),
-			Now: drawTime(rt, "now"), HeartbeatTTL: time.Duration(rapid.Int64().Draw(rt, "ttl")),
+			Now: drawTime(rt, "now"), HeartbeatTTL: time.Duration(rapid.Int64().Draw(rt, "ttl")), Backup: rapid.Bool().Draw(rt, "backup"),
 		}
 		checkBinary(rt, EncodeReserve(r), MsgReserve, decodeReserve, r)
 	})
@@ -84,7 +84,7 @@ func TestBinaryFormsCoverEveryField(t *testing.T) {
 	for _, c := range []struct {
 		typ    any
 		fields int
-	}{{SubmitTaskRequest{}, 3}, {TaskSpec{}, 3}, {TaskShape{}, 21}, {scheduler.Resources{}, 4}, {ReserveRequest{}, 8}, {AttemptStartRequest{}, 3}, {AttemptEndRequest{}, 10}, {ExplainRequest{}, 3}} {
+	}{{SubmitTaskRequest{}, 3}, {TaskSpec{}, 3}, {TaskShape{}, 22}, {scheduler.Resources{}, 4}, {ReserveRequest{}, 9}, {AttemptStartRequest{}, 3}, {AttemptEndRequest{}, 10}, {ExplainRequest{}, 3}} {
 		if n := exported(reflect.TypeOf(c.typ)); n != c.fields {
 			t.Errorf("%T has %d fields, its binary form %d: update binary.go, then this test", c.typ, n, c.fields)
 		}
@@ -110,7 +110,7 @@ func TestSubmitBinaryRoundTrip(t *testing.T) {
 			Class: rapid.String().Draw(rt, "class"), Size: rapid.SampledFrom([]string{"", "small", "large"}).Draw(rt, "size"),
 			Tiers: drawTiers(rt), Inputs: drawNames(rt, "inputs"), Outputs: drawNames(rt, "outputs"), InputPaths: drawNames(rt, "paths"),
 			Driver: rapid.SampledFrom([]string{"", DriverOCI}).Draw(rt, "driver"), Image: rapid.String().Draw(rt, "image"),
-			Network: rapid.SampledFrom([]string{"", NetworkNone}).Draw(rt, "network"),
+			Network: rapid.SampledFrom([]string{"", NetworkNone}).Draw(rt, "network"), Speculative: rapid.Bool().Draw(rt, "speculative"),
 		}}}
 		// The decoded request also carries its shape's encoding, the key
 		// replicas share shapes by: it must be exactly the shape's.
@@ -233,19 +233,18 @@ func TestBinaryAndJSONCommandsApplyAlike(t *testing.T) {
 
 // Submissions in the binary forms of version 2 (before on_disconnect),
 // 3 (before class, size, tiers, inputs and outputs), 4 (before driver,
-// image and network) and 5 (today's submission, before attempt ends
-// carried a condition) are still read, and applied as today's without
-// the fields they lack.
+// image and network), 5 and 6 (before speculative) are still read, and
+// applied as today's without the fields they lack.
 func TestSubmitOlderBinaryVersionsAreRead(t *testing.T) {
 	r := SubmitTaskRequest{ID: "t1", SubmittedAt: epoch, Spec: testSpec("k")}
 	v4 := EncodeSubmitTask(r)
-	if !bytes.Equal(v4[len(v4)-10:], make([]byte, 10)) {
-		t.Fatalf("today's form does not end with ten empty fields: %x", v4[len(v4)-11:])
+	if !bytes.Equal(v4[len(v4)-11:], make([]byte, 11)) {
+		t.Fatalf("today's form does not end with eleven empty fields: %x", v4[len(v4)-12:])
 	}
 	for _, c := range []struct {
 		version byte
 		cut     int
-	}{{2, 10}, {3, 9}, {4, 3}, {5, 0}} {
+	}{{2, 11}, {3, 10}, {4, 4}, {5, 1}, {6, 1}} {
 		old := append([]byte{v4[0], c.version}, v4[2:len(v4)-c.cut]...)
 		f := New(nil)
 		res, ok := f.ApplyBytes(1, old).(*SubmitResult)

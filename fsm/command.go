@@ -366,6 +366,11 @@ type ReserveRequest struct {
 	Score             int64         `json:"score"`
 	Now               time.Time     `json:"now"`
 	HeartbeatTTL      time.Duration `json:"heartbeat_ttl"`
+	// Backup reserves a speculative task's backup attempt beside its slow
+	// current one (see TaskShape.Speculative). Only the binary form
+	// (version 7) carries it: the leader proposes backups only once every
+	// server reads those forms.
+	Backup bool `json:"-"`
 }
 
 // AttemptStartRequest reports that an attempt's process started.

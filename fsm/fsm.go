@@ -149,7 +149,8 @@ func (f *FSM) applyOne(db *store, index uint64, h header, payload []byte) any {
 	case MsgRegisterNode:
 		resp, err = applyJSON(payload, func(r *RegisterNodeRequest) (any, error) { return applyRegisterNode(db, index, r) })
 	case MsgReserve:
-		resp, err = applyEncoded(h, payload, decodeReserve, func(r *ReserveRequest) (any, error) { return applyReserve(db, index, r) })
+		decode := func(p []byte) (*ReserveRequest, error) { return decodeReserveVersion(p, h.version) }
+		resp, err = applyEncoded(h, payload, decode, func(r *ReserveRequest) (any, error) { return applyReserve(db, index, r) })
 	case MsgAttemptStart:
 		resp, err = applyEncoded(h, payload, decodeAttemptStart, func(r *AttemptStartRequest) (any, error) { return applyAttemptStart(db, index, r) })
 	case MsgAttemptEnd:

@@ -3,6 +3,7 @@ package fsm
 import (
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/google/btree"
 
@@ -14,9 +15,10 @@ import (
 //     its live attempts fit its slots;
 //   - each node's reserved totals equal the sum of its live attempts, and
 //     usage is recorded only for nodes that exist;
-//   - no task has more than one live attempt, and a task's live attempt
-//     is its current one; a task is scheduled or running exactly when it
-//     has one (the state index relies on it);
+//   - no task has more than one live attempt, its current one, but a
+//     speculative task racing its current attempt and its backup, on two
+//     nodes; a task is scheduled or running exactly when it has one (the
+//     state index relies on it);
 //   - the store's indexes hold exactly its current records.
 //
 // Tests call it after every Apply; it is O(state) and not for production.
@@ -56,18 +58,25 @@ func (s *State) CheckInvariants() error {
 		}
 	}
 	for taskID, ids := range liveByTask {
-		if len(ids) > 1 {
-			errs = append(errs, fmt.Errorf("task %s has %d live attempts: %v", taskID, len(ids), ids))
-			continue
-		}
 		t, err := s.Task(taskID)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("live attempt %s of missing task %s", ids[0], taskID))
 			continue
 		}
-		if t.CurrentAttempt() != ids[0] {
+		if len(ids) > 2 || len(ids) == 2 && !(t.Spec.TaskShape != nil && t.Spec.Speculative && t.CurrentSlow() && slices.Contains(ids, t.CurrentAttempt())) {
+			errs = append(errs, fmt.Errorf("task %s has %d live attempts: %v (current %q)", taskID, len(ids), ids, t.CurrentAttempt()))
+			continue
+		}
+		if len(ids) == 2 {
+			a, _ := s.st.attempt(ids[0])
+			b, _ := s.st.attempt(ids[1])
+			if a.NodeID == b.NodeID {
+				errs = append(errs, fmt.Errorf("task %s races two attempts on one node %s", taskID, a.NodeID))
+			}
+		} else if t.CurrentAttempt() != ids[0] {
 			errs = append(errs, fmt.Errorf("task %s: live attempt %s is not its current attempt %q", taskID, ids[0], t.CurrentAttempt()))
 		}
+
 		if indexedByState(t.State) {
 			errs = append(errs, fmt.Errorf("task %s is %s with live attempt %s", taskID, t.State, ids[0]))
 		}

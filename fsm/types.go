@@ -150,6 +150,10 @@ type TaskShape struct {
 	Driver  string `json:"driver,omitempty"`
 	Image   string `json:"image,omitempty"`
 	Network string `json:"network,omitempty"`
+	// Speculative: once its attempt is marked slow, a backup attempt
+	// starts on another node, and the first to succeed wins (the other
+	// is cancelled and its lease dies with it).
+	Speculative bool `json:"speculative,omitempty"`
 }
 
 // The values of TaskShape.Driver and Network besides the default "".
@@ -469,6 +473,7 @@ func (t *Task) fromJSON(j *taskJSON) error {
 		t.m().nodeFailures = j.NodeFailures
 	}
 	t.currentSlow = j.CurrentSlow && j.CurrentAttempt != ""
+
 	if len(j.Timeline) > 1 {
 		t.m().timeline = slices.Clone(j.Timeline[1:])
 	}

@@ -71,6 +71,7 @@ type hclTask struct {
 	Driver          string            `hcl:"driver,optional"`
 	Image           string            `hcl:"image,optional"`
 	Network         string            `hcl:"network,optional"`
+	Speculative     bool              `hcl:"speculative,optional"`
 }
 
 // parseJobFile reads a job from HCL, or JSON in the API's form (a file
@@ -103,7 +104,7 @@ func parseJobFile(name string, src []byte) (api.JobSpec, error) {
 			Command: t.Command, Env: t.Env, Priority: t.Priority, RequiredLabels: t.RequiredLabels, PreferredLabels: t.PreferredLabels,
 			Resources:   api.Resources{CPUMillis: t.CPUMillis, MemoryMB: t.MemoryMB, GPU: t.GPU, DiskMB: t.DiskMB},
 			MaxAttempts: t.MaxAttempts, Submitter: t.Submitter, Class: t.Class, Size: t.Size,
-			Driver: t.Driver, Image: t.Image, Network: t.Network,
+			Driver: t.Driver, Image: t.Image, Network: t.Network, Speculative: t.Speculative,
 		}
 		if t.Capability != "" {
 			name, version, ok := strings.Cut(t.Capability, "@")

@@ -46,6 +46,7 @@ func specFlags(fs *flag.FlagSet) func(command []string) (api.TaskSpec, error) {
 	image := fs.String("image", "", "run the command in a container from this OCI image: a registry reference, or oci-layout:PATH[:TAG] on the node")
 	drv := fs.String("driver", "", "exec (a process on the node) or oci (a container; the default with -image)")
 	netMode := fs.String("network", "", "an oci task's network: host (the default) or none")
+	speculative := fs.Bool("speculative", false, "once the attempt runs past 5× its class's median, start a backup on another node; the first to succeed wins")
 	var inputs, outputs listFlag
 	fs.Var(&inputs, "input", "dataset the task reads; nodes holding it are preferred (repeatable)")
 	fs.Var(&outputs, "output", "file the task leaves in its working directory, kept on its node as a dataset (repeatable)")
@@ -68,7 +69,7 @@ func specFlags(fs *flag.FlagSet) func(command []string) (api.TaskSpec, error) {
 			Resources:      api.Resources{CPUMillis: *cpu, MemoryMB: *mem, GPU: *gpu, DiskMB: *disk},
 			TimeoutSeconds: &secs, MaxAttempts: maxAttempts, Submitter: *submitter, OnDisconnect: *onDisconnect,
 			Class: *class, Size: *size, Inputs: inputs, Outputs: outputs,
-			Driver: *drv, Image: *image, Network: *netMode,
+			Driver: *drv, Image: *image, Network: *netMode, Speculative: *speculative,
 		}
 		if len(labels) > 0 {
 			spec.RequiredLabels = labels
@@ -242,6 +243,9 @@ func runTaskStatus(e *env, args []string) error {
 		class = t.Name + " (its name)"
 	}
 	tb.add("Class", class)
+	if s.Speculative {
+		tb.add("Speculative", "yes: once an attempt is slow, a backup starts on another node; the first to succeed wins")
+	}
 	if s.Size != "" {
 		tb.add("Size", s.Size+": tiers "+strings.Join(s.Tiers, ", "))
 	}

@@ -57,6 +57,8 @@ type Report struct {
 	Attempts         int `json:"attempts"`
 	FailedAttempts   int `json:"failed_attempts"`
 	Commands         int `json:"commands"`
+	// Backups counts the backup attempts of speculative tasks.
+	Backups int `json:"backups"`
 	// Makespan is when the last good task ended, from the start.
 	Makespan time.Duration `json:"makespan_ns"`
 	// OracleMakespan and MakespanRatio compare with the oracle's run
@@ -92,7 +94,7 @@ func rightly(kind string, quarantined, demoted bool) bool {
 
 func (r *runner) report() *Report {
 	rep := &Report{Scenario: r.sc.Name, Seed: r.sc.Seed, Oracle: r.opt.Oracle, Simulated: r.now.Sub(epoch),
-		Attempts: r.attempts, FailedAttempts: r.failedAttempts, Commands: r.commands}
+		Attempts: r.attempts, FailedAttempts: r.failedAttempts, Commands: r.commands, Backups: r.backups}
 	rows := map[string]*KindRow{}
 	for _, id := range r.order {
 		n := r.nodes[id]
@@ -262,6 +264,7 @@ func (rep *Report) Write(w io.Writer) {
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "good tasks succeeded: %d of %d; bad tasks blamed: %d of %d; good tasks blamed: %d; tasks failing on small nodes: %d, %d succeeded on a big one, %d blamed\n",
 		rep.GoodSucceeded, rep.GoodTasks, rep.BadTasksBlamed, rep.BadTasks, rep.GoodTasksBlamed, rep.SmallFailTasks, rep.SmallFailSucceed, rep.SmallFailBlamed)
+	fmt.Fprintf(w, "backup attempts of speculative tasks: %d\n", rep.Backups)
 	fmt.Fprintf(w, "hung attempts flagged slow: %d of %d (of classes with a median when they started), the latest at %.1f× the fleet median (%.1f× the class's true median)\n", rep.HungFlagged, rep.HungAttempts, rep.MaxFlagRatio, rep.MaxFlagTrueRatio)
 	fmt.Fprintf(w, "makespan %s", rep.Makespan.Round(time.Second))
 	if rep.OracleMakespan > 0 {

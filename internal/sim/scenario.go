@@ -123,6 +123,9 @@ type Scenario struct {
 	SmallFailShare float64  `json:"small_fail_share,omitempty"`
 	NewClassShare  float64  `json:"new_class_share,omitempty"`
 	NewClassEvery  Duration `json:"new_class_every,omitempty"`
+	// SpeculativeShare of the tasks are speculative: a backup starts on
+	// another node once an attempt is marked slow.
+	SpeculativeShare float64 `json:"speculative_share,omitempty"`
 	// MaxAttempts of every task (3 by default).
 	MaxAttempts int `json:"max_attempts,omitempty"`
 	// FlapEvery and FlapFor: a flapping node goes down every FlapEvery
@@ -181,6 +184,7 @@ func (s *Scenario) Validate() error {
 	for _, f := range []float64{s.BadTaskShare, s.SmallFailShare, s.NewClassShare} {
 		check(f >= 0 && f < 1, "shares of bad, small-fail and new-class tasks must be in [0, 1)")
 	}
+	check(s.SpeculativeShare >= 0 && s.SpeculativeShare <= 1, "speculative_share must be in [0, 1]")
 	check(s.NewClassShare == 0 || s.NewClassEvery > 0, "new_class_every must be positive with a new_class_share")
 	if s.MaxAttempts <= 0 {
 		s.MaxAttempts = 3
@@ -246,7 +250,7 @@ func Mixed() Scenario {
 			{Name: "infer", Median: Duration(45 * time.Second), Share: 0.3},
 			{Name: "archive", Median: Duration(8 * time.Second), Share: 0.3},
 		},
-		ArrivalsPerMinute: 1200, BadTaskShare: 0.01, SmallFailShare: 0.01,
+		ArrivalsPerMinute: 1200, BadTaskShare: 0.01, SmallFailShare: 0.01, SpeculativeShare: 0.5,
 		NewClassShare: 0.05, NewClassEvery: Duration(10 * time.Minute),
 	}
 }
@@ -272,7 +276,7 @@ func Small() Scenario {
 			{Name: "infer", Median: Duration(45 * time.Second), Share: 0.3},
 			{Name: "archive", Median: Duration(8 * time.Second), Share: 0.3},
 		},
-		ArrivalsPerMinute: 160, BadTaskShare: 0.01, SmallFailShare: 0.01,
+		ArrivalsPerMinute: 160, BadTaskShare: 0.01, SmallFailShare: 0.01, SpeculativeShare: 0.5,
 		NewClassShare: 0.05, NewClassEvery: Duration(4 * time.Minute),
 		FlapEvery: Duration(8 * time.Minute),
 	}

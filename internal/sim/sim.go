@@ -141,6 +141,7 @@ type runner struct {
 	// counts
 	attempts, failedAttempts int
 	commands                 int
+	backups                  int
 }
 
 type hungAttempt struct {
@@ -176,6 +177,11 @@ func Run(sc Scenario, opt Options) (*Report, error) {
 	}
 	if err := r.loop(); err != nil {
 		return nil, err
+	}
+	// The judgements are only worth scoring over a state that kept the
+	// promise.
+	if err := r.f.State().CheckInvariants(); err != nil {
+		return nil, fmt.Errorf("the simulated cluster's state broke an invariant: %w", err)
 	}
 	return r.report(), nil
 }
@@ -342,6 +348,7 @@ func (r *runner) arrive() error {
 		Priority: 50, Command: []string{"work"}, Capability: "exec", CapabilityVersion: "1",
 		Resources: scheduler.Resources{CPUMillis: 1000, MemoryMB: 512}, TimeoutSeconds: int64(timeout / time.Second),
 		MaxAttempts: r.sc.MaxAttempts, Submitter: "sim", Class: st.class,
+		Speculative: r.rng.Float64() < r.sc.SpeculativeShare,
 	}}
 	if _, err := r.apply(fsm.MsgSubmitTask, fsm.SubmitTaskRequest{ID: id, SubmittedAt: r.now, Spec: spec}); err != nil {
 		return fmt.Errorf("submit %s: %w", id, err)
@@ -451,11 +458,19 @@ func (r *runner) leaderDuties() error {
 	}
 	running, _ := st.AttemptsInState(fsm.AttemptRunning)
 	for _, a := range running {
-		if r.slowSeen[a.ID] {
+		t, err := st.Task(a.TaskID)
+		if err != nil {
 			continue
 		}
-		t, err := st.Task(a.TaskID)
-		if err != nil || t.CurrentSlow() {
+		if t.CurrentSlow() {
+			if t.Spec.Speculative && t.CurrentAttempt() == a.ID && st.BackupAttempt(t) == "" {
+				if err := r.backup(t, a); err != nil {
+					return err
+				}
+			}
+			continue
+		}
+		if r.slowSeen[a.ID] || t.CurrentAttempt() != a.ID {
 			continue
 		}
 		limit, ok := st.SlowThreshold(t.Spec.ClassOf(), a.NodeID)
@@ -475,6 +490,27 @@ func (r *runner) leaderDuties() error {
 		}
 	}
 	return nil
+}
+
+// backup does what the leader does for a speculative task whose attempt
+// is slow: a backup attempt on the best other node that fits.
+func (r *runner) backup(t *fsm.Task, slow *fsm.Attempt) error {
+	st := r.f.State()
+	nodes, _ := st.Nodes()
+	views := make([]*scheduler.Node, 0, len(nodes))
+	for _, n := range nodes {
+		v := n.View()
+		views = append(views, &v)
+	}
+	req := t.Request(r.now, 0)
+	req.Blacklist = map[string]bool{slow.NodeID: true}
+	req.ClassMedianMillis = st.Class(req.Class).Median()
+	cand, err := scheduler.Select(views, &req, &r.cfg)
+	if err != nil {
+		return nil // no node fits: the next look tries again
+	}
+	r.backups++
+	return r.startAttempt(t, cand, true)
 }
 
 // place does what the leader's placement pass does: every pending task
@@ -534,13 +570,17 @@ func (r *runner) place() error {
 // start reserves and starts the task's next attempt on the chosen node
 // and schedules its end as the truth decides.
 func (r *runner) start(t *fsm.Task, cand scheduler.Candidate) error {
+	return r.startAttempt(t, cand, false)
+}
+
+func (r *runner) startAttempt(t *fsm.Task, cand scheduler.Candidate, backup bool) error {
 	number := int(t.Attempts) + 1
 	attempt := t.ID + "-" + strconv.Itoa(number)
 	n, err := r.f.State().Node(cand.Node.ID)
 	if err != nil {
 		return err
 	}
-	res, err := r.apply(fsm.MsgReserve, fsm.ReserveRequest{TaskID: t.ID, AttemptID: attempt, Number: number, NodeID: n.ID, SessionGeneration: n.SessionGeneration, Score: cand.Score, Now: r.now})
+	res, err := r.apply(fsm.MsgReserve, fsm.ReserveRequest{TaskID: t.ID, AttemptID: attempt, Number: number, NodeID: n.ID, SessionGeneration: n.SessionGeneration, Score: cand.Score, Now: r.now, Backup: backup})
 	if err != nil {
 		return nil // refused at apply: the next pass tries again
 	}

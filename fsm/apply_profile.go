@@ -421,6 +421,7 @@ func resetStreaks(n *Node) {
 	}
 	n.History.FastStreak, n.History.StreakTasks = 0, nil
 	n.History.NewStreak, n.History.NewStreakTasks = 0, nil
+	n.History.Holds = nil
 }
 
 // recordOutcome derives, from one attempt's end, the node's history of the
@@ -439,7 +440,9 @@ func recordOutcome(db *store, index uint64, n *Node, na *Attempt, task *Task, no
 		runMs = max(int64(na.FinishedAt.Sub(na.StartedAt)/time.Millisecond), 1)
 	}
 	if na.State == AttemptSucceeded {
+		db.w.succeeding = task.ID
 		recordSuccess(db, index, n, na, task, runMs, now)
+		db.w.succeeding = ""
 		return ""
 	}
 	note := suspectTaskNote(task, n.ID)
@@ -453,16 +456,18 @@ func recordSuccess(db *store, index uint64, n *Node, na *Attempt, task *Task, ru
 	class := task.Spec.ClassOf()
 	stats := db.class(class)
 	h := n.History.clone()
-	// A success of an attempt that began before the node's latest fast
-	// failure says nothing of the node since: it ends no streak (a node
-	// that just went bad still finishes what it started well).
-	fresh := !na.StartedAt.Before(h.lastFastFailure())
+	// A success of an attempt that began before a streak did says nothing
+	// of the node since the streak began: it ends no streak (a node that
+	// just went bad still finishes well what it started before).
+	after := func(tasks []string) bool { return !na.StartedAt.Before(h.streakSince(tasks)) }
 	c := &h.Classes[h.class(class)]
-	if fresh {
+	if after(h.StreakTasks) {
 		h.FastStreak, h.StreakTasks = 0, nil
-		if c.Runs == 0 {
-			h.NewStreak, h.NewStreakTasks = 0, nil
-		}
+	}
+	if c.Runs == 0 && after(h.NewStreakTasks) {
+		h.NewStreak, h.NewStreakTasks = 0, nil
+	}
+	if after(c.StreakTasks) {
 		c.ConsecutiveFailures, c.FastStreak, c.StreakTasks = 0, 0, nil
 	}
 	c.Runs++
@@ -480,6 +485,7 @@ func recordSuccess(db *store, index uint64, n *Node, na *Attempt, task *Task, ru
 	if runMs > 0 && !task.CurrentSlow() {
 		noteRun(db, n, ps, class, runMs, na.StartedAt, index, now)
 	}
+	refreshHolds(db, n, ps)
 	next := stats.withRun(class, ClassRun{Node: n.ID, Millis: runMs, At: StampOf(now)}, index)
 	suspects := next.Suspects
 	next.Suspects = nil
@@ -576,11 +582,13 @@ func recordFailure(db *store, index uint64, n *Node, na *Attempt, task *Task, ru
 		db.fleet = db.fleet.withSuspect("", n.ID, StampOf(now), index)
 		suspect = true
 	}
+	refreshHolds(db, n, ps)
 	if suspect && n.HealthCheck.Requested == n.HealthCheck.Answered {
-		// Nothing to compare with yet (a cluster starting): the node's
-		// own health check decides meanwhile, and it takes no new work
-		// until it answers (see the probation in View).
-		requestCheck(db, n, index, now, fmt.Sprintf("%d tasks failed fast in a row, and nothing succeeded elsewhere yet to compare with", max(c.FastStreak, h.FastStreak, h.NewStreak)))
+		// No evidence yet that the work runs elsewhere (none of the tasks
+		// succeeded elsewhere yet): the node's own health check decides
+		// meanwhile, and it takes no new work until it answers (see the
+		// probation in View).
+		requestCheck(db, n, index, now, fmt.Sprintf("%d tasks failed fast in a row here, none of them succeeded elsewhere yet", max(c.FastStreak, h.FastStreak, h.NewStreak)))
 	}
 }
 
@@ -617,7 +625,8 @@ func demoteNode(n *Node, ps ProfileSettings, index uint64, now time.Time, why st
 // quarantineIfStreak quarantines n (a copy being changed) on suspicion of
 // being a black hole for class: its latest attempts of the class failed
 // fast in a row while the class succeeded on another node within the
-// failure window. A class that fails everywhere quarantines nobody: that
+// failure window, and at least one of those tasks has succeeded
+// elsewhere since. A class that fails everywhere quarantines nobody: that
 // is bad work, not a bad node. It reports whether it quarantined n.
 func quarantineIfStreak(db *store, n *Node, ps ProfileSettings, class string, index uint64, now time.Time) bool {
 	if n.Quarantine != nil || n.History == nil {
@@ -636,11 +645,13 @@ func quarantineIfStreak(db *store, n *Node, ps ProfileSettings, class string, in
 		Tasks:  slices.Clone(c.StreakTasks),
 		Reason: fmt.Sprintf("suspected black hole: %d tasks of class %s failed in a row here, each within %s, while the class succeeds on other nodes", c.FastStreak, class, ms(ps.FastFailureMs)),
 	}
-	// Tasks of the streak that already succeeded elsewhere confirm it.
-	for _, id := range q.Tasks {
-		if t, ok := db.task(id); ok && t.State == TaskSucceeded {
-			q.Confirmed++
-		}
+	// Tasks of the streak that already succeeded elsewhere confirm it; a
+	// streak none of whose tasks did yet is only a suspicion, which the
+	// node's own health check or the first confirmation decides (a burst
+	// of bad tasks makes such streaks on healthy nodes).
+	q.Confirmed = confirmedTasks(db, q.Tasks)
+	if q.Confirmed == 0 {
+		return false
 	}
 	n.Quarantine = q
 	n.addEvent(index, now, EventQuarantine, fmt.Sprintf("quarantined until %s: %s", q.Until.Time().UTC().Format(time.RFC3339), q.Reason))
@@ -681,9 +692,17 @@ func confirmElsewhere(db *store, index uint64, succeededOn string, task *Task, p
 		if restoreStreak(db, n, task, task.nodeFailures()[id], ps, index, now) {
 			changed = true
 		}
-		if q := node.Quarantine; q != nil && q.Level == QuarantineSuspected && slices.Contains(q.Tasks, task.ID) {
+		// The success may be the first confirmation a suspect's streak
+		// waited for.
+		if n.Quarantine == nil && (quarantineIfStreak(db, n, ps, task.Spec.ClassOf(), index, now) || quarantineIfNodeStreak(db, n, ps, index, now)) {
+			changed = true
+		}
+		if refreshHolds(db, n, ps) {
+			changed = true
+		}
+		if q := n.Quarantine; q != nil && q.Level == QuarantineSuspected && slices.Contains(q.Tasks, task.ID) && q.Confirmed != confirmedTasks(db, q.Tasks) {
 			c := *q
-			c.Confirmed++
+			c.Confirmed = confirmedTasks(db, q.Tasks) // counted afresh: the quarantine may be this success's own
 			n.Quarantine = &c
 			if c.Confirmed*2 > len(c.Tasks) {
 				confirmQuarantine(n, ps, index, now)

@@ -71,6 +71,7 @@ func dropStreak(count int, tasks []string, task string) (int, []string, bool) {
 // others, in id order.
 func exonerate(db *store, index uint64, n *Node, task *Task, ps ProfileSettings, now time.Time) {
 	takeBack(n, task.ID, ps, index, now)
+	refreshHolds(db, n, ps)
 	ids := make([]string, 0, len(task.nodeFailures()))
 	for id := range task.nodeFailures() {
 		if id != n.ID {
@@ -85,6 +86,7 @@ func exonerate(db *store, index uint64, n *Node, task *Task, ps ProfileSettings,
 		}
 		o := node.clone()
 		if takeBack(o, task.ID, ps, index, now) {
+			refreshHolds(db, o, ps)
 			o.ModifyIndex = index
 			db.putNode(o)
 		}
@@ -167,11 +169,12 @@ func quarantineIfNodeStreak(db *store, n *Node, ps ProfileSettings, index uint64
 		if c := t.Spec.ClassOf(); !slices.Contains(classes, c) {
 			classes = append(classes, c)
 		}
-		if t.State == TaskSucceeded {
-			q.Confirmed++
-		}
 	}
+	q.Confirmed = confirmedTasks(db, q.Tasks)
 	slices.Sort(classes)
+	if q.Confirmed == 0 {
+		return false // a suspicion only (see quarantineIfStreak)
+	}
 	q.Reason = fmt.Sprintf("suspected black hole: %d tasks (class %s) %s, each within %s, while other nodes succeed", count, strings.Join(classes, ", "), what, ms(ps.FastFailureMs))
 	n.Quarantine = q
 	n.addEvent(index, now, EventQuarantine, fmt.Sprintf("quarantined until %s: %s", q.Until.Time().UTC().Format(time.RFC3339), q.Reason))
@@ -180,6 +183,50 @@ func quarantineIfNodeStreak(db *store, n *Node, ps ProfileSettings, index uint64
 	}
 	requestCheck(db, n, index, now, "quarantined")
 	return true
+}
+
+// refreshHolds derives n's holds (see NodeHistory.Holds) from its
+// streaks and the tasks' fates; n is a copy being changed (its history is
+// copied before it changes). It reports whether the holds changed.
+func refreshHolds(db *store, n *Node, ps ProfileSettings) bool {
+	h := n.History
+	if h == nil {
+		return false
+	}
+	// A class is held only while it succeeds on other nodes since the
+	// streak began: work failing everywhere holds nobody, and some node
+	// always runs the streak's tasks again to settle the suspicion.
+	var holds []string
+	if n.Quarantine == nil {
+		for _, c := range h.Classes {
+			if c.FastStreak >= ps.BlackHoleFailures && confirmedTasks(db, c.StreakTasks) == 0 &&
+				db.class(c.Class).succeededElsewhere(n.ID, h.streakSince(c.StreakTasks)) {
+				holds = append(holds, "="+c.Class)
+			}
+		}
+		if h.NewStreak >= ps.BlackHoleFailures && confirmedTasks(db, h.NewStreakTasks) == 0 &&
+			db.fleet.succeededElsewhere(n.ID, h.streakSince(h.NewStreakTasks)) {
+			holds = append(holds, "+new")
+		}
+	}
+	if slices.Equal(holds, h.Holds) {
+		return false
+	}
+	n.History = h.clone()
+	n.History.Holds = holds
+	return true
+}
+
+// confirmedTasks counts the tasks of ids that succeeded: having failed on
+// the node whose streak they make, elsewhere.
+func confirmedTasks(db *store, ids []string) int {
+	k := 0
+	for _, id := range ids {
+		if t, ok := db.task(id); ok && (t.State == TaskSucceeded || id == db.w.succeeding) {
+			k++
+		}
+	}
+	return k
 }
 
 // fleetSucceeded records that node succeeded at something, and

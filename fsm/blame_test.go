@@ -58,8 +58,9 @@ func TestBadTaskFailingElsewhereReleasesItsQuarantine(t *testing.T) {
 	for i := 0; i < 3; i++ {
 		ids = append(ids, h.run("build", "x", 5*time.Millisecond, AttemptFailed))
 	}
+	h.runTask(ids[2], "build", "good", time.Second, AttemptSucceeded)
 	if q := h.node("x").Quarantine; q == nil || len(q.Tasks) != 3 {
-		t.Fatalf("three fast failures while the class succeeds elsewhere: %+v", q)
+		t.Fatalf("three fast failures, one of them succeeding elsewhere since: %+v", q)
 	}
 	h.runTask(ids[0], "build", "good", 5*time.Millisecond, AttemptFailed)
 	n := h.node("x")
@@ -73,12 +74,14 @@ func TestBadTaskFailingElsewhereReleasesItsQuarantine(t *testing.T) {
 func TestNewClassBlackHoleIsCaught(t *testing.T) {
 	h := newProfileHarness(t, "good", "hole")
 	h.run("old", "good", time.Second, AttemptSucceeded)
+	var ids []string
 	for i := 0; i < 3; i++ {
 		if q := h.node("hole").Quarantine; q != nil {
 			t.Fatalf("quarantined after %d failures: %+v", i, q)
 		}
-		h.run(fmt.Sprintf("new%d", i), "hole", 3*time.Millisecond, AttemptFailed)
+		ids = append(ids, h.run(fmt.Sprintf("new%d", i), "hole", 3*time.Millisecond, AttemptFailed))
 	}
+	h.runTask(ids[0], "new0", "good", time.Second, AttemptSucceeded)
 	q := h.node("hole").Quarantine
 	if q == nil || q.Level != QuarantineSuspected || !strings.Contains(q.Reason, "3 tasks (class new0, new1, new2) failed in a row here") {
 		t.Fatalf("a black hole for new classes: %+v", q)
@@ -86,19 +89,20 @@ func TestNewClassBlackHoleIsCaught(t *testing.T) {
 }
 
 // Fast failures of everything before anything succeeded elsewhere make
-// the node a suspect; the first success elsewhere, of any class,
-// quarantines it.
-func TestNodeSuspectQuarantinedAtFirstSuccessElsewhere(t *testing.T) {
+// the node a suspect, asked for its health check; a failing check
+// quarantines it before any of its tasks succeeded elsewhere.
+func TestSuspectsFailingCheckQuarantinesIt(t *testing.T) {
 	h := newProfileHarness(t, "good", "hole")
 	for i := 0; i < 3; i++ {
 		h.run(fmt.Sprintf("new%d", i), "hole", 3*time.Millisecond, AttemptFailed)
 	}
-	if h.node("hole").Quarantine != nil {
-		t.Fatal("nothing succeeded anywhere: no black hole yet")
+	n := h.node("hole")
+	if n.Quarantine != nil || n.HealthCheck.Requested != 1 {
+		t.Fatalf("nothing succeeded anywhere: a suspect, asked for its check: %+v %+v", n.Quarantine, n.HealthCheck)
 	}
-	h.run("unrelated", "good", time.Second, AttemptSucceeded)
-	if q := h.node("hole").Quarantine; q == nil {
-		t.Fatal("the first success elsewhere should quarantine the suspect")
+	n = h.apply(MsgNodeHealthCheck, NodeHealthCheckRequest{NodeID: "hole", Op: HealthCheckResult, Seq: 1, Passed: false, Output: "sh: not found", Now: h.now}).(*Node)
+	if n.Quarantine == nil || !n.Quarantine.CheckFailed || !strings.Contains(n.Quarantine.Reason, "health check fails") {
+		t.Fatalf("a suspect's failing check quarantines it: %+v", n.Quarantine)
 	}
 }
 

@@ -119,6 +119,11 @@ type NodeHistory struct {
 	// knows, is a suspect too.
 	NewStreak      int      `json:"new_streak,omitempty"`
 	NewStreakTasks []string `json:"new_streak_tasks,omitempty"`
+	// Holds are the classes the node is suspected of failing while the
+	// evidence is awaited (streaks at the black-hole count, none of their
+	// tasks succeeded elsewhere yet): "=NAME" a class, "+new" every class
+	// it never ran. The scheduler gives it none of them meanwhile.
+	Holds []string `json:"holds,omitempty"`
 }
 
 // ClassHistory is a node's record for one task class.
@@ -406,14 +411,15 @@ func (h *NodeHistory) addOutcome(o Outcome, window time.Duration) {
 	h.Outcomes = append(keep, o)
 }
 
-// lastFastFailure is when the node's latest fast failure within the
-// window ended (zero for none).
-func (h *NodeHistory) lastFastFailure() Stamp {
-	if h == nil {
+// streakSince is when the earliest fast failure of the tasks of a streak
+// ended, as the node's outcomes within the window show (zero when none
+// does): the time the streak began.
+func (h *NodeHistory) streakSince(tasks []string) Stamp {
+	if h == nil || len(tasks) == 0 {
 		return 0
 	}
-	for i := len(h.Outcomes) - 1; i >= 0; i-- {
-		if o := h.Outcomes[i]; !o.OK && o.Fast {
+	for _, o := range h.Outcomes { // oldest first
+		if !o.OK && o.Fast && slices.Contains(tasks, o.Task) {
 			return o.At
 		}
 	}

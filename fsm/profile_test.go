@@ -189,8 +189,13 @@ func TestBlackHoleIsQuarantinedConfirmedAndReleased(t *testing.T) {
 		failed = append(failed, h.run("build", "bad", 10*time.Millisecond, AttemptFailed))
 	}
 	n := h.node("bad")
-	if n.Quarantine == nil || n.Quarantine.Level != QuarantineSuspected || n.HealthCheck.Requested != 1 {
-		t.Fatalf("after 3 fast failures: %+v %+v", n.Quarantine, n.HealthCheck)
+	if n.Quarantine != nil || n.HealthCheck.Requested != 1 || !h.refuses("bad") {
+		t.Fatalf("after 3 fast failures, a suspect awaiting its check: %+v %+v", n.Quarantine, n.HealthCheck)
+	}
+	h.runTask(failed[2], "build", "good", time.Second, AttemptSucceeded)
+	n = h.node("bad")
+	if n.Quarantine == nil || n.Quarantine.Level != QuarantineSuspected || n.Quarantine.Confirmed != 1 {
+		t.Fatalf("a failed task succeeding elsewhere quarantines: %+v", n.Quarantine)
 	}
 	if !strings.Contains(n.Quarantine.Reason, "3 tasks of class build failed in a row here") {
 		t.Fatalf("reason %q", n.Quarantine.Reason)
@@ -202,12 +207,11 @@ func TestBlackHoleIsQuarantinedConfirmedAndReleased(t *testing.T) {
 	if err, ok := res.(error); !ok || !errors.As(err, &rej) || rej.Code != string(scheduler.ReasonQuarantined) {
 		t.Fatalf("a reservation on a quarantined node: %v", res)
 	}
-	for _, id := range failed[:2] {
-		h.runTask(id, "build", "good", time.Second, AttemptSucceeded)
-	}
+	h.runTask(failed[0], "build", "good", time.Second, AttemptSucceeded)
 	if n := h.node("bad"); n.Quarantine.Level != QuarantineConfirmed || n.Quarantine.Confirmed != 2 {
 		t.Fatalf("two of three succeeding elsewhere confirm: %+v", n.Quarantine)
 	}
+	seq := h.node("bad").HealthCheck.Requested
 	check := func(seq uint64, passed bool) *Node {
 		t.Helper()
 		n, ok := h.apply(MsgNodeHealthCheck, NodeHealthCheckRequest{NodeID: "bad", Op: HealthCheckResult, Seq: seq, Passed: passed, Output: "tool missing", Now: h.now}).(*Node)
@@ -216,14 +220,14 @@ func TestBlackHoleIsQuarantinedConfirmedAndReleased(t *testing.T) {
 		}
 		return n
 	}
-	if n := check(1, false); n.Quarantine == nil || !n.Quarantine.CheckFailed {
+	if n := check(seq, false); n.Quarantine == nil || !n.Quarantine.CheckFailed {
 		t.Fatalf("a failed check keeps it: %+v", n.Quarantine)
 	}
-	if res := h.apply(MsgNodeHealthCheck, NodeHealthCheckRequest{NodeID: "bad", Op: HealthCheckResult, Seq: 1, Passed: true, Now: h.now}); !isRejection(res, RejectStale) {
+	if res := h.apply(MsgNodeHealthCheck, NodeHealthCheckRequest{NodeID: "bad", Op: HealthCheckResult, Seq: seq, Passed: true, Now: h.now}); !isRejection(res, RejectStale) {
 		t.Fatalf("an answer to a check already answered: %v", res)
 	}
 	h.apply(MsgNodeHealthCheck, NodeHealthCheckRequest{NodeID: "bad", Op: HealthCheckRequest, Why: "recheck", Now: h.now})
-	if n := check(2, true); n.Quarantine != nil || !strings.HasPrefix(lastEvent(n, EventQuarantine), "released: the health check passes again") {
+	if n := check(seq+1, true); n.Quarantine != nil || !strings.HasPrefix(lastEvent(n, EventQuarantine), "released: the health check passes again") {
 		t.Fatalf("a passing check after a failing one releases: %+v", n.Quarantine)
 	}
 }
@@ -251,19 +255,26 @@ func TestBadTaskQuarantinesNobody(t *testing.T) {
 	}
 }
 
-// Fast failures before the class succeeded anywhere else make the node a
-// suspect; the first success elsewhere quarantines it.
+// Fast failures of tasks none of which succeeded elsewhere yet make the
+// node a suspect: it is asked for its health check and takes no work
+// until it answers; a success of another task does not quarantine it,
+// the first success elsewhere of one of its failed tasks does.
 func TestFirstSuccessElsewhereQuarantinesSuspect(t *testing.T) {
 	h := newProfileHarness(t, "good", "bad")
+	var failed []string
 	for i := 0; i < 3; i++ {
-		h.run("build", "bad", 10*time.Millisecond, AttemptFailed)
+		failed = append(failed, h.run("build", "bad", 10*time.Millisecond, AttemptFailed))
 	}
-	if h.node("bad").Quarantine != nil {
-		t.Fatal("no success elsewhere yet: not a black hole yet")
+	if n := h.node("bad"); n.Quarantine != nil || n.HealthCheck.Requested != 1 || !h.refuses("bad") {
+		t.Fatalf("a suspect: quarantine %+v, check %+v, probation %v", n.Quarantine, n.HealthCheck, n.probation())
 	}
 	h.run("build", "good", time.Second, AttemptSucceeded)
-	if q := h.node("bad").Quarantine; q == nil || q.Level != QuarantineSuspected {
-		t.Fatalf("the first success elsewhere should quarantine the suspect: %+v", q)
+	if q := h.node("bad").Quarantine; q != nil {
+		t.Fatalf("another task's success is no evidence against the suspect: %+v", q)
+	}
+	h.runTask(failed[0], "build", "good", time.Second, AttemptSucceeded)
+	if q := h.node("bad").Quarantine; q == nil || q.Level != QuarantineSuspected || q.Confirmed != 1 {
+		t.Fatalf("the first of its tasks to succeed elsewhere should quarantine the suspect: %+v", q)
 	}
 }
 

@@ -89,6 +89,9 @@ type writerMaps struct {
 	interner *interner
 	// index is the entry being applied (0 while restoring a snapshot).
 	index uint64
+	// succeeding is the task whose success is being applied, before its
+	// record says so (see confirmedTasks); "" otherwise.
+	succeeding string
 }
 
 // btreeDegree sets the fan-out: nodes of up to 63 items keep a 1M-record

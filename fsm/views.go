@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"slices"
 	"strings"
 	"time"
 
@@ -31,13 +32,18 @@ func (n *Node) probation() []string {
 	if (h.FastStreak > 0 || h.NewStreak > 0) && n.HealthCheck.Requested > n.HealthCheck.Answered {
 		return awaitingCheck
 	}
-	if h.FastStreak > 0 || h.NewStreak > 0 {
+	switch {
+	case len(h.Holds) == 0 && h.FastStreak > 0:
 		return everyClass
+	case len(h.Holds) == 0:
+		// A class failing fast on a node that succeeds at others does not
+		// slow the node: it would take that class again only once idle,
+		// and a busy node would never show whether it is a hole for it.
+		return nil
+	case h.FastStreak > 0:
+		return append(slices.Clone(everyClass), h.Holds...)
 	}
-	// A class failing fast on a node that succeeds at others does not
-	// hold the node back: it would take that class again only once idle,
-	// and a busy node would never show whether it is a hole for it.
-	return nil
+	return h.Holds
 }
 
 var (

@@ -169,9 +169,12 @@ func evaluate(n *Node, req *Request, c *compiled, out *[]Reason) bool {
 		}
 		fail(ReasonInsufficientFree, "insufficient unreserved capacity", detail)
 	}
-	if awaitingCheck(n) {
+	switch {
+	case awaitingCheck(n):
 		fail(ReasonProbation, "on probation", "failed fast since its last success: no new work until its health check answers")
-	} else if n.RunningAttempts > 0 && onProbation(n, req.Class) {
+	case holds(n, req.Class):
+		fail(ReasonProbation, "on probation", "suspected of failing this class: none of it until the tasks that failed here succeed elsewhere or are cleared")
+	case n.RunningAttempts > 0 && onProbation(n, req.Class):
 		fail(ReasonProbation, "on probation", "failed fast at this work since its last success: one attempt at a time")
 	}
 	if req.Blacklist[n.ID] {
@@ -187,11 +190,23 @@ func evaluate(n *Node, req *Request, c *compiled, out *[]Reason) bool {
 // health check answers.
 func awaitingCheck(n *Node) bool { return len(n.Probation) == 1 && n.Probation[0] == "!" }
 
-// onProbation reports whether the node is on probation for class.
+// onProbation reports whether the node takes one attempt at a time.
 func onProbation(n *Node, class string) bool {
-	for _, c := range n.Probation {
-		if c == "*" || c == class {
+	return slices.Contains(n.Probation, "*")
+}
+
+// holds reports whether the node takes no attempt of class: it is held
+// by name ("=NAME"), or as new to the node ("+new": a class its history
+// does not hold).
+func holds(n *Node, class string) bool {
+	for _, p := range n.Probation {
+		switch {
+		case len(p) > 1 && p[0] == '=' && p[1:] == class:
 			return true
+		case p == "+new":
+			if _, ran := classTime(n.Profile.Classes, class); !ran {
+				return true
+			}
 		}
 	}
 	return false
@@ -211,7 +226,7 @@ func eligible(n *Node, req *Request, c *compiled) bool {
 	if len(req.Blacklist) > 0 && req.Blacklist[n.ID] {
 		return false
 	}
-	if len(n.Probation) > 0 && (awaitingCheck(n) || n.RunningAttempts > 0 && onProbation(n, req.Class)) {
+	if len(n.Probation) > 0 && (awaitingCheck(n) || holds(n, req.Class) || n.RunningAttempts > 0 && onProbation(n, req.Class)) {
 		return false
 	}
 	if len(req.PassedOver) > 0 {

@@ -677,7 +677,7 @@ func drawNode(rt *rapid.T, id string) *Node {
 		Slots:           rapid.IntRange(1, 4).Draw(rt, "slots"),
 		RunningAttempts: rapid.IntRange(0, 2).Draw(rt, "running"),
 		Condition:       rapid.SampledFrom([]string{"", "", "", "disk_full: 3 MiB free"}).Draw(rt, "condition"),
-		Probation:       rapid.SampledFrom([][]string{nil, nil, nil, {"*"}, {"infer"}}).Draw(rt, "probation"),
+		Probation:       rapid.SampledFrom([][]string{nil, nil, nil, {"*"}, {"=infer"}, {"+new"}, {"!"}, {"*", "=clean"}}).Draw(rt, "probation"),
 	}
 }
 
@@ -843,5 +843,38 @@ func TestMissingCapabilityDetailNamesIt(t *testing.T) {
 	n.Capabilities["gpu-infer"] = []string{"1"}
 	if rs := Check(n, req); len(rs) != 1 || rs[0].String() != "missing capability gpu-infer@2 (node has gpu-infer@1)" {
 		t.Fatalf("reasons %v", rs)
+	}
+}
+
+// A node on probation: "!" takes nothing; "=NAME" none of class NAME;
+// "+new" no class its history lacks; "*" one attempt at a time.
+func TestProbationHolds(t *testing.T) {
+	req := func(class string) *Request {
+		return &Request{Class: class, Capability: "exec", CapabilityVersion: "1", Resources: Resources{CPUMillis: 100}, Now: now}
+	}
+	n := node("n", 4, 0)
+	n.Profile.Classes = []ClassTime{{Class: "clean", EWMAMillis: 1000}}
+	for _, c := range []struct {
+		probation []string
+		running   int
+		class     string
+		ok        bool
+	}{
+		{[]string{"!"}, 0, "clean", false},
+		{[]string{"=infer"}, 0, "infer", false},
+		{[]string{"=infer"}, 0, "clean", true},
+		{[]string{"+new"}, 0, "fresh", false},
+		{[]string{"+new"}, 0, "clean", true},
+		{[]string{"*"}, 0, "clean", true},
+		{[]string{"*"}, 1, "clean", false},
+		{[]string{"*", "=infer"}, 0, "infer", false},
+	} {
+		n.Probation, n.RunningAttempts = c.probation, c.running
+		if got := Eligible(n, req(c.class)); got != c.ok {
+			t.Errorf("probation %v, %d running, class %s: eligible %v, want %v", c.probation, c.running, c.class, got, c.ok)
+		}
+		if rs := Check(n, req(c.class)); (len(rs) == 0) != c.ok || (!c.ok && rs[0].Code != ReasonProbation) {
+			t.Errorf("probation %v, class %s: reasons %v", c.probation, c.class, rs)
+		}
 	}
 }

@@ -40,6 +40,9 @@ type Node struct {
 	// any attempt it takes no other of them, so a black hole in the
 	// making eats one attempt at a time until it is judged. "!": it
 	// failed fast and its health check is awaited: no new work at all.
+	// "=NAME": suspected of failing class NAME, it takes none of it until
+	// the evidence decides; "+new": the same for every class its history
+	// does not hold.
 	Probation []string
 	// Condition is what the node's agent reports is wrong with it (a
 	// full disk), empty when nothing is: such a node takes no new attempt.

@@ -21,8 +21,8 @@ func (n *Node) View() scheduler.Node {
 }
 
 // probation is the node's probation for the scheduler (see
-// scheduler.Node.Probation): "*" when it failed fast at anything since
-// its last success, "!" (no new work) while it does and a health check
+// scheduler.Node.Probation): "*" when two tasks or more failed fast in a
+// row on it since its last success, "!" (no new work) while it does and a health check
 // asked of it is unanswered; nil, with no allocation, otherwise.
 func (n *Node) probation() []string {
 	h := n.History
@@ -32,19 +32,26 @@ func (n *Node) probation() []string {
 	if (h.FastStreak > 0 || h.NewStreak > 0) && n.HealthCheck.Requested > n.HealthCheck.Answered {
 		return awaitingCheck
 	}
+	// One fast failure (a mistyped command) does not slow a node; two
+	// distinct tasks failing fast in a row do.
+	slow := h.FastStreak >= probationStreak
 	switch {
-	case len(h.Holds) == 0 && h.FastStreak > 0:
+	case len(h.Holds) == 0 && slow:
 		return everyClass
 	case len(h.Holds) == 0:
 		// A class failing fast on a node that succeeds at others does not
 		// slow the node: it would take that class again only once idle,
 		// and a busy node would never show whether it is a hole for it.
 		return nil
-	case h.FastStreak > 0:
+	case slow:
 		return append(slices.Clone(everyClass), h.Holds...)
 	}
 	return h.Holds
 }
+
+// probationStreak is how many distinct tasks must fail fast in a row on
+// a node before it takes one attempt at a time.
+const probationStreak = 2
 
 var (
 	everyClass    = []string{"*"}

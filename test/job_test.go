@@ -342,13 +342,13 @@ func TestScheduleAcrossLeaderKillAndFullRestart(t *testing.T) {
 			}
 			// A run is read by its id (job@slot), and so is its stage's
 			// task, made from it.
-			run, _, err := cl.GetJob(Ctx(t, 10*time.Second), f.Run, api.ReadOptions{})
+			run, _, err := cl.GetJob(Ctx(t, 10*time.Second), f.Run, api.ReadOptions{Consistent: true})
 			if err != nil || run.ID != f.Run {
 				t.Fatalf("status of run %s: %+v, %v", f.Run, run, err)
 			}
 			for _, st := range run.Stages {
 				for _, id := range st.TaskIDs {
-					if _, _, err := cl.GetTask(Ctx(t, 10*time.Second), id, api.ReadOptions{}); err != nil {
+					if _, _, err := cl.GetTask(Ctx(t, 10*time.Second), id, api.ReadOptions{Consistent: true}); err != nil {
 						t.Fatalf("status of run %s's task %s: %v", f.Run, id, err)
 					}
 				}

@@ -28,9 +28,9 @@ type KindRow struct {
 	MaxAfterFailure int           `json:"max_after_first_failure,omitempty"`
 	MaxTimeCatch    time.Duration `json:"max_time_to_catch_ns,omitempty"`
 	Missed          int           `json:"missed,omitempty"`
-	// Unseen counts bad nodes whose defect never failed an attempt of a
-	// good task (it began too late, or no such work came): nothing to
-	// judge them by.
+	// Unseen counts bad nodes whose defect failed fewer attempts of good
+	// tasks than the black-hole count (it began late, or little such work
+	// came their way): too little evidence to judge them by.
 	Unseen int `json:"unseen,omitempty"`
 }
 
@@ -111,7 +111,7 @@ func (r *runner) report() *Report {
 		if n.demoted {
 			row.Demoted++
 		}
-		unseen := bad(n.group.Kind) && n.failedBefore == 0 && !q && !n.demoted
+		unseen := bad(n.group.Kind) && n.group.Kind != KindHung && n.failedBefore < r.settings.BlackHoleFailures && !q && !n.demoted
 		if unseen {
 			row.Unseen++
 		}

@@ -80,7 +80,7 @@ type placerClass struct {
 
 // Select returns what Select(nodes, req, cfg) would return now.
 func (p *Placer) Select(req *Request) (Candidate, error) {
-	if len(req.Blacklist) > 0 || len(req.FailedOn) > 0 || len(req.PassedOver) > 0 {
+	if len(req.Blacklist) > 0 || len(req.FailedOn) > 0 || len(req.PassedOver) > 0 || p.probation {
 		return Select(p.nodes, req, p.cfg)
 	}
 	key := classKey(req)

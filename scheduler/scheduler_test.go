@@ -846,35 +846,48 @@ func TestMissingCapabilityDetailNamesIt(t *testing.T) {
 	}
 }
 
-// A node on probation: "!" takes nothing; "=NAME" none of class NAME;
-// "+new" no class its history lacks; "*" one attempt at a time.
-func TestProbationHolds(t *testing.T) {
+// A node on probation: "*" takes one attempt at a time (a rule); a
+// suspect ("!" awaiting its check, "=NAME" held from a class, "+new" from
+// classes its history lacks) is chosen only when no other node fits, and
+// never refused outright.
+func TestProbation(t *testing.T) {
 	req := func(class string) *Request {
 		return &Request{Class: class, Capability: "exec", CapabilityVersion: "1", Resources: Resources{CPUMillis: 100}, Now: now}
 	}
 	n := node("n", 4, 0)
+	n.Weight = 1000 // it would win on score
 	n.Profile.Classes = []ClassTime{{Class: "clean", EWMAMillis: 1000}}
+	other := node("other", 4, 0)
 	for _, c := range []struct {
 		probation []string
-		running   int
 		class     string
-		ok        bool
+		avoided   bool
 	}{
-		{[]string{"!"}, 0, "clean", false},
-		{[]string{"=infer"}, 0, "infer", false},
-		{[]string{"=infer"}, 0, "clean", true},
-		{[]string{"+new"}, 0, "fresh", false},
-		{[]string{"+new"}, 0, "clean", true},
-		{[]string{"*"}, 0, "clean", true},
-		{[]string{"*"}, 1, "clean", false},
-		{[]string{"*", "=infer"}, 0, "infer", false},
+		{[]string{"!"}, "clean", true},
+		{[]string{"=infer"}, "infer", true},
+		{[]string{"=infer"}, "clean", false},
+		{[]string{"+new"}, "fresh", true},
+		{[]string{"+new"}, "clean", false},
+		{[]string{"*"}, "clean", false},
+		{[]string{"*", "=infer"}, "infer", true},
 	} {
-		n.Probation, n.RunningAttempts = c.probation, c.running
-		if got := Eligible(n, req(c.class)); got != c.ok {
-			t.Errorf("probation %v, %d running, class %s: eligible %v, want %v", c.probation, c.running, c.class, got, c.ok)
+		n.Probation = c.probation
+		for _, cfg := range []*Config{nil, {RandomTopK: 3}} {
+			got, err := Select([]*Node{n, other}, req(c.class), cfg)
+			// A random draw may choose either node when neither is avoided.
+			if err != nil || (got.Node.ID == "other") != c.avoided && (cfg == nil || c.avoided) {
+				t.Errorf("probation %v, class %s: chose %v (%v), avoided want %v", c.probation, c.class, got.Node, err, c.avoided)
+			}
+			if got, err := Select([]*Node{n}, req(c.class), cfg); err != nil || got.Node.ID != "n" {
+				t.Errorf("probation %v, class %s, no other node: %v (%v)", c.probation, c.class, got.Node, err)
+			}
 		}
-		if rs := Check(n, req(c.class)); (len(rs) == 0) != c.ok || (!c.ok && rs[0].Code != ReasonProbation) {
-			t.Errorf("probation %v, class %s: reasons %v", c.probation, c.class, rs)
+		if !Eligible(n, req(c.class)) {
+			t.Errorf("probation %v refuses class %s outright", c.probation, c.class)
 		}
+	}
+	n.Probation, n.RunningAttempts = []string{"*"}, 1
+	if rs := Check(n, req("clean")); len(rs) != 1 || rs[0].Code != ReasonProbation {
+		t.Fatalf("one at a time: %v", rs)
 	}
 }

@@ -334,6 +334,46 @@ func compareCandidates(a, b Candidate) int {
 // request's flattened labels, so the leader can call it for every queued
 // task.
 func Select(nodes []*Node, req *Request, cfg *Config) (Candidate, error) {
+	if suspects(nodes, req) {
+		// Nodes suspected for this work are a last resort: the evidence
+		// that settles a suspicion (its tasks run again elsewhere) must
+		// never wait on the suspects themselves.
+		if c, err := selectAmong(nodes, req, cfg, true); err == nil {
+			return c, nil
+		}
+	}
+	return selectAmong(nodes, req, cfg, false)
+}
+
+// suspects reports whether any node is suspected for the request (see
+// suspected).
+func suspects(nodes []*Node, req *Request) bool {
+	for _, n := range nodes {
+		if len(n.Probation) > 0 && suspected(n, req.Class) {
+			return true
+		}
+	}
+	return false
+}
+
+// suspected reports whether the node is a suspect for class: it awaits
+// its health check after fast failures, or is held from the class.
+func suspected(n *Node, class string) bool {
+	return awaitingCheck(n) || holds(n, class)
+}
+
+// selectAmong is Select over every eligible node, or with skipSuspects
+// over those not suspected for the request.
+func selectAmong(nodes []*Node, req *Request, cfg *Config, skipSuspects bool) (Candidate, error) {
+	if skipSuspects {
+		kept := make([]*Node, 0, len(nodes))
+		for _, n := range nodes {
+			if len(n.Probation) == 0 || !suspected(n, req.Class) {
+				kept = append(kept, n)
+			}
+		}
+		nodes = kept
+	}
 	if cfg != nil && cfg.RandomTopK > 1 {
 		top := topK(nodes, req, cfg, cfg.RandomTopK)
 		if len(top) == 0 {

@@ -169,7 +169,10 @@ func evaluate(n *Node, req *Request, c *compiled, out *[]Reason) bool {
 		}
 		fail(ReasonInsufficientFree, "insufficient unreserved capacity", detail)
 	}
-	if n.RunningAttempts > 0 && onProbation(n, req.Class) {
+	switch {
+	case awaitingCheck(n):
+		fail(ReasonProbation, "on probation", "failed fast since its last success: no new work until its health check answers")
+	case n.RunningAttempts > 0 && onProbation(n, req.Class):
 		fail(ReasonProbation, "on probation", "failed fast at this work since its last success: one attempt at a time")
 	}
 	if req.Blacklist[n.ID] {
@@ -221,7 +224,7 @@ func eligible(n *Node, req *Request, c *compiled) bool {
 	if len(req.Blacklist) > 0 && req.Blacklist[n.ID] {
 		return false
 	}
-	if len(n.Probation) > 0 && n.RunningAttempts > 0 && onProbation(n, req.Class) {
+	if len(n.Probation) > 0 && (awaitingCheck(n) || n.RunningAttempts > 0 && onProbation(n, req.Class)) {
 		return false
 	}
 	if len(req.PassedOver) > 0 {

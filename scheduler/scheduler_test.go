@@ -846,8 +846,8 @@ func TestMissingCapabilityDetailNamesIt(t *testing.T) {
 	}
 }
 
-// A node on probation: "*" takes one attempt at a time (a rule); a
-// suspect ("!" awaiting its check, "=NAME" held from a class, "+new" from
+// A node on probation: "*" takes one attempt at a time and "!" (awaiting
+// its check) none (rules); a node held ("=NAME" from a class, "+new" from
 // classes its history lacks) is chosen only when no other node fits, and
 // never refused outright.
 func TestProbation(t *testing.T) {
@@ -863,7 +863,6 @@ func TestProbation(t *testing.T) {
 		class     string
 		avoided   bool
 	}{
-		{[]string{"!"}, "clean", true},
 		{[]string{"=infer"}, "infer", true},
 		{[]string{"=infer"}, "clean", false},
 		{[]string{"+new"}, "fresh", true},
@@ -889,5 +888,9 @@ func TestProbation(t *testing.T) {
 	n.Probation, n.RunningAttempts = []string{"*"}, 1
 	if rs := Check(n, req("clean")); len(rs) != 1 || rs[0].Code != ReasonProbation {
 		t.Fatalf("one at a time: %v", rs)
+	}
+	n.Probation, n.RunningAttempts = []string{"!"}, 0
+	if rs := Check(n, req("clean")); len(rs) != 1 || rs[0].Code != ReasonProbation || Eligible(n, req("clean")) {
+		t.Fatalf("awaiting its check: %v", rs)
 	}
 }

@@ -356,10 +356,9 @@ func suspects(nodes []*Node, req *Request) bool {
 	return false
 }
 
-// suspected reports whether the node is a suspect for class: it awaits
-// its health check after fast failures, or is held from the class.
+// suspected reports whether the node is held from class.
 func suspected(n *Node, class string) bool {
-	return awaitingCheck(n) || holds(n, class)
+	return holds(n, class)
 }
 
 // selectAmong is Select over every eligible node, or with skipSuspects

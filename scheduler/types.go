@@ -39,11 +39,12 @@ type Node struct {
 	// since it last succeeded at them ("*": every class): while it holds
 	// any attempt it takes no other of them, so a black hole in the
 	// making eats one attempt at a time until it is judged. "!": it
-	// failed fast and its health check is awaited; "=NAME": suspected of
-	// failing class NAME; "+new": the same for every class its history
-	// does not hold. A suspect is chosen only when no other node fits
-	// (Select), never a rule a reservation is refused by: the tasks that
-	// settle the suspicion must always find a node.
+	// failed fast and its health check is awaited: no new work until the
+	// agent answers, in seconds. "=NAME": suspected of failing class NAME;
+	// "+new": the same for every class its history does not hold. A node
+	// held so is chosen only when no other node fits (Select), never
+	// refused outright: the tasks that settle the suspicion, which may
+	// take long, must always find a node.
 	Probation []string
 	// Condition is what the node's agent reports is wrong with it (a
 	// full disk), empty when nothing is: such a node takes no new attempt.

@@ -653,13 +653,20 @@ func quarantineIfStreak(db *store, n *Node, ps ProfileSettings, class string, in
 	if q.Confirmed == 0 {
 		return false
 	}
+	beginQuarantine(db, n, q, ps, index, now)
+	return true
+}
+
+// beginQuarantine puts n (a copy being changed) in quarantine q, confirmed
+// at once when most of its tasks succeeded elsewhere, and asks for its
+// health check.
+func beginQuarantine(db *store, n *Node, q *Quarantine, ps ProfileSettings, index uint64, now time.Time) {
 	n.Quarantine = q
 	n.addEvent(index, now, EventQuarantine, fmt.Sprintf("quarantined until %s: %s", q.Until.Time().UTC().Format(time.RFC3339), q.Reason))
 	if q.Confirmed*2 > len(q.Tasks) {
 		confirmQuarantine(n, ps, index, now)
 	}
 	requestCheck(db, n, index, now, "quarantined")
-	return true
 }
 
 // confirmElsewhere puts task's success on succeededOn as evidence

@@ -176,12 +176,7 @@ func quarantineIfNodeStreak(db *store, n *Node, ps ProfileSettings, index uint64
 		return false // a suspicion only (see quarantineIfStreak)
 	}
 	q.Reason = fmt.Sprintf("suspected black hole: %d tasks (class %s) %s, each within %s, while other nodes succeed", count, strings.Join(classes, ", "), what, ms(ps.FastFailureMs))
-	n.Quarantine = q
-	n.addEvent(index, now, EventQuarantine, fmt.Sprintf("quarantined until %s: %s", q.Until.Time().UTC().Format(time.RFC3339), q.Reason))
-	if q.Confirmed*2 > len(q.Tasks) {
-		confirmQuarantine(n, ps, index, now)
-	}
-	requestCheck(db, n, index, now, "quarantined")
+	beginQuarantine(db, n, q, ps, index, now)
 	return true
 }
 

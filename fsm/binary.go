@@ -54,10 +54,6 @@ func EncodeReserve(r ReserveRequest) []byte {
 	return append(buf, boolByte(r.Backup))
 }
 
-func decodeReserve(payload []byte) (*ReserveRequest, error) {
-	return decodeReserveVersion(payload, binaryVersion)
-}
-
 // decodeReserveVersion decodes a reservation written in the binary form
 // of the given version.
 func decodeReserveVersion(payload []byte, version byte) (*ReserveRequest, error) {

@@ -24,7 +24,7 @@ func TestReserveBinaryRoundTrip(t *testing.T) {
 			SessionGeneration: rapid.Uint64().Draw(rt, "session"), Score: rapid.Int64().Draw(rt, "score"),
 			Now: drawTime(rt, "now"), HeartbeatTTL: time.Duration(rapid.Int64().Draw(rt, "ttl")), Backup: rapid.Bool().Draw(rt, "backup"),
 		}
-		checkBinary(rt, EncodeReserve(r), MsgReserve, decodeReserve, r)
+		checkBinary(rt, EncodeReserve(r), MsgReserve, func(p []byte) (*ReserveRequest, error) { return decodeReserveVersion(p, binaryVersion) }, r)
 	})
 }
 

@@ -172,7 +172,7 @@ func evaluate(n *Node, req *Request, c *compiled, out *[]Reason) bool {
 	switch {
 	case awaitingCheck(n):
 		fail(ReasonProbation, "on probation", "failed fast since its last success: no new work until its health check answers")
-	case n.RunningAttempts > 0 && onProbation(n, req.Class):
+	case n.RunningAttempts > 0 && onProbation(n):
 		fail(ReasonProbation, "on probation", "failed fast at this work since its last success: one attempt at a time")
 	}
 	if req.Blacklist[n.ID] {
@@ -189,7 +189,7 @@ func evaluate(n *Node, req *Request, c *compiled, out *[]Reason) bool {
 func awaitingCheck(n *Node) bool { return len(n.Probation) == 1 && n.Probation[0] == "!" }
 
 // onProbation reports whether the node takes one attempt at a time.
-func onProbation(n *Node, class string) bool {
+func onProbation(n *Node) bool {
 	return slices.Contains(n.Probation, "*")
 }
 
@@ -224,7 +224,7 @@ func eligible(n *Node, req *Request, c *compiled) bool {
 	if len(req.Blacklist) > 0 && req.Blacklist[n.ID] {
 		return false
 	}
-	if len(n.Probation) > 0 && (awaitingCheck(n) || n.RunningAttempts > 0 && onProbation(n, req.Class)) {
+	if len(n.Probation) > 0 && (awaitingCheck(n) || n.RunningAttempts > 0 && onProbation(n)) {
 		return false
 	}
 	if len(req.PassedOver) > 0 {

@@ -19,6 +19,10 @@ import (
 //     speculative task racing its current attempt and its backup, on two
 //     nodes; a task is scheduled or running exactly when it has one (the
 //     state index relies on it);
+//   - a task's current attempt, when it names one, is a live attempt of
+//     that task: a PENDING or finished task holds none;
+//   - nothing is negative: reservations, attempt counts, a task's
+//     attempts and failures (failures never exceed attempts);
 //   - the store's indexes hold exactly its current records.
 //
 // Tests call it after every Apply; it is O(state) and not for production.
@@ -46,6 +50,9 @@ func (s *State) CheckInvariants() error {
 		return true
 	})
 	for _, n := range nodes {
+		if r := n.Reserved; r.CPUMillis < 0 || r.MemoryMB < 0 || r.GPU < 0 || r.DiskMB < 0 || n.RunningAttempts < 0 {
+			errs = append(errs, fmt.Errorf("node %s: negative books: %+v reserved in %d attempts", n.ID, n.Reserved, n.RunningAttempts))
+		}
 		if n.Reserved != reserved[n.ID] || n.RunningAttempts != live[n.ID] {
 			errs = append(errs, fmt.Errorf("node %s: books say %+v reserved in %d attempts, live attempts hold %+v in %d",
 				n.ID, n.Reserved, n.RunningAttempts, reserved[n.ID], live[n.ID]))
@@ -81,6 +88,25 @@ func (s *State) CheckInvariants() error {
 			errs = append(errs, fmt.Errorf("task %s is %s with live attempt %s", taskID, t.State, ids[0]))
 		}
 	}
+	s.st.tasks.Ascend(func(t *Task) bool {
+		if t.Attempts < 0 || t.Failures < 0 || t.Failures > t.Attempts {
+			errs = append(errs, fmt.Errorf("task %s: %d attempts, %d failures", t.ID, t.Attempts, t.Failures))
+		}
+		id := t.CurrentAttempt()
+		if id == "" {
+			return true
+		}
+		a, ok := s.st.attempt(id)
+		switch {
+		case !ok:
+			errs = append(errs, fmt.Errorf("task %s (%s): current attempt %s does not exist", t.ID, t.State, id))
+		case a.TaskID != t.ID:
+			errs = append(errs, fmt.Errorf("task %s (%s): current attempt %s belongs to task %s", t.ID, t.State, id, a.TaskID))
+		case !a.State.Live():
+			errs = append(errs, fmt.Errorf("task %s (%s): current attempt %s is %s", t.ID, t.State, id, a.State))
+		}
+		return true
+	})
 	for _, st := range []TaskState{TaskScheduled, TaskRunning} {
 		if n := s.st.taskCounts[st]; n > 0 {
 			active, err := s.Tasks(TaskFilter{State: st})

@@ -27,6 +27,7 @@ var routeCapabilities = map[string]Capability{
 	"POST /v1/operator/raft/join":               capServerOrOperator,
 	"PUT /v1/operator/raft/transfer-leadership": capOperator,
 	"GET /v1/operator/snapshot":                 capOperator,
+	"GET /v1/operator/debug/check-state":        capOperator,
 	"PUT /v1/operator/snapshot":                 capOperator,
 	"GET /v1/operator/audit":                    capOperator,
 	"GET /v1/tasks":                             capRead,

@@ -303,6 +303,14 @@ func (c *Client) RaftStats(ctx context.Context) (map[string]string, error) {
 	return s, err
 }
 
+// CheckState asks the replica the client reaches first to check the
+// invariants of its applied state; a client per server asks each.
+func (c *Client) CheckState(ctx context.Context) (StateCheck, error) {
+	var s StateCheck
+	_, err := c.do(ctx, http.MethodGet, "/v1/operator/debug/check-state", nil, &s)
+	return s, err
+}
+
 // Join asks the cluster to add a server as a voter.
 func (c *Client) Join(ctx context.Context, req JoinRequest) error {
 	_, err := c.do(ctx, http.MethodPost, "/v1/operator/raft/join", req, nil)

@@ -69,6 +69,11 @@ func (f *fakeBackend) Leader() (LeaderInfo, error) {
 func (f *fakeBackend) RaftConfiguration() (RaftConfiguration, error) {
 	return RaftConfiguration{}, f.call("RaftConfiguration")
 }
+func (f *fakeBackend) CheckState() StateCheck {
+	_ = f.call("CheckState")
+	return StateCheck{Server: "s1", OK: true}
+}
+
 func (f *fakeBackend) RaftStats() map[string]string {
 	_ = f.call("RaftStats")
 	return map[string]string{"state": "Leader"}

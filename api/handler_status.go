@@ -11,6 +11,8 @@ type StatusBackend interface {
 	RaftStats() map[string]string
 	// SchedulerStatus is leader-only: only the leader schedules.
 	SchedulerStatus() SchedulerStatus
+	// CheckState checks the invariants of this replica's applied state.
+	CheckState() StateCheck
 	// Metrics serves the replica's metrics in Prometheus' text format.
 	Metrics() http.Handler
 }
@@ -23,6 +25,7 @@ func (h *Handler) statusRoutes() []route {
 		{http.MethodGet, "/v1/operator/raft/configuration", local, capRead, h.getRaftConfiguration},
 		{http.MethodGet, "/v1/operator/raft/stats", local, capRead, h.getRaftStats},
 		{http.MethodGet, "/v1/operator/scheduler", leaderOnly, capRead, h.getScheduler},
+		{http.MethodGet, "/v1/operator/debug/check-state", local, capOperator, h.getCheckState},
 		{http.MethodGet, "/metrics", local, capRead, h.getMetrics},
 	}
 }
@@ -56,4 +59,10 @@ func (h *Handler) getRaftStats(http.ResponseWriter, *http.Request) (any, error) 
 
 func (h *Handler) getScheduler(http.ResponseWriter, *http.Request) (any, error) {
 	return h.backend.SchedulerStatus(), nil
+}
+
+// getCheckState answers from this replica: every replica checks its own
+// copy of the state, so an operator asks each of them.
+func (h *Handler) getCheckState(http.ResponseWriter, *http.Request) (any, error) {
+	return h.backend.CheckState(), nil
 }

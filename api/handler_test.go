@@ -102,6 +102,7 @@ var handlerCases = []handlerCase{
 	{name: "raft configuration", method: "GET", target: "/v1/operator/raft/configuration", status: 200, call: "RaftConfiguration"},
 	{name: "raft configuration fails", method: "GET", target: "/v1/operator/raft/configuration", setup: failWith("RaftConfiguration", errors.New("disk")), status: 500, call: "RaftConfiguration"},
 	{name: "raft stats", method: "GET", target: "/v1/operator/raft/stats", status: 200, contains: `"Leader"`, call: "RaftStats"},
+	{name: "check state", method: "GET", target: "/v1/operator/debug/check-state", status: 200, contains: `"ok":true`, call: "CheckState"},
 	{name: "scheduler", method: "GET", target: "/v1/operator/scheduler", status: 200, call: "SchedulerStatus"},
 	{name: "scheduler without a leader", method: "GET", target: "/v1/operator/scheduler", setup: func(f *fakeBackend) { f.leader = false }, status: 503, code: CodeNotApplied},
 
@@ -310,7 +311,7 @@ func TestEveryRouteHasHandlerCases(t *testing.T) {
 	}
 }
 
-var cannotFail = map[string]bool{"GET /v1/acl/policies": true, "GET /v1/status/self": true, "GET /v1/status/gossip": true, "GET /v1/operator/raft/stats": true, "GET /metrics": true}
+var cannotFail = map[string]bool{"GET /v1/acl/policies": true, "GET /v1/status/self": true, "GET /v1/status/gossip": true, "GET /v1/operator/raft/stats": true, "GET /metrics": true, "GET /v1/operator/debug/check-state": true}
 
 // A method a path does not serve is a JSON 405 naming the allowed ones;
 // a path nobody serves is a JSON 404.

@@ -278,6 +278,21 @@ type SchedulerStatus struct {
 	OldestWaitMs int64             `json:"oldest_wait_ms"`
 }
 
+// StateCheck is one replica's answer to the state's invariant check
+// (GET /v1/operator/debug/check-state): the FSM invariants checked over
+// the replica's applied state at Index. It reports and never repairs.
+type StateCheck struct {
+	Server     string   `json:"server"`
+	Index      uint64   `json:"index"`
+	Tasks      int      `json:"tasks"`
+	Attempts   int      `json:"attempts"`
+	Nodes      int      `json:"nodes"`
+	OK         bool     `json:"ok"`
+	Violations []string `json:"violations,omitempty"`
+	// TookMillis is how long the check took, in milliseconds.
+	TookMillis int64 `json:"took_ms"`
+}
+
 // RaftConfiguration is the cluster membership as Raft holds it.
 type RaftConfiguration struct {
 	Index   uint64       `json:"index"`

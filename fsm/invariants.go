@@ -25,7 +25,9 @@ import (
 //     attempts and failures (failures never exceed attempts);
 //   - the store's indexes hold exactly its current records.
 //
-// Tests call it after every Apply; it is O(state) and not for production.
+// Tests call it after every Apply; a running replica checks its state
+// when an operator asks (herd operator debug check-state). It is
+// O(state) and only reads.
 func (s *State) CheckInvariants() error {
 	errs := []error{s.st.checkIndexes()}
 	nodes, err := s.Nodes()
@@ -119,6 +121,32 @@ func (s *State) CheckInvariants() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// Violations lists each invariant the state breaks, one message apiece
+// (none when CheckInvariants passes).
+func (s *State) Violations() []string {
+	var out []string
+	var walk func(error)
+	walk = func(err error) {
+		if err == nil {
+			return
+		}
+		if j, ok := err.(interface{ Unwrap() []error }); ok {
+			for _, e := range j.Unwrap() {
+				walk(e)
+			}
+			return
+		}
+		out = append(out, err.Error())
+	}
+	walk(s.CheckInvariants())
+	return out
+}
+
+// Sizes counts the state's tasks, attempts and nodes.
+func (s *State) Sizes() (tasks, attempts, nodes int) {
+	return s.st.tasks.Len(), s.st.attempts.Len(), s.st.nodes.Len()
 }
 
 // checkIndexes verifies that every secondary index holds exactly the

@@ -113,6 +113,10 @@ func (ch *chaos) check() {
 				ch.anomaly(CheckTerminal, "%s: task %s still %s", r.Cfg.ID, id, task.State)
 			}
 		}
+		// The check an operator asks of a running replica, at the end.
+		if check := ch.c.Server(i).CheckState(); !check.OK {
+			ch.anomaly(CheckInvariants, "%s at index %d, at the end: %v", r.Cfg.ID, check.Index, check.Violations)
+		}
 	}
 
 	// Zombie replays: none with another outcome may have been accepted,

@@ -609,6 +609,15 @@ func TestNetnsProcessesUnderFaults(t *testing.T) {
 				}
 			}
 		}
+		// Each replica checks its own state's invariants once the work
+		// has ended.
+		c, cancel := context.WithTimeout(context.Background(), time.Minute)
+		check, err := cl.CheckState(c)
+		cancel()
+		if err != nil || !check.OK {
+			anomalies["state-check"]++
+			t.Errorf("s%d: state check: %v %v", i+1, err, check.Violations)
+		}
 		for _, id := range ackedCopy {
 			last, ok := states[id]
 			if !ok {
@@ -671,7 +680,7 @@ func TestNetnsProcessesUnderFaults(t *testing.T) {
 	fmt.Fprintf(&b, "%-38s %d\n", "acknowledged tasks", len(ackedCopy))
 	fmt.Fprintf(&b, "%-38s %d\n", "unknown outcomes", unknown)
 	fmt.Fprintf(&b, "%-38s %d of %d refused\n", "zombie replays", refused, len(replays))
-	for _, k := range []string{"acked-present", "terminal", "ended-alike", "stale-result", "linearizable", "no-overlap"} {
+	for _, k := range []string{"acked-present", "terminal", "ended-alike", "stale-result", "linearizable", "no-overlap", "state-check"} {
 		fmt.Fprintf(&b, "%-38s %d\n", "anomalies "+k, anomalies[k])
 	}
 	fmt.Fprintf(&b, "%-38s %d (p50 %v, p99 %v)\n", "failovers measured", len(failovers),

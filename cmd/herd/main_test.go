@@ -137,6 +137,21 @@ func TestCLIAgainstACluster(t *testing.T) {
 	if code != 0 || strings.Count(out, "true") < 4 || !strings.Contains(out, "s1") {
 		t.Fatalf("list-peers (exit %d):\n%s", code, out)
 	}
+	// Every replica checks its own state: three answers, all sound.
+	out, errOut, code = herd("operator", "debug", "check-state")
+	if code != 0 || strings.Count(out, " ok") != 3 {
+		t.Fatalf("check-state (exit %d): %s\n%s", code, errOut, out)
+	}
+	out, _, code = herd("operator", "debug", "check-state", "-json")
+	var checks []api.StateCheck
+	if err := json.Unmarshal([]byte(out), &checks); code != 0 || err != nil || len(checks) != 3 {
+		t.Fatalf("check-state -json (exit %d, %v): %s", code, err, out)
+	}
+	for _, ch := range checks {
+		if !ch.OK || ch.Index == 0 || ch.Tasks != 2 || ch.Nodes != 1 || ch.Attempts != 1 {
+			t.Fatalf("check of %s: %+v, want a sound state of 2 tasks, 1 attempt, 1 node", ch.Server, ch)
+		}
+	}
 	snap := filepath.Join(t.TempDir(), "state.snap")
 	if _, errOut, code = herd("operator", "snapshot", "save", snap); code != 0 {
 		t.Fatalf("snapshot save exit %d: %s", code, errOut)

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"herd/api"
 )
 
 func runOperator(e *env, args []string) error {
@@ -19,7 +21,92 @@ func runOperator(e *env, args []string) error {
 		{"scheduler", "the leader's scheduling counters and pending queue", runOperatorScheduler},
 		{"audit", "who did what: operator actions and refused agent requests", runOperatorAudit},
 		{"gossip", "the gossip keyring: list, install, use, remove; keygen", runOperatorGossip},
+		{"debug", "check-state: check every replica's state for broken invariants", runOperatorDebug},
 	})
+}
+
+func runOperatorDebug(e *env, args []string) error {
+	return subcommands(e, "operator debug", args, []command{
+		{"check-state", "check every replica's applied state for broken invariants", runCheckState},
+	})
+}
+
+// runCheckState asks every server in the raft configuration to check its
+// own applied state, and exits 1 when one reports a broken invariant or
+// cannot be asked: each replica holds its own copy, and a bug may break
+// one of them only.
+func runCheckState(e *env, args []string) error {
+	fs := newFlags(e, "operator debug check-state", "", "Check the invariants of every replica's applied state: each node's reservations and\nrunning attempts equal the sum over its live attempts, every live attempt is its task's\ncurrent one, no pending or finished task holds an attempt, nothing is negative, the\nindexes hold exactly the records. Reports and never repairs; exits 1 on a violation.")
+	var cf clientFlags
+	cf.register(e, fs, true)
+	if err := parse(e, fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() != 0 {
+		return usagef("check-state takes no arguments")
+	}
+	cl, err := cf.client()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	conf, err := cl.RaftConfiguration(ctx)
+	if err != nil {
+		return fmt.Errorf("check state: list the servers: %w", err)
+	}
+	type answer struct {
+		api.StateCheck
+		Error string `json:"error,omitempty"`
+	}
+	var answers []answer
+	bad := 0
+	for _, srv := range conf.Servers {
+		one := cf
+		one.address = srv.HTTPAddress
+		var a answer
+		c, err := one.client()
+		if err == nil {
+			c.Retries = 2
+			a.StateCheck, err = c.CheckState(ctx)
+		}
+		if err != nil {
+			a.Server, a.Error = srv.ID, err.Error()
+		}
+		if a.Error != "" || !a.OK {
+			bad++
+		}
+		answers = append(answers, a)
+	}
+	if cf.json {
+		if err := printJSON(e.stdout, answers); err != nil {
+			return err
+		}
+	} else {
+		tb := &table{}
+		tb.add("SERVER", "INDEX", "TASKS", "ATTEMPTS", "NODES", "TOOK", "RESULT")
+		for _, a := range answers {
+			result := "ok"
+			switch {
+			case a.Error != "":
+				result = "not asked: " + a.Error
+			case !a.OK:
+				result = fmt.Sprintf("%d violations", len(a.Violations))
+			}
+			tb.add(a.Server, strconv.FormatUint(a.Index, 10), strconv.Itoa(a.Tasks), strconv.Itoa(a.Attempts), strconv.Itoa(a.Nodes),
+				(time.Duration(a.TookMillis) * time.Millisecond).String(), result)
+		}
+		tb.write(e.stdout)
+		for _, a := range answers {
+			for _, v := range a.Violations {
+				fmt.Fprintf(e.stdout, "%s: %s\n", a.Server, v)
+			}
+		}
+	}
+	if bad > 0 {
+		return &exitWith{code: 1, msg: fmt.Sprintf("%d of %d servers could not be checked or hold a broken state", bad, len(answers))}
+	}
+	return nil
 }
 
 func runOperatorScheduler(e *env, args []string) error {

@@ -10,7 +10,7 @@ import (
 	"herd/agent"
 	"herd/api"
 	"herd/config"
-	"herd/internal/localcluster"
+	"herd/test/localcluster"
 )
 
 // An agent that registered, ran a task and was stopped leaves no goroutine

@@ -7,7 +7,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"herd/internal/localcluster"
+	"herd/test/localcluster"
 )
 
 // A replica that started, led and shut down leaves no goroutine behind:

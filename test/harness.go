@@ -15,7 +15,7 @@ import (
 	"herd/cluster"
 	"herd/config"
 	"herd/fsm"
-	"herd/internal/localcluster"
+	"herd/test/localcluster"
 )
 
 // Replica is one server of a test cluster; it keeps its addresses and data

@@ -13,8 +13,8 @@ import (
 
 	"herd/api"
 	"herd/config"
-	"herd/internal/localcluster"
 	"herd/internal/pki"
+	"herd/test/localcluster"
 )
 
 // security is a secured cluster's material: the CA directory (which also

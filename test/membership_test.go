@@ -11,8 +11,8 @@ import (
 	"herd/agent"
 	"herd/api"
 	"herd/fsm"
-	"herd/internal/localcluster"
 	"herd/internal/pki"
+	"herd/test/localcluster"
 )
 
 // awaitServerRecords waits until the leader knows every server's HTTP

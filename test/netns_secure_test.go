@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"herd/api"
-	"herd/internal/localcluster"
 	"herd/internal/pki"
+	"herd/test/localcluster"
 )
 
 // The secure set-up of the README on real addresses, each process in its

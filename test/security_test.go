@@ -21,8 +21,8 @@ import (
 	"herd/api"
 	"herd/cluster"
 	"herd/config"
-	"herd/internal/localcluster"
 	"herd/internal/pki"
+	"herd/test/localcluster"
 )
 
 // secureCluster starts n replicas with TLS and ACLs, their certificates

@@ -3,11 +3,11 @@ package main
 import (
 	"strings"
 
+	"herd/cmd/herd/internal/bench"
 	"herd/config"
-	"herd/internal/bench"
 )
 
-// runBench is `herd bench`: flags for internal/bench, which does the work.
+// runBench is `herd bench`: flags for cmd/herd/internal/bench, which does the work.
 func runBench(e *env, args []string) error {
 	fs := newFlags(e, "bench", "", "Measure herd on this machine: the raft ceiling, placements per second,\nend-to-end throughput and latency, decision latency, footprint and failover.\nPrints a table and, with -json, writes the results with machine facts.")
 	var o bench.Options

@@ -9,7 +9,7 @@ import (
 
 	"herd/agent"
 	"herd/api"
-	"herd/internal/localcluster"
+	"herd/test/localcluster"
 )
 
 // startDev starts the dev cluster's three replicas on free loopback

@@ -7,8 +7,8 @@ import (
 	"os"
 	"strings"
 
+	"herd/cmd/herd/internal/sim"
 	"herd/fsm"
-	"herd/internal/sim"
 )
 
 // runSim is `herd sim`: the judgement simulator over a built-in scenario

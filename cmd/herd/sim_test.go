@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"herd/internal/sim"
+	"herd/cmd/herd/internal/sim"
 )
 
 // herd sim runs a scenario and its oracle and prints the judgements;

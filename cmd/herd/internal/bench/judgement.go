@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	"herd/internal/sim"
+	"herd/cmd/herd/internal/sim"
 )
 
 // benchJudgement runs the judgement simulator on the size's scenario and

@@ -18,7 +18,7 @@ import (
 	"time"
 
 	"herd/api"
-	"herd/internal/localcluster"
+	"herd/test/localcluster"
 )
 
 // site is the deployment users run: three `herd server` processes and

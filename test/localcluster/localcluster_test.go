@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"herd/api"
-	"herd/internal/localcluster"
+	"herd/test/localcluster"
 )
 
 // FreeAddr never hands out one port twice, and what it hands out is free

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"herd/api"
-	"herd/internal/localcluster"
+	"herd/test/localcluster"
 )
 
 // benchFootprint runs one replica as its own process, loads it through

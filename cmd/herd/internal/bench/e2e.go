@@ -16,8 +16,8 @@ import (
 	"herd/api"
 	"herd/cluster"
 	"herd/fsm"
-	"herd/internal/localcluster"
 	"herd/internal/pki"
+	"herd/test/localcluster"
 )
 
 // benchE2E submits trivial tasks through the HTTP API and waits for them

@@ -15,7 +15,7 @@ import (
 	"herd/cluster"
 	"herd/config"
 	"herd/fsm"
-	"herd/internal/localcluster"
+	"herd/test/localcluster"
 )
 
 // leader waits up to a minute for the cluster's leader.

@@ -14,8 +14,8 @@ import (
 	"herd/cluster"
 	"herd/config"
 	"herd/fsm"
-	"herd/internal/localcluster"
 	"herd/scheduler"
+	"herd/test/localcluster"
 )
 
 // benchPlacement measures the raft ceiling, then placements per second on

@@ -17,8 +17,8 @@ import (
 	"time"
 
 	"herd/agent"
+	"herd/cmd/herd/internal/sim"
 	"herd/config"
-	"herd/internal/sim"
 )
 
 // benchSizes are the workload sizes of one run.

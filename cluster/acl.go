@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"herd/internal/httpapi"
 	"slices"
 	"sync"
 	"time"
@@ -72,7 +73,7 @@ func (s *Server) createToken(ctx context.Context, req api.ACLTokenRequest, boots
 	}
 	secret := randomID()
 	tok := fsm.ACLToken{
-		AccessorID: randomID(), SecretHash: api.HashSecret(secret), Name: req.Name,
+		AccessorID: randomID(), SecretHash: httpapi.HashSecret(secret), Name: req.Name,
 		Policies: req.Policies, NodeID: req.NodeID, Submitters: req.Submitters,
 	}
 	resp, _, err := s.apply(ctx, fsm.MsgACLToken, fsm.ACLTokenRequest{Token: tok, Bootstrap: bootstrap, Now: s.now().UTC()})

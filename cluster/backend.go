@@ -1,8 +1,8 @@
 package cluster
 
 import (
-	"herd/api"
+	"herd/internal/httpapi"
 )
 
 // Server implements the API's view of a replica.
-var _ api.Backend = (*Server)(nil)
+var _ httpapi.Backend = (*Server)(nil)

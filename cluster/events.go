@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"herd/internal/httpapi"
 
 	"herd/api"
 	"herd/fsm"
@@ -14,7 +15,7 @@ const eventPage = 1000
 // every replica numbers events alike (Apply is deterministic), so a reader
 // moves between replicas without loss or repeats, waiting on one that is
 // behind until it catches up.
-func (s *Server) ReadEvents(q api.EventQuery) (api.EventPage, error) {
+func (s *Server) ReadEvents(q api.EventQuery) (httpapi.EventPage, error) {
 	st := s.fsm.State()
 	limit := q.Limit
 	if limit <= 0 || limit > eventPage {
@@ -22,7 +23,7 @@ func (s *Server) ReadEvents(q api.EventQuery) (api.EventPage, error) {
 	}
 	ws := fsm.NewWatchSet()
 	evs, next, complete := st.EventsFrom(fsm.EventPosition{Index: q.From.Index, Offset: q.From.Offset}, limit, ws)
-	page := api.EventPage{
+	page := httpapi.EventPage{
 		Next:     api.EventPosition{Index: next.Index, Offset: next.Offset},
 		Complete: complete,
 		Wait:     func(ctx context.Context) error { return ws.WatchCtx(ctx) },

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"herd/internal/httpapi"
 	"net"
 	"net/http"
 	"os"
@@ -694,7 +695,7 @@ func (s *Server) serveHTTP(ln net.Listener) {
 }
 
 func (s *Server) httpHandler(logger hclog.Logger) http.Handler {
-	h := api.NewHandler(s, logger).WithForwardTransport(s.peerHTTP.Transport)
+	h := httpapi.NewHandler(s, logger).WithForwardTransport(s.peerHTTP.Transport)
 	if s.tls != nil {
 		h = h.WithHTTPS()
 	}

@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"herd/internal/httpapi"
 	"runtime"
 	"time"
 
@@ -29,8 +30,8 @@ func (s *Server) LeaderHTTPAddress() (string, bool) {
 }
 
 // ReadMeta reports how fresh this replica's state is.
-func (s *Server) ReadMeta() api.ReadMeta {
-	m := api.ReadMeta{Index: s.fsm.Index()}
+func (s *Server) ReadMeta() httpapi.ReadMeta {
+	m := httpapi.ReadMeta{Index: s.fsm.Index()}
 	addr, _ := s.raft.LeaderWithID()
 	m.KnownLeader = addr != ""
 	if s.raft.State() != raft.Leader {

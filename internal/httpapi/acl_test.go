@@ -1,6 +1,7 @@
-package api
+package httpapi
 
 import (
+	"herd/api"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -89,7 +90,7 @@ func TestEveryRouteDeclaresItsCapability(t *testing.T) {
 }
 
 // The tokens of the ACL tests, by secret.
-var testTokens = map[string]ACLToken{
+var testTokens = map[string]api.ACLToken{
 	"mgmt": {AccessorID: "mgmt", Policies: []string{"management"}},
 	"op":   {AccessorID: "op", Policies: []string{"operator"}},
 	"rd":   {AccessorID: "rd", Policies: []string{"read"}},
@@ -155,7 +156,7 @@ func TestACLsOnEveryRoute(t *testing.T) {
 			do := func(token string) *httptest.ResponseRecorder {
 				req := httptest.NewRequest(rt.method, target, strings.NewReader(body))
 				if token != "" {
-					req.Header.Set(HeaderToken, token)
+					req.Header.Set(api.HeaderToken, token)
 				}
 				rec := httptest.NewRecorder()
 				via.h.ServeHTTP(rec, req)
@@ -163,7 +164,7 @@ func TestACLsOnEveryRoute(t *testing.T) {
 			}
 			pair := lacking[rt.need]
 			if rt.need != capPublic {
-				if rec := do(""); rec.Code != 401 || !strings.Contains(rec.Body.String(), CodeUnauthenticated) {
+				if rec := do(""); rec.Code != 401 || !strings.Contains(rec.Body.String(), api.CodeUnauthenticated) {
 					t.Errorf("%s via %s without a token: %d %s", key, via.name, rec.Code, rec.Body)
 				}
 				if rec := do("deleted"); rec.Code != 401 || !strings.Contains(rec.Body.String(), "token not found") {
@@ -172,7 +173,7 @@ func TestACLsOnEveryRoute(t *testing.T) {
 			}
 			if pair[0] != "" {
 				rec := do(pair[0])
-				if rec.Code != 403 || !strings.Contains(rec.Body.String(), CodePermissionDenied) || !strings.Contains(rec.Body.String(), "needs") {
+				if rec.Code != 403 || !strings.Contains(rec.Body.String(), api.CodePermissionDenied) || !strings.Contains(rec.Body.String(), "needs") {
 					t.Errorf("%s via %s with token %s: %d %s", key, via.name, pair[0], rec.Code, rec.Body)
 				}
 			}
@@ -194,7 +195,7 @@ func TestAgentActsOnlyForItself(t *testing.T) {
 	h := NewHandler(f, nil)
 	do := func(method, target, body string) *httptest.ResponseRecorder {
 		req := httptest.NewRequest(method, target, strings.NewReader(body))
-		req.Header.Set(HeaderToken, "ag")
+		req.Header.Set(api.HeaderToken, "ag")
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, req)
 		return rec
@@ -243,7 +244,7 @@ func TestAgentActsOnlyForItself(t *testing.T) {
 func TestIdentityHeaderNeedsAServerConnection(t *testing.T) {
 	h := NewHandler(aclFake(), nil)
 	req := httptest.NewRequest("POST", "/v1/operator/raft/join", strings.NewReader(`{"id":"s4","raft_address":"h:1","http_address":"h:2"}`))
-	req.Header.Set(HeaderIdentity, "server/s4")
+	req.Header.Set(api.HeaderIdentity, "server/s4")
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, req)
 	if rec.Code != 401 {
@@ -254,7 +255,7 @@ func TestIdentityHeaderNeedsAServerConnection(t *testing.T) {
 // A token limited to named submitters submits and cancels for them only.
 func TestSubmitterScopedToken(t *testing.T) {
 	f := aclFake()
-	f.tokens[HashSecret("team")] = ACLToken{AccessorID: "team", Policies: []string{"submit"}, Submitters: []string{"etl"}}
+	f.tokens[HashSecret("team")] = api.ACLToken{AccessorID: "team", Policies: []string{"submit"}, Submitters: []string{"etl"}}
 	h := NewHandler(f, nil)
 	for body, want := range map[string]int{
 		`{"command":["true"],"submitter":"etl"}`: 201,
@@ -262,7 +263,7 @@ func TestSubmitterScopedToken(t *testing.T) {
 		`{"command":["true"]}`:                   403,
 	} {
 		req := httptest.NewRequest("POST", "/v1/tasks", strings.NewReader(body))
-		req.Header.Set(HeaderToken, "team")
+		req.Header.Set(api.HeaderToken, "team")
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, req)
 		if rec.Code != want {
@@ -284,7 +285,7 @@ func FuzzAuthenticate(f *testing.F) {
 		req := httptest.NewRequest("GET", "/v1/nodes", nil)
 		// Header values a client could not send are dropped, as the
 		// server's parser would.
-		for k, v := range map[string]string{HeaderToken: token, "Authorization": "Bearer " + bearer, HeaderIdentity: identity} {
+		for k, v := range map[string]string{api.HeaderToken: token, "Authorization": "Bearer " + bearer, api.HeaderIdentity: identity} {
 			if strings.ContainsAny(v, "\r\n\x00") {
 				continue
 			}
@@ -292,7 +293,7 @@ func FuzzAuthenticate(f *testing.F) {
 		}
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, req)
-		secret := req.Header.Get(HeaderToken)
+		secret := req.Header.Get(api.HeaderToken)
 		if secret == "" {
 			secret, _ = strings.CutPrefix(req.Header.Get("Authorization"), "Bearer ")
 			secret = strings.TrimSpace(secret)

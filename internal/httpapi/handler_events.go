@@ -1,13 +1,13 @@
-package api
+package httpapi
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"herd/api"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 )
 
@@ -15,77 +15,14 @@ import (
 // the order the replica applied them.
 type EventBackend interface {
 	// ReadEvents returns the events at or after q.From that match q.
-	ReadEvents(q EventQuery) (EventPage, error)
+	ReadEvents(q api.EventQuery) (EventPage, error)
 }
-
-// EventPosition is a place in the event stream: the event at Offset of
-// Raft index Index, or the first one after it. Every replica numbers the
-// events alike, so a reader resumes at its position on any of them.
-type EventPosition struct {
-	Index  uint64 `json:"index"`
-	Offset uint32 `json:"offset"`
-}
-
-func (p EventPosition) less(q EventPosition) bool {
-	return p.Index < q.Index || p.Index == q.Index && p.Offset < q.Offset
-}
-
-// After is the position just past p's event.
-func (p EventPosition) After() EventPosition {
-	return EventPosition{Index: p.Index, Offset: p.Offset + 1}
-}
-
-// EventQuery selects events: from a position, of some topics (none: all),
-// at most Limit of them (0: the backend's page size).
-type EventQuery struct {
-	From   EventPosition
-	Topics []EventTopicFilter
-	Limit  int
-}
-
-// EventTopicFilter matches the events of a topic ("task", "node", "job"),
-// of one record when Key is set.
-type EventTopicFilter struct {
-	Topic string
-	Key   string
-}
-
-// Matches reports whether an event passes the filters (no filter: every
-// event does).
-func (q EventQuery) Matches(topic, key string) bool {
-	if len(q.Topics) == 0 {
-		return true
-	}
-	for _, f := range q.Topics {
-		if f.Topic == topic && (f.Key == "" || f.Key == key) {
-			return true
-		}
-	}
-	return false
-}
-
-// Event is one line of the event stream.
-type Event struct {
-	Index  uint64 `json:"index"`
-	Offset uint32 `json:"offset"`
-	Topic  string `json:"topic"`
-	Key    string `json:"key"`
-	// State is the record's state once the entry applied: a task's or
-	// job's state, a node's liveness.
-	State   string    `json:"state,omitempty"`
-	Time    time.Time `json:"time"`
-	Kind    string    `json:"kind"`
-	Message string    `json:"message"`
-}
-
-// Position is where the event is in the stream.
-func (e Event) Position() EventPosition { return EventPosition{Index: e.Index, Offset: e.Offset} }
 
 // EventPage is one read of the stream.
 type EventPage struct {
-	Events []Event
+	Events []api.Event
 	// Next is where the following read starts.
-	Next EventPosition
+	Next api.EventPosition
 	// Complete is the first index from which the replica holds every
 	// event: it applied earlier ones before it last restored a snapshot
 	// or started, or has let them go.
@@ -93,19 +30,6 @@ type EventPage struct {
 	// Wait blocks until events may have been added after this read, or
 	// ctx ends.
 	Wait func(ctx context.Context) error
-}
-
-// EventLost is the stream line telling a reader that events it asked for
-// are no longer kept by the replica answering.
-type EventLost struct {
-	Lost    EventGap `json:"lost"`
-	Message string   `json:"message"`
-}
-
-// EventGap is the range of indexes whose events were not sent.
-type EventGap struct {
-	FromIndex uint64 `json:"from_index"`
-	ToIndex   uint64 `json:"to_index"`
 }
 
 // eventHeartbeat is how often an idle stream sends an empty line ({}) so
@@ -116,25 +40,6 @@ func (h *Handler) eventRoutes() []route {
 	return []route{
 		{http.MethodGet, "/v1/events", local, capRead, h.getEvents},
 	}
-}
-
-// ParseEventTopics reads a topic list: "task,node:n1,job:j-1".
-func ParseEventTopics(v string) ([]EventTopicFilter, error) {
-	var out []EventTopicFilter
-	for _, part := range strings.Split(v, ",") {
-		part = strings.TrimSpace(part)
-		if part == "" {
-			continue
-		}
-		topic, key, _ := strings.Cut(part, ":")
-		switch topic {
-		case "task", "node", "job":
-		default:
-			return nil, fmt.Errorf("unknown event topic %q (want task, node or job, optionally :ID)", topic)
-		}
-		out = append(out, EventTopicFilter{Topic: topic, Key: key})
-	}
-	return out, nil
 }
 
 // getEvents streams events as newline-delimited JSON from ?index=N
@@ -161,7 +66,7 @@ func (h *Handler) getEvents(w http.ResponseWriter, r *http.Request) (any, error)
 	ctx := r.Context()
 	for {
 		if checkLost && q.From.Index < page.Complete {
-			gap := EventLost{Lost: EventGap{FromIndex: q.From.Index, ToIndex: page.Complete - 1},
+			gap := api.EventLost{Lost: api.EventGap{FromIndex: q.From.Index, ToIndex: page.Complete - 1},
 				Message: fmt.Sprintf("events of indexes %d to %d are no longer kept by this server", q.From.Index, page.Complete-1)}
 			if err := enc.Encode(gap); err != nil {
 				return written, nil
@@ -219,9 +124,9 @@ func waitOrBeat(ctx context.Context, wait func(context.Context) error, w http.Re
 	}
 }
 
-func parseEventQuery(r *http.Request) (EventQuery, bool, error) {
+func parseEventQuery(r *http.Request) (api.EventQuery, bool, error) {
 	v := r.URL.Query()
-	var q EventQuery
+	var q api.EventQuery
 	if s := v.Get("index"); s != "" {
 		n, err := strconv.ParseUint(s, 10, 64)
 		if err != nil {
@@ -237,7 +142,7 @@ func parseEventQuery(r *http.Request) (EventQuery, bool, error) {
 		q.From.Offset = uint32(n)
 	}
 	for _, s := range v["topic"] {
-		fs, err := ParseEventTopics(s)
+		fs, err := api.ParseEventTopics(s)
 		if err != nil {
 			return q, false, badRequest("%v", err)
 		}

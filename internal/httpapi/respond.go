@@ -1,4 +1,4 @@
-package api
+package httpapi
 
 import (
 	"bytes"
@@ -6,16 +6,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"herd/api"
 	"io"
 	"net/http"
 	"strings"
 	"unicode/utf8"
-)
-
-// Body limits: ordinary requests are small; snapshot restores are not.
-const (
-	MaxRequestBytes  = 1 << 20
-	MaxSnapshotBytes = 4 << 30
 )
 
 // requestError is an answer decided by the HTTP layer itself (a malformed
@@ -36,18 +31,18 @@ func badRequest(format string, args ...any) error {
 
 // notApplied is a 503 for a request that was not executed (safe to retry).
 func notApplied(msg string) error {
-	return &requestError{status: http.StatusServiceUnavailable, code: CodeNotApplied, msg: msg}
+	return &requestError{status: http.StatusServiceUnavailable, code: api.CodeNotApplied, msg: msg}
 }
 
 // decodeBody reads a size-limited JSON body into v, refusing unknown
 // fields, trailing data and invalid UTF-8 with a 4xx error.
 func decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
-	if r.ContentLength > MaxRequestBytes {
+	if r.ContentLength > api.MaxRequestBytes {
 		// Said up front: refused before a byte of it is read (a client
 		// that sent "Expect: 100-continue" then never sends it).
-		return describeDecodeError(&http.MaxBytesError{Limit: MaxRequestBytes})
+		return describeDecodeError(&http.MaxBytesError{Limit: api.MaxRequestBytes})
 	}
-	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxRequestBytes))
+	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, api.MaxRequestBytes))
 	if err != nil {
 		return describeDecodeError(err)
 	}
@@ -123,7 +118,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 }
 
 func writeError(w http.ResponseWriter, status int, msg string) {
-	writeJSON(w, status, ErrorResponse{Error: msg})
+	writeJSON(w, status, api.ErrorResponse{Error: msg})
 }
 
 // writeErr answers an error with its status and body (errorAnswer); a 503
@@ -139,27 +134,27 @@ func writeErr(w http.ResponseWriter, err error) {
 // errorAnswer maps an error to its HTTP status and body: a requestError
 // as it is, a backend error by the sentinel it wraps, keeping its code
 // (CodedError) if any.
-func errorAnswer(err error) (int, ErrorResponse) {
+func errorAnswer(err error) (int, api.ErrorResponse) {
 	var re *requestError
 	if errors.As(err, &re) {
-		return re.status, ErrorResponse{Error: re.msg, Code: re.code}
+		return re.status, api.ErrorResponse{Error: re.msg, Code: re.code}
 	}
-	body := ErrorResponse{Error: err.Error()}
-	var ce *CodedError
+	body := api.ErrorResponse{Error: err.Error()}
+	var ce *api.CodedError
 	if errors.As(err, &ce) {
 		body.Code = ce.Code
 	}
 	status := http.StatusInternalServerError
 	switch {
-	case errors.Is(err, ErrBadRequest):
+	case errors.Is(err, api.ErrBadRequest):
 		status = http.StatusBadRequest
-	case errors.Is(err, ErrNotFound):
+	case errors.Is(err, api.ErrNotFound):
 		status = http.StatusNotFound
-	case errors.Is(err, ErrConflict):
+	case errors.Is(err, api.ErrConflict):
 		status = http.StatusConflict
-	case errors.Is(err, ErrNoLeader), errors.Is(err, ErrNotLeader), errors.Is(err, ErrUnavailable):
+	case errors.Is(err, api.ErrNoLeader), errors.Is(err, api.ErrNotLeader), errors.Is(err, api.ErrUnavailable):
 		status = http.StatusServiceUnavailable
-	case errors.Is(err, ErrTimeout), errors.Is(err, context.DeadlineExceeded):
+	case errors.Is(err, api.ErrTimeout), errors.Is(err, context.DeadlineExceeded):
 		status = http.StatusGatewayTimeout
 	case errors.Is(err, context.Canceled):
 		status = 499 // client closed the request

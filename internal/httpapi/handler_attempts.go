@@ -1,20 +1,21 @@
-package api
+package httpapi
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"herd/api"
 	"net/http"
 )
 
 // AttemptBackend takes the agents' reports of their attempts. Every
 // method is leader-only.
 type AttemptBackend interface {
-	StartAttempt(ctx context.Context, id string, req AttemptStartRequest) (AttemptReport, error)
-	CompleteAttempt(ctx context.Context, id string, req AttemptCompleteRequest) (AttemptReport, error)
+	StartAttempt(ctx context.Context, id string, req api.AttemptStartRequest) (api.AttemptReport, error)
+	CompleteAttempt(ctx context.Context, id string, req api.AttemptCompleteRequest) (api.AttemptReport, error)
 	// ReportAttempts commits a validated batch of reports in one entry and
 	// answers each (an error only when the batch as a whole failed).
-	ReportAttempts(ctx context.Context, reports []AttemptReportItem) ([]ReportOutcome, error)
+	ReportAttempts(ctx context.Context, reports []api.AttemptReportItem) ([]api.ReportOutcome, error)
 }
 
 func (h *Handler) attemptRoutes() []route {
@@ -30,7 +31,7 @@ func (h *Handler) postAttemptStart(w http.ResponseWriter, r *http.Request) (any,
 	if err != nil {
 		return nil, err
 	}
-	var req AttemptStartRequest
+	var req api.AttemptStartRequest
 	if err := decodeBody(w, r, &req); err != nil {
 		return nil, err
 	}
@@ -45,7 +46,7 @@ func (h *Handler) postAttemptComplete(w http.ResponseWriter, r *http.Request) (a
 	if err != nil {
 		return nil, err
 	}
-	var req AttemptCompleteRequest
+	var req api.AttemptCompleteRequest
 	if err := decodeBody(w, r, &req); err != nil {
 		return nil, err
 	}
@@ -59,15 +60,15 @@ func (h *Handler) postAttemptComplete(w http.ResponseWriter, r *http.Request) (a
 }
 
 // validateComplete checks a result report's fields.
-func validateComplete(req *AttemptCompleteRequest) error {
+func validateComplete(req *api.AttemptCompleteRequest) error {
 	switch {
-	case len(req.OutputTail) > MaxOutputTail:
-		return fmt.Errorf("output_tail is longer than %d bytes", MaxOutputTail)
-	case len(req.Error) > MaxErrorText:
-		return fmt.Errorf("error is longer than %d bytes", MaxErrorText)
+	case len(req.OutputTail) > api.MaxOutputTail:
+		return fmt.Errorf("output_tail is longer than %d bytes", api.MaxOutputTail)
+	case len(req.Error) > api.MaxErrorText:
+		return fmt.Errorf("error is longer than %d bytes", api.MaxErrorText)
 	}
 	switch req.State {
-	case "", AttemptSucceeded, AttemptFailed, AttemptTimedOut, AttemptLost:
+	case "", api.AttemptSucceeded, api.AttemptFailed, api.AttemptTimedOut, api.AttemptLost:
 		return nil
 	}
 	return fmt.Errorf("state %q must be SUCCEEDED, FAILED, TIMED_OUT or LOST", req.State)
@@ -77,17 +78,17 @@ func validateComplete(req *AttemptCompleteRequest) error {
 // validated whole (one bad report refuses it all, 400) and then each
 // report is answered on its own.
 func (h *Handler) postAttemptReports(w http.ResponseWriter, r *http.Request) (any, error) {
-	var req AttemptReportBatch
+	var req api.AttemptReportBatch
 	if err := decodeBody(w, r, &req); err != nil {
 		return nil, err
 	}
-	if len(req.Reports) == 0 || len(req.Reports) > MaxReportBatch {
-		return nil, badRequest("a batch holds 1 to %d reports, not %d", MaxReportBatch, len(req.Reports))
+	if len(req.Reports) == 0 || len(req.Reports) > api.MaxReportBatch {
+		return nil, badRequest("a batch holds 1 to %d reports, not %d", api.MaxReportBatch, len(req.Reports))
 	}
 	for i, rep := range req.Reports {
 		var err error
 		switch {
-		case !ValidID(rep.AttemptID):
+		case !api.ValidID(rep.AttemptID):
 			err = fmt.Errorf("%q is not a valid attempt id", rep.AttemptID)
 		case (rep.Start == nil) == (rep.Complete == nil):
 			err = errors.New("a report has exactly one of start and complete")
@@ -113,14 +114,14 @@ func (h *Handler) postAttemptReports(w http.ResponseWriter, r *http.Request) (an
 	if err != nil {
 		return nil, err
 	}
-	resp := AttemptReportBatchResponse{Results: make([]AttemptReportResult, len(outcomes))}
+	resp := api.AttemptReportBatchResponse{Results: make([]api.AttemptReportResult, len(outcomes))}
 	for i, o := range outcomes {
 		if o.Err != nil {
 			status, body := errorAnswer(o.Err)
-			resp.Results[i] = AttemptReportResult{Status: status, Error: body.Error, Code: body.Code}
+			resp.Results[i] = api.AttemptReportResult{Status: status, Error: body.Error, Code: body.Code}
 			continue
 		}
-		resp.Results[i] = AttemptReportResult{Report: &o.Report}
+		resp.Results[i] = api.AttemptReportResult{Report: &o.Report}
 	}
 	return resp, nil
 }

@@ -1,7 +1,8 @@
-package api
+package httpapi
 
 import (
 	"context"
+	"herd/api"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -23,20 +24,20 @@ func TestClientSendsWritesToTheLeaderItLearns(t *testing.T) {
 		fh.ServeHTTP(w, r)
 	}))
 	defer follower.Close()
-	cl, err := NewClient(follower.URL, leader.URL)
+	cl, err := api.NewClient(follower.URL, leader.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
 	for i := range 3 {
-		if _, _, err := cl.SubmitTask(ctx, TaskSpec{Command: []string{"true"}}); err != nil {
+		if _, _, err := cl.SubmitTask(ctx, api.TaskSpec{Command: []string{"true"}}); err != nil {
 			t.Fatalf("submit %d: %v", i, err)
 		}
 	}
 	if n := atFollower.Load(); n != 1 {
 		t.Fatalf("the follower saw %d of 3 writes; after the first, the leader should get them", n)
 	}
-	if _, _, err := cl.ListNodes(ctx, ReadOptions{}); err != nil {
+	if _, _, err := cl.ListNodes(ctx, api.ReadOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if n := atFollower.Load(); n != 2 {

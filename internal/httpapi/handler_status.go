@@ -1,18 +1,19 @@
-package api
+package httpapi
 
+import "herd/api"
 import "net/http"
 
 // StatusBackend answers what a replica knows about itself and the cluster.
 type StatusBackend interface {
-	Self() SelfInfo
-	GossipInfo() GossipInfo
-	Leader() (LeaderInfo, error)
-	RaftConfiguration() (RaftConfiguration, error)
+	Self() api.SelfInfo
+	GossipInfo() api.GossipInfo
+	Leader() (api.LeaderInfo, error)
+	RaftConfiguration() (api.RaftConfiguration, error)
 	RaftStats() map[string]string
 	// SchedulerStatus is leader-only: only the leader schedules.
-	SchedulerStatus() SchedulerStatus
+	SchedulerStatus() api.SchedulerStatus
 	// CheckState checks the invariants of this replica's applied state.
-	CheckState() StateCheck
+	CheckState() api.StateCheck
 	// Metrics serves the replica's metrics in Prometheus' text format.
 	Metrics() http.Handler
 }

@@ -1,4 +1,4 @@
-package api
+package httpapi
 
 import (
 	"net/http"

@@ -1,8 +1,9 @@
-package api
+package httpapi
 
 import (
 	"errors"
 	"fmt"
+	"herd/api"
 	"io/fs"
 	"net/http"
 	"path"
@@ -31,7 +32,7 @@ func (h *Handler) getUI(w http.ResponseWriter, r *http.Request) (any, error) {
 	}
 	if _, err := fs.Stat(uiFiles, name); err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
-			return nil, fmt.Errorf("the dashboard has no file %q: %w", name, ErrNotFound)
+			return nil, fmt.Errorf("the dashboard has no file %q: %w", name, api.ErrNotFound)
 		}
 		return nil, fmt.Errorf("dashboard file %q: %w", name, err)
 	}

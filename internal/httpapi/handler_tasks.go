@@ -1,7 +1,8 @@
-package api
+package httpapi
 
 import (
 	"context"
+	"herd/api"
 	"net/http"
 	"slices"
 	"strconv"
@@ -13,25 +14,19 @@ type TaskBackend interface {
 	// SubmitTask (leader-only) answers the task, whether this call created
 	// it (false: its idempotency key named an existing task) and the index
 	// it committed at.
-	SubmitTask(ctx context.Context, spec TaskSpec) (Task, bool, uint64, error)
+	SubmitTask(ctx context.Context, spec api.TaskSpec) (api.Task, bool, uint64, error)
 	// SubmitTasks (leader-only) submits a batch in one entry.
-	SubmitTasks(ctx context.Context, specs []TaskSpec) (BatchSubmitResponse, error)
-	GetTask(id string) (Task, error)
-	ListTasks(q TaskQuery) (TaskList, error)
-	ExplainTask(id string) (Explanation, error)
-	ExplainSpec(req ExplainRequest) (Explanation, error)
+	SubmitTasks(ctx context.Context, specs []api.TaskSpec) (api.BatchSubmitResponse, error)
+	GetTask(id string) (api.Task, error)
+	ListTasks(q api.TaskQuery) (api.TaskList, error)
+	ExplainTask(id string) (api.Explanation, error)
+	ExplainSpec(req api.ExplainRequest) (api.Explanation, error)
 	// CancelTask is leader-only.
-	CancelTask(ctx context.Context, id string, reason string) (Task, error)
+	CancelTask(ctx context.Context, id string, reason string) (api.Task, error)
 	// TaskLog writes an attempt's log (number 0: the latest) to w as the
 	// node that ran it keeps it, or fails before writing anything.
 	TaskLog(ctx context.Context, w http.ResponseWriter, id string, number int, tail int64, follow bool) error
 }
-
-// Listing limits.
-const (
-	DefaultListLimit = 100
-	MaxListLimit     = 10000
-)
 
 func (h *Handler) taskRoutes() []route {
 	return []route{
@@ -82,7 +77,7 @@ func (h *Handler) getTaskLog(w http.ResponseWriter, r *http.Request) (any, error
 }
 
 func (h *Handler) postTask(w http.ResponseWriter, r *http.Request) (any, error) {
-	var spec TaskSpec
+	var spec api.TaskSpec
 	if err := decodeBody(w, r, &spec); err != nil {
 		return nil, err
 	}
@@ -93,7 +88,7 @@ func (h *Handler) postTask(w http.ResponseWriter, r *http.Request) (any, error) 
 	if err != nil {
 		return nil, err
 	}
-	resp := SubmitResponse{ID: task.ID, State: task.State, Index: index}
+	resp := api.SubmitResponse{ID: task.ID, State: task.State, Index: index}
 	if !created {
 		return resp, nil
 	}
@@ -102,15 +97,15 @@ func (h *Handler) postTask(w http.ResponseWriter, r *http.Request) (any, error) 
 }
 
 func (h *Handler) postTaskBatch(w http.ResponseWriter, r *http.Request) (any, error) {
-	var req BatchSubmitRequest
+	var req api.BatchSubmitRequest
 	if err := decodeBody(w, r, &req); err != nil {
 		return nil, err
 	}
 	switch n := len(req.Tasks); {
 	case n == 0:
 		return nil, badRequest("a batch needs at least one task")
-	case n > MaxBatchTasks:
-		return nil, badRequest("a batch holds at most %d tasks, got %d: send several", MaxBatchTasks, n)
+	case n > api.MaxBatchTasks:
+		return nil, badRequest("a batch holds at most %d tasks, got %d: send several", api.MaxBatchTasks, n)
 	}
 	for _, spec := range req.Tasks {
 		if err := checkSubmitter(r, spec.Submitter); err != nil {
@@ -130,7 +125,7 @@ func (h *Handler) getTask(w http.ResponseWriter, r *http.Request) (any, error) {
 		return nil, err
 	}
 	// A node reads the tasks it runs (an attempt's lease check), no other.
-	if p := PrincipalOf(r.Context()); p.Node != "" && !slices.ContainsFunc(task.Attempts, func(a Attempt) bool { return a.NodeID == p.Node }) {
+	if p := PrincipalOf(r.Context()); p.Node != "" && !slices.ContainsFunc(task.Attempts, func(a api.Attempt) bool { return a.NodeID == p.Node }) {
 		if h.mayForward(r) {
 			// The leader answers, and records the refusal.
 			h.forward(w, r)
@@ -156,7 +151,7 @@ func (h *Handler) getTaskExplain(_ http.ResponseWriter, r *http.Request) (any, e
 }
 
 func (h *Handler) postExplain(w http.ResponseWriter, r *http.Request) (any, error) {
-	var req ExplainRequest
+	var req api.ExplainRequest
 	if err := decodeBody(w, r, &req); err != nil {
 		return nil, err
 	}
@@ -164,15 +159,15 @@ func (h *Handler) postExplain(w http.ResponseWriter, r *http.Request) (any, erro
 }
 
 // cancelBody reads a cancel's optional body, its reason bounded.
-func cancelBody(w http.ResponseWriter, r *http.Request) (CancelRequest, error) {
-	var req CancelRequest
+func cancelBody(w http.ResponseWriter, r *http.Request) (api.CancelRequest, error) {
+	var req api.CancelRequest
 	if r.ContentLength != 0 {
 		if err := decodeBody(w, r, &req); err != nil {
 			return req, err
 		}
 	}
-	if len(req.Reason) > MaxErrorText {
-		return req, badRequest("reason is longer than %d bytes", MaxErrorText)
+	if len(req.Reason) > api.MaxErrorText {
+		return req, badRequest("reason is longer than %d bytes", api.MaxErrorText)
 	}
 	return req, nil
 }
@@ -202,7 +197,7 @@ func (h *Handler) postCancel(w http.ResponseWriter, r *http.Request) (any, error
 // another.
 func checkSubmitter(r *http.Request, submitter string) error {
 	if submitter == "" {
-		submitter = DefaultSubmitter
+		submitter = api.DefaultSubmitter
 	}
 	if p := PrincipalOf(r.Context()); !p.MaySubmitAs(submitter) {
 		return forbidden("%s may submit only for %v, not for submitter %q", p.Actor, p.Submitters, submitter)
@@ -212,20 +207,20 @@ func checkSubmitter(r *http.Request, submitter string) error {
 
 func (h *Handler) listTasks(_ http.ResponseWriter, r *http.Request) (any, error) {
 	q := r.URL.Query()
-	query := TaskQuery{State: strings.ToUpper(q.Get("state")), After: q.Get("after"), Limit: DefaultListLimit}
+	query := api.TaskQuery{State: strings.ToUpper(q.Get("state")), After: q.Get("after"), Limit: api.DefaultListLimit}
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > MaxListLimit {
-			return nil, badRequest("limit %q must be a whole number from 1 to %d", v, MaxListLimit)
+		if err != nil || n < 1 || n > api.MaxListLimit {
+			return nil, badRequest("limit %q must be a whole number from 1 to %d", v, api.MaxListLimit)
 		}
 		query.Limit = n
 	}
-	if query.After != "" && !ValidRef(query.After) {
+	if query.After != "" && !api.ValidRef(query.After) {
 		return nil, badRequest("after %q is not a valid task id", query.After)
 	}
 	list, err := h.backend.ListTasks(query)
 	if p := PrincipalOf(r.Context()); err == nil && p.scoped() {
-		list.Tasks = slices.DeleteFunc(list.Tasks, func(t Task) bool { return !p.mayReadTask(t) })
+		list.Tasks = slices.DeleteFunc(list.Tasks, func(t api.Task) bool { return !p.mayReadTask(t) })
 	}
 	return list, err
 }

@@ -1,7 +1,8 @@
-package api
+package httpapi
 
 import (
 	"context"
+	"herd/api"
 	"net/http"
 	"strconv"
 	"time"
@@ -12,20 +13,20 @@ import (
 type NodeBackend interface {
 	// RegisterNode, Heartbeat, SetNodeConditions, DrainNode and
 	// SetNodeEligibility are leader-only.
-	RegisterNode(ctx context.Context, reg NodeRegistration) (RegisterResponse, error)
-	Heartbeat(ctx context.Context, nodeID string, req HeartbeatRequest) (HeartbeatResponse, error)
-	SetNodeConditions(ctx context.Context, nodeID string, req NodeConditionsRequest) (Node, error)
-	DrainNode(ctx context.Context, nodeID string, enable bool) (Node, error)
-	SetNodeEligibility(ctx context.Context, nodeID string, eligible bool) (Node, error)
-	GetNode(id string) (Node, error)
-	ListNodes() ([]Node, error)
+	RegisterNode(ctx context.Context, reg api.NodeRegistration) (api.RegisterResponse, error)
+	Heartbeat(ctx context.Context, nodeID string, req api.HeartbeatRequest) (api.HeartbeatResponse, error)
+	SetNodeConditions(ctx context.Context, nodeID string, req api.NodeConditionsRequest) (api.Node, error)
+	DrainNode(ctx context.Context, nodeID string, enable bool) (api.Node, error)
+	SetNodeEligibility(ctx context.Context, nodeID string, eligible bool) (api.Node, error)
+	GetNode(id string) (api.Node, error)
+	ListNodes() ([]api.Node, error)
 	// Assignments blocks until the node's attempts changed after q.Index
 	// (and, with q.Known, differ from that set), or q.Wait passed, then
 	// answers from the local state.
-	Assignments(ctx context.Context, nodeID string, q AssignmentsQuery) (Assignments, error)
+	Assignments(ctx context.Context, nodeID string, q api.AssignmentsQuery) (api.Assignments, error)
 	// NodeImages asks the node's agent about its container runtime and
 	// image cache.
-	NodeImages(ctx context.Context, nodeID string) (ImageCache, error)
+	NodeImages(ctx context.Context, nodeID string) (api.ImageCache, error)
 }
 
 // MaxWait bounds a blocking query.
@@ -56,7 +57,7 @@ func (h *Handler) getNodeImages(_ http.ResponseWriter, r *http.Request) (any, er
 }
 
 func (h *Handler) postRegisterNode(w http.ResponseWriter, r *http.Request) (any, error) {
-	var reg NodeRegistration
+	var reg api.NodeRegistration
 	if err := decodeBody(w, r, &reg); err != nil {
 		return nil, err
 	}
@@ -71,7 +72,7 @@ func (h *Handler) postHeartbeat(w http.ResponseWriter, r *http.Request) (any, er
 	if err != nil {
 		return nil, err
 	}
-	var req HeartbeatRequest
+	var req api.HeartbeatRequest
 	if err := decodeBody(w, r, &req); err != nil {
 		return nil, err
 	}
@@ -83,7 +84,7 @@ func (h *Handler) putConditions(w http.ResponseWriter, r *http.Request) (any, er
 	if err != nil {
 		return nil, err
 	}
-	var req NodeConditionsRequest
+	var req api.NodeConditionsRequest
 	if err := decodeBody(w, r, &req); err != nil {
 		return nil, err
 	}
@@ -112,11 +113,11 @@ func (h *Handler) getAssignments(w http.ResponseWriter, r *http.Request) (any, e
 		}
 		wait = d
 	}
-	as, err := h.backend.Assignments(r.Context(), id, AssignmentsQuery{Index: index, Wait: wait, Known: q.Get("known"), Held: held})
+	as, err := h.backend.Assignments(r.Context(), id, api.AssignmentsQuery{Index: index, Wait: wait, Known: q.Get("known"), Held: held})
 	if err != nil {
 		return nil, err
 	}
-	w.Header().Set(HeaderIndex, strconv.FormatUint(as.Index, 10))
+	w.Header().Set(api.HeaderIndex, strconv.FormatUint(as.Index, 10))
 	return as, nil
 }
 
@@ -125,7 +126,7 @@ func (h *Handler) postDrain(w http.ResponseWriter, r *http.Request) (any, error)
 	if err != nil {
 		return nil, err
 	}
-	var req DrainRequest
+	var req api.DrainRequest
 	if err := decodeBody(w, r, &req); err != nil {
 		return nil, err
 	}
@@ -139,7 +140,7 @@ func (h *Handler) postEligibility(w http.ResponseWriter, r *http.Request) (any, 
 	if err != nil {
 		return nil, err
 	}
-	var req EligibilityRequest
+	var req api.EligibilityRequest
 	if err := decodeBody(w, r, &req); err != nil {
 		return nil, err
 	}
@@ -161,5 +162,5 @@ func (h *Handler) listNodes(http.ResponseWriter, *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return map[string][]Node{"nodes": nodes}, nil
+	return map[string][]api.Node{"nodes": nodes}, nil
 }

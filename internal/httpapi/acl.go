@@ -1,4 +1,4 @@
-package api
+package httpapi
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"herd/api"
 	"net"
 	"net/http"
 	"slices"
@@ -49,15 +50,15 @@ type ACLBackend interface {
 	// ACLEnforced says whether requests need credentials.
 	ACLEnforced() bool
 	// TokenBySecretHash looks a token up in the local state.
-	TokenBySecretHash(hash string) (ACLToken, bool)
+	TokenBySecretHash(hash string) (api.ACLToken, bool)
 	// BootstrapACL, CreateToken, DeleteToken and Audit are leader-only.
-	BootstrapACL(ctx context.Context) (ACLToken, error)
-	CreateToken(ctx context.Context, req ACLTokenRequest) (ACLToken, error)
+	BootstrapACL(ctx context.Context) (api.ACLToken, error)
+	CreateToken(ctx context.Context, req api.ACLTokenRequest) (api.ACLToken, error)
 	DeleteToken(ctx context.Context, accessor string) error
-	ListTokens() ([]ACLToken, error)
-	GetToken(accessor string) (ACLToken, error)
-	Audit(ctx context.Context, e AuditEntry) error
-	AuditLog(after uint64, limit int) ([]AuditEntry, error)
+	ListTokens() ([]api.ACLToken, error)
+	GetToken(accessor string) (api.ACLToken, error)
+	Audit(ctx context.Context, e api.AuditEntry) error
+	AuditLog(after uint64, limit int) ([]api.AuditEntry, error)
 	// AttemptNode is the node an attempt was placed on.
 	AttemptNode(id string) (string, bool)
 }
@@ -169,11 +170,11 @@ func PrincipalOf(ctx context.Context) Principal {
 var errUnknownToken = errors.New("unknown token")
 
 func unauthenticated(msg string) error {
-	return &requestError{status: http.StatusUnauthorized, code: CodeUnauthenticated, msg: msg}
+	return &requestError{status: http.StatusUnauthorized, code: api.CodeUnauthenticated, msg: msg}
 }
 
 func forbidden(format string, args ...any) error {
-	return &requestError{status: http.StatusForbidden, code: CodePermissionDenied, msg: fmt.Sprintf(format, args...)}
+	return &requestError{status: http.StatusForbidden, code: api.CodePermissionDenied, msg: fmt.Sprintf(format, args...)}
 }
 
 // peerIdentity is the verified certificate identity of the connection, if
@@ -197,11 +198,11 @@ func callerIdentity(r *http.Request) (pki.Identity, bool, error) {
 	if err != nil || !ok {
 		return id, ok, err
 	}
-	if id.Role == pki.RoleServer && r.Header.Get(HeaderForwarded) != "" {
+	if id.Role == pki.RoleServer && r.Header.Get(api.HeaderForwarded) != "" {
 		// A forwarded request speaks for its original caller, never for
 		// the replica that forwarded it: a caller without a certificate
 		// stays without one.
-		v := r.Header.Get(HeaderIdentity)
+		v := r.Header.Get(api.HeaderIdentity)
 		if v == "" {
 			return pki.Identity{}, false, nil
 		}
@@ -224,7 +225,7 @@ func callerAddress(r *http.Request) string {
 	if err != nil {
 		host = r.RemoteAddr
 	}
-	if fwd := r.Header.Get(HeaderForwardedFor); fwd != "" && r.Header.Get(HeaderForwarded) != "" {
+	if fwd := r.Header.Get(api.HeaderForwardedFor); fwd != "" && r.Header.Get(api.HeaderForwarded) != "" {
 		if id, ok, err := peerIdentity(r); r.TLS == nil || (err == nil && ok && id.Role == pki.RoleServer) {
 			return fwd
 		}
@@ -248,7 +249,7 @@ func (h *Handler) authenticate(r *http.Request) (Principal, error) {
 			p.Node = id.ID
 		}
 	}
-	secret := r.Header.Get(HeaderToken)
+	secret := r.Header.Get(api.HeaderToken)
 	if secret == "" {
 		if v, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok {
 			secret = strings.TrimSpace(v)
@@ -316,7 +317,7 @@ func (h *Handler) checkNode(r *http.Request, node, action, target string) error 
 func (h *Handler) refuse(r *http.Request, action, target string, err error) error {
 	p := PrincipalOf(r.Context())
 	if h.backend.IsLeader() {
-		if aerr := h.backend.Audit(r.Context(), AuditEntry{Actor: p.Actor, Action: action, Target: target, Outcome: "refused: " + err.Error(), NodeID: p.Node}); aerr != nil {
+		if aerr := h.backend.Audit(r.Context(), api.AuditEntry{Actor: p.Actor, Action: action, Target: target, Outcome: "refused: " + err.Error(), NodeID: p.Node}); aerr != nil {
 			h.logger.Warn("could not record a refused request", "actor", p.Actor, "error", aerr)
 		}
 	}
@@ -336,7 +337,7 @@ func (h *Handler) audit(r *http.Request, action, target string, err error) {
 // auditOutcome records an operator action with the outcome given.
 func (h *Handler) auditOutcome(r *http.Request, action, target, outcome string) {
 	p := PrincipalOf(r.Context())
-	if aerr := h.backend.Audit(r.Context(), AuditEntry{Actor: p.Actor, From: callerAddress(r), Action: action, Target: target, Outcome: outcome}); aerr != nil {
+	if aerr := h.backend.Audit(r.Context(), api.AuditEntry{Actor: p.Actor, From: callerAddress(r), Action: action, Target: target, Outcome: outcome}); aerr != nil {
 		h.logger.Error("could not record an operator action in the audit trail", "actor", p.Actor, "action", action, "target", target, "error", aerr)
 	}
 }
@@ -361,7 +362,7 @@ func (h *Handler) postBootstrap(_ http.ResponseWriter, r *http.Request) (any, er
 }
 
 func (h *Handler) getPolicies(http.ResponseWriter, *http.Request) (any, error) {
-	return map[string][]ACLPolicy{"policies": Policies}, nil
+	return map[string][]api.ACLPolicy{"policies": api.Policies}, nil
 }
 
 func (h *Handler) listTokens(http.ResponseWriter, *http.Request) (any, error) {
@@ -369,11 +370,11 @@ func (h *Handler) listTokens(http.ResponseWriter, *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return map[string][]ACLToken{"tokens": toks}, nil
+	return map[string][]api.ACLToken{"tokens": toks}, nil
 }
 
 func (h *Handler) postToken(w http.ResponseWriter, r *http.Request) (any, error) {
-	var req ACLTokenRequest
+	var req api.ACLTokenRequest
 	if err := decodeBody(w, r, &req); err != nil {
 		return nil, err
 	}
@@ -412,7 +413,7 @@ func (h *Handler) getTokenSelf(_ http.ResponseWriter, r *http.Request) (any, err
 	if tok, err := h.backend.GetToken(p.Actor); err == nil {
 		return tok, nil
 	}
-	return ACLToken{AccessorID: p.Actor, NodeID: p.Node}, nil
+	return api.ACLToken{AccessorID: p.Actor, NodeID: p.Node}, nil
 }
 
 func (h *Handler) getAudit(_ http.ResponseWriter, r *http.Request) (any, error) {
@@ -429,7 +430,7 @@ func (h *Handler) getAudit(_ http.ResponseWriter, r *http.Request) (any, error) 
 	if err != nil {
 		return nil, err
 	}
-	return AuditList{Entries: entries}, nil
+	return api.AuditList{Entries: entries}, nil
 }
 
 // uintParam reads an optional non-negative whole number.

@@ -1,6 +1,7 @@
-package api
+package httpapi
 
 import (
+	"herd/api"
 	"net/http"
 	"slices"
 )
@@ -18,13 +19,13 @@ func (p Principal) scoped() bool {
 }
 
 // mayReadTask reports whether p may read task.
-func (p Principal) mayReadTask(task Task) bool {
+func (p Principal) mayReadTask(task api.Task) bool {
 	return !p.scoped() || p.MaySubmitAs(submitterOf(task))
 }
 
-func submitterOf(task Task) string {
+func submitterOf(task api.Task) string {
 	if task.Spec.Submitter == "" {
-		return DefaultSubmitter
+		return api.DefaultSubmitter
 	}
 	return task.Spec.Submitter
 }
@@ -32,7 +33,7 @@ func submitterOf(task Task) string {
 // mayReadJob reports whether p may read job: every one of its tasks is
 // p's to read (a job with no task yet, a schedule's definition, is read
 // by unscoped readers only).
-func (h *Handler) mayReadJob(p Principal, job Job) bool {
+func (h *Handler) mayReadJob(p Principal, job api.Job) bool {
 	if !p.scoped() {
 		return true
 	}
@@ -70,7 +71,7 @@ func (h *Handler) checkReadTask(r *http.Request, id string) error {
 
 // mayReadEvent reports whether p may see ev: a task's or a job's events
 // as the task or job, everything else (nodes, servers) always.
-func (h *Handler) mayReadEvent(p Principal, ev Event) bool {
+func (h *Handler) mayReadEvent(p Principal, ev api.Event) bool {
 	if !p.scoped() {
 		return true
 	}

@@ -1,7 +1,8 @@
-package api
+package httpapi
 
 import (
 	"context"
+	"herd/api"
 	"net/http"
 	"strconv"
 )
@@ -10,17 +11,17 @@ import (
 // lets operators steer tiers. Every method is leader-only.
 type ProfileBackend interface {
 	// ReportProfile commits a node's new measurement (a rebench).
-	ReportProfile(ctx context.Context, nodeID string, r NodeProfileReport) (Node, error)
+	ReportProfile(ctx context.Context, nodeID string, r api.NodeProfileReport) (api.Node, error)
 	// ReportDatasets replaces the datasets a node holds.
-	ReportDatasets(ctx context.Context, nodeID string, r NodeDatasetsReport) (Node, error)
+	ReportDatasets(ctx context.Context, nodeID string, r api.NodeDatasetsReport) (api.Node, error)
 	// ReportHealthCheck records a node's answer to a health check.
-	ReportHealthCheck(ctx context.Context, nodeID string, r HealthCheckReport) (Node, error)
+	ReportHealthCheck(ctx context.Context, nodeID string, r api.HealthCheckReport) (api.Node, error)
 	// SetNodeTier pins a node's tier, or unpins it with "auto".
-	SetNodeTier(ctx context.Context, nodeID string, r NodeTierRequest) (Node, error)
+	SetNodeTier(ctx context.Context, nodeID string, r api.NodeTierRequest) (api.Node, error)
 	// RequestRebench and RequestHealthCheck ask a node's agent to measure
 	// its node again, or to run its health check.
-	RequestRebench(ctx context.Context, nodeID string) (Node, error)
-	RequestHealthCheck(ctx context.Context, nodeID string) (Node, error)
+	RequestRebench(ctx context.Context, nodeID string) (api.Node, error)
+	RequestHealthCheck(ctx context.Context, nodeID string) (api.Node, error)
 }
 
 func (h *Handler) profileRoutes() []route {
@@ -72,7 +73,7 @@ func (h *Handler) putProfile(w http.ResponseWriter, r *http.Request) (any, error
 	if err != nil {
 		return nil, err
 	}
-	var req NodeProfileReport
+	var req api.NodeProfileReport
 	if err := decodeBody(w, r, &req); err != nil {
 		return nil, err
 	}
@@ -84,7 +85,7 @@ func (h *Handler) putDatasets(w http.ResponseWriter, r *http.Request) (any, erro
 	if err != nil {
 		return nil, err
 	}
-	var req NodeDatasetsReport
+	var req api.NodeDatasetsReport
 	if err := decodeBody(w, r, &req); err != nil {
 		return nil, err
 	}
@@ -96,7 +97,7 @@ func (h *Handler) postHealthCheck(w http.ResponseWriter, r *http.Request) (any, 
 	if err != nil {
 		return nil, err
 	}
-	var req HealthCheckReport
+	var req api.HealthCheckReport
 	if err := decodeBody(w, r, &req); err != nil {
 		return nil, err
 	}
@@ -118,7 +119,7 @@ func (h *Handler) postTier(w http.ResponseWriter, r *http.Request) (any, error) 
 	if err != nil {
 		return nil, err
 	}
-	var req NodeTierRequest
+	var req api.NodeTierRequest
 	if err := decodeBody(w, r, &req); err != nil {
 		return nil, err
 	}

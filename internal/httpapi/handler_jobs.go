@@ -1,7 +1,8 @@
-package api
+package httpapi
 
 import (
 	"context"
+	"herd/api"
 	"net/http"
 	"slices"
 	"strconv"
@@ -10,10 +11,10 @@ import (
 // JobBackend submits, reads and cancels jobs. SubmitJob and CancelJob are
 // leader-only.
 type JobBackend interface {
-	SubmitJob(ctx context.Context, spec JobSpec) (Job, bool, uint64, error)
-	GetJob(id string) (Job, error)
-	ListJobs(after string, limit int) (JobList, error)
-	CancelJob(ctx context.Context, id, reason string) (Job, error)
+	SubmitJob(ctx context.Context, spec api.JobSpec) (api.Job, bool, uint64, error)
+	GetJob(id string) (api.Job, error)
+	ListJobs(after string, limit int) (api.JobList, error)
+	CancelJob(ctx context.Context, id, reason string) (api.Job, error)
 }
 
 func (h *Handler) jobRoutes() []route {
@@ -26,7 +27,7 @@ func (h *Handler) jobRoutes() []route {
 }
 
 func (h *Handler) postJob(w http.ResponseWriter, r *http.Request) (any, error) {
-	var spec JobSpec
+	var spec api.JobSpec
 	if err := decodeBody(w, r, &spec); err != nil {
 		return nil, err
 	}
@@ -39,7 +40,7 @@ func (h *Handler) postJob(w http.ResponseWriter, r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	resp := JobSubmitResponse{ID: job.ID, State: job.State, Index: index}
+	resp := api.JobSubmitResponse{ID: job.ID, State: job.State, Index: index}
 	if !created {
 		return resp, nil
 	}
@@ -49,17 +50,17 @@ func (h *Handler) postJob(w http.ResponseWriter, r *http.Request) (any, error) {
 
 func (h *Handler) listJobs(w http.ResponseWriter, r *http.Request) (any, error) {
 	q := r.URL.Query()
-	limit := DefaultListLimit
+	limit := api.DefaultListLimit
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > MaxListLimit {
-			return nil, badRequest("limit %q must be 1..%d", v, MaxListLimit)
+		if err != nil || n < 1 || n > api.MaxListLimit {
+			return nil, badRequest("limit %q must be 1..%d", v, api.MaxListLimit)
 		}
 		limit = n
 	}
 	list, err := h.backend.ListJobs(q.Get("after"), limit)
 	if p := PrincipalOf(r.Context()); err == nil && p.scoped() {
-		list.Jobs = slices.DeleteFunc(list.Jobs, func(j Job) bool { return !h.mayReadJob(p, j) })
+		list.Jobs = slices.DeleteFunc(list.Jobs, func(j api.Job) bool { return !h.mayReadJob(p, j) })
 	}
 	return list, err
 }

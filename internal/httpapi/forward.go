@@ -1,8 +1,9 @@
-package api
+package httpapi
 
 import (
 	"errors"
 	"fmt"
+	"herd/api"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -14,7 +15,7 @@ import (
 // through another replica is refused (503 not_applied) rather than sent
 // on: leadership is moving, and the client retries.
 func (h *Handler) forward(w http.ResponseWriter, r *http.Request) {
-	if by := r.Header.Get(HeaderForwarded); by != "" {
+	if by := r.Header.Get(api.HeaderForwarded); by != "" {
 		writeErr(w, notApplied(fmt.Sprintf("%s: forwarded by %s but not the leader (leadership is changing)", h.backend.ID(), by)))
 		return
 	}
@@ -28,18 +29,18 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request) {
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(target)
 			pr.Out.Host = addr
-			pr.Out.Header.Set(HeaderForwarded, h.backend.ID())
+			pr.Out.Header.Set(api.HeaderForwarded, h.backend.ID())
 			// The leader sees this replica's certificate, not the
 			// caller's: say whose it was (the leader trusts this header
 			// from a server's certificate only).
-			pr.Out.Header.Del(HeaderIdentity)
+			pr.Out.Header.Del(api.HeaderIdentity)
 			if id, ok, err := callerIdentity(r); err == nil && ok {
-				pr.Out.Header.Set(HeaderIdentity, id.String())
+				pr.Out.Header.Set(api.HeaderIdentity, id.String())
 			}
-			pr.Out.Header.Set(HeaderForwardedFor, callerAddress(r))
+			pr.Out.Header.Set(api.HeaderForwardedFor, callerAddress(r))
 		},
 		ModifyResponse: func(resp *http.Response) error {
-			resp.Header.Set(HeaderLeaderAddress, addr)
+			resp.Header.Set(api.HeaderLeaderAddress, addr)
 			return nil
 		},
 		FlushInterval: -1,
@@ -53,7 +54,7 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 			// The request may have reached the leader before the link broke.
-			writeErr(w, &requestError{status: http.StatusServiceUnavailable, code: CodeOutcomeUnknown,
+			writeErr(w, &requestError{status: http.StatusServiceUnavailable, code: api.CodeOutcomeUnknown,
 				msg: fmt.Sprintf("lost the leader at %s mid-request (outcome unknown): %v", addr, err)})
 		},
 	}

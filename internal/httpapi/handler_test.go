@@ -1,8 +1,9 @@
-package api
+package httpapi
 
 import (
 	"errors"
 	"fmt"
+	"herd/api"
 	"io"
 	"net"
 	"net/http"
@@ -50,7 +51,7 @@ func (c handlerCase) run(t *testing.T) *httptest.ResponseRecorder {
 		t.Errorf("Content-Type %q, want application/json", ct)
 	}
 	if rec.Code >= 400 {
-		var e ErrorResponse
+		var e api.ErrorResponse
 		if err := jsonUnmarshal(rec.Body.Bytes(), &e); err != nil || e.Error == "" {
 			t.Errorf("error answer is not a JSON error: %q (%v)", rec.Body, err)
 		}
@@ -79,11 +80,11 @@ func failWith(method string, err error) func(*fakeBackend) {
 }
 
 var (
-	errStale     = &CodedError{Code: "stale_result", Err: fmt.Errorf("lease 1 is not current: %w", ErrConflict)}
-	errLostLead  = &CodedError{Code: CodeOutcomeUnknown, Err: fmt.Errorf("leadership lost: %w", ErrNotLeader)}
-	errNotFound  = fmt.Errorf("task t9: %w", ErrNotFound)
-	errBadSpec   = fmt.Errorf("command is empty: %w", ErrBadRequest)
-	errNotLeader = &CodedError{Code: CodeNotApplied, Err: fmt.Errorf("not the leader: %w", ErrNotLeader)}
+	errStale     = &api.CodedError{Code: "stale_result", Err: fmt.Errorf("lease 1 is not current: %w", api.ErrConflict)}
+	errLostLead  = &api.CodedError{Code: api.CodeOutcomeUnknown, Err: fmt.Errorf("leadership lost: %w", api.ErrNotLeader)}
+	errNotFound  = fmt.Errorf("task t9: %w", api.ErrNotFound)
+	errBadSpec   = fmt.Errorf("command is empty: %w", api.ErrBadRequest)
+	errNotLeader = &api.CodedError{Code: api.CodeNotApplied, Err: fmt.Errorf("not the leader: %w", api.ErrNotLeader)}
 )
 
 const (
@@ -96,7 +97,7 @@ const (
 var handlerCases = []handlerCase{
 	// status
 	{name: "leader", method: "GET", target: "/v1/status/leader", status: 200, contains: `"fake1"`, call: "Leader"},
-	{name: "leader unknown", method: "GET", target: "/v1/status/leader", setup: failWith("Leader", fmt.Errorf("none: %w", ErrNoLeader)), status: 503, call: "Leader"},
+	{name: "leader unknown", method: "GET", target: "/v1/status/leader", setup: failWith("Leader", fmt.Errorf("none: %w", api.ErrNoLeader)), status: 503, call: "Leader"},
 	{name: "self", method: "GET", target: "/v1/status/self", status: 200, call: "Self"},
 	{name: "gossip", method: "GET", target: "/v1/status/gossip", status: 200, call: "GossipInfo"},
 	{name: "raft configuration", method: "GET", target: "/v1/operator/raft/configuration", status: 200, call: "RaftConfiguration"},
@@ -104,7 +105,7 @@ var handlerCases = []handlerCase{
 	{name: "raft stats", method: "GET", target: "/v1/operator/raft/stats", status: 200, contains: `"Leader"`, call: "RaftStats"},
 	{name: "check state", method: "GET", target: "/v1/operator/debug/check-state", status: 200, contains: `"ok":true`, call: "CheckState"},
 	{name: "scheduler", method: "GET", target: "/v1/operator/scheduler", status: 200, call: "SchedulerStatus"},
-	{name: "scheduler without a leader", method: "GET", target: "/v1/operator/scheduler", setup: func(f *fakeBackend) { f.leader = false }, status: 503, code: CodeNotApplied},
+	{name: "scheduler without a leader", method: "GET", target: "/v1/operator/scheduler", setup: func(f *fakeBackend) { f.leader = false }, status: 503, code: api.CodeNotApplied},
 
 	// operator
 	{name: "remove peer", method: "DELETE", target: "/v1/operator/raft/peer?id=s2", status: 200, contains: `"removed":"s2"`, call: "RemovePeer s2"},
@@ -113,25 +114,25 @@ var handlerCases = []handlerCase{
 	{name: "remove unknown peer", method: "DELETE", target: "/v1/operator/raft/peer?id=s9", setup: failWith("RemovePeer", errNotFound), status: 404, call: "RemovePeer s9"},
 	{name: "join", method: "POST", target: "/v1/operator/raft/join", body: `{"id":"s4","raft_address":"h:1","http_address":"h:2"}`, status: 200, contains: `"joined":"s4"`, call: "Join s4"},
 	{name: "join incomplete", method: "POST", target: "/v1/operator/raft/join", body: `{"id":"s4"}`, status: 400},
-	{name: "join refused", method: "POST", target: "/v1/operator/raft/join", body: `{"id":"s4","raft_address":"h:1","http_address":"h:2"}`, setup: failWith("Join", fmt.Errorf("forms: %w", ErrConflict)), status: 409, call: "Join s4"},
+	{name: "join refused", method: "POST", target: "/v1/operator/raft/join", body: `{"id":"s4","raft_address":"h:1","http_address":"h:2"}`, setup: failWith("Join", fmt.Errorf("forms: %w", api.ErrConflict)), status: 409, call: "Join s4"},
 	{name: "transfer leadership", method: "PUT", target: "/v1/operator/raft/transfer-leadership?id=s2", status: 200, call: "TransferLeadership s2"},
 	{name: "transfer leadership anywhere", method: "PUT", target: "/v1/operator/raft/transfer-leadership", status: 200, call: "TransferLeadership "},
 	{name: "transfer leadership bad id", method: "PUT", target: "/v1/operator/raft/transfer-leadership?id=..", status: 400},
-	{name: "transfer leadership times out", method: "PUT", target: "/v1/operator/raft/transfer-leadership", setup: failWith("TransferLeadership", fmt.Errorf("transfer: %w", ErrTimeout)), status: 504, call: "TransferLeadership "},
+	{name: "transfer leadership times out", method: "PUT", target: "/v1/operator/raft/transfer-leadership", setup: failWith("TransferLeadership", fmt.Errorf("transfer: %w", api.ErrTimeout)), status: 504, call: "TransferLeadership "},
 	{name: "snapshot save", method: "GET", target: "/v1/operator/snapshot", status: 200, contains: "archive", call: "SnapshotSave"},
 	{name: "snapshot save fails", method: "GET", target: "/v1/operator/snapshot", setup: failWith("SnapshotSave", errors.New("no snapshot")), status: 500, call: "SnapshotSave"},
 	{name: "snapshot restore", method: "PUT", target: "/v1/operator/snapshot", body: "archive", status: 200, contains: "restored", call: "SnapshotRestore"},
-	{name: "snapshot restore refused", method: "PUT", target: "/v1/operator/snapshot", body: "junk", setup: failWith("SnapshotRestore", fmt.Errorf("checksum: %w", ErrBadRequest)), status: 400, call: "SnapshotRestore"},
+	{name: "snapshot restore refused", method: "PUT", target: "/v1/operator/snapshot", body: "junk", setup: failWith("SnapshotRestore", fmt.Errorf("checksum: %w", api.ErrBadRequest)), status: 400, call: "SnapshotRestore"},
 
 	// gossip keyring
 	{name: "keyring", method: "GET", target: "/v1/operator/gossip/keyring", status: 200, contains: `"primary":"k"`, call: "GossipKeyring"},
-	{name: "keyring unencrypted", method: "GET", target: "/v1/operator/gossip/keyring", setup: failWith("GossipKeyring", fmt.Errorf("plain: %w", ErrBadRequest)), status: 400, call: "GossipKeyring"},
+	{name: "keyring unencrypted", method: "GET", target: "/v1/operator/gossip/keyring", setup: failWith("GossipKeyring", fmt.Errorf("plain: %w", api.ErrBadRequest)), status: 400, call: "GossipKeyring"},
 	{name: "keyring install", method: "POST", target: "/v1/operator/gossip/keyring", body: `{"op":"install","key":"a2V5"}`, status: 200, call: "ChangeGossipKeyring install"},
 	{name: "keyring bad op", method: "POST", target: "/v1/operator/gossip/keyring", body: `{"op":"drop","key":"a2V5"}`, status: 400},
 
 	// acl
 	{name: "acl bootstrap", method: "POST", target: "/v1/acl/bootstrap", status: 200, contains: `"secret_id":"s"`, call: "BootstrapACL"},
-	{name: "acl bootstrap again", method: "POST", target: "/v1/acl/bootstrap", setup: failWith("BootstrapACL", fmt.Errorf("done: %w", ErrConflict)), status: 409, call: "BootstrapACL"},
+	{name: "acl bootstrap again", method: "POST", target: "/v1/acl/bootstrap", setup: failWith("BootstrapACL", fmt.Errorf("done: %w", api.ErrConflict)), status: 409, call: "BootstrapACL"},
 	{name: "acl policies", method: "GET", target: "/v1/acl/policies", status: 200, contains: `"management"`},
 	{name: "acl tokens", method: "GET", target: "/v1/acl/tokens", status: 200, call: "ListTokens"},
 	{name: "acl tokens fail", method: "GET", target: "/v1/acl/tokens", setup: failWith("ListTokens", errors.New("disk")), status: 500, call: "ListTokens"},
@@ -143,8 +144,8 @@ var handlerCases = []handlerCase{
 	{name: "acl token delete bad id", method: "DELETE", target: "/v1/acl/tokens/a%20b", status: 400},
 	{name: "acl token self", method: "GET", target: "/v1/acl/token/self", setup: func(f *fakeBackend) {
 		f.acl = true
-		f.tokens[HashSecret("sec")] = ACLToken{AccessorID: "me", Policies: []string{"read"}}
-	}, header: map[string]string{HeaderToken: "sec"}, status: 200, contains: `"me"`, call: "GetToken me"},
+		f.tokens[HashSecret("sec")] = api.ACLToken{AccessorID: "me", Policies: []string{"read"}}
+	}, header: map[string]string{api.HeaderToken: "sec"}, status: 200, contains: `"me"`, call: "GetToken me"},
 	{name: "acl token self without acls", method: "GET", target: "/v1/acl/token/self", status: 400},
 	{name: "audit", method: "GET", target: "/v1/operator/audit?after=3&limit=10", status: 200, call: "AuditLog"},
 	{name: "audit bad after", method: "GET", target: "/v1/operator/audit?after=x", status: 400},
@@ -157,29 +158,29 @@ var handlerCases = []handlerCase{
 	{name: "submit two values", method: "POST", target: "/v1/tasks", body: validSpec + validSpec, status: 400, contains: "exactly one"},
 	{name: "submit wrong type", method: "POST", target: "/v1/tasks", body: `{"command":"true"}`, status: 400, contains: `must be []string`},
 	{name: "submit invalid UTF-8", method: "POST", target: "/v1/tasks", body: "{\"name\":\"\xff\"}", status: 400, contains: "UTF-8"},
-	{name: "submit too large", method: "POST", target: "/v1/tasks", body: `{"name":"` + strings.Repeat("x", MaxRequestBytes) + `"}`, status: 413},
+	{name: "submit too large", method: "POST", target: "/v1/tasks", body: `{"name":"` + strings.Repeat("x", api.MaxRequestBytes) + `"}`, status: 413},
 	{name: "submit refused", method: "POST", target: "/v1/tasks", body: validSpec, setup: failWith("SubmitTask", errBadSpec), status: 400, call: "SubmitTask n"},
-	{name: "submit outcome unknown", method: "POST", target: "/v1/tasks", body: validSpec, setup: failWith("SubmitTask", errLostLead), status: 503, code: CodeOutcomeUnknown, call: "SubmitTask n"},
-	{name: "submit on a full disk", method: "POST", target: "/v1/tasks", body: validSpec, setup: failWith("SubmitTask", &CodedError{Code: CodeNotApplied, Err: fmt.Errorf("no space left: %w", ErrUnavailable)}), status: 503, code: CodeNotApplied, call: "SubmitTask n"},
-	{name: "submit not applied", method: "POST", target: "/v1/tasks", body: validSpec, setup: failWith("SubmitTask", errNotLeader), status: 503, code: CodeNotApplied, call: "SubmitTask n"},
+	{name: "submit outcome unknown", method: "POST", target: "/v1/tasks", body: validSpec, setup: failWith("SubmitTask", errLostLead), status: 503, code: api.CodeOutcomeUnknown, call: "SubmitTask n"},
+	{name: "submit on a full disk", method: "POST", target: "/v1/tasks", body: validSpec, setup: failWith("SubmitTask", &api.CodedError{Code: api.CodeNotApplied, Err: fmt.Errorf("no space left: %w", api.ErrUnavailable)}), status: 503, code: api.CodeNotApplied, call: "SubmitTask n"},
+	{name: "submit not applied", method: "POST", target: "/v1/tasks", body: validSpec, setup: failWith("SubmitTask", errNotLeader), status: 503, code: api.CodeNotApplied, call: "SubmitTask n"},
 	{name: "batch", method: "POST", target: "/v1/tasks/batch", body: `{"tasks":[` + validSpec + `]}`, status: 200, call: "SubmitTasks 1"},
 	{name: "batch empty", method: "POST", target: "/v1/tasks/batch", body: `{"tasks":[]}`, status: 400},
-	{name: "batch too large", method: "POST", target: "/v1/tasks/batch", body: `{"tasks":[` + strings.TrimSuffix(strings.Repeat(`{},`, MaxBatchTasks+1), ",") + `]}`, status: 400, contains: "at most"},
+	{name: "batch too large", method: "POST", target: "/v1/tasks/batch", body: `{"tasks":[` + strings.TrimSuffix(strings.Repeat(`{},`, api.MaxBatchTasks+1), ",") + `]}`, status: 400, contains: "at most"},
 	{name: "get task", method: "GET", target: "/v1/tasks/t1", status: 200, call: "GetTask t1"},
 	{name: "get missing task", method: "GET", target: "/v1/tasks/t9", setup: failWith("GetTask", errNotFound), status: 404, call: "GetTask t9"},
 	{name: "get task bad id", method: "GET", target: "/v1/tasks/a%20b", status: 400, contains: "task id"},
 	{name: "list tasks", method: "GET", target: "/v1/tasks?state=pending&limit=5&after=t1", status: 200, call: "ListTasks PENDING t1 5"},
-	{name: "list tasks default limit", method: "GET", target: "/v1/tasks", status: 200, call: fmt.Sprintf("ListTasks   %d", DefaultListLimit)},
-	{name: "list tasks limit too high", method: "GET", target: fmt.Sprintf("/v1/tasks?limit=%d", MaxListLimit+1), status: 400},
+	{name: "list tasks default limit", method: "GET", target: "/v1/tasks", status: 200, call: fmt.Sprintf("ListTasks   %d", api.DefaultListLimit)},
+	{name: "list tasks limit too high", method: "GET", target: fmt.Sprintf("/v1/tasks?limit=%d", api.MaxListLimit+1), status: 400},
 	{name: "list tasks bad after", method: "GET", target: "/v1/tasks?after=a%20b", status: 400},
-	{name: "list tasks bad state", method: "GET", target: "/v1/tasks?state=nope", setup: failWith("ListTasks", fmt.Errorf("state NOPE: %w", ErrBadRequest)), status: 400, call: "ListTasks NOPE  100"},
+	{name: "list tasks bad state", method: "GET", target: "/v1/tasks?state=nope", setup: failWith("ListTasks", fmt.Errorf("state NOPE: %w", api.ErrBadRequest)), status: 400, call: "ListTasks NOPE  100"},
 	{name: "explain task", method: "GET", target: "/v1/tasks/t1/explain", status: 200, call: "ExplainTask t1"},
 	{name: "explain task bad id", method: "GET", target: "/v1/tasks/%2e%2e/explain", status: 400},
 	{name: "explain missing task", method: "GET", target: "/v1/tasks/t9/explain", setup: failWith("ExplainTask", errNotFound), status: 404, call: "ExplainTask t9"},
 	{name: "cancel", method: "POST", target: "/v1/tasks/t1/cancel", body: `{"reason":"no longer needed"}`, status: 200, call: "CancelTask t1 no longer needed"},
 	{name: "cancel without body", method: "POST", target: "/v1/tasks/t1/cancel", status: 200, call: "CancelTask t1 "},
-	{name: "cancel reason too long", method: "POST", target: "/v1/tasks/t1/cancel", body: `{"reason":"` + strings.Repeat("r", MaxErrorText+1) + `"}`, status: 400},
-	{name: "cancel finished", method: "POST", target: "/v1/tasks/t1/cancel", setup: failWith("CancelTask", fmt.Errorf("SUCCEEDED: %w", ErrConflict)), status: 409, call: "CancelTask t1 "},
+	{name: "cancel reason too long", method: "POST", target: "/v1/tasks/t1/cancel", body: `{"reason":"` + strings.Repeat("r", api.MaxErrorText+1) + `"}`, status: 400},
+	{name: "cancel finished", method: "POST", target: "/v1/tasks/t1/cancel", setup: failWith("CancelTask", fmt.Errorf("SUCCEEDED: %w", api.ErrConflict)), status: 409, call: "CancelTask t1 "},
 	{name: "explain what-if", method: "POST", target: "/v1/explain", body: `{"resources":{"cpu_millis":32000}}`, status: 200, call: "ExplainSpec"},
 	{name: "explain what-if bad body", method: "POST", target: "/v1/explain", body: `[]`, status: 400},
 
@@ -187,7 +188,7 @@ var handlerCases = []handlerCase{
 	{name: "list nodes", method: "GET", target: "/v1/nodes", status: 200, contains: `"nodes":[`, call: "ListNodes"},
 	{name: "list nodes fails", method: "GET", target: "/v1/nodes", setup: failWith("ListNodes", errors.New("state")), status: 500, call: "ListNodes"},
 	{name: "register", method: "POST", target: "/v1/nodes/register", body: `{"id":"n1","slots":2}`, status: 200, call: "RegisterNode n1"},
-	{name: "register refused", method: "POST", target: "/v1/nodes/register", body: `{"id":"n1"}`, setup: failWith("RegisterNode", fmt.Errorf("slots: %w", ErrBadRequest)), status: 400, call: "RegisterNode n1"},
+	{name: "register refused", method: "POST", target: "/v1/nodes/register", body: `{"id":"n1"}`, setup: failWith("RegisterNode", fmt.Errorf("slots: %w", api.ErrBadRequest)), status: 400, call: "RegisterNode n1"},
 	{name: "register bad body", method: "POST", target: "/v1/nodes/register", body: `{"id":`, status: 400, contains: "truncated"},
 	{name: "get node", method: "GET", target: "/v1/nodes/n1", status: 200, call: "GetNode n1"},
 	{name: "get missing node", method: "GET", target: "/v1/nodes/n9", setup: failWith("GetNode", errNotFound), status: 404, call: "GetNode n9"},
@@ -199,15 +200,15 @@ var handlerCases = []handlerCase{
 	{name: "assignments bad wait", method: "GET", target: "/v1/nodes/n1/assignments?wait=soon", status: 400},
 	{name: "assignments unknown node", method: "GET", target: "/v1/nodes/n9/assignments", setup: failWith("Assignments", errNotFound), status: 404, call: "Assignments n9 0 0s "},
 	{name: "heartbeat", method: "POST", target: "/v1/nodes/n1/heartbeat", body: `{}`, status: 200, call: "Heartbeat n1"},
-	{name: "heartbeat old session", method: "POST", target: "/v1/nodes/n1/heartbeat", body: `{}`, setup: failWith("Heartbeat", &CodedError{Code: "session_changed", Err: ErrConflict}), status: 409, code: "session_changed", call: "Heartbeat n1"},
+	{name: "heartbeat old session", method: "POST", target: "/v1/nodes/n1/heartbeat", body: `{}`, setup: failWith("Heartbeat", &api.CodedError{Code: "session_changed", Err: api.ErrConflict}), status: 409, code: "session_changed", call: "Heartbeat n1"},
 	{name: "conditions", method: "PUT", target: "/v1/nodes/n1/conditions", body: `{"session_generation":3,"conditions":[{"type":"disk_full","message":"2 MiB free"}]}`, status: 200, call: "SetNodeConditions n1 3 [disk_full]"},
 	{name: "conditions cleared", method: "PUT", target: "/v1/nodes/n1/conditions", body: `{"session_generation":3,"conditions":[]}`, status: 200, call: "SetNodeConditions n1 3 []"},
-	{name: "conditions old session", method: "PUT", target: "/v1/nodes/n1/conditions", body: `{"session_generation":2,"conditions":[]}`, setup: failWith("SetNodeConditions", &CodedError{Code: "session_changed", Err: ErrConflict}), status: 409, code: "session_changed", call: "SetNodeConditions n1 2 []"},
+	{name: "conditions old session", method: "PUT", target: "/v1/nodes/n1/conditions", body: `{"session_generation":2,"conditions":[]}`, setup: failWith("SetNodeConditions", &api.CodedError{Code: "session_changed", Err: api.ErrConflict}), status: 409, code: "session_changed", call: "SetNodeConditions n1 2 []"},
 	{name: "conditions not a list", method: "PUT", target: "/v1/nodes/n1/conditions", body: `{"conditions":"full"}`, status: 400},
 	{name: "heartbeat bad id", method: "POST", target: "/v1/nodes/a%20b/heartbeat", body: `{}`, status: 400},
 	{name: "task log", method: "GET", target: "/v1/tasks/t1/logs?attempt=2&tail=100&follow=true", status: 200, call: "TaskLog t1 2 100 true", contains: "line 1", contentType: "text/plain; charset=utf-8"},
 	{name: "node images", method: "GET", target: "/v1/nodes/n1/images", status: 200, call: "NodeImages n1", contains: `"runtime":"runc 1.1.5"`},
-	{name: "node images of a DOWN node", method: "GET", target: "/v1/nodes/n1/images", setup: failWith("NodeImages", fmt.Errorf("n1 is DOWN: %w", ErrConflict)), status: 409, call: "NodeImages n1"},
+	{name: "node images of a DOWN node", method: "GET", target: "/v1/nodes/n1/images", setup: failWith("NodeImages", fmt.Errorf("n1 is DOWN: %w", api.ErrConflict)), status: 409, call: "NodeImages n1"},
 	{name: "dashboard", method: "GET", target: "/ui/", status: 200, contains: "<title>herd</title>", contentType: "text/html; charset=utf-8"},
 	{name: "dashboard script", method: "GET", target: "/ui/app.js", status: 200, contains: "/v1/events", contentType: "text/javascript; charset=utf-8"},
 	{name: "dashboard file missing", method: "GET", target: "/ui/nope.js", status: 404},
@@ -219,7 +220,7 @@ var handlerCases = []handlerCase{
 	{name: "events bad follow", method: "GET", target: "/v1/events?follow=maybe", status: 400},
 	{name: "events fail", method: "GET", target: "/v1/events", setup: failWith("ReadEvents", errors.New("disk")), status: 500, call: "ReadEvents 0 0 0"},
 	{name: "task log bad attempt", method: "GET", target: "/v1/tasks/t1/logs?attempt=0", status: 400},
-	{name: "task log node down", method: "GET", target: "/v1/tasks/t1/logs", setup: failWith("TaskLog", fmt.Errorf("node edge-1 is DOWN: %w", ErrConflict)), status: 409, call: "TaskLog t1 0 0 false"},
+	{name: "task log node down", method: "GET", target: "/v1/tasks/t1/logs", setup: failWith("TaskLog", fmt.Errorf("node edge-1 is DOWN: %w", api.ErrConflict)), status: 409, call: "TaskLog t1 0 0 false"},
 	{name: "metrics", method: "GET", target: "/metrics", status: 200, call: "Metrics", contains: "herd_up 1", contentType: "text/plain; charset=utf-8"},
 	{name: "job", method: "POST", target: "/v1/jobs", body: `{"name":"p","stages":[{"name":"a","task":{"command":["true"]}}]}`, status: 201, call: "SubmitJob p 1"},
 	{name: "job again", method: "POST", target: "/v1/jobs", body: `{"name":"p","idempotency_key":"seen","stages":[{"name":"a","task":{"command":["true"]}}]}`, status: 200, call: "SubmitJob p 1"},
@@ -231,11 +232,11 @@ var handlerCases = []handlerCase{
 	{name: "job cancel", method: "POST", target: "/v1/jobs/j1/cancel", body: `{"reason":"enough"}`, status: 200, call: "CancelJob j1 enough"},
 	{name: "job cancel missing", method: "POST", target: "/v1/jobs/j9/cancel", setup: failWith("CancelJob", errNotFound), status: 404, call: "CancelJob j9 "},
 	{name: "profile", method: "PUT", target: "/v1/nodes/n1/profile", body: `{"session_generation":3,"profile":{"cores":4,"benchmarked":true}}`, status: 200, call: "ReportProfile n1 3 4"},
-	{name: "profile old session", method: "PUT", target: "/v1/nodes/n1/profile", body: `{"session_generation":2,"profile":{"cores":4}}`, setup: failWith("ReportProfile", &CodedError{Code: "session_changed", Err: ErrConflict}), status: 409, code: "session_changed", call: "ReportProfile n1 2 4"},
+	{name: "profile old session", method: "PUT", target: "/v1/nodes/n1/profile", body: `{"session_generation":2,"profile":{"cores":4}}`, setup: failWith("ReportProfile", &api.CodedError{Code: "session_changed", Err: api.ErrConflict}), status: 409, code: "session_changed", call: "ReportProfile n1 2 4"},
 	{name: "datasets", method: "PUT", target: "/v1/nodes/n1/datasets", body: `{"session_generation":3,"datasets":[{"name":"cam-7","bytes":1024}]}`, status: 200, call: "ReportDatasets n1 3 1"},
 	{name: "datasets not a list", method: "PUT", target: "/v1/nodes/n1/datasets", body: `{"datasets":{"cam-7":1}}`, status: 400},
 	{name: "health check answer", method: "POST", target: "/v1/nodes/n1/health-check", body: `{"seq":2,"passed":true}`, status: 200, call: "ReportHealthCheck n1 2 true"},
-	{name: "health check stale", method: "POST", target: "/v1/nodes/n1/health-check", body: `{"seq":1,"passed":true}`, setup: failWith("ReportHealthCheck", &CodedError{Code: "stale", Err: ErrConflict}), status: 409, code: "stale", call: "ReportHealthCheck n1 1 true"},
+	{name: "health check stale", method: "POST", target: "/v1/nodes/n1/health-check", body: `{"seq":1,"passed":true}`, setup: failWith("ReportHealthCheck", &api.CodedError{Code: "stale", Err: api.ErrConflict}), status: 409, code: "stale", call: "ReportHealthCheck n1 1 true"},
 	{name: "health check request", method: "POST", target: "/v1/nodes/n1/health-check/request", body: `{}`, status: 200, call: "RequestHealthCheck n1"},
 	{name: "health check request missing node", method: "POST", target: "/v1/nodes/n9/health-check/request", body: `{}`, setup: failWith("RequestHealthCheck", errNotFound), status: 404, call: "RequestHealthCheck n9"},
 	{name: "link probe", method: "GET", target: "/v1/nodes/n1/probe?bytes=70000", status: 200, contentType: "application/octet-stream"},
@@ -259,17 +260,17 @@ var handlerCases = []handlerCase{
 	{name: "complete", method: "POST", target: "/v1/attempts/a1/complete", body: `{"lease_version":1,"state":"FAILED","exit_code":3}`, status: 200, call: "CompleteAttempt a1 FAILED"},
 	{name: "complete stale", method: "POST", target: "/v1/attempts/a1/complete", body: `{"lease_version":1}`, setup: failWith("CompleteAttempt", errStale), status: 409, code: "stale_result", call: "CompleteAttempt a1 "},
 	{name: "complete bad state", method: "POST", target: "/v1/attempts/a1/complete", body: `{"state":"RUNNING"}`, status: 400, contains: "must be"},
-	{name: "complete tail too long", method: "POST", target: "/v1/attempts/a1/complete", body: `{"output_tail":"` + strings.Repeat("o", MaxOutputTail+1) + `"}`, status: 400, contains: "output_tail"},
-	{name: "complete error too long", method: "POST", target: "/v1/attempts/a1/complete", body: `{"error":"` + strings.Repeat("e", MaxErrorText+1) + `"}`, status: 400, contains: "error is longer"},
+	{name: "complete tail too long", method: "POST", target: "/v1/attempts/a1/complete", body: `{"output_tail":"` + strings.Repeat("o", api.MaxOutputTail+1) + `"}`, status: 400, contains: "output_tail"},
+	{name: "complete error too long", method: "POST", target: "/v1/attempts/a1/complete", body: `{"error":"` + strings.Repeat("e", api.MaxErrorText+1) + `"}`, status: 400, contains: "error is longer"},
 	{name: "reports", method: "POST", target: "/v1/attempts/reports", body: validReport, status: 200, contains: `"results":[`, call: "ReportAttempts 1"},
 	{name: "reports each answered", method: "POST", target: "/v1/attempts/reports", body: `{"reports":[{"attempt_id":"a1","start":{}},{"attempt_id":"a2","complete":{}}]}`,
-		setup: func(f *fakeBackend) { f.outcomes = []ReportOutcome{{}, {Err: errStale}} }, status: 200, contains: `"status":409,"error":"lease 1 is not current: conflict","code":"stale_result"`, call: "ReportAttempts 2"},
+		setup: func(f *fakeBackend) { f.outcomes = []api.ReportOutcome{{}, {Err: errStale}} }, status: 200, contains: `"status":409,"error":"lease 1 is not current: conflict","code":"stale_result"`, call: "ReportAttempts 2"},
 	{name: "reports empty", method: "POST", target: "/v1/attempts/reports", body: `{"reports":[]}`, status: 400},
-	{name: "reports too many", method: "POST", target: "/v1/attempts/reports", body: `{"reports":[` + strings.TrimSuffix(strings.Repeat(`{"attempt_id":"a","start":{}},`, MaxReportBatch+1), ",") + `]}`, status: 400, contains: fmt.Sprint(MaxReportBatch)},
+	{name: "reports too many", method: "POST", target: "/v1/attempts/reports", body: `{"reports":[` + strings.TrimSuffix(strings.Repeat(`{"attempt_id":"a","start":{}},`, api.MaxReportBatch+1), ",") + `]}`, status: 400, contains: fmt.Sprint(api.MaxReportBatch)},
 	{name: "reports both kinds", method: "POST", target: "/v1/attempts/reports", body: `{"reports":[{"attempt_id":"a1","start":{},"complete":{}}]}`, status: 400, contains: "report 0"},
 	{name: "reports bad attempt id", method: "POST", target: "/v1/attempts/reports", body: `{"reports":[{"attempt_id":"","start":{}}]}`, status: 400},
 	{name: "reports bad result", method: "POST", target: "/v1/attempts/reports", body: `{"reports":[{"attempt_id":"a1","complete":{"state":"X"}}]}`, status: 400},
-	{name: "reports batch fails", method: "POST", target: "/v1/attempts/reports", body: validReport, setup: failWith("ReportAttempts", errLostLead), status: 503, code: CodeOutcomeUnknown, call: "ReportAttempts 1"},
+	{name: "reports batch fails", method: "POST", target: "/v1/attempts/reports", body: validReport, setup: failWith("ReportAttempts", errLostLead), status: 503, code: api.CodeOutcomeUnknown, call: "ReportAttempts 1"},
 }
 
 func TestHandlers(t *testing.T) {
@@ -335,20 +336,20 @@ func TestPanicIsA500(t *testing.T) {
 
 type panicky struct{ *fakeBackend }
 
-func (panicky) ListNodes() ([]Node, error) { panic("boom") }
+func (panicky) ListNodes() ([]api.Node, error) { panic("boom") }
 
 // Reads carry the freshness headers.
 func TestReadsCarryFreshness(t *testing.T) {
 	rec := handlerCase{method: "GET", target: "/v1/tasks/t1", status: 200, call: "GetTask t1"}.run(t)
-	for k, want := range map[string]string{HeaderIndex: "42", HeaderLastContact: "1500", HeaderKnownLeader: "true"} {
+	for k, want := range map[string]string{api.HeaderIndex: "42", api.HeaderLastContact: "1500", api.HeaderKnownLeader: "true"} {
 		if got := rec.Header().Get(k); got != want {
 			t.Errorf("%s = %q, want %q", k, got, want)
 		}
 	}
 	// The assignments answer's index is the node's, not the replica's.
 	rec = handlerCase{method: "GET", target: "/v1/nodes/n1/assignments", status: 200, call: "Assignments n1 0 0s "}.run(t)
-	if got := rec.Header().Get(HeaderIndex); got != "9" {
-		t.Errorf("assignments %s = %q, want 9", HeaderIndex, got)
+	if got := rec.Header().Get(api.HeaderIndex); got != "9" {
+		t.Errorf("assignments %s = %q, want 9", api.HeaderIndex, got)
 	}
 }
 
@@ -356,7 +357,7 @@ func TestReadsCarryFreshness(t *testing.T) {
 // answers its error when leadership cannot be confirmed.
 func TestConsistentReadOnTheLeader(t *testing.T) {
 	handlerCase{method: "GET", target: "/v1/tasks/t1?consistent", status: 200, call: "ConsistentRead"}.run(t)
-	handlerCase{method: "GET", target: "/v1/tasks/t1?consistent", setup: failWith("ConsistentRead", errNotLeader), status: 503, code: CodeNotApplied, call: "ConsistentRead"}.run(t)
+	handlerCase{method: "GET", target: "/v1/tasks/t1?consistent", setup: failWith("ConsistentRead", errNotLeader), status: 503, code: api.CodeNotApplied, call: "ConsistentRead"}.run(t)
 }
 
 // leaderStub is a leader a follower forwards to: it records what reached
@@ -417,8 +418,8 @@ func TestFollowerForwardsWhatOnlyTheLeaderAnswers(t *testing.T) {
 					continue
 				}
 				b, _ := io.ReadAll(r.Body)
-				if r.Method != rt.method || r.URL.RequestURI() != path || string(b) != body || r.Header.Get(HeaderForwarded) != "fake1" {
-					t.Errorf("%s %s reached the leader as %s %s %q (forwarded by %q)", rt.method, path, r.Method, r.URL.RequestURI(), b, r.Header.Get(HeaderForwarded))
+				if r.Method != rt.method || r.URL.RequestURI() != path || string(b) != body || r.Header.Get(api.HeaderForwarded) != "fake1" {
+					t.Errorf("%s %s reached the leader as %s %s %q (forwarded by %q)", rt.method, path, r.Method, r.URL.RequestURI(), b, r.Header.Get(api.HeaderForwarded))
 				}
 				if rec.Code != 200 || !strings.Contains(rec.Body.String(), "answered_by") {
 					t.Errorf("%s %s: the leader's answer did not come back: %d %s", rt.method, path, rec.Code, rec.Body)
@@ -438,16 +439,16 @@ func TestFollowerForwardsWhatOnlyTheLeaderAnswers(t *testing.T) {
 func TestForwardingFailures(t *testing.T) {
 	follower := func(f *fakeBackend, addr string) { f.leader, f.leaderAddr = false, addr }
 	handlerCase{name: "no leader known", method: "POST", target: "/v1/tasks", body: validSpec,
-		setup: func(f *fakeBackend) { follower(f, "") }, status: 503, code: CodeNotApplied, contains: "no cluster leader"}.run(t)
+		setup: func(f *fakeBackend) { follower(f, "") }, status: 503, code: api.CodeNotApplied, contains: "no cluster leader"}.run(t)
 
 	// A request forwarded once is not forwarded again.
 	f := newFake()
 	follower(f, "127.0.0.1:1")
 	rec := httptest.NewRecorder()
 	req := httptest.NewRequest("POST", "/v1/tasks", strings.NewReader(validSpec))
-	req.Header.Set(HeaderForwarded, "s2")
+	req.Header.Set(api.HeaderForwarded, "s2")
 	NewHandler(f, nil).ServeHTTP(rec, req)
-	if rec.Code != 503 || !strings.Contains(rec.Body.String(), CodeNotApplied) || !strings.Contains(rec.Body.String(), "forwarded by s2") {
+	if rec.Code != 503 || !strings.Contains(rec.Body.String(), api.CodeNotApplied) || !strings.Contains(rec.Body.String(), "forwarded by s2") {
 		t.Errorf("forwarded twice: %d %s", rec.Code, rec.Body)
 	}
 
@@ -459,7 +460,7 @@ func TestForwardingFailures(t *testing.T) {
 	dead := ln.Addr().String()
 	ln.Close()
 	handlerCase{name: "leader unreachable", method: "POST", target: "/v1/tasks", body: validSpec,
-		setup: func(f *fakeBackend) { follower(f, dead) }, status: 503, code: CodeNotApplied, contains: "unreachable"}.run(t)
+		setup: func(f *fakeBackend) { follower(f, dead) }, status: 503, code: api.CodeNotApplied, contains: "unreachable"}.run(t)
 
 	// A leader that takes the request and drops the connection.
 	drop := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -470,5 +471,5 @@ func TestForwardingFailures(t *testing.T) {
 	}))
 	defer drop.Close()
 	handlerCase{name: "leader lost mid-request", method: "POST", target: "/v1/tasks", body: validSpec,
-		setup: func(f *fakeBackend) { follower(f, strings.TrimPrefix(drop.URL, "http://")) }, status: 503, code: CodeOutcomeUnknown, contains: "outcome unknown"}.run(t)
+		setup: func(f *fakeBackend) { follower(f, strings.TrimPrefix(drop.URL, "http://")) }, status: 503, code: api.CodeOutcomeUnknown, contains: "outcome unknown"}.run(t)
 }

@@ -1,7 +1,8 @@
-package api
+package httpapi
 
 import (
 	"bytes"
+	"herd/api"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -18,12 +19,12 @@ func FuzzDecodeBody(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	targets := []func() any{
-		func() any { return &TaskSpec{} },
-		func() any { return &NodeRegistration{} },
-		func() any { return &ExplainRequest{} },
-		func() any { return &AttemptCompleteRequest{} },
-		func() any { return &JoinRequest{} },
-		func() any { return &DrainRequest{} },
+		func() any { return &api.TaskSpec{} },
+		func() any { return &api.NodeRegistration{} },
+		func() any { return &api.ExplainRequest{} },
+		func() any { return &api.AttemptCompleteRequest{} },
+		func() any { return &api.JoinRequest{} },
+		func() any { return &api.DrainRequest{} },
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
 		for _, mk := range targets {

@@ -1,4 +1,4 @@
-package api
+package httpapi
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"herd/api"
 	"io"
 	"net/http"
 	"strconv"
@@ -16,7 +17,7 @@ import (
 type OperatorBackend interface {
 	// Join adds a server as a voter once it answers at its address as
 	// that server, or refreshes a member's record.
-	Join(ctx context.Context, req JoinRequest) error
+	Join(ctx context.Context, req api.JoinRequest) error
 	// RemovePeer removes a server; unless forced, not when the voters
 	// left could not reach a quorum among those that answer.
 	RemovePeer(ctx context.Context, id string, force bool) error
@@ -30,8 +31,8 @@ type OperatorBackend interface {
 	SnapshotRestore(ctx context.Context, r io.Reader) error
 	// GossipKeyring answers the pool's keyring and who lacks it;
 	// ChangeGossipKeyring installs, uses or removes a key.
-	GossipKeyring() (GossipKeyring, error)
-	ChangeGossipKeyring(ctx context.Context, req GossipKeyringRequest) (GossipKeyring, error)
+	GossipKeyring() (api.GossipKeyring, error)
+	ChangeGossipKeyring(ctx context.Context, req api.GossipKeyringRequest) (api.GossipKeyring, error)
 }
 
 func (h *Handler) operatorRoutes() []route {
@@ -67,7 +68,7 @@ func (h *Handler) needsCertificate(r *http.Request, action, target string) error
 
 func (h *Handler) deletePeer(_ http.ResponseWriter, r *http.Request) (any, error) {
 	id := r.URL.Query().Get("id")
-	if !ValidID(id) {
+	if !api.ValidID(id) {
 		return nil, badRequest("query parameter id %q is not a valid server id", id)
 	}
 	if err := h.needsCertificate(r, "raft peer remove", id); err != nil {
@@ -103,11 +104,11 @@ func (h *Handler) deletePeer(_ http.ResponseWriter, r *http.Request) (any, error
 // member is audited; the record refreshes servers send every few seconds
 // are not.
 func (h *Handler) postJoin(w http.ResponseWriter, r *http.Request) (any, error) {
-	var req JoinRequest
+	var req api.JoinRequest
 	if err := decodeBody(w, r, &req); err != nil {
 		return nil, err
 	}
-	if !ValidID(req.ID) || req.RaftAddress == "" || req.HTTPAddress == "" {
+	if !api.ValidID(req.ID) || req.RaftAddress == "" || req.HTTPAddress == "" {
 		return nil, badRequest("join needs a valid id, raft_address and http_address")
 	}
 	if p := PrincipalOf(r.Context()); r.TLS != nil && !(p.Server && p.ServerID == req.ID) {
@@ -127,7 +128,7 @@ func (h *Handler) postJoin(w http.ResponseWriter, r *http.Request) (any, error) 
 
 func (h *Handler) putTransferLeadership(_ http.ResponseWriter, r *http.Request) (any, error) {
 	target := r.URL.Query().Get("id")
-	if target != "" && !ValidID(target) {
+	if target != "" && !api.ValidID(target) {
 		return nil, badRequest("query parameter id %q is not a valid server id", target)
 	}
 	// Recorded first: once leadership moves, this replica cannot write.
@@ -163,7 +164,7 @@ func (h *Handler) putSnapshot(w http.ResponseWriter, r *http.Request) (any, erro
 	if err := h.needsCertificate(r, "snapshot restore", ""); err != nil {
 		return nil, err
 	}
-	r.Body = http.MaxBytesReader(w, r.Body, MaxSnapshotBytes)
+	r.Body = http.MaxBytesReader(w, r.Body, api.MaxSnapshotBytes)
 	err := h.backend.SnapshotRestore(r.Context(), r.Body)
 	h.audit(r, "snapshot restore", "", err)
 	if err != nil {
@@ -181,7 +182,7 @@ func (h *Handler) getKeyring(http.ResponseWriter, *http.Request) (any, error) {
 }
 
 func (h *Handler) postKeyring(w http.ResponseWriter, r *http.Request) (any, error) {
-	var req GossipKeyringRequest
+	var req api.GossipKeyringRequest
 	if err := decodeBody(w, r, &req); err != nil {
 		return nil, err
 	}

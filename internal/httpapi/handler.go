@@ -1,9 +1,10 @@
-package api
+package httpapi
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"herd/api"
 	"net/http"
 	"net/http/pprof"
 	"slices"
@@ -12,21 +13,6 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
-)
-
-// Headers describing how fresh a read is, and the loop guard for forwarding.
-const (
-	HeaderIndex       = "X-Herd-Index"
-	HeaderLastContact = "X-Herd-Last-Contact"
-	HeaderKnownLeader = "X-Herd-Known-Leader"
-	HeaderForwarded   = "X-Herd-Forwarded-By"
-	// HeaderForwardedFor, on a forwarded request, is the address the
-	// original caller connected from (believed from a server only).
-	HeaderForwardedFor = "X-Herd-Forwarded-For"
-	// HeaderLeaderAddress, on an answer a follower forwarded, is the
-	// leader's HTTP address: a client that knows it sends its next writes
-	// there directly, sparing the follower and a hop.
-	HeaderLeaderAddress = "X-Herd-Leader-Address"
 )
 
 // ReadMeta describes the replica's view when it answered a read.
@@ -302,9 +288,9 @@ func (h *Handler) wrap(rt route, fn http.HandlerFunc) http.HandlerFunc {
 				}
 			}
 			meta := h.backend.ReadMeta()
-			w.Header().Set(HeaderIndex, strconv.FormatUint(meta.Index, 10))
-			w.Header().Set(HeaderLastContact, strconv.FormatInt(meta.LastContact.Milliseconds(), 10))
-			w.Header().Set(HeaderKnownLeader, strconv.FormatBool(meta.KnownLeader))
+			w.Header().Set(api.HeaderIndex, strconv.FormatUint(meta.Index, 10))
+			w.Header().Set(api.HeaderLastContact, strconv.FormatInt(meta.LastContact.Milliseconds(), 10))
+			w.Header().Set(api.HeaderKnownLeader, strconv.FormatBool(meta.KnownLeader))
 			guarded(w, r)
 		}
 	}
@@ -314,7 +300,7 @@ func (h *Handler) wrap(rt route, fn http.HandlerFunc) http.HandlerFunc {
 // mayForward reports whether a request answered locally could be sent to
 // the leader instead: this replica does not lead and nobody forwarded it.
 func (h *Handler) mayForward(r *http.Request) bool {
-	return !h.backend.IsLeader() && r.Header.Get(HeaderForwarded) == ""
+	return !h.backend.IsLeader() && r.Header.Get(api.HeaderForwarded) == ""
 }
 
 // ServeHTTP recovers from handler panics so that one bad request cannot
@@ -340,9 +326,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // stage instances are longer than an id and hold an '@'.
 func pathID(r *http.Request, what string) (string, error) {
 	id := r.PathValue("id")
-	valid := ValidID
+	valid := api.ValidID
 	if what == "job" || what == "task" {
-		valid = ValidRef
+		valid = api.ValidRef
 	}
 	if !valid(id) {
 		return "", badRequest("%q is not a valid %s id", id, what)

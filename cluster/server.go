@@ -111,7 +111,7 @@ type Server struct {
 	// clock, Unix nanoseconds): it judges only the leases it gave since.
 	leaderSince atomic.Int64
 	// binaryForms: every server reads the binary command forms, so the
-	// leader writes them (see forms.go).
+	// leader writes them (see commandforms.go).
 	binaryForms atomic.Bool
 	// leastForms is the oldest command forms a server in the Raft
 	// configuration reads, as the leader last looked (see FormsNeeded).

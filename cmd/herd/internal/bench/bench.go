@@ -1,3 +1,7 @@
+// Package bench is the benchmark behind `herd bench`: each step (one file
+// each) starts what it measures (in-process clusters, real processes,
+// simulated fleets) and reports throughput, latency, CPU and memory beside
+// the ceilings that bound them, as text and JSON.
 package bench
 
 import (

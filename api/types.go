@@ -257,8 +257,8 @@ type RaftServer struct {
 	HTTPAddress string `json:"http_address"`
 	Voter       bool   `json:"voter"`
 	Leader      bool   `json:"leader"`
-	// CommandForms is the newest command forms the server recorded that
-	// it reads (0: JSON only, or not recorded yet).
+	// CommandForms is the command forms the server recorded that it
+	// reads (0: not recorded yet).
 	CommandForms int `json:"command_forms"`
 }
 
@@ -305,8 +305,8 @@ type JoinRequest struct {
 	RaftAddress   string `json:"raft_address"`
 	HTTPAddress   string `json:"http_address"`
 	GossipAddress string `json:"gossip_address,omitempty"`
-	// CommandForms is the newest Raft command forms the server reads; a
-	// server older than the field sends none (0: JSON commands only).
+	// CommandForms is the Raft command forms the server reads; the
+	// leader refuses a server that reads older forms than the cluster's.
 	CommandForms int `json:"command_forms,omitempty"`
 	// UpdateOnly asks only that a member's record be brought up to date:
 	// a server the Raft configuration does not hold (an operator removed

@@ -197,10 +197,7 @@ func (s *Server) inConfiguration() bool {
 // serverMetaCheck is how often a replica compares its entry in the
 // server table with its real addresses; serverMetaRetry how soon it looks
 // again while it is not in the Raft configuration yet, or knows no
-// leader to record a difference with (a forming cluster). The leader
-// writes the compact command forms only once every server's entry says
-// it reads them, so until a new cluster's last entry lands its log is
-// written (and read by every replica) in JSON.
+// leader to record a difference with (a forming cluster).
 const (
 	serverMetaCheck = time.Second
 	serverMetaRetry = 100 * time.Millisecond

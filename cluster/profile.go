@@ -45,11 +45,6 @@ func (s *Server) profileLoop(ctx context.Context) {
 		if s.fsm.State().ProfileSettings() == want {
 			break
 		}
-		if !s.readsProfiles() {
-			// A replica of an older build would refuse the command.
-			sleepCtx(ctx, time.Second)
-			continue
-		}
 		if _, _, err := s.apply(ctx, fsm.MsgProfileSettings, fsm.ProfileSettingsRequest{Settings: want, Now: s.now().UTC()}); err != nil {
 			s.logger.Warn("could not commit the profile settings", "error", err)
 			sleepCtx(ctx, time.Second)
@@ -61,10 +56,6 @@ func (s *Server) profileLoop(ctx context.Context) {
 	marked := map[string]bool{}     // attempts proposed slow
 	var lastSlowScan time.Time
 	for ctx.Err() == nil {
-		if !s.readsProfiles() {
-			sleepCtx(ctx, time.Second)
-			continue
-		}
 		now := s.now().UTC()
 		nodes, err := s.fsm.State().Nodes()
 		if err != nil {
@@ -92,7 +83,7 @@ func (s *Server) profileLoop(ctx context.Context) {
 				}
 			}
 		}
-		if now.Sub(lastSlowScan) >= slowScanEvery && s.readsSlowAttempts() {
+		if now.Sub(lastSlowScan) >= slowScanEvery {
 			lastSlowScan = now
 			s.markSlowAttempts(ctx, now, marked)
 		}
@@ -186,36 +177,6 @@ func (s *Server) placeBackup(ctx context.Context, st *fsm.State, task *fsm.Task,
 	default:
 		s.logger.Debug("backup attempt refused", "task", task.ID, "error", err)
 	}
-}
-
-// readsSlowAttempts reports whether every server reads the attempt-slow
-// command.
-func (s *Server) readsSlowAttempts() bool {
-	servers, err := s.fsm.State().Servers()
-	if err != nil {
-		return false
-	}
-	for _, sv := range servers {
-		if sv.CommandForms < fsm.FormsNeeded(fsm.MsgAttemptSlow) {
-			return false
-		}
-	}
-	return len(servers) > 0
-}
-
-// readsProfiles reports whether every server reads the profile commands
-// (the command forms they record are those the commands need).
-func (s *Server) readsProfiles() bool {
-	servers, err := s.fsm.State().Servers()
-	if err != nil {
-		return false
-	}
-	for _, sv := range servers {
-		if sv.CommandForms < fsm.FormsNeeded(fsm.MsgProfileSettings) {
-			return false
-		}
-	}
-	return len(servers) > 0
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) {

@@ -10,8 +10,7 @@ import (
 // retentionLoop (leader-only) forgets finished tasks older than the
 // retention, in batches, so finished work does not accumulate forever;
 // then the finished jobs older than it whose tasks are all forgotten (a
-// schedule starts a run at every slot). Jobs are forgotten only while
-// every server reads the command that does it (see fsm.CommandForms).
+// schedule starts a run at every slot).
 func (s *Server) retentionLoop(ctx context.Context) {
 	keep := s.cfg.Scheduler.TaskRetention
 	if keep <= 0 {
@@ -31,13 +30,11 @@ func (s *Server) retentionLoop(ctx context.Context) {
 		}, func(ids []string) (fsm.MessageType, any) {
 			return fsm.MsgForgetTasks, fsm.ForgetTasksRequest{TaskIDs: ids}
 		})
-		if s.binaryForms.Load() {
-			s.forgetFinished(ctx, "jobs", keep, func(cutoff time.Time) []string {
-				return s.fsm.State().FinishedJobs(cutoff, forgetBatch)
-			}, func(ids []string) (fsm.MessageType, any) {
-				return fsm.MsgForgetJobs, fsm.ForgetJobsRequest{JobIDs: ids}
-			})
-		}
+		s.forgetFinished(ctx, "jobs", keep, func(cutoff time.Time) []string {
+			return s.fsm.State().FinishedJobs(cutoff, forgetBatch)
+		}, func(ids []string) (fsm.MessageType, any) {
+			return fsm.MsgForgetJobs, fsm.ForgetJobsRequest{JobIDs: ids}
+		})
 	}
 }
 

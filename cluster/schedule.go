@@ -136,12 +136,7 @@ func (c serverCommitter) Commit(ctx context.Context, reserves []fsm.ReserveReque
 	batch := s.cfg.Scheduler.BatchSize
 	cmds := make([][]byte, 0, len(reserves))
 	for _, r := range reserves {
-		b, err := s.encodeReserve(r)
-		if err != nil {
-			s.logger.Error("encode reservation", "task", r.TaskID, "error", err)
-			continue
-		}
-		cmds = append(cmds, b)
+		cmds = append(cmds, fsm.EncodeReserve(r))
 	}
 	accepted := s.commitPlacements(ctx, cmds, batch)
 	if len(explains) > 0 {

@@ -59,10 +59,6 @@ type Options struct {
 	// (Raft, forwarding to the leader, asking peers to join); fault tests
 	// route links through it.
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
-	// ReadsJSONOnly makes the replica record that it reads JSON commands
-	// only, and write only those when it leads, as a build older than the
-	// binary forms would (tests of rolling upgrades).
-	ReadsJSONOnly bool
 }
 
 // Server is one running replica.
@@ -110,16 +106,7 @@ type Server struct {
 	// leaderSince is when this replica last became a ready leader (its
 	// clock, Unix nanoseconds): it judges only the leases it gave since.
 	leaderSince atomic.Int64
-	// binaryForms: every server reads the binary command forms, so the
-	// leader writes them (see commandforms.go).
-	binaryForms atomic.Bool
-	// leastForms is the oldest command forms a server in the Raft
-	// configuration reads, as the leader last looked (see FormsNeeded).
-	leastForms atomic.Int64
-	// formsUnknown: some server in the configuration has not recorded
-	// its forms yet (it started a moment ago).
-	formsUnknown atomic.Bool
-	// commandForms is the newest forms this replica says it reads.
+	// commandForms is the command forms this replica says it reads.
 	commandForms int
 
 	shutdownCtx    context.Context
@@ -226,7 +213,6 @@ func newServer(cfg config.Server, opts Options, logger hclog.Logger, material *p
 			func(ctx context.Context, s *Server) { s.reclaimLoop(ctx) },
 			func(ctx context.Context, s *Server) { s.livenessLoop(ctx) },
 			func(ctx context.Context, s *Server) { s.retentionLoop(ctx) },
-			func(ctx context.Context, s *Server) { s.commandFormsLoop(ctx) },
 			func(ctx context.Context, s *Server) { s.profileLoop(ctx) },
 			func(ctx context.Context, s *Server) { s.cronLoop(ctx) },
 		}, opts.LeaderLoops...),
@@ -241,9 +227,6 @@ func newServer(cfg config.Server, opts Options, logger hclog.Logger, material *p
 	}
 	s.dial = opts.Dial
 	s.commandForms = fsm.CommandForms
-	if opts.ReadsJSONOnly {
-		s.commandForms = 0
-	}
 	if s.dial == nil {
 		s.dial = (&net.Dialer{}).DialContext
 	}
@@ -445,10 +428,6 @@ func (s *Server) monitorLeadership() {
 // address, then runs the leader loops until ctx ends.
 func (s *Server) leadership(ctx context.Context) {
 	defer s.leaderReady.Store(false)
-	// What the servers read is learned again each term, before the
-	// leader's own loops write anything.
-	defer s.binaryForms.Store(false)
-	defer s.leastForms.Store(0)
 	// Each Barrier gets ApplyTimeout: raft may never answer one across a
 	// leadership change, and a leader that never became ready would leave
 	// the cluster refusing every write. After three failures in a row the
@@ -479,16 +458,11 @@ func (s *Server) leadership(ctx context.Context) {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
-	// Decided before the replica serves writes as leader (a flag left
-	// from an earlier term may be stale), and again once its own record
-	// is written.
-	s.refreshCommandForms()
 	s.leaderSince.Store(s.now().UnixNano())
 	s.leaderReady.Store(true)
 	if err := s.upsertServerMeta(ctx, s.selfJoinRequest()); err != nil {
 		s.logger.Warn("could not record own address", "error", err)
 	}
-	s.refreshCommandForms()
 	s.logger.Info("leadership established", "index", s.fsm.Index())
 	var wg sync.WaitGroup
 	for _, loop := range s.leaderLoops {

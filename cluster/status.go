@@ -153,12 +153,7 @@ func (s *Server) RaftStats() map[string]string {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	st["go_heap_inuse_bytes"] = fmt.Sprint(ms.HeapInuse)
-	// Which command forms this replica writes when it leads, and what it
-	// has applied: during an upgrade, whether the new forms are in use.
-	st["command_forms_written"] = "json"
-	if s.binaryForms.Load() {
-		st["command_forms_written"] = "binary"
-	}
+	// The commands this replica applied in each form since it started.
 	appliedJSON, appliedBinary := s.fsm.AppliedForms()
 	st["fsm_commands_json"], st["fsm_commands_binary"] = fmt.Sprint(appliedJSON), fmt.Sprint(appliedBinary)
 	st["go_sys_bytes"] = fmt.Sprint(ms.Sys)

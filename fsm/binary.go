@@ -10,31 +10,13 @@ import (
 	"herd/scheduler"
 )
 
-// binaryVersion is the payload version of commands encoded in herd's
-// compact binary form instead of JSON. The commands every task goes
-// through use it (submission, explanation of a wait, reservation, attempt
-// start and end): the leader writes hundreds of them per entry, every
-// replica decodes every one, and the binary form decodes several times
-// faster than JSON and takes about a third of its bytes in the log. A
-// replica that predates a binary form refuses such entries (the version
-// byte), so a leader writes them only while every server reads them (see
-// CommandForms).
-//
-// Version 3 added a task shape's on_disconnect, after its other fields;
-// version 4 its class, size, tiers, inputs, outputs and input paths,
-// after that; version 5 its driver, image and network. A submission of an
-// older version is read as before, without them. Version 6 added an
-// attempt end's OnlyReserved, after its other fields; an end of an older
-// version is read as an unconditional one.
-const binaryVersion = 7
-
-// shapeFormVersion is the newest version that changed how a submission's
-// shape encodes: from it on, the shape's bytes in a submission are the
-// key replicas share shapes by.
-const shapeFormVersion = 7
-
-// oldBinaryVersion is the oldest binary form still read.
-const oldBinaryVersion = 2
+// The binary form is the one form of the commands every task goes
+// through (submission, explanation of a wait, reservation, attempt start
+// and end): the leader writes hundreds of them per entry, every replica
+// decodes every one, and the binary form decodes several times faster
+// than JSON and takes about a third of its bytes in the log. Each
+// payload is the request's fields in declaration order; its version byte
+// is CommandForms.
 
 // EncodeReserve encodes a reservation in the binary payload form: the
 // fields in declaration order, strings and integers as (u)varints, and
@@ -42,7 +24,7 @@ const oldBinaryVersion = 2
 // epoch (read back in UTC).
 func EncodeReserve(r ReserveRequest) []byte {
 	buf := make([]byte, 0, 2+3*(1+32)+6*binary.MaxVarintLen64)
-	buf = append(buf, byte(MsgReserve), binaryVersion)
+	buf = append(buf, byte(MsgReserve), CommandForms)
 	buf = appendString(buf, r.TaskID)
 	buf = appendString(buf, r.AttemptID)
 	buf = binary.AppendVarint(buf, int64(r.Number))
@@ -54,16 +36,13 @@ func EncodeReserve(r ReserveRequest) []byte {
 	return append(buf, boolByte(r.Backup))
 }
 
-// decodeReserveVersion decodes a reservation written in the binary form
-// of the given version.
-func decodeReserveVersion(payload []byte, version byte) (*ReserveRequest, error) {
+// decodeReserve decodes a reservation written in the binary form.
+func decodeReserve(payload []byte) (*ReserveRequest, error) {
 	d := decoder{buf: payload}
 	r := &ReserveRequest{
 		TaskID: d.string(), AttemptID: d.string(), Number: int(d.varint()), NodeID: d.string(),
 		SessionGeneration: d.uvarint(), Score: d.varint(), Now: d.time(), HeartbeatTTL: time.Duration(d.varint()),
-	}
-	if version >= 7 {
-		r.Backup = d.bool()
+		Backup: d.bool(),
 	}
 	if err := d.finish(); err != nil {
 		return nil, fmt.Errorf("%w: reserve: %v", ErrMalformedCommand, err)
@@ -76,7 +55,7 @@ func decodeReserveVersion(payload []byte, version byte) (*ReserveRequest, error)
 // appendShape), which ends the payload.
 func EncodeSubmitTask(r SubmitTaskRequest) []byte {
 	buf := make([]byte, 0, 256) // a typical spec's size; append grows it for larger ones
-	buf = append(buf, byte(MsgSubmitTask), binaryVersion)
+	buf = append(buf, byte(MsgSubmitTask), CommandForms)
 	buf = appendString(buf, r.ID)
 	buf = appendTime(buf, r.SubmittedAt)
 	buf = appendString(buf, r.Spec.Name)
@@ -121,19 +100,17 @@ func appendShape(buf []byte, s *TaskShape) []byte {
 }
 
 func decodeSubmitTask(payload []byte) (*SubmitTaskRequest, error) {
-	return decodeSubmitTaskWith(payload, nil, binaryVersion)
+	return decodeSubmitTaskWith(payload, nil)
 }
 
 // decodeSubmitTaskWith decodes a submission. A shape the interner already
 // holds is not decoded again: its encoding is its key, and equal
 // encodings decode to equal shapes.
-func decodeSubmitTaskWith(payload []byte, in *interner, version byte) (*SubmitTaskRequest, error) {
+func decodeSubmitTaskWith(payload []byte, in *interner) (*SubmitTaskRequest, error) {
 	d := decoder{buf: payload}
 	r := &SubmitTaskRequest{ID: d.string(), SubmittedAt: d.time()}
 	r.Spec.Name, r.Spec.IdempotencyKey = d.string(), d.string()
-	// A version 2 shape is not its encoding in today's form: the interner
-	// computes that key itself.
-	if d.err == nil && version >= shapeFormVersion {
+	if d.err == nil {
 		r.shapeKey = d.buf
 		if sh := in.known(d.buf); sh != nil {
 			r.Spec.TaskShape, r.shapeShared = sh, true
@@ -144,26 +121,17 @@ func decodeSubmitTaskWith(payload []byte, in *interner, version byte) (*SubmitTa
 		Priority: int(d.varint()), Command: d.strings(), Env: d.stringMap(),
 		Capability: d.string(), CapabilityVersion: d.string(), RequiredLabels: d.stringMap(), PreferredLabels: d.stringMap(),
 		Resources: d.resources(), TimeoutSeconds: d.varint(), MaxAttempts: int(d.varint()), Submitter: d.string(),
+		OnDisconnect: d.string(), Class: d.string(), Size: d.string(),
 	}
-	if version >= 3 {
-		r.Spec.OnDisconnect = d.string()
-	}
-	if version >= 4 {
-		r.Spec.Class, r.Spec.Size = d.string(), d.string()
-		if tiers := d.string(); tiers != "" {
-			r.Spec.Tiers = make([]scheduler.Tier, len(tiers))
-			for i := range len(tiers) {
-				r.Spec.Tiers[i] = scheduler.Tier(tiers[i])
-			}
+	if tiers := d.string(); tiers != "" {
+		r.Spec.Tiers = make([]scheduler.Tier, len(tiers))
+		for i := range len(tiers) {
+			r.Spec.Tiers[i] = scheduler.Tier(tiers[i])
 		}
-		r.Spec.Inputs, r.Spec.Outputs, r.Spec.InputPaths = d.strings(), d.strings(), d.strings()
 	}
-	if version >= 5 {
-		r.Spec.Driver, r.Spec.Image, r.Spec.Network = d.string(), d.string(), d.string()
-	}
-	if version >= 7 {
-		r.Spec.Speculative = d.bool()
-	}
+	r.Spec.Inputs, r.Spec.Outputs, r.Spec.InputPaths = d.strings(), d.strings(), d.strings()
+	r.Spec.Driver, r.Spec.Image, r.Spec.Network = d.string(), d.string(), d.string()
+	r.Spec.Speculative = d.bool()
 	if err := d.finish(); err != nil {
 		return nil, fmt.Errorf("%w: submit: %v", ErrMalformedCommand, err)
 	}
@@ -173,7 +141,7 @@ func decodeSubmitTaskWith(payload []byte, in *interner, version byte) (*SubmitTa
 // EncodeAttemptStart encodes an attempt's start in the binary form.
 func EncodeAttemptStart(r AttemptStartRequest) []byte {
 	buf := make([]byte, 0, 2+3*binary.MaxVarintLen64+1+len(r.AttemptID))
-	buf = append(buf, byte(MsgAttemptStart), binaryVersion)
+	buf = append(buf, byte(MsgAttemptStart), CommandForms)
 	buf = appendString(buf, r.AttemptID)
 	buf = binary.AppendUvarint(buf, r.LeaseVersion)
 	return appendTime(buf, r.Now)
@@ -191,7 +159,7 @@ func decodeAttemptStart(payload []byte) (*AttemptStartRequest, error) {
 // EncodeAttemptEnd encodes an attempt's end in the binary form.
 func EncodeAttemptEnd(r AttemptEndRequest) []byte {
 	buf := make([]byte, 0, 3+10*binary.MaxVarintLen64+len(r.AttemptID)+len(r.State)+len(r.OutputTail)+len(r.Error))
-	buf = append(buf, byte(MsgAttemptEnd), binaryVersion)
+	buf = append(buf, byte(MsgAttemptEnd), CommandForms)
 	buf = appendString(buf, r.AttemptID)
 	buf = binary.AppendUvarint(buf, r.LeaseVersion)
 	buf = appendString(buf, string(r.State))
@@ -204,23 +172,13 @@ func EncodeAttemptEnd(r AttemptEndRequest) []byte {
 	return append(buf, boolByte(r.InputUnavailable))
 }
 
+// decodeAttemptEnd decodes an attempt's end written in the binary form.
 func decodeAttemptEnd(payload []byte) (*AttemptEndRequest, error) {
-	return decodeAttemptEndVersion(payload, binaryVersion)
-}
-
-// decodeAttemptEndVersion decodes an attempt's end written in the binary
-// form of the given version.
-func decodeAttemptEndVersion(payload []byte, version byte) (*AttemptEndRequest, error) {
 	d := decoder{buf: payload}
 	r := &AttemptEndRequest{
 		AttemptID: d.string(), LeaseVersion: d.uvarint(), State: AttemptState(d.string()), ExitCode: int(d.varint()),
 		OutputTail: d.string(), Error: d.string(), Now: d.time(), RetryAt: d.time(),
-	}
-	if version >= 6 {
-		r.OnlyReserved = d.bool()
-	}
-	if version >= 7 {
-		r.InputUnavailable = d.bool()
+		OnlyReserved: d.bool(), InputUnavailable: d.bool(),
 	}
 	if err := d.finish(); err != nil {
 		return nil, fmt.Errorf("%w: attempt end: %v", ErrMalformedCommand, err)
@@ -233,7 +191,7 @@ func decodeAttemptEndVersion(payload []byte, version byte) (*AttemptEndRequest, 
 // backlog writes as many of them as submissions.
 func EncodeExplain(r ExplainRequest) []byte {
 	buf := make([]byte, 0, 2+4*binary.MaxVarintLen64+1+len(r.TaskID)+len(r.Summary))
-	buf = append(buf, byte(MsgExplain), binaryVersion)
+	buf = append(buf, byte(MsgExplain), CommandForms)
 	buf = appendString(buf, r.TaskID)
 	buf = appendString(buf, r.Summary)
 	return appendTime(buf, r.Now)
@@ -246,15 +204,6 @@ func decodeExplain(payload []byte) (*ExplainRequest, error) {
 		return nil, fmt.Errorf("%w: explain: %v", ErrMalformedCommand, err)
 	}
 	return r, nil
-}
-
-// hasBinaryForm tells the message types with a binary payload form.
-func hasBinaryForm(t MessageType) bool {
-	switch t {
-	case MsgSubmitTask, MsgReserve, MsgAttemptStart, MsgAttemptEnd, MsgExplain:
-		return true
-	}
-	return false
 }
 
 func appendStrings(buf []byte, ss []string) []byte {

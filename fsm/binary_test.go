@@ -24,7 +24,7 @@ func TestReserveBinaryRoundTrip(t *testing.T) {
 			SessionGeneration: rapid.Uint64().Draw(rt, "session"), Score: rapid.Int64().Draw(rt, "score"),
 			Now: drawTime(rt, "now"), HeartbeatTTL: time.Duration(rapid.Int64().Draw(rt, "ttl")), Backup: rapid.Bool().Draw(rt, "backup"),
 		}
-		checkBinary(rt, EncodeReserve(r), MsgReserve, func(p []byte) (*ReserveRequest, error) { return decodeReserveVersion(p, binaryVersion) }, r)
+		checkBinary(rt, EncodeReserve(r), MsgReserve, decodeReserve, r)
 	})
 }
 
@@ -51,7 +51,7 @@ func drawMap(rt *rapid.T, label string) map[string]string {
 // payload must be refused.
 func checkBinary[R any](rt *rapid.T, enc []byte, want MessageType, decode func([]byte) (*R, error), r R) {
 	h, payload, err := decodeHeader(enc)
-	if err != nil || h.typ != want || !h.binary {
+	if c, _ := commandOf(h.typ); err != nil || h.typ != want || c.form != formBinary {
 		rt.Fatalf("header %+v, %v", h, err)
 	}
 	got, err := decode(payload)
@@ -173,91 +173,6 @@ func TestBinaryMapsHaveOneEncoding(t *testing.T) {
 	}
 }
 
-// TestBinaryAndJSONCommandsApplyAlike: a task's whole life (submission,
-// explanation, reservation, start, end) in either encoding leaves replicas in the same
-// state, so entries older versions wrote in JSON replay as they did.
-func TestBinaryAndJSONCommandsApplyAlike(t *testing.T) {
-	now := epoch.Add(1234567891 * time.Nanosecond)
-	hashes := map[string]string{}
-	for name, encode := range map[string]func(MessageType, any) []byte{
-		"json": func(mt MessageType, v any) []byte {
-			b, err := EncodeJSON(mt, v)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return b
-		},
-		"binary": func(mt MessageType, v any) []byte {
-			b := mustEncode(t, mt, v)
-			if h, _, err := decodeHeader(b); err != nil || !h.binary {
-				t.Fatalf("%s encoded as %+v (%v), want the binary form", mt, h, err)
-			}
-			return b
-		},
-	} {
-		h := newHarness(t)
-		n := h.register("n1", scheduler.Resources{CPUMillis: 4000, MemoryMB: 4096}, 4)
-		spec := testSpec("key")
-		spec.RequiredLabels, spec.Resources = map[string]string{}, scheduler.Resources{CPUMillis: 100, MemoryMB: 64}
-		res := h.applyBatch(
-			encode(MsgSubmitTask, SubmitTaskRequest{ID: "t1", SubmittedAt: now, Spec: spec}),
-			encode(MsgExplain, ExplainRequest{TaskID: "t1", Summary: "no node has 100 CPU millis free", Now: now}),
-			encode(MsgReserve, ReserveRequest{TaskID: "t1", AttemptID: "a1", Number: 1, NodeID: "n1", SessionGeneration: n.SessionGeneration, Score: 7, Now: now, HeartbeatTTL: time.Minute}))
-		if err, isErr := res[1].(error); isErr {
-			t.Fatalf("%s explanation: %v", name, err)
-		}
-		r, ok := res[2].(*ReserveResult)
-		if !ok {
-			t.Fatalf("%s reservation: %v", name, res[2])
-		}
-		lease := r.Attempt.LeaseVersion
-		res = h.applyBatch(
-			encode(MsgAttemptStart, AttemptStartRequest{AttemptID: "a1", LeaseVersion: lease, Now: now.Add(time.Second)}),
-			encode(MsgAttemptEnd, AttemptEndRequest{AttemptID: "a1", LeaseVersion: lease, State: AttemptFailed, ExitCode: 3,
-				OutputTail: "boom", Error: "exit status 3", Now: now.Add(2 * time.Second), RetryAt: now.Add(time.Minute)}))
-		for i, r := range res {
-			if _, ok := r.(*AttemptResult); !ok {
-				t.Fatalf("%s report %d: %v", name, i, r)
-			}
-		}
-		sum, err := h.f.State().Hash()
-		if err != nil {
-			t.Fatal(err)
-		}
-		hashes[name] = sum
-	}
-	if hashes["json"] != hashes["binary"] {
-		t.Fatalf("states differ: %v", hashes)
-	}
-}
-
-// Submissions in the binary forms of version 2 (before on_disconnect),
-// 3 (before class, size, tiers, inputs and outputs), 4 (before driver,
-// image and network), 5 and 6 (before speculative) are still read, and
-// applied as today's without the fields they lack.
-func TestSubmitOlderBinaryVersionsAreRead(t *testing.T) {
-	r := SubmitTaskRequest{ID: "t1", SubmittedAt: epoch, Spec: testSpec("k")}
-	v4 := EncodeSubmitTask(r)
-	if !bytes.Equal(v4[len(v4)-11:], make([]byte, 11)) {
-		t.Fatalf("today's form does not end with eleven empty fields: %x", v4[len(v4)-12:])
-	}
-	for _, c := range []struct {
-		version byte
-		cut     int
-	}{{2, 11}, {3, 10}, {4, 4}, {5, 1}, {6, 1}} {
-		old := append([]byte{v4[0], c.version}, v4[2:len(v4)-c.cut]...)
-		f := New(nil)
-		res, ok := f.ApplyBytes(1, old).(*SubmitResult)
-		if !ok {
-			t.Fatalf("a version %d submission: %#v", c.version, f.ApplyBytes(1, old))
-		}
-		task, err := f.State().Task(res.Task.ID)
-		if err != nil || task.Spec.OnDisconnect != "" || task.Spec.Class != "" || task.Spec.Submitter != r.Spec.Submitter || !reflect.DeepEqual(task.Spec.Command, r.Spec.Command) {
-			t.Fatalf("version %d decoded as %+v (%v)", c.version, task, err)
-		}
-	}
-}
-
 func drawTiers(rt *rapid.T) []scheduler.Tier {
 	n := rapid.IntRange(0, 3).Draw(rt, "tiers")
 	if n == 0 {
@@ -282,35 +197,13 @@ func drawNames(rt *rapid.T, label string) []string {
 	return out
 }
 
-// An attempt end in the binary form of version 5 (before OnlyReserved)
-// is read as an unconditional one, one of version 6 (before
-// InputUnavailable) as a plain end, and a flag other than 0 or 1 is
-// refused.
-func TestAttemptEndOlderBinaryVersionIsRead(t *testing.T) {
+// An attempt end's flags are one byte each, 0 or 1: any other value is
+// refused rather than read as true.
+func TestAttemptEndFlagsAreZeroOrOne(t *testing.T) {
 	r := AttemptEndRequest{AttemptID: "a1", LeaseVersion: 7, State: AttemptLost, ExitCode: -1, Error: "reclaimed", Now: epoch, RetryAt: epoch, OnlyReserved: true, InputUnavailable: true}
 	enc := EncodeAttemptEnd(r)
-	if enc[len(enc)-2] != 1 || enc[len(enc)-1] != 1 {
-		t.Fatalf("today's form does not end with the flags: %x", enc[len(enc)-2:])
-	}
-	for _, c := range []struct {
-		version byte
-		cut     int
-		clear   func(*AttemptEndRequest)
-	}{
-		{5, 2, func(r *AttemptEndRequest) { r.OnlyReserved, r.InputUnavailable = false, false }},
-		{6, 1, func(r *AttemptEndRequest) { r.InputUnavailable = false }},
-	} {
-		old := append([]byte{enc[0], c.version}, enc[2:len(enc)-c.cut]...)
-		h, payload, err := decodeHeader(old)
-		if err != nil || !h.binary {
-			t.Fatalf("a version %d end: %+v, %v", c.version, h, err)
-		}
-		got, err := decodeAttemptEndVersion(payload, h.version)
-		want := r
-		c.clear(&want)
-		if err != nil || !reflect.DeepEqual(*got, want) {
-			t.Fatalf("a version %d end decoded as %+v (%v), want %+v", c.version, got, err, want)
-		}
+	if got, err := decodeAttemptEnd(enc[2:]); err != nil || !reflect.DeepEqual(*got, r) {
+		t.Fatalf("decoded as %+v (%v), want %+v", got, err, r)
 	}
 	bad := bytes.Clone(enc)
 	bad[len(bad)-1] = 2

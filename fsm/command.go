@@ -10,8 +10,8 @@ import (
 
 // MessageType is the first byte of every Raft entry herd writes.
 //
-// Payloads are JSON, except the commands every task goes through, which
-// have a compact binary form (binary.go). JSON was chosen over msgpack
+// Payloads are JSON, except the commands every task goes through, whose
+// one form is a compact binary one (binary.go); codec.go says which. JSON was chosen over msgpack
 // because encoding/json is in the standard library, writes map keys in
 // sorted order (so the same command always encodes to the same bytes),
 // rejects malformed input with an error instead of a panic, and keeps
@@ -66,18 +66,11 @@ const (
 	MsgCancelJob  MessageType = 29
 	MsgFireJob    MessageType = 30
 	MsgRerunStage MessageType = 31
-	// MsgForgetJobs removes finished jobs (retention). It came with the
-	// command forms of version 6 and is written only while every server
-	// reads them (see CommandForms).
+	// MsgForgetJobs removes finished jobs (retention).
 	MsgForgetJobs MessageType = 32
-	// MsgAttemptSlow marks a running attempt slow. It came with the
-	// command forms of version 7.
+	// MsgAttemptSlow marks a running attempt slow.
 	MsgAttemptSlow MessageType = 33
 )
-
-// payloadVersion is the version byte written after the type. A replica
-// refuses a payload version it does not know rather than misreading it.
-const payloadVersion = 1
 
 // maxBatch bounds the number of commands one entry may carry, so a corrupt
 // length prefix cannot make Apply allocate without limit.
@@ -90,80 +83,55 @@ var ErrUnknownCommand = errors.New("unknown command type")
 // ErrMalformedCommand is returned for an entry that cannot be decoded.
 var ErrMalformedCommand = errors.New("malformed command")
 
-// CommandForms names the newest command forms this build reads: the
-// binary payloads of binaryVersion, besides JSON. A replica refuses a
-// command in a form it does not read, and its state falls behind the
-// others', so a leader writes these forms only once every server in the
-// Raft configuration has recorded that it reads them (Server.CommandForms)
-// and JSON (EncodeJSON) until then: a rolling upgrade from a build without
-// them stays consistent. A command new with a version is written under
-// the same rule: forget-jobs came with version 6.
-const CommandForms = binaryVersion
+// CommandForms is the version of the command forms this build writes
+// and reads: every command's second byte. Each command has one form
+// (codec.go), and a replica refuses a command of a version it does not
+// read rather than misreading it. Every server records the forms it
+// reads (Server.CommandForms), and the leader refuses a server that
+// would join a cluster with older forms; a build that changes a form
+// gives it the next version and keeps reading the one before.
+const CommandForms = 1
 
-// FormsNeeded is the oldest command forms (see CommandForms) a server
-// must report for its build to be sure to apply a command of type t; 0
-// for the commands every build that reports forms applies. Each is the
-// first forms version released after its commands: the profile commands
-// came with version 4, the job commands while 4 was current (a build
-// reporting 4 may predate them), forget-jobs with 6, attempt-slow with 7. The node
-// conditions, ACL, audit and keyring commands predate some builds that
-// report forms too, and are not held back: an audit record goes with
-// every write under ACLs, and refusing it would stop an upgrade's
-// writes.
-func FormsNeeded(t MessageType) int {
-	switch t &^ IgnoreUnknownFlag {
-	case MsgProfileSettings, MsgNodeProfile, MsgNodeDatasets, MsgNodeTier, MsgNodeHealthCheck:
-		return 4
-	case MsgSubmitJob, MsgCancelJob, MsgFireJob, MsgRerunStage:
-		return 5
-	case MsgForgetJobs:
-		return 6
-	case MsgAttemptSlow:
-		return 7
-	}
-	return 0
-}
-
-// Encode builds one command: type byte, version byte, payload. The
-// commands every task goes through (submission, explanation, reservation,
-// attempt start and end) get their binary form (see binaryVersion); the
-// others JSON.
+// Encode builds one command: type byte, version byte, payload in the
+// command's one form (the binary form for the commands every task goes
+// through, JSON for the others).
 func Encode(t MessageType, payload any) ([]byte, error) {
-	switch p := payload.(type) {
-	case SubmitTaskRequest:
-		if t == MsgSubmitTask {
-			return EncodeSubmitTask(p), nil
-		}
-	case ReserveRequest:
-		if t == MsgReserve {
-			return EncodeReserve(p), nil
-		}
-	case AttemptStartRequest:
-		if t == MsgAttemptStart {
-			return EncodeAttemptStart(p), nil
-		}
-	case AttemptEndRequest:
-		if t == MsgAttemptEnd {
-			return EncodeAttemptEnd(p), nil
-		}
-	case ExplainRequest:
-		if t == MsgExplain {
-			return EncodeExplain(p), nil
-		}
+	c, ok := commandOf(t)
+	if !ok || c.apply == nil {
+		return nil, fmt.Errorf("encode: %w %s", ErrUnknownCommand, t)
 	}
-	return EncodeJSON(t, payload)
-}
-
-// EncodeJSON builds one command with a JSON payload, the form every type
-// can be read in (replicas read the entries older versions wrote).
-func EncodeJSON(t MessageType, payload any) ([]byte, error) {
+	if c.form == formBinary {
+		switch p := payload.(type) {
+		case SubmitTaskRequest:
+			if t == MsgSubmitTask {
+				return EncodeSubmitTask(p), nil
+			}
+		case ReserveRequest:
+			if t == MsgReserve {
+				return EncodeReserve(p), nil
+			}
+		case AttemptStartRequest:
+			if t == MsgAttemptStart {
+				return EncodeAttemptStart(p), nil
+			}
+		case AttemptEndRequest:
+			if t == MsgAttemptEnd {
+				return EncodeAttemptEnd(p), nil
+			}
+		case ExplainRequest:
+			if t == MsgExplain {
+				return EncodeExplain(p), nil
+			}
+		}
+		return nil, fmt.Errorf("encode %s: a %T is not its request", t, payload)
+	}
 	body, err := json.Marshal(payload)
 	if err != nil {
 		return nil, fmt.Errorf("encode %s: %w", t, err)
 	}
 	buf := make([]byte, 2, 2+len(body))
 	buf[0] = byte(t)
-	buf[1] = payloadVersion
+	buf[1] = CommandForms
 	return append(buf, body...), nil
 }
 
@@ -176,7 +144,7 @@ func EncodeBatch(cmds [][]byte) []byte {
 	}
 	buf := make([]byte, 2, size)
 	buf[0] = byte(MsgBatch)
-	buf[1] = payloadVersion
+	buf[1] = CommandForms
 	buf = binary.AppendUvarint(buf, uint64(len(cmds)))
 	for _, c := range cmds {
 		buf = binary.AppendUvarint(buf, uint64(len(c)))
@@ -201,23 +169,19 @@ func DecodeBatch(entry []byte) ([][]byte, error) {
 type header struct {
 	typ       MessageType
 	ignorable bool
-	binary    bool // payload in the binary form (binaryVersion), not JSON
-	version   byte // the payload version byte
+	version   byte // the command forms it was written in
 }
 
-// decodeHeader splits an entry into its header and payload.
+// decodeHeader splits an entry into its header and payload. A version
+// other than CommandForms is refused: this build reads one.
 func decodeHeader(buf []byte) (header, []byte, error) {
 	if len(buf) < 2 {
 		return header{}, nil, fmt.Errorf("%w: entry of %d bytes is shorter than its header", ErrMalformedCommand, len(buf))
 	}
 	t := MessageType(buf[0])
 	h := header{typ: t &^ IgnoreUnknownFlag, ignorable: t&IgnoreUnknownFlag != 0, version: buf[1]}
-	switch {
-	case buf[1] == payloadVersion:
-	case buf[1] >= oldBinaryVersion && buf[1] <= binaryVersion && hasBinaryForm(h.typ):
-		h.binary = true
-	default:
-		return h, nil, fmt.Errorf("%w: %s payload version %d not supported", ErrMalformedCommand, h.typ, buf[1])
+	if h.version != CommandForms {
+		return h, nil, fmt.Errorf("%w: %s in command forms %d; this build reads forms %d", ErrMalformedCommand, h.typ, h.version, CommandForms)
 	}
 	return h, buf[2:], nil
 }
@@ -246,73 +210,8 @@ func splitBatch(payload []byte) ([][]byte, error) {
 }
 
 func (t MessageType) String() string {
-	switch t &^ IgnoreUnknownFlag {
-	case MsgBatch:
-		return "batch"
-	case MsgNoop:
-		return "noop"
-	case MsgUpsertServer:
-		return "upsert-server"
-	case MsgRemoveServer:
-		return "remove-server"
-	case MsgSubmitTask:
-		return "submit-task"
-	case MsgRegisterNode:
-		return "register-node"
-	case MsgReserve:
-		return "reserve"
-	case MsgAttemptStart:
-		return "attempt-start"
-	case MsgAttemptEnd:
-		return "attempt-end"
-	case MsgNodeDrain:
-		return "node-drain"
-	case MsgNodeEligible:
-		return "node-eligibility"
-	case MsgHeartbeat:
-		return "heartbeat"
-	case MsgExplain:
-		return "explain"
-	case MsgCancelTask:
-		return "cancel-task"
-	case MsgNodeDown:
-		return "node-down"
-	case MsgNodeLiveness:
-		return "node-liveness"
-	case MsgForgetTasks:
-		return "forget-tasks"
-	case MsgNodeConditions:
-		return "node-conditions"
-	case MsgACLToken:
-		return "acl-token"
-	case MsgACLTokenDelete:
-		return "acl-token-delete"
-	case MsgAudit:
-		return "audit"
-	case MsgGossipKeyring:
-		return "gossip-keyring"
-	case MsgProfileSettings:
-		return "profile-settings"
-	case MsgNodeProfile:
-		return "node-profile"
-	case MsgNodeDatasets:
-		return "node-datasets"
-	case MsgNodeTier:
-		return "node-tier"
-	case MsgNodeHealthCheck:
-		return "node-health-check"
-	case MsgSubmitJob:
-		return "submit-job"
-	case MsgCancelJob:
-		return "cancel-job"
-	case MsgFireJob:
-		return "fire-job"
-	case MsgForgetJobs:
-		return "forget-jobs"
-	case MsgRerunStage:
-		return "rerun-stage"
-	case MsgAttemptSlow:
-		return "attempt-slow"
+	if c, ok := commandOf(t); ok {
+		return c.name
 	}
 	return fmt.Sprintf("type-%d", uint8(t))
 }
@@ -334,7 +233,8 @@ type SubmitTaskRequest struct {
 	SubmittedAt time.Time `json:"submitted_at"`
 	Spec        TaskSpec  `json:"spec"`
 	// shapeKey is the spec's shape as encoded in the binary form it was
-	// decoded from (nil from JSON): the interner's key for the shape.
+	// decoded from (nil when it was built in memory, as in tests): the
+	// interner's key for the shape.
 	// shapeShared says the decoder already took the shape from the
 	// interner.
 	shapeKey    []byte
@@ -367,9 +267,7 @@ type ReserveRequest struct {
 	Now               time.Time     `json:"now"`
 	HeartbeatTTL      time.Duration `json:"heartbeat_ttl"`
 	// Backup reserves a speculative task's backup attempt beside its slow
-	// current one (see TaskShape.Speculative). Only the binary form
-	// (version 7) carries it: the leader proposes backups only once every
-	// server reads those forms.
+	// current one (see TaskShape.Speculative).
 	Backup bool `json:"-"`
 }
 
@@ -394,15 +292,11 @@ type AttemptEndRequest struct {
 	// OnlyReserved makes the end apply only to an attempt still RESERVED:
 	// the leader reclaims an attempt its agent never started, and a start
 	// that commits between the leader's look and the reclaim's commit
-	// keeps its attempt. Only the binary form (version 6) carries it, so
-	// a replica that reads JSON alone never sees a condition it would
-	// ignore; in JSON the end is unconditional.
+	// keeps its attempt.
 	OnlyReserved bool `json:"-"`
 	// InputUnavailable marks a LOST end whose attempt could not fetch an
 	// input from any live node: neither the task's fault nor the node's,
 	// it uses none of the task's attempts and counts against no node.
-	// Only the binary form (version 7) carries it; in JSON the end is a
-	// plain LOST.
 	InputUnavailable bool `json:"-"`
 }
 

@@ -6,7 +6,6 @@
 package fsm
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"sync"
@@ -128,116 +127,25 @@ func (f *FSM) applyEntry(db *store, index uint64, data []byte) any {
 }
 
 func (f *FSM) applyOne(db *store, index uint64, h header, payload []byte) any {
-	var resp any
-	var err error
-	if h.binary {
+	c, ok := commandOf(h.typ)
+	if !ok || c.apply == nil {
+		if h.ignorable {
+			f.logger.Warn("skipping unknown ignorable command", "index", index, "type", h.typ)
+			return nil
+		}
+		f.logger.Error("refusing unknown command", "index", index, "type", h.typ)
+		return fmt.Errorf("%w %s at index %d", ErrUnknownCommand, h.typ, index)
+	}
+	if c.form == formBinary {
 		f.appliedBinary.Add(1)
 	} else {
 		f.appliedJSON.Add(1)
 	}
-	t := h.typ
-	switch t {
-	case MsgNoop:
-		return nil
-	case MsgUpsertServer:
-		resp, err = applyJSON(payload, func(r *UpsertServerRequest) (any, error) { return applyUpsertServer(db, index, r) })
-	case MsgRemoveServer:
-		resp, err = applyJSON(payload, func(r *RemoveServerRequest) (any, error) { return applyRemoveServer(db, r) })
-	case MsgSubmitTask:
-		decode := func(p []byte) (*SubmitTaskRequest, error) { return decodeSubmitTaskWith(p, db.w.interner, h.version) }
-		resp, err = applyEncoded(h, payload, decode, func(r *SubmitTaskRequest) (any, error) { return applySubmitTask(db, index, r) })
-	case MsgRegisterNode:
-		resp, err = applyJSON(payload, func(r *RegisterNodeRequest) (any, error) { return applyRegisterNode(db, index, r) })
-	case MsgReserve:
-		decode := func(p []byte) (*ReserveRequest, error) { return decodeReserveVersion(p, h.version) }
-		resp, err = applyEncoded(h, payload, decode, func(r *ReserveRequest) (any, error) { return applyReserve(db, index, r) })
-	case MsgAttemptStart:
-		resp, err = applyEncoded(h, payload, decodeAttemptStart, func(r *AttemptStartRequest) (any, error) { return applyAttemptStart(db, index, r) })
-	case MsgAttemptEnd:
-		decode := func(p []byte) (*AttemptEndRequest, error) { return decodeAttemptEndVersion(p, h.version) }
-		resp, err = applyEncoded(h, payload, decode, func(r *AttemptEndRequest) (any, error) { return applyAttemptEnd(db, index, r) })
-	case MsgNodeDrain:
-		resp, err = applyJSON(payload, func(r *NodeDrainRequest) (any, error) { return applyNodeDrain(db, index, r) })
-	case MsgNodeEligible:
-		resp, err = applyJSON(payload, func(r *NodeEligibilityRequest) (any, error) { return applyNodeEligibility(db, index, r) })
-	case MsgHeartbeat:
-		resp, err = applyJSON(payload, func(r *HeartbeatRequest) (any, error) { return applyHeartbeat(db, index, r) })
-	case MsgExplain:
-		resp, err = applyEncoded(h, payload, decodeExplain, func(r *ExplainRequest) (any, error) { return applyExplain(db, index, r) })
-	case MsgCancelTask:
-		resp, err = applyJSON(payload, func(r *CancelTaskRequest) (any, error) { return applyCancelTask(db, index, r) })
-	case MsgNodeDown:
-		resp, err = applyJSON(payload, func(r *NodeDownRequest) (any, error) { return applyNodeDown(db, index, r) })
-	case MsgNodeLiveness:
-		resp, err = applyJSON(payload, func(r *NodeLivenessRequest) (any, error) { return applyNodeLiveness(db, index, r) })
-	case MsgForgetJobs:
-		resp, err = applyJSON(payload, func(r *ForgetJobsRequest) (any, error) { return applyForgetJobs(db, r) })
-	case MsgForgetTasks:
-		resp, err = applyJSON(payload, func(r *ForgetTasksRequest) (any, error) { return applyForgetTasks(db, r) })
-	case MsgNodeConditions:
-		resp, err = applyJSON(payload, func(r *NodeConditionsRequest) (any, error) { return applyNodeConditions(db, index, r) })
-	case MsgACLToken:
-		resp, err = applyJSON(payload, func(r *ACLTokenRequest) (any, error) { return applyACLToken(db, index, r) })
-	case MsgACLTokenDelete:
-		resp, err = applyJSON(payload, func(r *ACLTokenDeleteRequest) (any, error) { return applyACLTokenDelete(db, r) })
-	case MsgAudit:
-		resp, err = applyJSON(payload, func(r *AuditRequest) (any, error) { return applyAudit(db, index, r) })
-	case MsgGossipKeyring:
-		resp, err = applyJSON(payload, func(r *GossipKeyringRequest) (any, error) { return applyGossipKeyring(db, index, r) })
-	case MsgProfileSettings:
-		resp, err = applyJSON(payload, func(r *ProfileSettingsRequest) (any, error) { return applyProfileSettings(db, index, r) })
-	case MsgNodeProfile:
-		resp, err = applyJSON(payload, func(r *NodeProfileRequest) (any, error) { return applyNodeProfile(db, index, r) })
-	case MsgNodeDatasets:
-		resp, err = applyJSON(payload, func(r *NodeDatasetsRequest) (any, error) { return applyNodeDatasets(db, index, r) })
-	case MsgNodeTier:
-		resp, err = applyJSON(payload, func(r *NodeTierRequest) (any, error) { return applyNodeTier(db, index, r) })
-	case MsgNodeHealthCheck:
-		resp, err = applyJSON(payload, func(r *NodeHealthCheckRequest) (any, error) { return applyNodeHealthCheck(db, index, r) })
-	case MsgSubmitJob:
-		resp, err = applyJSON(payload, func(r *SubmitJobRequest) (any, error) { return applySubmitJob(db, index, r) })
-	case MsgCancelJob:
-		resp, err = applyJSON(payload, func(r *CancelJobRequest) (any, error) { return applyCancelJob(db, index, r) })
-	case MsgFireJob:
-		resp, err = applyJSON(payload, func(r *FireJobRequest) (any, error) { return applyFireJob(db, index, r) })
-	case MsgRerunStage:
-		resp, err = applyJSON(payload, func(r *RerunStageRequest) (any, error) { return applyRerunStage(db, index, r) })
-	case MsgAttemptSlow:
-		resp, err = applyJSON(payload, func(r *AttemptSlowRequest) (any, error) { return applyAttemptSlow(db, index, r) })
-	default:
-		if h.ignorable {
-			f.logger.Warn("skipping unknown ignorable command", "index", index, "type", t)
-			return nil
-		}
-		f.logger.Error("refusing unknown command", "index", index, "type", t)
-		return fmt.Errorf("%w %s at index %d", ErrUnknownCommand, t, index)
-	}
+	resp, err := c.apply(db, index, payload)
 	if err != nil {
 		return err
 	}
 	return resp
-}
-
-// applyJSON decodes a payload into R and runs fn on it.
-func applyJSON[R any](payload []byte, fn func(*R) (any, error)) (any, error) {
-	var req R
-	if err := json.Unmarshal(payload, &req); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrMalformedCommand, err)
-	}
-	return fn(&req)
-}
-
-// applyEncoded decodes a payload in its binary form or JSON, as its
-// header says, and runs fn on it.
-func applyEncoded[R any](h header, payload []byte, decode func([]byte) (*R, error), fn func(*R) (any, error)) (any, error) {
-	if !h.binary {
-		return applyJSON(payload, fn)
-	}
-	r, err := decode(payload)
-	if err != nil {
-		return nil, err
-	}
-	return fn(r)
 }
 
 // Snapshot returns a point-in-time view; taking it costs O(1) because the

@@ -66,13 +66,13 @@ func TestInvalidSpecIsRejectedNotPanicked(t *testing.T) {
 
 func TestUnknownAndMalformedEntries(t *testing.T) {
 	f := New(nil)
-	if err, ok := f.ApplyBytes(1, []byte{99, payloadVersion, '{', '}'}).(error); !ok || !errors.Is(err, ErrUnknownCommand) {
+	if err, ok := f.ApplyBytes(1, []byte{99, CommandForms, '{', '}'}).(error); !ok || !errors.Is(err, ErrUnknownCommand) {
 		t.Fatalf("unknown type: want ErrUnknownCommand, got %v", err)
 	}
-	if resp := f.ApplyBytes(2, []byte{99 | byte(IgnoreUnknownFlag), payloadVersion}); resp != nil {
+	if resp := f.ApplyBytes(2, []byte{99 | byte(IgnoreUnknownFlag), CommandForms}); resp != nil {
 		t.Fatalf("ignorable unknown type: want nil, got %#v", resp)
 	}
-	for i, data := range [][]byte{nil, {5}, {5, 9, '{'}, {byte(MsgSubmitTask), payloadVersion, '['}, {byte(MsgBatch), payloadVersion, 0xff}} {
+	for i, data := range [][]byte{nil, {5}, {5, 9, '{'}, {byte(MsgSubmitTask), CommandForms, '['}, {byte(MsgBatch), CommandForms, 0xff}} {
 		if err, ok := f.ApplyBytes(uint64(3+i), data).(error); !ok || !errors.Is(err, ErrMalformedCommand) {
 			t.Fatalf("entry %d %q: want ErrMalformedCommand, got %#v", i, data, f.ApplyBytes(uint64(3+i), data))
 		}
@@ -300,5 +300,39 @@ func TestRestoreReadsOtherFramings(t *testing.T) {
 		if restore(text) != want {
 			t.Fatal("restored state differs")
 		}
+	}
+}
+
+// Every command number up to the newest has an entry with its own name
+// and one form, a binary command refuses a payload of another type, and
+// a command in forms this build does not read is refused.
+func TestCommandTableIsComplete(t *testing.T) {
+	names := map[string]MessageType{}
+	for typ := MsgBatch; typ <= MsgAttemptSlow; typ++ {
+		c, ok := commandOf(typ)
+		if !ok {
+			t.Fatalf("command %d has no entry", typ)
+		}
+		if prev, dup := names[c.name]; dup {
+			t.Fatalf("commands %d and %d are both named %q", prev, typ, c.name)
+		}
+		names[c.name] = typ
+		if typ != MsgBatch && c.apply == nil {
+			t.Fatalf("command %s has no apply", c.name)
+		}
+		if typ.String() != c.name || (typ|IgnoreUnknownFlag).String() != c.name {
+			t.Fatalf("command %d is called %q", typ, typ.String())
+		}
+	}
+	if _, ok := commandOf(MsgAttemptSlow + 1); ok {
+		t.Fatal("a command past the newest has an entry")
+	}
+	if _, err := Encode(MsgReserve, ExplainRequest{TaskID: "t"}); err == nil {
+		t.Fatal("a reservation encoded from an explanation")
+	}
+	enc := mustEncode(t, MsgCancelTask, CancelTaskRequest{TaskID: "t"})
+	enc[1] = CommandForms + 1
+	if err, ok := New(nil).ApplyBytes(1, enc).(error); !ok || !errors.Is(err, ErrMalformedCommand) || !strings.Contains(err.Error(), "command forms 2") {
+		t.Fatalf("a command in newer forms: %v", err)
 	}
 }

@@ -31,28 +31,9 @@ func seedCommands(f *testing.F) {
 		f.Add(b)
 		f.Add(EncodeBatch([][]byte{b, b}))
 	}
-	// Encode writes the per-task commands in their binary form; their
-	// JSON form is still read (entries older versions wrote).
-	for _, c := range []struct {
-		t MessageType
-		v any
-	}{
-		{MsgSubmitTask, SubmitTaskRequest{ID: "t1", SubmittedAt: now, Spec: testSpec("k")}},
-		{MsgReserve, ReserveRequest{TaskID: "t1", AttemptID: "a1", Number: 1, NodeID: "n1", SessionGeneration: 1, Now: now, HeartbeatTTL: time.Minute}},
-		{MsgAttemptStart, AttemptStartRequest{AttemptID: "a1", LeaseVersion: 3, Now: now}},
-		{MsgExplain, ExplainRequest{TaskID: "t1", Summary: "waiting", Now: now}},
-		{MsgAttemptEnd, AttemptEndRequest{AttemptID: "a1", LeaseVersion: 3, State: AttemptFailed, Now: now}},
-	} {
-		b, err := EncodeJSON(c.t, c.v)
-		if err != nil {
-			f.Fatal(err)
-		}
-		f.Add(b)
-		f.Add(EncodeBatch([][]byte{b, b}))
-	}
 	f.Add([]byte{})
-	f.Add([]byte{byte(MsgBatch), payloadVersion, 0xff, 0xff})
-	f.Add([]byte{0x80 | 77, payloadVersion})
+	f.Add([]byte{byte(MsgBatch), CommandForms, 0xff, 0xff})
+	f.Add([]byte{0x80 | 77, CommandForms})
 }
 
 // FuzzApply: arbitrary bytes as a Raft entry never panic, and whatever

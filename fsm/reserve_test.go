@@ -578,12 +578,4 @@ func TestReclaimSparesAStartedAttempt(t *testing.T) {
 	if t2, _ := h.f.State().Task("t2"); t2.State != TaskPending {
 		t.Fatalf("the reclaimed attempt's task is %s, want it requeued", t2.State)
 	}
-	h.index++
-	asJSON, err := EncodeJSON(MsgAttemptEnd, reclaim("a3"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if r, ok := h.f.ApplyBytes(h.index, asJSON).(*AttemptResult); !ok || r.Attempt.State != AttemptLost {
-		t.Fatalf("a reclaim in JSON ends a started attempt as before: %#v", r)
-	}
 }

@@ -633,9 +633,8 @@ type Server struct {
 	HTTPAddress string `json:"http_address"`
 	// GossipAddress is where the replica gossips ("" without gossip).
 	GossipAddress string `json:"gossip_address,omitempty"`
-	// CommandForms is the newest command forms the replica reads (see
-	// CommandForms); 0 from a replica older than the field, which reads
-	// JSON commands only.
+	// CommandForms is the command forms the replica reads (see
+	// CommandForms).
 	CommandForms int    `json:"command_forms,omitempty"`
 	ModifyIndex  uint64 `json:"modify_index"`
 }

@@ -138,8 +138,11 @@ func TestCLIAgainstACluster(t *testing.T) {
 		t.Fatalf("list-peers (exit %d):\n%s", code, out)
 	}
 	// Every replica checks its own state: three answers, all sound.
-	out, errOut, code = herd("operator", "debug", "check-state")
-	if code != 0 || strings.Count(out, " ok") != 3 {
+	// A server is asked once its HTTP address is recorded.
+	if !test.Eventually(20*time.Second, func() bool {
+		out, errOut, code = herd("operator", "debug", "check-state")
+		return code == 0 && strings.Count(out, " ok") == 3
+	}) {
 		t.Fatalf("check-state (exit %d): %s\n%s", code, errOut, out)
 	}
 	// Followers answer from what they applied: once all three have

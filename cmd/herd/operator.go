@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"os"
@@ -65,10 +66,15 @@ func runCheckState(e *env, args []string) error {
 		one := cf
 		one.address = srv.HTTPAddress
 		var a answer
-		c, err := one.client()
-		if err == nil {
-			c.Retries = 2
-			a.StateCheck, err = c.CheckState(ctx)
+		var err error
+		if srv.HTTPAddress == "" {
+			err = errors.New("no HTTP address recorded yet (a server that just started records it within seconds)")
+		} else {
+			var c *api.Client
+			if c, err = one.client(); err == nil {
+				c.Retries = 2
+				a.StateCheck, err = c.CheckState(ctx)
+			}
 		}
 		if err != nil {
 			a.Server, a.Error = srv.ID, err.Error()

@@ -173,31 +173,6 @@ func (s *site) endProfiles() {
 	}
 }
 
-// awaitBinaryForms waits until the leader, server li, writes the binary
-// command forms, as the in-process steps' clusters do before they are
-// measured: a forming cluster writes JSON until every server has
-// recorded that it reads them, and a step measured from its first second
-// would count that formation's cost as every task's.
-func (s *site) awaitBinaryForms(li int) error {
-	cl, err := api.NewClient(s.http[li])
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	for {
-		st, err := cl.RaftStats(ctx)
-		if err == nil && st["command_forms_written"] == "binary" {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("the leader did not start writing the binary command forms in 30 s (last: %q, %v)", st["command_forms_written"], err)
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-}
-
 // highestTerm is the highest Raft term a server answers with (0 when none
 // answers): its growth over a step is the elections held meanwhile.
 func (s *site) highestTerm() int { return highestTerm(http.DefaultClient, s.http) }
@@ -369,9 +344,6 @@ func runProcessSite(exe, dir, profiles string, agents, tasks int) (processRun, e
 	li := s.leaderIndex()
 	if li < 0 {
 		return out, errors.New("no leader")
-	}
-	if err := s.awaitBinaryForms(li); err != nil {
-		return out, err
 	}
 	pids := func(cs []*exec.Cmd) []int {
 		var p []int

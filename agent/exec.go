@@ -103,49 +103,70 @@ func (a *Agent) runProcess(ctx context.Context, as api.Assignment) outcome {
 		}
 		return outcome{state: api.AttemptFailed, exitCode: -1, err: msg}
 	}
-	var (
-		cmd    *exec.Cmd
-		limits limitHandle
-	)
+	cmd, limits, failed := a.prepareCommand(ctx, att, spec, workDir, inputs, logFile)
+	if failed != nil {
+		return *failed
+	}
+	defer limits.Release()
+	out, timedOut, launched := a.runToEnd(ctx, att, spec, cmd, limits, logFile, tail)
+	if !launched {
+		return out
+	}
+	contained = limits.Contained()
+	a.settle(ctx, att, spec, workDir, &out, timedOut, limits, logFile)
+	return out
+}
+
+// prepareCommand builds the attempt's process: a container run from its
+// image under the runtime's limits (the oci driver), or the command in
+// its working directory under this agent's limiter. A failure is the
+// attempt's outcome.
+func (a *Agent) prepareCommand(ctx context.Context, att api.Attempt, spec api.TaskSpec, workDir, inputs string, logFile *attemptLog) (*exec.Cmd, limitHandle, *outcome) {
 	if spec.Driver == api.DriverOCI {
 		// The container runtime applies the limits, from the spec it is
 		// given; the runtime's run is the attempt's process.
-		c, ccmd, note, err := a.prepareContainer(ctx, att, spec, workDir, inputs, a.taskEnv(att, spec))
+		c, cmd, note, err := a.prepareContainer(ctx, att, spec, workDir, inputs, a.taskEnv(att, spec))
 		if err != nil {
 			msg := pullFailure(err)
 			logFile.Note("--- herd: "+msg+"\n", true)
-			return outcome{state: api.AttemptFailed, exitCode: -1, err: msg}
+			return nil, nil, &outcome{state: api.AttemptFailed, exitCode: -1, err: msg}
 		}
 		logFile.Note("--- herd: "+note+"\n", false)
-		cmd, limits = ccmd, c
 		if f, err := devNull(); err == nil {
 			cmd.Stdin = f
 		}
-	} else {
-		cmd = a.taskCommand(att, spec, workDir)
-		if inputs != "" {
-			cmd.Env = append(cmd.Env, "HERD_INPUTS="+inputs)
-		}
-		if limits, err = a.limiter.Prepare(att.ID, spec.Resources, cmd.SysProcAttr); err != nil {
-			return outcome{state: api.AttemptFailed, exitCode: -1, err: fmt.Sprintf("set up %s limits: %v", a.limiter.Name(), err)}
-		}
+		return cmd, c, nil
 	}
-	defer limits.Release()
+	cmd := a.taskCommand(att, spec, workDir)
+	if inputs != "" {
+		cmd.Env = append(cmd.Env, "HERD_INPUTS="+inputs)
+	}
+	limits, err := a.limiter.Prepare(att.ID, spec.Resources, cmd.SysProcAttr)
+	if err != nil {
+		return nil, nil, &outcome{state: api.AttemptFailed, exitCode: -1, err: fmt.Sprintf("set up %s limits: %v", a.limiter.Name(), err)}
+	}
+	return cmd, limits, nil
+}
+
+// runToEnd launches the process with its output to the log and the tail,
+// waits for its end (the timeout, or ctx taking it back), and leaves
+// nothing of its process group behind. launched is false when it never
+// started (out then says why).
+func (a *Agent) runToEnd(ctx context.Context, att api.Attempt, spec api.TaskSpec, cmd *exec.Cmd, limits limitHandle, logFile *attemptLog, tail *tailBuffer) (out outcome, timedOut, launched bool) {
 	r, w, err := outputPipe()
 	if err != nil {
-		return outcome{state: api.AttemptFailed, exitCode: -1, err: fmt.Sprintf("output pipe: %v", err)}
+		return outcome{state: api.AttemptFailed, exitCode: -1, err: fmt.Sprintf("output pipe: %v", err)}, false, false
 	}
 	cmd.Stdout, cmd.Stderr = w, w
-	launched := time.Now()
+	started := time.Now()
 	err = limits.Launch(cmd)
 	w.Close()
 	if err != nil {
 		r.Close()
 		msg := fmt.Sprintf("start %q: %v", spec.Command[0], err)
 		logFile.Note("--- herd: "+msg+"\n", true)
-		return outcome{state: api.AttemptFailed, exitCode: 127, err: msg}
+		return outcome{state: api.AttemptFailed, exitCode: 127, err: msg}, false, false
 	}
-	contained = false
 	pid := cmd.Process.Pid
 	if err := limits.Started(pid); err != nil {
 		a.logger.Warn("limits not applied", "attempt", att.ID, "method", a.limiter.Name(), "error", err)
@@ -172,9 +193,8 @@ func (a *Agent) runProcess(ctx context.Context, as api.Assignment) outcome {
 	killGroup(pid)
 	limits.KillAll()
 	if a.cfg.OnRun != nil {
-		a.cfg.OnRun(RunRecord{Node: a.cfg.ID, Task: att.TaskID, Attempt: att.ID, Started: launched, Ended: time.Now()})
+		a.cfg.OnRun(RunRecord{Node: a.cfg.ID, Task: att.TaskID, Attempt: att.ID, Started: started, Ended: time.Now()})
 	}
-	contained = limits.Contained()
 	select {
 	case <-copied:
 	case <-time.After(2 * time.Second):
@@ -183,11 +203,18 @@ func (a *Agent) runProcess(ctx context.Context, as api.Assignment) outcome {
 		<-copied
 	}
 	r.Close()
-
-	out := outcome{tail: tail.String(), abandoned: abandoned}
+	out = outcome{tail: tail.String(), abandoned: abandoned}
 	out.exitCode, out.err = exitStatus(cmd.ProcessState, waitErr)
-	a.judge(&out, timedOut, timeout, limits, spec)
-	if fence := fenced(ctx); abandoned && fence != nil {
+	return out, timedOut, true
+}
+
+// settle judges how the attempt ended (limits, timeout, a lease lost or
+// the lease guard's stop), keeps its outputs when it succeeded, and
+// notes the end in its log.
+func (a *Agent) settle(ctx context.Context, att api.Attempt, spec api.TaskSpec, workDir string, out *outcome, timedOut bool, limits limitHandle, logFile *attemptLog) {
+	timeout := time.Duration(derefInt64(spec.TimeoutSeconds, api.DefaultTimeoutSeconds)) * time.Second
+	a.judge(out, timedOut, timeout, limits, spec)
+	if fence := fenced(ctx); out.abandoned && fence != nil {
 		// Stopped for want of a lease: reported LOST, with why, once the
 		// cluster can be reached.
 		out.abandoned, out.state, out.exitCode, out.err = false, api.AttemptLost, -1, fence.msg
@@ -207,7 +234,6 @@ func (a *Agent) runProcess(ctx context.Context, as api.Assignment) outcome {
 		a.profile.keepOutputs(att.TaskID, workDir, spec.Outputs)
 	}
 	logFile.Note(fmt.Sprintf("--- herd: %s, exit code %d %s\n", out.state, out.exitCode, out.err), out.state != api.AttemptSucceeded)
-	return out
 }
 
 // waitProcess waits for a started process to exit and reaps it, waiting

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"sort"
 	"strconv"
 	"strings"
@@ -92,6 +93,17 @@ func runNodeStatus(e *env, args []string) error {
 		return printJSON(e.stdout, n)
 	}
 	tb := &table{}
+	addNodeState(tb, n)
+	addNodeJudgement(tb, n)
+	images := addNodeContainers(ctx, cl, tb, n)
+	tb.write(e.stdout)
+	writeNodeSections(e.stdout, n, images)
+	return nil
+}
+
+// addNodeState adds who the node is and what it holds: state, session,
+// labels, capabilities, slots and resources.
+func addNodeState(tb *table, n api.Node) {
 	tb.add("ID", n.ID)
 	tb.add("Address", n.Address)
 	tb.add("Management", n.Management)
@@ -123,6 +135,11 @@ func runNodeStatus(e *env, args []string) error {
 	tb.add("Total", resources(n.Resources))
 	tb.add("Reserved", resources(n.Reserved))
 	tb.add("Free", resources(n.Free))
+}
+
+// addNodeJudgement adds what the cluster judged of the node: tier,
+// health, quarantine, health check, profile, link and datasets.
+func addNodeJudgement(tb *table, n api.Node) {
 	tier := tierText(n)
 	if n.Tier.Base != "" && n.Tier.Base != n.Tier.Tier && !n.Tier.Pinned {
 		tier += fmt.Sprintf(" (profile says %s, demoted %d)", n.Tier.Base, n.Tier.Demotions)
@@ -151,18 +168,7 @@ func runNodeStatus(e *env, args []string) error {
 		}
 		tb.add("Health check", fmt.Sprintf("#%d (%s): %s", hc.Requested, hc.Why, state))
 	}
-	profile := "not measured"
-	if p := n.Profile; p != nil {
-		profile = fmt.Sprintf("%d cores, %d MB memory, %d MB disk free (static figures only)", p.Cores, p.MemoryMB, p.DiskFreeMB)
-		if p.Benchmarked {
-			profile = fmt.Sprintf("cpu %d MB/s per core × %d cores, memory %d MB/s, fsync %d µs, %d MB memory, %d MB disk free; measured %s in %d ms",
-				p.CPUScore, p.Cores, p.MemoryMBps, p.FsyncMicros, p.MemoryMB, p.DiskFreeMB, ago(p.MeasuredAt), p.BenchMillis)
-			if p.Rounds > 0 {
-				profile += fmt.Sprintf(" (medians of %d round(s); spread cpu %d%%, memory %d%%)", p.Rounds, p.CPUSpreadPct, p.MemorySpreadPct)
-			}
-		}
-	}
-	tb.add("Profile", profile)
+	tb.add("Profile", profileText(n.Profile))
 	if p := n.Profile; p != nil && p.RTTMicros > 0 {
 		tb.add("Link", fmt.Sprintf("%d µs round trip to the servers, %d MB/s", p.RTTMicros, p.NetworkMBps))
 	}
@@ -173,63 +179,78 @@ func runNodeStatus(e *env, args []string) error {
 		}
 		tb.add("Datasets", strings.Join(parts, ", "))
 	}
-	// The runtime and image cache are the agent's to tell, asked live.
-	var images []api.CachedImage
-	if ic, err := cl.NodeImages(ctx, n.ID); err != nil {
+}
+
+// profileText is a node's measured profile in one line.
+func profileText(p *api.NodeProfile) string {
+	if p == nil {
+		return "not measured"
+	}
+	if !p.Benchmarked {
+		return fmt.Sprintf("%d cores, %d MB memory, %d MB disk free (static figures only)", p.Cores, p.MemoryMB, p.DiskFreeMB)
+	}
+	text := fmt.Sprintf("cpu %d MB/s per core × %d cores, memory %d MB/s, fsync %d µs, %d MB memory, %d MB disk free; measured %s in %d ms",
+		p.CPUScore, p.Cores, p.MemoryMBps, p.FsyncMicros, p.MemoryMB, p.DiskFreeMB, ago(p.MeasuredAt), p.BenchMillis)
+	if p.Rounds > 0 {
+		text += fmt.Sprintf(" (medians of %d round(s); spread cpu %d%%, memory %d%%)", p.Rounds, p.CPUSpreadPct, p.MemorySpreadPct)
+	}
+	return text
+}
+
+// addNodeContainers asks the node's agent, live, for its container
+// runtime and image cache, adds them and returns the cached images.
+func addNodeContainers(ctx context.Context, cl *api.Client, tb *table, n api.Node) []api.CachedImage {
+	ic, err := cl.NodeImages(ctx, n.ID)
+	if err != nil {
 		tb.add("Containers", fmt.Sprintf("unknown: %v", err))
-	} else {
-		rt := ic.Runtime + " (capability oci@1)"
-		if ic.Runtime == "" {
-			rt = ic.RuntimeProblem
-		}
-		tb.add("Containers", rt)
-		tb.add("Image cache", fmt.Sprintf("%s of %s used, %d images; %d pulled, %d from the cache, %d failed",
-			humanBytes(ic.UsedBytes), humanBytes(ic.MaxBytes), len(ic.Images), ic.Pulls-ic.Failures, ic.Hits, ic.Failures))
-		images = ic.Images
+		return nil
 	}
-	tb.write(e.stdout)
-	if len(images) > 0 {
-		fmt.Fprintln(e.stdout, "\nImages")
-		it := &table{}
-		it.add("REF", "DIGEST", "SIZE", "LAYERS", "LAST USED", "IN USE")
-		for _, im := range images {
-			it.add(im.Ref, im.Digest, humanBytes(im.Bytes), strconv.Itoa(im.Layers), ago(im.LastUsed), strconv.Itoa(im.InUse))
-		}
-		it.write(e.stdout)
+	rt := ic.Runtime + " (capability oci@1)"
+	if ic.Runtime == "" {
+		rt = ic.RuntimeProblem
 	}
-	if len(n.History) > 0 {
-		fmt.Fprintln(e.stdout, "\nHistory by class")
-		ht := &table{}
-		ht.add("CLASS", "RUNS", "FAILURES", "TYPICAL", "FLEET MEDIAN", "RECENT", "FAST FAILS IN A ROW")
-		for _, c := range n.History {
-			recent := make([]string, len(c.RecentMillis))
-			for i, ms := range c.RecentMillis {
-				recent[i] = (time.Duration(ms) * time.Millisecond).String()
-			}
-			ht.add(c.Class, strconv.FormatInt(c.Runs, 10), strconv.FormatInt(c.Failures, 10), (time.Duration(c.EWMAMillis) * time.Millisecond).String(),
-				(time.Duration(c.FleetMedianMillis) * time.Millisecond).String(), strings.Join(recent, " "), strconv.Itoa(c.FastStreak))
+	tb.add("Containers", rt)
+	tb.add("Image cache", fmt.Sprintf("%s of %s used, %d images; %d pulled, %d from the cache, %d failed",
+		humanBytes(ic.UsedBytes), humanBytes(ic.MaxBytes), len(ic.Images), ic.Pulls-ic.Failures, ic.Hits, ic.Failures))
+	return ic.Images
+}
+
+// writeNodeSections writes the node's tables below its summary: images,
+// history by class, events and attempts, each only when it has rows.
+func writeNodeSections(w io.Writer, n api.Node, images []api.CachedImage) {
+	section := func(title string, header []string, rows int, row func(i int) []string) {
+		if rows == 0 {
+			return
 		}
-		ht.write(e.stdout)
-	}
-	if len(n.Events) > 0 {
-		fmt.Fprintln(e.stdout, "\nEvents")
-		ev := &table{}
-		ev.add("TIME", "INDEX", "EVENT", "DETAIL")
-		for _, x := range n.Events {
-			ev.add(ago(x.Time), strconv.FormatUint(x.Index, 10), x.Kind, x.Message)
+		fmt.Fprintln(w, "\n"+title)
+		t := &table{}
+		t.add(header...)
+		for i := range rows {
+			t.add(row(i)...)
 		}
-		ev.write(e.stdout)
+		t.write(w)
 	}
-	if len(n.Attempts) > 0 {
-		fmt.Fprintln(e.stdout, "\nAttempts")
-		at := &table{}
-		at.add("ID", "#", "STATE", "LEASE", "RESERVED", "FINISHED")
-		for _, a := range n.Attempts {
-			at.add(a.ID, strconv.Itoa(a.Number), a.State, strconv.FormatUint(a.LeaseVersion, 10), ago(a.ReservedAt), ago(a.FinishedAt))
+	section("Images", []string{"REF", "DIGEST", "SIZE", "LAYERS", "LAST USED", "IN USE"}, len(images), func(i int) []string {
+		im := images[i]
+		return []string{im.Ref, im.Digest, humanBytes(im.Bytes), strconv.Itoa(im.Layers), ago(im.LastUsed), strconv.Itoa(im.InUse)}
+	})
+	section("History by class", []string{"CLASS", "RUNS", "FAILURES", "TYPICAL", "FLEET MEDIAN", "RECENT", "FAST FAILS IN A ROW"}, len(n.History), func(i int) []string {
+		c := n.History[i]
+		recent := make([]string, len(c.RecentMillis))
+		for i, ms := range c.RecentMillis {
+			recent[i] = (time.Duration(ms) * time.Millisecond).String()
 		}
-		at.write(e.stdout)
-	}
-	return nil
+		return []string{c.Class, strconv.FormatInt(c.Runs, 10), strconv.FormatInt(c.Failures, 10), (time.Duration(c.EWMAMillis) * time.Millisecond).String(),
+			(time.Duration(c.FleetMedianMillis) * time.Millisecond).String(), strings.Join(recent, " "), strconv.Itoa(c.FastStreak)}
+	})
+	section("Events", []string{"TIME", "INDEX", "EVENT", "DETAIL"}, len(n.Events), func(i int) []string {
+		x := n.Events[i]
+		return []string{ago(x.Time), strconv.FormatUint(x.Index, 10), x.Kind, x.Message}
+	})
+	section("Attempts", []string{"ID", "#", "STATE", "LEASE", "RESERVED", "FINISHED"}, len(n.Attempts), func(i int) []string {
+		a := n.Attempts[i]
+		return []string{a.ID, strconv.Itoa(a.Number), a.State, strconv.FormatUint(a.LeaseVersion, 10), ago(a.ReservedAt), ago(a.FinishedAt)}
+	})
 }
 
 // tierText is a node's tier as the list shows it: "L2", "L1 (pinned)".

@@ -45,15 +45,60 @@ func benchAgents(exe, dir, profiles string, sz benchSizes, r *Result) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	defer func() { cancel(); wg.Wait() }()
-	n := sz.agentsN
-	r.Agents = n
+	f := &fleetRun{s: s, ctx: ctx, sz: sz, profiles: profiles, r: r}
+	r.Agents = sz.agentsN
 	term0 := s.highestTerm()
 	defer func() { r.AgentsElections = s.highestTerm() - term0 }()
+	if err := f.startAgents(dir, &wg); err != nil {
+		return err
+	}
+	// A fleet the servers cannot carry may cost them their leader for a
+	// while (the step counts the elections): wait a minute for one.
+	li := s.leaderIndex()
+	for deadline := time.Now().Add(time.Minute); li < 0 && time.Now().Before(deadline); li = s.leaderIndex() {
+		time.Sleep(time.Second)
+	}
+	if li < 0 {
+		return errors.New("no leader for a minute after the fleet registered")
+	}
+	from, err := eventsEnd(ctx, s.cl)
+	if err != nil {
+		return err
+	}
+	f.li, f.leaderPid = li, s.servers[li].Process.Pid
+	if err := f.measureIdle(); err != nil {
+		return err
+	}
+	if err := f.measurePlacing(); err != nil {
+		return err
+	}
+	return f.measureAfter(from)
+}
+
+// fleetRun is one run of the agents step: the site, the leader it
+// measures, and the fleet's own logger, which counts refutations.
+type fleetRun struct {
+	s         *site
+	ctx       context.Context
+	sz        benchSizes
+	profiles  string
+	r         *Result
+	refuted   refutations
+	refuted0  int64 // refutations before the idle window
+	li        int   // the leader's index in s
+	leaderPid int
+}
+
+// startAgents starts the fleet in this process, each agent knowing the
+// three servers in its own order, and waits until it is READY: a
+// machine that cannot carry it is measured as it stands, with how many
+// agents it got READY and why the others are not.
+func (f *fleetRun) startAgents(dir string, wg *sync.WaitGroup) error {
+	n, s := f.sz.agentsN, f.s
 	t0 := time.Now()
 	var failed sync.Map // agent id → why its Run ended early
-	var refuted refutations
 	// Memberlist logs at the info level through the agent's logger.
-	logger := hclog.New(&hclog.LoggerOptions{Output: &refuted, Level: hclog.Info})
+	logger := hclog.New(&hclog.LoggerOptions{Output: &f.refuted, Level: hclog.Info})
 	for i := range n {
 		id := fmt.Sprintf("many-%04d", i)
 		servers := []string{s.http[i%3], s.http[(i+1)%3], s.http[(i+2)%3]}
@@ -69,64 +114,56 @@ func benchAgents(exe, dir, profiles string, sz benchSizes, r *Result) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := a.Run(ctx); err != nil && ctx.Err() == nil {
+			if err := a.Run(f.ctx); err != nil && f.ctx.Err() == nil {
 				failed.Store(id, err)
 			}
 		}()
 	}
-	// A machine that cannot carry the fleet is measured as it stands,
-	// with how many agents it got READY, and why the others are not.
-	r.AgentsReady = waitFleetReady(ctx, s.cl, n, 5*time.Minute)
-	r.AgentsRegisterSeconds = time.Since(t0).Seconds()
-	if r.AgentsReady < n {
-		fmt.Fprintf(os.Stderr, "bench: agents: %d of %d READY after %.0f s; %s\n", r.AgentsReady, n, r.AgentsRegisterSeconds, notReady(ctx, s.cl, n, &failed))
+	f.r.AgentsReady = waitFleetReady(f.ctx, s.cl, n, 5*time.Minute)
+	f.r.AgentsRegisterSeconds = time.Since(t0).Seconds()
+	if f.r.AgentsReady < n {
+		fmt.Fprintf(os.Stderr, "bench: agents: %d of %d READY after %.0f s; %s\n", f.r.AgentsReady, n, f.r.AgentsRegisterSeconds, notReady(f.ctx, s.cl, n, &failed))
 	}
 	// Settle: the registrations' tail (profiles, first heartbeats).
-	time.Sleep(sz.agentsWindow / 2)
-	// A fleet the servers cannot carry may cost them their leader for a
-	// while (the step counts the elections): wait a minute for one.
-	li := s.leaderIndex()
-	for deadline := time.Now().Add(time.Minute); li < 0 && time.Now().Before(deadline); li = s.leaderIndex() {
-		time.Sleep(time.Second)
-	}
-	if li < 0 {
-		return errors.New("no leader for a minute after the fleet registered")
-	}
-	from, err := eventsEnd(ctx, s.cl)
-	if err != nil {
-		return err
-	}
-	leaderPid, self := s.servers[li].Process.Pid, os.Getpid()
+	time.Sleep(f.sz.agentsWindow / 2)
+	return nil
+}
 
-	// Idle.
-	profile := func(name string) <-chan error {
-		done := make(chan error, 1)
-		if profiles == "" {
-			done <- nil
-			return done
-		}
-		go func() {
-			which := fmt.Sprintf("profile?seconds=%d", int(sz.agentsWindow.Seconds()))
-			done <- saveProfile(ctx, s.http[li], which, filepath.Join(profiles, name))
-		}()
+// profile saves the leader's CPU profile of one window under name, when
+// profiles are asked for.
+func (f *fleetRun) profile(name string) <-chan error {
+	done := make(chan error, 1)
+	if f.profiles == "" {
+		done <- nil
 		return done
 	}
-	i0, _ := metricSample(s.http[li], "herd_raft_commit_index")
-	refuted0 := refuted.n.Load()
-	l0, a0, w0 := procCPUSeconds(leaderPid), procCPUSeconds(self), time.Now()
-	idleProfile := profile("leader-idle.pprof")
-	stopSelf, err := profileSelf(profiles, "agents-idle.pprof")
+	go func() {
+		which := fmt.Sprintf("profile?seconds=%d", int(f.sz.agentsWindow.Seconds()))
+		done <- saveProfile(f.ctx, f.s.http[f.li], which, filepath.Join(f.profiles, name))
+	}()
+	return done
+}
+
+// measureIdle measures the leader's and the fleet's CPU and the entries
+// committed while the fleet has nothing to do.
+func (f *fleetRun) measureIdle() error {
+	s, r, self := f.s, f.r, os.Getpid()
+	i0, _ := metricSample(s.http[f.li], "herd_raft_commit_index")
+	f.refuted0 = f.refuted.n.Load()
+	l0, a0, w0 := procCPUSeconds(f.leaderPid), procCPUSeconds(self), time.Now()
+	idleProfile := f.profile("leader-idle.pprof")
+	stopSelf, err := profileSelf(f.profiles, "agents-idle.pprof")
 	if err != nil {
 		return err
 	}
-	time.Sleep(sz.agentsWindow)
+	time.Sleep(f.sz.agentsWindow)
 	// The window's CPU is read as it ends: waiting for the profiles
 	// below may take a while and must not count.
-	l1, a1, window := procCPUSeconds(leaderPid), procCPUSeconds(self), time.Since(w0).Seconds()
+	l1, a1, window := procCPUSeconds(f.leaderPid), procCPUSeconds(self), time.Since(w0).Seconds()
 	if err := stopSelf(); err != nil {
 		return err
 	}
-	if i1, err := metricSample(s.http[li], "herd_raft_commit_index"); err == nil {
+	if i1, err := metricSample(s.http[f.li], "herd_raft_commit_index"); err == nil {
 		r.AgentsIdleEntriesPerSec = (i1 - i0) / window
 	}
 	if err := <-idleProfile; err != nil {
@@ -135,41 +172,54 @@ func benchAgents(exe, dir, profiles string, sz benchSizes, r *Result) error {
 	}
 	r.AgentsLeaderCPUPct = 100 * (l1 - l0) / window
 	r.AgentsProcessCPUPct = 100 * (a1 - a0) / window
+	return nil
+}
 
-	// Placing: `true` at a steady low rate through the window.
-	rate := max(n/10, 10)
-	l0, w0 = procCPUSeconds(leaderPid), time.Now()
-	placingProfile := profile("leader-placing.pprof")
+// measurePlacing submits `true` at a steady low rate through a window
+// and measures the leader's CPU meanwhile.
+func (f *fleetRun) measurePlacing() error {
+	s, r := f.s, f.r
+	rate := max(f.sz.agentsN/10, 10)
+	l0, w0 := procCPUSeconds(f.leaderPid), time.Now()
+	placingProfile := f.profile("leader-placing.pprof")
 	tick := time.NewTicker(100 * time.Millisecond)
 	submitted := 0
-	for time.Since(w0) < sz.agentsWindow {
+	for time.Since(w0) < f.sz.agentsWindow {
 		<-tick.C
 		batch := rate / 10
-		if err := submitTrue(ctx, s.cl, "many", submitted, batch); err != nil {
+		if err := submitTrue(f.ctx, s.cl, "many", submitted, batch); err != nil {
 			tick.Stop()
 			return err
 		}
 		submitted += batch
 	}
 	tick.Stop()
-	window = time.Since(w0).Seconds()
-	r.AgentsLeaderPlacingCPU = 100 * (procCPUSeconds(leaderPid) - l0) / window
+	window := time.Since(w0).Seconds()
+	r.AgentsLeaderPlacingCPU = 100 * (procCPUSeconds(f.leaderPid) - l0) / window
 	r.AgentsPlacedTasksPerSec = float64(submitted) / window
-	r.AgentsFleetRefutations = int(refuted.n.Load() - refuted0)
+	// Refutations are counted over both windows.
+	r.AgentsFleetRefutations = int(f.refuted.n.Load() - f.refuted0)
 	if err := <-placingProfile; err != nil {
 		fmt.Fprintf(os.Stderr, "bench: agents: no profile of the leader's placing window: %v\n", err)
 	}
 	// A fleet the machine cannot carry may not finish them: how many did
 	// is part of the measurement, not a failure of the run.
-	if err := waitSucceeded(s.http[li], submitted, 2*time.Minute); err != nil {
-		done, _ := metricSample(s.http[li], `herd_tasks{state="SUCCEEDED"}`)
+	if err := waitSucceeded(s.http[f.li], submitted, 2*time.Minute); err != nil {
+		done, _ := metricSample(s.http[f.li], `herd_tasks{state="SUCCEEDED"}`)
 		r.AgentsPlacedUnfinished = submitted - int(done)
 	}
+	return nil
+}
 
+// measureAfter reads what the run left: the servers' RSS, the nodes'
+// heartbeat loss, the false verdicts since from, and the fleet's live
+// heap.
+func (f *fleetRun) measureAfter(from api.EventPosition) error {
+	s, r := f.s, f.r
 	for _, p := range s.servers {
 		r.AgentsServerRSSMiB = max(r.AgentsServerRSSMiB, procRSSMiB(p.Process.Pid, "VmRSS"))
 	}
-	nodes, _, err := s.cl.ListNodes(ctx, api.ReadOptions{Consistent: true})
+	nodes, _, err := s.cl.ListNodes(f.ctx, api.ReadOptions{Consistent: true})
 	if err != nil {
 		return err
 	}
@@ -178,7 +228,7 @@ func benchAgents(exe, dir, profiles string, sz benchSizes, r *Result) error {
 		loss += nd.Observation.Loss
 	}
 	r.AgentsHeartbeatLoss = loss / float64(max(len(nodes), 1))
-	if r.AgentsFalseVerdicts, err = countVerdicts(ctx, s.cl, from); err != nil {
+	if r.AgentsFalseVerdicts, err = countVerdicts(f.ctx, s.cl, from); err != nil {
 		return err
 	}
 	// The fleet's live heap, collected once: what hosting n members that

@@ -52,25 +52,28 @@ func quickSizes() benchSizes {
 	return benchSizes{ceiling: 2 * time.Second, nodes: 100, backlog: 3000, e2eTasks: 200, footNodes: 100, footIdle: time.Second, footTasks: 2000, failoverTrials: 2, finishedTasks: 20_000, processTasks: 300, agentsN: 50, agentsWindow: 3 * time.Second, electionsWindow: 5 * time.Second, judgement: "small"}
 }
 
+// Machine is the machine and build a run measured.
+type Machine struct {
+	CPUs   int    `json:"cpus"`
+	Go     string `json:"go"`
+	OS     string `json:"os"`
+	Commit string `json:"commit"`
+	Quick  bool   `json:"quick"`
+	Date   string `json:"date"`
+	// AgentDir is where the end-to-end agents kept their data, if not
+	// in the run's temporary directory.
+	AgentDir string `json:"agent_dir,omitempty"`
+	// LogStore is the replicas' raft.log_store.
+	LogStore string `json:"log_store"`
+	// AgentLimits is how the end-to-end agents enforced limits: what
+	// the multi-process step's agent reported (its herd.limits label),
+	// else what the run asked for.
+	AgentLimits string `json:"agent_limits"`
+}
+
 // Result is what one run measured; the JSON keys are stable.
 type Result struct {
-	Machine struct {
-		CPUs   int    `json:"cpus"`
-		Go     string `json:"go"`
-		OS     string `json:"os"`
-		Commit string `json:"commit"`
-		Quick  bool   `json:"quick"`
-		Date   string `json:"date"`
-		// AgentDir is where the end-to-end agents kept their data, if not
-		// in the run's temporary directory.
-		AgentDir string `json:"agent_dir,omitempty"`
-		// LogStore is the replicas' raft.log_store.
-		LogStore string `json:"log_store"`
-		// AgentLimits is how the end-to-end agents enforced limits: what
-		// the multi-process step's agent reported (its herd.limits label),
-		// else what the run asked for.
-		AgentLimits string `json:"agent_limits"`
-	} `json:"machine"`
+	Machine            Machine `json:"machine"`
 	RaftCeiling        float64 `json:"raft_ceiling_entries_per_sec"`
 	Placements         float64 `json:"placements_per_sec"`
 	PlacementToCeiling float64 `json:"placement_to_ceiling_ratio"`
@@ -355,64 +358,17 @@ func Run(o Options, out io.Writer) error {
 	if progress == nil {
 		progress = io.Discard
 	}
-	if o.Executable == "" {
-		exe, err := os.Executable()
-		if err != nil {
-			return fmt.Errorf("bench: find the herd binary: %w", err)
-		}
-		o.Executable = exe
+	sz, stopProfile, err := o.prepare()
+	if err != nil {
+		return fmt.Errorf("bench: %w", err)
 	}
-	if o.LogStore != "" {
-		if err := os.Setenv(logStoreEnv, o.LogStore); err != nil {
-			return fmt.Errorf("bench: %w", err)
-		}
-	}
-	if o.AgentLimits != "" {
-		if err := os.Setenv(agentLimitsEnv, o.AgentLimits); err != nil {
-			return fmt.Errorf("bench: %w", err)
-		}
-	}
-	sz := fullSizes()
-	if o.Quick {
-		sz = quickSizes()
-	}
-	if o.Backlog > 0 {
-		sz.backlog = o.Backlog
-	}
-	if o.Agents > 0 {
-		sz.agentsN = o.Agents
-	}
-	if o.FootprintIdle > 0 {
-		sz.footIdle = o.FootprintIdle
-	}
-	if o.CPUProfile != "" {
-		f, err := os.Create(o.CPUProfile)
-		if err != nil {
-			return fmt.Errorf("bench: %w", err)
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return fmt.Errorf("bench: %w", err)
-		}
-		defer pprof.StopCPUProfile()
-	}
+	defer stopProfile()
 	dir, err := os.MkdirTemp("", "herd-bench-")
 	if err != nil {
 		return fmt.Errorf("bench: %w", err)
 	}
 	defer os.RemoveAll(dir)
-	var r Result
-	r.Machine.CPUs, r.Machine.Go, r.Machine.OS = runtime.NumCPU(), runtime.Version(), runtime.GOOS+"/"+runtime.GOARCH
-	r.Machine.Commit, r.Machine.Quick, r.Machine.Date = gitCommit(), o.Quick, time.Now().UTC().Format(time.RFC3339)
-	r.Machine.LogStore = config.DefaultRaft().LogStore
-	if v := os.Getenv(logStoreEnv); v != "" {
-		r.Machine.LogStore = v
-	}
-	r.Machine.AgentLimits = "auto"
-	if v := os.Getenv(agentLimitsEnv); v != "" {
-		r.Machine.AgentLimits = v
-	}
-	r.FootprintNodes, r.FootprintTasks, r.E2ETasks, r.PlacementBacklog, r.PlacementNodes = sz.footNodes, sz.footTasks, sz.e2eTasks, sz.backlog, sz.nodes
+	r := Result{Machine: machineOf(o)}
 	// The decision and queue timings come first, as go test -bench would
 	// take them, in a fresh heap: the cluster steps leave a heap behind
 	// that slows the 10k-node decision severalfold.
@@ -465,6 +421,70 @@ func Run(o Options, out io.Writer) error {
 		}
 	}
 	return nil
+}
+
+// prepare completes the options (the binary to run, the environment the
+// steps read) and returns the sizes of the run's workloads, with the
+// profile of the whole run started when one is asked for (stop ends it).
+func (o *Options) prepare() (sz benchSizes, stop func(), err error) {
+	stop = func() {}
+	if o.Executable == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return sz, stop, fmt.Errorf("find the herd binary: %w", err)
+		}
+		o.Executable = exe
+	}
+	if o.LogStore != "" {
+		if err := os.Setenv(logStoreEnv, o.LogStore); err != nil {
+			return sz, stop, err
+		}
+	}
+	if o.AgentLimits != "" {
+		if err := os.Setenv(agentLimitsEnv, o.AgentLimits); err != nil {
+			return sz, stop, err
+		}
+	}
+	sz = fullSizes()
+	if o.Quick {
+		sz = quickSizes()
+	}
+	if o.Backlog > 0 {
+		sz.backlog = o.Backlog
+	}
+	if o.Agents > 0 {
+		sz.agentsN = o.Agents
+	}
+	if o.FootprintIdle > 0 {
+		sz.footIdle = o.FootprintIdle
+	}
+	if o.CPUProfile != "" {
+		f, err := os.Create(o.CPUProfile)
+		if err != nil {
+			return sz, stop, err
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			f.Close()
+			return sz, stop, err
+		}
+		stop = func() { pprof.StopCPUProfile(); f.Close() }
+	}
+	return sz, stop, nil
+}
+
+// machineOf describes the machine and build a run measures.
+func machineOf(o Options) Machine {
+	m := Machine{CPUs: runtime.NumCPU(), Go: runtime.Version(), OS: runtime.GOOS + "/" + runtime.GOARCH,
+		Commit: gitCommit(), Quick: o.Quick, Date: time.Now().UTC().Format(time.RFC3339)}
+	m.LogStore = config.DefaultRaft().LogStore
+	if v := os.Getenv(logStoreEnv); v != "" {
+		m.LogStore = v
+	}
+	m.AgentLimits = "auto"
+	if v := os.Getenv(agentLimitsEnv); v != "" {
+		m.AgentLimits = v
+	}
+	return m
 }
 
 // Print writes a run's results as a table, one measure a line.

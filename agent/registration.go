@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"herd/internal/version"
 	"maps"
 	"net/http"
 	"time"
@@ -26,7 +27,8 @@ func (a *Agent) register(ctx context.Context) error {
 	_, _ = rand.Read(token)
 	profile, datasets := a.profile.forRegistration()
 	reg := api.NodeRegistration{
-		ID: a.cfg.ID, Address: a.cfg.Address, Labels: labels, Capabilities: a.cfg.Capabilities,
+		Version: version.Version(),
+		ID:      a.cfg.ID, Address: a.cfg.Address, Labels: labels, Capabilities: a.cfg.Capabilities,
 		Resources: a.cfg.Resources, Slots: a.cfg.Slots, Weight: a.cfg.Weight, Token: hex.EncodeToString(token),
 		Profile: profile, Datasets: datasets, DataAddr: a.dataAddr,
 	}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"herd/internal/version"
 	"io"
 	"net/http"
 	"strconv"
@@ -260,6 +261,8 @@ type RaftServer struct {
 	// CommandForms is the command forms the server recorded that it
 	// reads (0: not recorded yet).
 	CommandForms int `json:"command_forms"`
+	// Version is the server's build, as it recorded it ("" until it has).
+	Version string `json:"version,omitempty"`
 }
 
 // SchedulerStatus is the leader's scheduling loop as its process counted
@@ -308,6 +311,8 @@ type JoinRequest struct {
 	// CommandForms is the Raft command forms the server reads; the
 	// leader refuses a server that reads older forms than the cluster's.
 	CommandForms int `json:"command_forms,omitempty"`
+	// Version is the server's build.
+	Version string `json:"version,omitempty"`
 	// UpdateOnly asks only that a member's record be brought up to date:
 	// a server the Raft configuration does not hold (an operator removed
 	// it) is refused with 404 rather than added back.
@@ -330,6 +335,8 @@ type SelfInfo struct {
 	TLS      bool `json:"tls"`
 	ACL      bool `json:"acl"`
 	Insecure bool `json:"insecure,omitempty"`
+	// Version is the replica's build: version, commit, build date, Go.
+	Version version.Info `json:"version"`
 }
 
 // ErrorResponse is the body of every error answer. Code, when present,
@@ -409,8 +416,10 @@ func ValidRef(s string) bool { return check.Ref(s) }
 
 // NodeRegistration is what an agent (or an operator) registers.
 type NodeRegistration struct {
-	ID           string              `json:"id"`
-	Address      string              `json:"address,omitempty"`
+	ID      string `json:"id"`
+	Address string `json:"address,omitempty"`
+	// Version is the agent's build.
+	Version      string              `json:"version,omitempty"`
 	Labels       map[string]string   `json:"labels,omitempty"`
 	Capabilities map[string][]string `json:"capabilities,omitempty"`
 	Resources    Resources           `json:"resources"`
@@ -565,6 +574,7 @@ type Node struct {
 
 	ID                string              `json:"id"`
 	Address           string              `json:"address,omitempty"`
+	Version           string              `json:"version,omitempty"` // the agent's build, as it registered
 	Labels            map[string]string   `json:"labels"`
 	Capabilities      map[string][]string `json:"capabilities"`
 	Management        string              `json:"management"`

@@ -31,5 +31,5 @@ func (s *Server) checkJoinForms(req api.JoinRequest) error {
 // request (nothing to write).
 func sameServerMeta(have *fsm.Server, want api.JoinRequest) bool {
 	return have.HTTPAddress == want.HTTPAddress && have.RaftAddress == want.RaftAddress &&
-		have.GossipAddress == want.GossipAddress && have.CommandForms == want.CommandForms
+		have.GossipAddress == want.GossipAddress && have.CommandForms == want.CommandForms && have.Version == want.Version
 }

@@ -157,7 +157,7 @@ func toAPINode(n *fsm.Node) api.Node {
 		capabilities = map[string][]string{}
 	}
 	return api.Node{
-		ID: n.ID, Address: n.Address, Labels: labels, Capabilities: capabilities,
+		ID: n.ID, Address: n.Address, Version: n.Version, Labels: labels, Capabilities: capabilities,
 		Management: string(n.Management), Liveness: string(n.Liveness), Scheduling: string(n.Scheduling),
 		Resources: toAPIResources(n.Resources), Reserved: toAPIResources(n.Reserved),
 		Free:  toAPIResources(n.Resources.Sub(n.Reserved)),

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"herd/internal/version"
 	"slices"
 	"time"
 
@@ -30,7 +31,7 @@ func (s *Server) RegisterNode(ctx context.Context, reg api.NodeRegistration) (ap
 	}
 	res := scheduler.Resources{CPUMillis: reg.Resources.CPUMillis, MemoryMB: reg.Resources.MemoryMB, GPU: reg.Resources.GPU, DiskMB: reg.Resources.DiskMB}
 	resp, index, err := s.apply(ctx, fsm.MsgRegisterNode, fsm.RegisterNodeRequest{Now: s.now().UTC(), Node: fsm.Node{
-		ID: reg.ID, Address: reg.Address, Labels: reg.Labels, Capabilities: reg.Capabilities,
+		ID: reg.ID, Address: reg.Address, Version: reg.Version, Labels: reg.Labels, Capabilities: reg.Capabilities,
 		Resources: res, Slots: reg.Slots, Weight: reg.Weight, RegistrationToken: reg.Token,
 		Profile: registeredProfile(reg.Profile), Datasets: toSchedulerDatasets(reg.Datasets), DataAddress: reg.DataAddr,
 	}})
@@ -64,6 +65,9 @@ func validateRegistration(reg api.NodeRegistration) error {
 	}
 	if reg.Slots < 0 || reg.Slots > maxNodeSlots {
 		errs = append(errs, fmt.Errorf("slots %d is outside 0..%d", reg.Slots, maxNodeSlots))
+	}
+	if reg.Version != "" && !version.Valid(reg.Version) {
+		errs = append(errs, fmt.Errorf("version %q is not a semantic version", reg.Version))
 	}
 	if reg.Weight < 0 || reg.Weight > 1_000_000 {
 		errs = append(errs, fmt.Errorf("weight %d is outside 0..1000000", reg.Weight))

@@ -72,6 +72,7 @@ func (s *Server) upsertServerMeta(ctx context.Context, req api.JoinRequest) erro
 	}
 	_, _, err := s.apply(ctx, fsm.MsgUpsertServer, fsm.UpsertServerRequest{Server: fsm.Server{
 		ID: req.ID, RaftAddress: req.RaftAddress, HTTPAddress: req.HTTPAddress, GossipAddress: req.GossipAddress, CommandForms: req.CommandForms,
+		Version: req.Version,
 	}})
 	return err
 }

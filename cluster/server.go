@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"herd/internal/httpapi"
+	"herd/internal/version"
 	"net"
 	"net/http"
 	"os"
@@ -500,7 +501,8 @@ func (s *Server) FirstLogIndex() (uint64, error) {
 }
 
 func (s *Server) selfJoinRequest() api.JoinRequest {
-	return api.JoinRequest{ID: s.cfg.ID, RaftAddress: s.cfg.RaftAdvertise, HTTPAddress: s.cfg.HTTPAdvertise, GossipAddress: s.cfg.GossipAdvertise, CommandForms: s.commandForms}
+	return api.JoinRequest{ID: s.cfg.ID, RaftAddress: s.cfg.RaftAdvertise, HTTPAddress: s.cfg.HTTPAdvertise, GossipAddress: s.cfg.GossipAdvertise,
+		CommandForms: s.commandForms, Version: version.Version()}
 }
 
 // handOver, on a leader that stops, asks the most up-to-date follower to

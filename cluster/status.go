@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"herd/internal/httpapi"
+	"herd/internal/version"
 	"runtime"
 	"time"
 
@@ -77,6 +78,7 @@ func (s *Server) Self() api.SelfInfo {
 		ID: s.cfg.ID, RaftAddress: s.cfg.RaftAdvertise, HTTPAddress: s.cfg.HTTPAdvertise,
 		Bootstrapped: s.hasConfiguration(), Leader: string(id), State: s.raft.State().String(),
 		TLS: s.tls != nil, ACL: s.cfg.ACL, Insecure: s.cfg.Insecure && s.cfg.Open(),
+		Version: version.Get(),
 	}
 }
 
@@ -114,16 +116,16 @@ func (s *Server) RaftConfiguration() (api.RaftConfiguration, error) {
 	out := api.RaftConfiguration{Index: f.Index(), Servers: []api.RaftServer{}}
 	for _, srv := range f.Configuration().Servers {
 		http, _ := s.httpAddressOf(string(srv.ID))
-		forms := s.commandForms
+		forms, ver := s.commandForms, version.Version()
 		if srv.ID != raft.ServerID(s.cfg.ID) {
-			forms = 0
+			forms, ver = 0, ""
 			if rec, err := s.fsm.State().Server(string(srv.ID)); err == nil {
-				forms = rec.CommandForms
+				forms, ver = rec.CommandForms, rec.Version
 			}
 		}
 		out.Servers = append(out.Servers, api.RaftServer{
 			ID: string(srv.ID), RaftAddress: string(srv.Address), HTTPAddress: http,
-			Voter: srv.Suffrage == raft.Voter, Leader: srv.ID == leader, CommandForms: forms,
+			Voter: srv.Suffrage == raft.Voter, Leader: srv.ID == leader, CommandForms: forms, Version: ver,
 		})
 	}
 	return out, nil

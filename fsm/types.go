@@ -520,8 +520,10 @@ type Attempt struct {
 
 // Node is the replicated record of a worker node.
 type Node struct {
-	ID                string               `json:"id"`
-	Address           string               `json:"address"`
+	ID      string `json:"id"`
+	Address string `json:"address"`
+	// Version is the build of the node's agent, as it registered.
+	Version           string               `json:"version,omitempty"`
 	Labels            map[string]string    `json:"labels,omitempty"`
 	Capabilities      map[string][]string  `json:"capabilities,omitempty"`
 	Resources         scheduler.Resources  `json:"resources"`
@@ -635,6 +637,8 @@ type Server struct {
 	GossipAddress string `json:"gossip_address,omitempty"`
 	// CommandForms is the command forms the replica reads (see
 	// CommandForms).
-	CommandForms int    `json:"command_forms,omitempty"`
-	ModifyIndex  uint64 `json:"modify_index"`
+	CommandForms int `json:"command_forms,omitempty"`
+	// Version is the replica's build (internal/version).
+	Version     string `json:"version,omitempty"`
+	ModifyIndex uint64 `json:"modify_index"`
 }

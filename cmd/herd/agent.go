@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"herd/internal/version"
 	"os"
 	"os/signal"
 	"runtime"
@@ -114,6 +115,7 @@ func runAgent(e *env, args []string) error {
 		runtime.GOMAXPROCS(n)
 	}
 	logger := hclog.New(&hclog.LoggerOptions{Name: "herd", Level: hclog.LevelFromString(set.LogLevel), Output: e.stderr})
+	logger.Info("agent starting", "build", version.Get().String())
 	guard, err := os.Executable()
 	if err != nil {
 		logger.Warn("cannot find the herd binary to run the lease guard: a stopped or killed agent leaves its attempts running", "error", err)

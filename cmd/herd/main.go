@@ -15,6 +15,8 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+
+	"herd/internal/version"
 )
 
 // env is how commands read the environment (tests replace it).
@@ -55,11 +57,9 @@ func commands() []command {
 		{"lease", "check, from inside a task, that its attempt is still current", runLease},
 		{"bench", "measure throughput, latency, footprint and failover on this machine", runBench},
 		{"sim", "score the cluster's judgements of nodes and tasks on a simulated fleet", runSim},
-		{"version", "print the version", func(e *env, _ []string) error { fmt.Fprintln(e.stdout, "herd", version); return nil }},
+		{"version", "print the version, commit, build date and Go version", runVersion},
 	}
 }
-
-const version = "0.1.0-dev"
 
 func main() {
 	e := &env{
@@ -218,5 +218,22 @@ func parse(e *env, fs *flag.FlagSet, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return usagef("%s: %v (see 'herd %s -h')", fs.Name(), err, fs.Name())
 	}
+	return nil
+}
+
+func runVersion(e *env, args []string) error {
+	fs := newFlags(e, "version", "", "Print this build's version, the commit and time it was built from, and the Go release that built it.")
+	asJSON := fs.Bool("json", false, "print it as JSON")
+	if err := parse(e, fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() != 0 {
+		return usagef("version takes no arguments")
+	}
+	info := version.Get()
+	if *asJSON {
+		return printJSON(e.stdout, info)
+	}
+	fmt.Fprintln(e.stdout, info.String())
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"flag"
+	"herd/internal/version"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -133,9 +134,21 @@ func TestCLIAgainstACluster(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &sched); code != 0 || err != nil || sched.ID != c.Replicas[c.WaitForLeader()].Cfg.ID || sched.Passes == 0 || sched.Placements != 1 {
 		t.Fatalf("operator scheduler -json (exit %d, %v): %s", code, err, out)
 	}
-	out, _, code = herd("operator", "raft", "list-peers")
-	if code != 0 || strings.Count(out, "true") < 4 || !strings.Contains(out, "s1") {
+	// Every server's build, once each has recorded it.
+	if !test.Eventually(20*time.Second, func() bool {
+		out, _, code = herd("operator", "raft", "list-peers")
+		return code == 0 && strings.Count(out, "true") >= 4 && strings.Contains(out, "VERSION") && strings.Count(out, " "+version.Version()+" ") == 3
+	}) {
 		t.Fatalf("list-peers (exit %d):\n%s", code, out)
+	}
+	out, _, code = herd("version")
+	if code != 0 || !strings.HasPrefix(out, "herd "+version.Version()) || !strings.Contains(out, runtime.Version()) {
+		t.Fatalf("version (exit %d): %q", code, out)
+	}
+	out, _, code = herd("version", "-json")
+	var info version.Info
+	if err := json.Unmarshal([]byte(out), &info); code != 0 || err != nil || info.Version != version.Version() || info.GoVersion != runtime.Version() {
+		t.Fatalf("version -json (exit %d, %v): %s", code, err, out)
 	}
 	// Every replica checks its own state: three answers, all sound.
 	// A server is asked once its HTTP address is recorded.

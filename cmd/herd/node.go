@@ -59,10 +59,10 @@ func runNodeList(e *env, args []string) error {
 		return printJSON(e.stdout, nodes)
 	}
 	tb := &table{}
-	tb.add("ID", "MANAGEMENT", "LIVENESS", "SCHEDULING", "TIER", "HEALTH", "ATTEMPTS", "CPU FREE", "MEM FREE", "GPU FREE", "INTERVAL", "MISSED", "LOSS", "ASLEEP")
+	tb.add("ID", "VERSION", "MANAGEMENT", "LIVENESS", "SCHEDULING", "TIER", "HEALTH", "ATTEMPTS", "CPU FREE", "MEM FREE", "GPU FREE", "INTERVAL", "MISSED", "LOSS", "ASLEEP")
 	for _, n := range nodes {
 		o := n.Observation
-		tb.add(n.ID, n.Management, n.Liveness, n.Scheduling, tierText(n), healthText(n), fmt.Sprintf("%d/%d", n.RunningAttempts, n.Slots),
+		tb.add(n.ID, orDash(n.Version), n.Management, n.Liveness, n.Scheduling, tierText(n), healthText(n), fmt.Sprintf("%d/%d", n.RunningAttempts, n.Slots),
 			fmt.Sprintf("%d/%dm", n.Free.CPUMillis, n.Resources.CPUMillis), fmt.Sprintf("%d/%d MB", n.Free.MemoryMB, n.Resources.MemoryMB),
 			fmt.Sprintf("%d/%d", n.Free.GPU, n.Resources.GPU), fmt.Sprintf("%dms", o.IntervalMs), strconv.Itoa(o.Misses),
 			fmt.Sprintf("%.0f%%", o.Loss*100), strconv.FormatBool(o.Hibernating))
@@ -105,6 +105,7 @@ func runNodeStatus(e *env, args []string) error {
 // labels, capabilities, slots and resources.
 func addNodeState(tb *table, n api.Node) {
 	tb.add("ID", n.ID)
+	tb.add("Version", orDash(n.Version))
 	tb.add("Address", n.Address)
 	tb.add("Management", n.Management)
 	tb.add("Liveness", n.Liveness)

@@ -191,9 +191,9 @@ func runListPeers(e *env, args []string) error {
 		return printJSON(e.stdout, conf)
 	}
 	tb := &table{}
-	tb.add("ID", "RAFT ADDRESS", "HTTP ADDRESS", "VOTER", "LEADER", "COMMAND FORMS")
+	tb.add("ID", "RAFT ADDRESS", "HTTP ADDRESS", "VOTER", "LEADER", "VERSION", "COMMAND FORMS")
 	for _, s := range conf.Servers {
-		tb.add(s.ID, s.RaftAddress, s.HTTPAddress, strconv.FormatBool(s.Voter), strconv.FormatBool(s.Leader), strconv.Itoa(s.CommandForms))
+		tb.add(s.ID, s.RaftAddress, s.HTTPAddress, strconv.FormatBool(s.Voter), strconv.FormatBool(s.Leader), orDash(s.Version), strconv.Itoa(s.CommandForms))
 	}
 	tb.write(e.stdout)
 	return nil

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"herd/internal/version"
 	"os"
 	"runtime/debug"
 	"strings"
@@ -29,6 +30,7 @@ func runServer(e *env, args []string) error {
 		return err
 	}
 	logger := hclog.New(&hclog.LoggerOptions{Name: "herd", Level: hclog.LevelFromString(cfg.LogLevel), Output: e.stderr})
+	logger.Info("server starting", "id", cfg.ID, "build", version.Get().String())
 	if cfg.MemoryLimitMiB > 0 {
 		debug.SetMemoryLimit(int64(cfg.MemoryLimitMiB) << 20)
 		logger.Info("soft memory limit set", "mib", cfg.MemoryLimitMiB)

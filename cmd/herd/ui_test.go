@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"herd/internal/version"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -87,6 +88,9 @@ func TestDashboardInABrowser(t *testing.T) {
 	js("three servers and the leader "+leader, `document.querySelectorAll('#servers tbody tr').length === 3 && `+
 		text("#leader")+` === "`+leader+`" && document.querySelector('#servers tr.leader[data-id="`+leader+`"]') !== null`)
 	js("the node edge-1", text(`#nodes tr[data-id="edge-1"] td.liveness`)+` === "READY"`)
+	// Every server's and agent's build, so an operator sees a skew.
+	js("the servers' and the agent's version "+version.Version(), `[...document.querySelectorAll('#servers tbody td.version')].every(td => td.textContent === "`+version.Version()+`") && `+
+		text(`#nodes tr[data-id="edge-1"] td.version`)+` === "`+version.Version()+`"`)
 
 	ctx := test.Ctx(t, time.Minute)
 	res, _, err := cl.SubmitTask(ctx, api.TaskSpec{Name: "browser", Command: []string{"sh", "-c", "echo shown-in-the-browser"}})

@@ -73,7 +73,7 @@ async function refreshCluster() {
   $('#leader').textContent = leader ? leader.id : 'none';
   fill($('#servers tbody'), conf.servers.map(s => tr([
     td(s.id), td(s.leader ? 'leader' : 'follower', s.leader ? 'role-leader' : 'role-follower'),
-    td(s.voter ? 'yes' : 'no'), td(s.raft_address), td(s.http_address),
+    td(s.voter ? 'yes' : 'no'), td(s.version || '-', 'version'), td(s.raft_address), td(s.http_address),
   ], { 'data-id': s.id, class: s.leader ? 'leader' : '' })));
   const keys = ['state', 'term', 'commit_index', 'applied_index', 'last_log_index', 'last_snapshot_index', 'last_contact', 'num_peers'];
   fill($('#raft tbody'), keys.filter(k => k in stats).map(k => tr([td(self.id + ' ' + k.replaceAll('_', ' ')), td(stats[k])], { 'data-key': k })));
@@ -85,7 +85,7 @@ async function refreshNodes() {
     const last = state.nodeEvents.get(n.id) || (n.events || [])[n.events ? n.events.length - 1 : 0];
     const health = n.health ? Math.round(n.health.score * 100) + '%' : '';
     return tr([
-      td(n.id), td(n.liveness, 'liveness state-' + n.liveness), td(n.management, 'management state-' + n.management),
+      td(n.id), td(n.version || '-', 'version'), td(n.liveness, 'liveness state-' + n.liveness), td(n.management, 'management state-' + n.management),
       td(n.tier ? n.tier.tier : ''), td(health),
       td(n.running_attempts + '/' + n.slots + ' slots'),
       td((n.free.cpu_millis || 0) + 'm CPU, ' + mb(n.free.memory_mb || 0)),

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"fmt"
+	"herd/internal/version"
 	"maps"
 	"net"
 	"net/http"
@@ -272,7 +273,8 @@ func (a *Agent) meta() api.GossipMeta {
 	running := len(a.running)
 	a.mu.Unlock()
 	return api.GossipMeta{
-		Role: api.RoleAgent, ID: a.cfg.ID, FreeSlots: max(a.cfg.Slots-running, 0), Running: running,
+		Version: version.Version(),
+		Role:    api.RoleAgent, ID: a.cfg.ID, FreeSlots: max(a.cfg.Slots-running, 0), Running: running,
 		Load: loadAverage(), Hibernating: a.hibernating.Load(), Session: a.session.Load(),
 	}
 }

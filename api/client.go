@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"herd/internal/version"
 	"io"
 	"net/http"
 	"net/url"
@@ -194,6 +195,7 @@ func (c *Client) onceWith(hc *http.Client, ctx context.Context, method, u string
 	if c.token != "" {
 		req.Header.Set(HeaderToken, c.token)
 	}
+	req.Header.Set(HeaderVersion, version.Version())
 	resp, err := hc.Do(req)
 	if err != nil {
 		return Meta{}, fmt.Errorf("%s %s: %w", method, u, err)

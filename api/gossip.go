@@ -32,6 +32,9 @@ type GossipMeta struct {
 	Load        int    `codec:"l,omitempty"` // 1-minute load average × 100
 	Hibernating bool   `codec:"z,omitempty"`
 	Session     uint64 `codec:"s,omitempty"`
+	// Version is the member's build. A decoder skips fields it does not
+	// know, so a newer build may add more.
+	Version string `codec:"v,omitempty"`
 }
 
 var msgpackHandle = &codec.MsgpackHandle{}

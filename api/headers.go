@@ -13,4 +13,11 @@ const (
 	// leader's HTTP address: a client that knows it sends its next writes
 	// there directly, sparing the follower and a hop.
 	HeaderLeaderAddress = "X-Herd-Leader-Address"
+	// HeaderVersion is the build of the client that sent a request (the
+	// Go client sends it); HeaderForwardedVersion, on a forwarded
+	// request, the build of the replica that forwarded it. A server told
+	// that a newer build sent a field it does not know answers as a
+	// server in the middle of an upgrade, not as one given bad input.
+	HeaderVersion          = "X-Herd-Version"
+	HeaderForwardedVersion = "X-Herd-Forwarded-Version"
 )

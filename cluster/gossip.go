@@ -3,6 +3,7 @@ package cluster
 import (
 	"errors"
 	"fmt"
+	"herd/internal/version"
 	"net"
 	"slices"
 	"strconv"
@@ -201,7 +202,7 @@ func (s *Server) stopGossip() {
 
 // NodeMeta implements memberlist.Delegate.
 func (g *serverGossip) NodeMeta(limit int) []byte {
-	b, err := api.GossipMeta{Role: api.RoleServer, ID: g.s.cfg.ID, HTTP: g.s.cfg.HTTPAdvertise}.Encode()
+	b, err := api.GossipMeta{Role: api.RoleServer, ID: g.s.cfg.ID, HTTP: g.s.cfg.HTTPAdvertise, Version: version.Version()}.Encode()
 	if err != nil || len(b) > limit {
 		return nil
 	}

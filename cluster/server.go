@@ -154,6 +154,9 @@ func Start(cfg config.Server, opts Options) (_ *Server, err error) {
 	if err := os.MkdirAll(filepath.Join(cfg.DataDir, "raft"), 0o750); err != nil {
 		return nil, fmt.Errorf("create data dir: %w", err)
 	}
+	if err := checkDataFormat(cfg.DataDir); err != nil {
+		return nil, err
+	}
 
 	httpLn := opts.HTTPListener
 	if httpLn == nil {

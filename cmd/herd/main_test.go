@@ -334,3 +334,19 @@ func TestAgentProcs(t *testing.T) {
 		}
 	}
 }
+
+// A server refuses, with what to do and a non-zero exit, a data
+// directory a build writing newer command forms has opened: a downgrade
+// without the backup from before the upgrade.
+func TestServerRefusesADataDirOfNewerForms(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "herd-format.json"), []byte(`{"version":"9.0.0","command_forms":99}`), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	e, _, errb := testEnv(nil)
+	code := run(e, []string{"server", "-id", "s1", "-data-dir", dir, "-bootstrap", "-http-addr", "127.0.0.1:0", "-raft-addr", "127.0.0.1:0",
+		"-http-advertise", "127.0.0.1:1", "-raft-advertise", "127.0.0.1:2"})
+	if msg := errb.String(); code != 1 || !strings.Contains(msg, "written by herd 9.0.0") || !strings.Contains(msg, "run herd 9.0.0 or newer on it, or restore the backup") {
+		t.Fatalf("exit %d, stderr %q", code, msg)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"herd/api"
+	"herd/internal/version"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -30,6 +31,7 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request) {
 			pr.SetURL(target)
 			pr.Out.Host = addr
 			pr.Out.Header.Set(api.HeaderForwarded, h.backend.ID())
+			pr.Out.Header.Set(api.HeaderForwardedVersion, version.Version())
 			// The leader sees this replica's certificate, not the
 			// caller's: say whose it was (the leader trusts this header
 			// from a server's certificate only).

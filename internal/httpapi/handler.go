@@ -264,7 +264,8 @@ func (h *Handler) wrap(rt route, fn http.HandlerFunc) http.HandlerFunc {
 			writeErr(w, err)
 			return
 		}
-		fn(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, p)))
+		ctx := context.WithValue(context.WithValue(r.Context(), principalKey{}, p), routeKey{}, rt)
+		fn(w, r.WithContext(ctx))
 	}
 	switch rt.where {
 	case leaderOnly:

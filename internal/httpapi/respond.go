@@ -7,8 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"herd/api"
+	"herd/internal/version"
 	"io"
 	"net/http"
+	"reflect"
 	"strings"
 	"unicode/utf8"
 )
@@ -36,6 +38,14 @@ func notApplied(msg string) error {
 
 // decodeBody reads a size-limited JSON body into v, refusing unknown
 // fields, trailing data and invalid UTF-8 with a 4xx error.
+//
+// An unknown field sent by a newer build (the client's or the forwarding
+// replica's version, see newerPeer) is not the client's mistake but a
+// rolling upgrade under way: a server's or agent's own record (the
+// routes only servers and agents call) is read without the fields this
+// build does not know, as the build that sent it expects of an older
+// peer; anything else is refused with a retryable 503 that names the
+// field, since this build cannot honour what was asked.
 func decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
 	if r.ContentLength > api.MaxRequestBytes {
 		// Said up front: refused before a byte of it is read (a client
@@ -54,7 +64,20 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return describeDecodeError(err)
+		field, unknown := strings.CutPrefix(err.Error(), "json: unknown field ")
+		newer := newerPeer(r)
+		if !unknown || newer == "" {
+			return describeDecodeError(err)
+		}
+		if !tolerant(r) {
+			return notApplied(fmt.Sprintf("this server's build (%s) does not support field %s yet, which a newer build (%s) sent: retry after the upgrade",
+				version.Version(), field, newer))
+		}
+		reflect.ValueOf(v).Elem().SetZero() // the strict pass may have filled part of it
+		dec = json.NewDecoder(bytes.NewReader(raw))
+		if err := dec.Decode(v); err != nil {
+			return describeDecodeError(err)
+		}
 	}
 	if err := dec.Decode(&struct{}{}); !errors.Is(err, io.EOF) {
 		return badRequest("request body must hold exactly one JSON value")
@@ -160,4 +183,36 @@ func errorAnswer(err error) (int, api.ErrorResponse) {
 		status = 499 // client closed the request
 	}
 	return status, body
+}
+
+// newerPeer returns the version of the newer build behind the request
+// (the client's, or the replica's that forwarded it) when it is newer
+// than this one, and "" otherwise.
+func newerPeer(r *http.Request) string {
+	newest := ""
+	for _, v := range []string{r.Header.Get(api.HeaderVersion), r.Header.Get(api.HeaderForwardedVersion)} {
+		if version.Valid(v) && version.Compare(v, version.Version()) > 0 && (newest == "" || version.Compare(v, newest) > 0) {
+			newest = v
+		}
+	}
+	return newest
+}
+
+// routeKey holds the route a request is served by in its context.
+type routeKey struct{}
+
+// tolerant reports whether the request's route carries a server's or an
+// agent's record of itself, which a newer build may extend: the routes
+// that only servers and agents (or an operator standing in for them)
+// call.
+func tolerant(r *http.Request) bool {
+	rt, ok := r.Context().Value(routeKey{}).(route)
+	if !ok {
+		return false
+	}
+	switch rt.need {
+	case capAgent, capServerOrOperator, capAgentOrOperator:
+		return true
+	}
+	return false
 }

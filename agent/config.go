@@ -12,6 +12,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"herd/internal/check"
 	"net/http"
 	"net/url"
 	"os"
@@ -235,8 +236,8 @@ func (c Config) Validate() error {
 		errs = append(errs, errors.New("data dir is required"))
 	}
 	for name, path := range c.Datasets {
-		if name == "" || len(name) > 128 || strings.ContainsAny(name, "=/ \x00") || path == "" {
-			errs = append(errs, fmt.Errorf("dataset %q=%q: want NAME=PATH, the name 1 to 128 bytes without '=', '/' or spaces", name, path))
+		if err := check.DatasetName(name); err != nil || path == "" {
+			errs = append(errs, fmt.Errorf("dataset %q=%q: want NAME=PATH with a path, the name a dataset's (%v)", name, path, err))
 		}
 	}
 	if err := c.TLS.Check(); err != nil {

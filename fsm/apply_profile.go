@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"fmt"
+	"herd/internal/check"
 	"slices"
 	"strings"
 	"time"
@@ -70,7 +71,6 @@ type NodeHealthCheckRequest struct {
 const (
 	MaxDatasets           = 64
 	MaxHealthCheckOutput  = 512
-	maxDatasetNameBytes   = 128
 	minSamplesForMedian   = 3
 	maxProfileFigureValue = 1 << 40
 )
@@ -166,8 +166,8 @@ func normalDatasets(in []scheduler.Dataset) ([]scheduler.Dataset, error) {
 	}
 	out := slices.Clone(in)
 	for _, d := range out {
-		if d.Name == "" || len(d.Name) > maxDatasetNameBytes || strings.ContainsAny(d.Name, "=\x00/ ") {
-			return nil, reject(RejectInvalid, "dataset name %q: want 1 to %d bytes without '=', '/', spaces or NUL", d.Name, maxDatasetNameBytes)
+		if err := check.DatasetName(d.Name); err != nil {
+			return nil, reject(RejectInvalid, "%v", err)
 		}
 		if d.Bytes < 0 {
 			return nil, reject(RejectInvalid, "dataset %s: negative size", d.Name)

@@ -227,8 +227,12 @@ func (s *JobSpec) Validate() error {
 		}
 		total += st.Instances()
 		for _, o := range st.Outputs {
-			if o == "" || len(o) > maxDatasetNameBytes || strings.ContainsAny(o, "=/: \x00") || o == "." || o == ".." {
-				errs = append(errs, fmt.Errorf("stage %s: output %q must be a file name", st.Name, o))
+			// A stage's output is also named in other stages' inputs as
+			// STAGE:OUTPUT: no ':' in it.
+			if err := check.DatasetName(o); err != nil {
+				errs = append(errs, fmt.Errorf("stage %s: output: %w", st.Name, err))
+			} else if strings.Contains(o, ":") {
+				errs = append(errs, fmt.Errorf("stage %s: output %q: no ':' in a stage's output, which inputs name as STAGE:OUTPUT", st.Name, o))
 			}
 		}
 		if err := st.Task.Validate(); err != nil {

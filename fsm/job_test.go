@@ -33,7 +33,8 @@ func TestJobValidation(t *testing.T) {
 		"bad input":  {[]StageSpec{withIO(stage("a"), []string{"raw.bin"}, nil), withIO(stage("b", "a"), nil, []string{"a.nope"})}, `stage b: input "a.nope": stage a declares no output "nope"`},
 		"not a dep":  {[]StageSpec{withIO(stage("a"), []string{"raw.bin"}, nil), withIO(stage("b"), nil, []string{"a.raw.bin"})}, `stage b: input "a.raw.bin": the stage does not depend on a`},
 		"no stages":  {nil, "a job needs at least one stage"},
-		"bad output": {[]StageSpec{withIO(stage("a"), []string{"x/y"}, nil)}, `stage a: output "x/y" must be a file name`},
+		"bad output": {[]StageSpec{withIO(stage("a"), []string{"x/y"}, nil)}, `stage a: output: dataset name "x/y"`},
+		"colon in output": {[]StageSpec{withIO(stage("a"), []string{"x:y"}, nil)}, `stage a: output "x:y": no ':'`},
 	} {
 		t.Run(name, func(t *testing.T) {
 			h := newHarness(t)

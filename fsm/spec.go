@@ -92,8 +92,8 @@ func (s *TaskSpec) Validate() error {
 		errs = append(errs, fmt.Errorf("at most %d inputs and %d outputs allowed", MaxDatasets, MaxDatasets))
 	}
 	for _, d := range append(slices.Clone(s.Inputs), s.Outputs...) {
-		if d == "" || len(d) > maxDatasetNameBytes || strings.ContainsAny(d, "=\x00/ ") || d == "." || d == ".." {
-			errs = append(errs, fmt.Errorf("dataset name %q: want 1 to %d bytes without '=', '/', spaces or NUL", d, maxDatasetNameBytes))
+		if err := check.DatasetName(d); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	switch s.Driver {

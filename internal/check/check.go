@@ -5,6 +5,7 @@ package check
 
 import (
 	"errors"
+	"fmt"
 	"regexp"
 	"slices"
 	"strings"
@@ -23,6 +24,21 @@ var refPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}(@[0-9]{1,2
 // them: an ID, or the ids it makes from one, a periodic run
 // ("<job>@<slot>") and a stage instance's task ("<job or run>.<stage>.<instance>[.<generation>]").
 func Ref(s string) bool { return refPattern.MatchString(s) }
+
+// MaxDatasetNameBytes bounds a dataset's name.
+const MaxDatasetNameBytes = 128
+
+// DatasetName checks a dataset's name, the one rule for a task's inputs
+// and outputs, a job stage's outputs, what an agent serves and what it
+// reports: 1 to MaxDatasetNameBytes bytes, without '=', '/', spaces or
+// NUL, and not "." or "..", so that it is a file name of its own and
+// fits NAME=PATH settings.
+func DatasetName(name string) error {
+	if name == "" || len(name) > MaxDatasetNameBytes || strings.ContainsAny(name, "=/ \x00") || name == "." || name == ".." {
+		return fmt.Errorf("dataset name %q: want 1 to %d bytes, not . or .., without '=', '/', spaces or NUL", name, MaxDatasetNameBytes)
+	}
+	return nil
+}
 
 // JoinSorted joins the messages of errs, sorted and separated by "; ",
 // into one error, or returns nil for none. Sorting makes the message

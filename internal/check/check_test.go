@@ -42,3 +42,14 @@ func TestRef(t *testing.T) {
 		}
 	}
 }
+
+func TestDatasetName(t *testing.T) {
+	for name, ok := range map[string]bool{
+		"frames": true, "out.tar": true, "a:b": true, strings.Repeat("x", MaxDatasetNameBytes): true,
+		"": false, ".": false, "..": false, "a/b": false, "a=b": false, "a b": false, "a\x00": false, strings.Repeat("x", MaxDatasetNameBytes+1): false,
+	} {
+		if err := DatasetName(name); (err == nil) != ok {
+			t.Errorf("DatasetName(%q) = %v", name, err)
+		}
+	}
+}

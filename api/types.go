@@ -188,6 +188,10 @@ type Attempt struct {
 	FinishedAt   time.Time `json:"finished_at,omitzero"`
 	ExitCode     int       `json:"exit_code"`
 	OutputTail   string    `json:"output_tail,omitempty"`
+	// Error is why the attempt ended as it did, the reason its task's
+	// timeline gives ("killed: memory limit 32 MB reached"); empty for a
+	// success and a plain non-zero exit.
+	Error string `json:"error,omitempty"`
 }
 
 // TimelineEvent is one milestone of a task with its reason.

@@ -182,6 +182,6 @@ func toAPIAttempt(a *fsm.Attempt) api.Attempt {
 	return api.Attempt{
 		ID: a.ID, TaskID: a.TaskID, Number: a.Number, NodeID: a.NodeID, State: string(a.State), LeaseVersion: a.LeaseVersion,
 		ReservedAt: a.ReservedAt.Time(), StartedAt: a.StartedAt.Time(), FinishedAt: a.FinishedAt.Time(),
-		ExitCode: a.ExitCode, OutputTail: a.OutputTail,
+		ExitCode: a.ExitCode, OutputTail: a.OutputTail, Error: a.Error,
 	}
 }

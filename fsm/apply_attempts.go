@@ -235,6 +235,7 @@ func endAttemptWith(db *store, index uint64, a *Attempt, task *Task, r *AttemptE
 	na.FinishedAt = StampOf(r.Now)
 	na.ExitCode = r.ExitCode
 	na.OutputTail = r.OutputTail
+	na.Error = r.Error
 	na.ModifyIndex = index
 
 	node, err := getNodeRecord(db, a.NodeID)

@@ -26,14 +26,14 @@ func TestJobValidation(t *testing.T) {
 		stages []StageSpec
 		want   string
 	}{
-		"cycle":      {[]StageSpec{stage("a", "c"), stage("b", "a"), stage("c", "b")}, "stage a: dependency cycle a → c → b → a"},
-		"self":       {[]StageSpec{stage("a", "a")}, "stage a: depends on itself"},
-		"dangling":   {[]StageSpec{stage("a"), stage("b", "ghost")}, `stage b: depends on unknown stage "ghost"`},
-		"duplicate":  {[]StageSpec{stage("a"), stage("a")}, "stage a: the name is used twice"},
-		"bad input":  {[]StageSpec{withIO(stage("a"), []string{"raw.bin"}, nil), withIO(stage("b", "a"), nil, []string{"a.nope"})}, `stage b: input "a.nope": stage a declares no output "nope"`},
-		"not a dep":  {[]StageSpec{withIO(stage("a"), []string{"raw.bin"}, nil), withIO(stage("b"), nil, []string{"a.raw.bin"})}, `stage b: input "a.raw.bin": the stage does not depend on a`},
-		"no stages":  {nil, "a job needs at least one stage"},
-		"bad output": {[]StageSpec{withIO(stage("a"), []string{"x/y"}, nil)}, `stage a: output: dataset name "x/y"`},
+		"cycle":           {[]StageSpec{stage("a", "c"), stage("b", "a"), stage("c", "b")}, "stage a: dependency cycle a → c → b → a"},
+		"self":            {[]StageSpec{stage("a", "a")}, "stage a: depends on itself"},
+		"dangling":        {[]StageSpec{stage("a"), stage("b", "ghost")}, `stage b: depends on unknown stage "ghost"`},
+		"duplicate":       {[]StageSpec{stage("a"), stage("a")}, "stage a: the name is used twice"},
+		"bad input":       {[]StageSpec{withIO(stage("a"), []string{"raw.bin"}, nil), withIO(stage("b", "a"), nil, []string{"a.nope"})}, `stage b: input "a.nope": stage a declares no output "nope"`},
+		"not a dep":       {[]StageSpec{withIO(stage("a"), []string{"raw.bin"}, nil), withIO(stage("b"), nil, []string{"a.raw.bin"})}, `stage b: input "a.raw.bin": the stage does not depend on a`},
+		"no stages":       {nil, "a job needs at least one stage"},
+		"bad output":      {[]StageSpec{withIO(stage("a"), []string{"x/y"}, nil)}, `stage a: output: dataset name "x/y"`},
 		"colon in output": {[]StageSpec{withIO(stage("a"), []string{"x:y"}, nil)}, `stage a: output "x:y": no ':'`},
 	} {
 		t.Run(name, func(t *testing.T) {

@@ -110,6 +110,7 @@ func cancelLoser(db *store, index uint64, loser *Attempt, t *Task, why string, n
 	na.State = AttemptCancelled
 	na.FinishedAt = StampOf(now)
 	na.ExitCode = -1
+	na.Error = why
 	na.ModifyIndex = index
 	db.addUsage(loser.NodeID, loser.Resources, -1, index)
 	if node, err := getNodeRecord(db, loser.NodeID); err == nil {

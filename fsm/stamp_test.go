@@ -74,7 +74,9 @@ func TestRecordsStaySmall(t *testing.T) {
 	}{
 		{"Task", unsafe.Sizeof(Task{}), 112},
 		{"TimelineEvent", unsafe.Sizeof(TimelineEvent{}), 40},
-		{"Attempt", unsafe.Sizeof(Attempt{}), 176},
+		// An attempt's end reason (16 bytes) took it from the 176-byte
+		// class to the 192-byte one: about 2% of a finished task.
+		{"Attempt", unsafe.Sizeof(Attempt{}), 192},
 	} {
 		if c.size > c.most {
 			t.Errorf("%s is %d bytes, want at most %d", c.name, c.size, c.most)

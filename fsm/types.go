@@ -514,8 +514,12 @@ type Attempt struct {
 	FinishedAt   Stamp               `json:"finished_at,omitzero"`
 	ExitCode     int                 `json:"exit_code"`
 	OutputTail   string              `json:"output_tail,omitempty"`
-	CreateIndex  uint64              `json:"create_index"`
-	ModifyIndex  uint64              `json:"modify_index"`
+	// Error is why the attempt ended as it did, as its timeline says it
+	// ("killed: memory limit 32 MB reached", "node down: ..."); empty
+	// for a success and a plain non-zero exit.
+	Error       string `json:"error,omitempty"`
+	CreateIndex uint64 `json:"create_index"`
+	ModifyIndex uint64 `json:"modify_index"`
 }
 
 // Node is the replicated record of a worker node.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -266,7 +267,14 @@ func TestMemoryLimit(t *testing.T) {
 			if task.State != "FAILED" || strings.Contains(a.OutputTail, "survived") {
 				t.Fatalf("the hog was not stopped by %s: %+v", h.Agent.LimitMethod(), a)
 			}
-			t.Logf("%s stopped the hog: exit %d, tail %q", h.Agent.LimitMethod(), a.ExitCode, a.OutputTail)
+			// The attempt says why it ended, as the timeline does.
+			if strings.HasPrefix(h.Agent.LimitMethod(), "cgroup") && !strings.Contains(a.Error, "memory limit") {
+				t.Fatalf("the attempt's error %q does not say the memory limit stopped it", a.Error)
+			}
+			if a.Error != "" && !slices.ContainsFunc(task.Timeline, func(e api.TimelineEvent) bool { return strings.HasSuffix(e.Message, ": "+a.Error) }) {
+				t.Fatalf("the attempt's error %q is not the reason its timeline gives: %+v", a.Error, task.Timeline)
+			}
+			t.Logf("%s stopped the hog: exit %d, error %q, tail %q", h.Agent.LimitMethod(), a.ExitCode, a.Error, a.OutputTail)
 		})
 	}
 }
@@ -283,7 +291,7 @@ func TestCancelKillsRunningAttempt(t *testing.T) {
 		t.Fatal("process never started")
 	}
 	task, err := cl.CancelTask(Ctx(t, 10*time.Second), id, "test cancel")
-	if err != nil || task.State != "CANCELLED" || task.Attempts[0].State != "CANCELLED" {
+	if err != nil || task.State != "CANCELLED" || task.Attempts[0].State != "CANCELLED" || task.Attempts[0].Error != "test cancel" {
 		t.Fatalf("cancel: %+v %v", task, err)
 	}
 	if !Eventually(10*time.Second, func() bool { return len(ProcessesWith("sleep "+marker)) == 0 }) {

@@ -259,9 +259,9 @@ func runTaskStatus(e *env, args []string) error {
 	if len(t.Attempts) > 0 {
 		fmt.Fprintln(w, "\nAttempts")
 		at := &table{}
-		at.add("#", "ID", "NODE", "STATE", "LEASE", "STARTED", "FINISHED", "EXIT")
+		at.add("#", "ID", "NODE", "STATE", "LEASE", "STARTED", "FINISHED", "EXIT", "WHY")
 		for _, a := range t.Attempts {
-			at.add(strconv.Itoa(a.Number), a.ID, a.NodeID, a.State, strconv.FormatUint(a.LeaseVersion, 10), ago(a.StartedAt), ago(a.FinishedAt), strconv.Itoa(a.ExitCode))
+			at.add(strconv.Itoa(a.Number), a.ID, a.NodeID, a.State, strconv.FormatUint(a.LeaseVersion, 10), ago(a.StartedAt), ago(a.FinishedAt), strconv.Itoa(a.ExitCode), a.Error)
 		}
 		at.write(w)
 		last := t.Attempts[len(t.Attempts)-1]

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"herd/api"
+	"herd/spec"
 )
 
 // assignmentLoop watches this node's assignments and reconciles.
@@ -257,7 +258,7 @@ func (a *Agent) reconcile(ctx context.Context, as *api.Assignments) {
 		if x.StartWithinMs > 0 {
 			startBy = a.lastAt.Add(time.Duration(x.StartWithinMs) * time.Millisecond)
 		}
-		keep := x.Spec.OnDisconnect == api.OnDisconnectKeepRunning
+		keep := x.Spec.OnDisconnect == spec.OnDisconnectKeepRunning
 		if keep {
 			// The guard spares it too when the agent stops or dies.
 			a.guard.Load().keepRunning(id, true)

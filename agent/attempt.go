@@ -11,6 +11,7 @@ import (
 	"herd/api"
 
 	"github.com/hashicorp/go-hclog"
+	"herd/spec"
 )
 
 // execute runs one attempt: have its start committed (fenced by its
@@ -52,7 +53,7 @@ func (a *Agent) execute(agentCtx, attemptCtx context.Context, cancel context.Can
 	log.Info("attempt started", "command", x.Spec.Command)
 	began := time.Now()
 
-	timeout := time.Duration(derefInt64(x.Spec.TimeoutSeconds, api.DefaultTimeoutSeconds)) * time.Second
+	timeout := time.Duration(derefInt64(x.Spec.TimeoutSeconds, spec.DefaultTimeoutSeconds)) * time.Second
 	done := make(chan outcome, 1)
 	go func() {
 		defer func() {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"herd/api"
+	"herd/spec"
 )
 
 // outcome is how one attempt ended on this node.
@@ -53,7 +54,7 @@ var devNull = sync.OnceValues(func() (*os.File, error) { return os.Open(os.DevNu
 // rotating log and a 64 KiB tail, the run timeout, and no process left
 // behind afterwards. ctx ends when the attempt is taken back.
 func (a *Agent) runProcess(ctx context.Context, as api.Assignment) outcome {
-	att, spec := as.Attempt, as.Spec
+	att, ts := as.Attempt, as.Spec
 	// An attempt that could not keep its output or files fails before it
 	// starts, with the reason, rather than half-running.
 	if why := a.conditions.diskProblem(); why != "" {
@@ -86,7 +87,7 @@ func (a *Agent) runProcess(ctx context.Context, as api.Assignment) outcome {
 	}()
 	tail := &tailBuffer{max: api.MaxOutputTail}
 
-	if len(spec.Command) == 0 {
+	if len(ts.Command) == 0 {
 		logFile.Note("--- herd: empty command\n", true)
 		return outcome{state: api.AttemptFailed, exitCode: -1, err: "empty command"}
 	}
@@ -103,17 +104,17 @@ func (a *Agent) runProcess(ctx context.Context, as api.Assignment) outcome {
 		}
 		return outcome{state: api.AttemptFailed, exitCode: -1, err: msg}
 	}
-	cmd, limits, failed := a.prepareCommand(ctx, att, spec, workDir, inputs, logFile)
+	cmd, limits, failed := a.prepareCommand(ctx, att, ts, workDir, inputs, logFile)
 	if failed != nil {
 		return *failed
 	}
 	defer limits.Release()
-	out, timedOut, launched := a.runToEnd(ctx, att, spec, cmd, limits, logFile, tail)
+	out, timedOut, launched := a.runToEnd(ctx, att, ts, cmd, limits, logFile, tail)
 	if !launched {
 		return out
 	}
 	contained = limits.Contained()
-	a.settle(ctx, att, spec, workDir, &out, timedOut, limits, logFile)
+	a.settle(ctx, att, ts, workDir, &out, timedOut, limits, logFile)
 	return out
 }
 
@@ -121,11 +122,11 @@ func (a *Agent) runProcess(ctx context.Context, as api.Assignment) outcome {
 // image under the runtime's limits (the oci driver), or the command in
 // its working directory under this agent's limiter. A failure is the
 // attempt's outcome.
-func (a *Agent) prepareCommand(ctx context.Context, att api.Attempt, spec api.TaskSpec, workDir, inputs string, logFile *attemptLog) (*exec.Cmd, limitHandle, *outcome) {
-	if spec.Driver == api.DriverOCI {
+func (a *Agent) prepareCommand(ctx context.Context, att api.Attempt, ts api.TaskSpec, workDir, inputs string, logFile *attemptLog) (*exec.Cmd, limitHandle, *outcome) {
+	if ts.Driver == spec.DriverOCI {
 		// The container runtime applies the limits, from the spec it is
 		// given; the runtime's run is the attempt's process.
-		c, cmd, note, err := a.prepareContainer(ctx, att, spec, workDir, inputs, a.taskEnv(att, spec))
+		c, cmd, note, err := a.prepareContainer(ctx, att, ts, workDir, inputs, a.taskEnv(att, ts))
 		if err != nil {
 			msg := pullFailure(err)
 			logFile.Note("--- herd: "+msg+"\n", true)
@@ -137,11 +138,11 @@ func (a *Agent) prepareCommand(ctx context.Context, att api.Attempt, spec api.Ta
 		}
 		return cmd, c, nil
 	}
-	cmd := a.taskCommand(att, spec, workDir)
+	cmd := a.taskCommand(att, ts, workDir)
 	if inputs != "" {
 		cmd.Env = append(cmd.Env, "HERD_INPUTS="+inputs)
 	}
-	limits, err := a.limiter.Prepare(att.ID, spec.Resources, cmd.SysProcAttr)
+	limits, err := a.limiter.Prepare(att.ID, ts.Resources, cmd.SysProcAttr)
 	if err != nil {
 		return nil, nil, &outcome{state: api.AttemptFailed, exitCode: -1, err: fmt.Sprintf("set up %s limits: %v", a.limiter.Name(), err)}
 	}
@@ -152,7 +153,7 @@ func (a *Agent) prepareCommand(ctx context.Context, att api.Attempt, spec api.Ta
 // waits for its end (the timeout, or ctx taking it back), and leaves
 // nothing of its process group behind. launched is false when it never
 // started (out then says why).
-func (a *Agent) runToEnd(ctx context.Context, att api.Attempt, spec api.TaskSpec, cmd *exec.Cmd, limits limitHandle, logFile *attemptLog, tail *tailBuffer) (out outcome, timedOut, launched bool) {
+func (a *Agent) runToEnd(ctx context.Context, att api.Attempt, ts api.TaskSpec, cmd *exec.Cmd, limits limitHandle, logFile *attemptLog, tail *tailBuffer) (out outcome, timedOut, launched bool) {
 	r, w, err := outputPipe()
 	if err != nil {
 		return outcome{state: api.AttemptFailed, exitCode: -1, err: fmt.Sprintf("output pipe: %v", err)}, false, false
@@ -163,7 +164,7 @@ func (a *Agent) runToEnd(ctx context.Context, att api.Attempt, spec api.TaskSpec
 	w.Close()
 	if err != nil {
 		r.Close()
-		msg := fmt.Sprintf("start %q: %v", spec.Command[0], err)
+		msg := fmt.Sprintf("start %q: %v", ts.Command[0], err)
 		logFile.Note("--- herd: "+msg+"\n", true)
 		return outcome{state: api.AttemptFailed, exitCode: 127, err: msg}, false, false
 	}
@@ -184,7 +185,7 @@ func (a *Agent) runToEnd(ctx context.Context, att api.Attempt, spec api.TaskSpec
 	waited := make(chan error, 1)
 	go func() { waited <- waitProcess(cmd) }()
 
-	timeout := time.Duration(derefInt64(spec.TimeoutSeconds, api.DefaultTimeoutSeconds)) * time.Second
+	timeout := time.Duration(derefInt64(ts.TimeoutSeconds, spec.DefaultTimeoutSeconds)) * time.Second
 	waitErr, timedOut, abandoned := a.awaitEnd(ctx, pid, limits, timeout, waited)
 	if c, ok := limits.(*container); ok {
 		c.reaped(cmd.ProcessState) // Wait has returned: safe to read
@@ -211,9 +212,9 @@ func (a *Agent) runToEnd(ctx context.Context, att api.Attempt, spec api.TaskSpec
 // settle judges how the attempt ended (limits, timeout, a lease lost or
 // the lease guard's stop), keeps its outputs when it succeeded, and
 // notes the end in its log.
-func (a *Agent) settle(ctx context.Context, att api.Attempt, spec api.TaskSpec, workDir string, out *outcome, timedOut bool, limits limitHandle, logFile *attemptLog) {
-	timeout := time.Duration(derefInt64(spec.TimeoutSeconds, api.DefaultTimeoutSeconds)) * time.Second
-	a.judge(out, timedOut, timeout, limits, spec)
+func (a *Agent) settle(ctx context.Context, att api.Attempt, ts api.TaskSpec, workDir string, out *outcome, timedOut bool, limits limitHandle, logFile *attemptLog) {
+	timeout := time.Duration(derefInt64(ts.TimeoutSeconds, spec.DefaultTimeoutSeconds)) * time.Second
+	a.judge(out, timedOut, timeout, limits, ts)
 	if fence := fenced(ctx); out.abandoned && fence != nil {
 		// Stopped for want of a lease: reported LOST, with why, once the
 		// cluster can be reached.
@@ -231,7 +232,7 @@ func (a *Agent) settle(ctx context.Context, att api.Attempt, spec api.TaskSpec, 
 		out.err = strings.TrimPrefix(out.err+"; output not logged: no space left for the log", "; ")
 	}
 	if out.state == api.AttemptSucceeded {
-		a.profile.keepOutputs(att.TaskID, workDir, spec.Outputs)
+		a.profile.keepOutputs(att.TaskID, workDir, ts.Outputs)
 	}
 	logFile.Note(fmt.Sprintf("--- herd: %s, exit code %d %s\n", out.state, out.exitCode, out.err), out.state != api.AttemptSucceeded)
 }
@@ -248,10 +249,10 @@ func waitProcess(cmd *exec.Cmd) error {
 // taskCommand is the attempt's command, ready to launch: in its working
 // directory, with the task's environment and the HERD_* variables, as
 // the leader of a process group of its own, reading an empty stdin.
-func (a *Agent) taskCommand(att api.Attempt, spec api.TaskSpec, workDir string) *exec.Cmd {
-	cmd := a.paths.command(spec.Command[0], spec.Command[1:]...)
+func (a *Agent) taskCommand(att api.Attempt, ts api.TaskSpec, workDir string) *exec.Cmd {
+	cmd := a.paths.command(ts.Command[0], ts.Command[1:]...)
 	cmd.Dir = workDir
-	cmd.Env = append(os.Environ(), a.taskEnv(att, spec)...)
+	cmd.Env = append(os.Environ(), a.taskEnv(att, ts)...)
 	cmd.SysProcAttr = groupLeader()
 	if f, err := devNull(); err == nil {
 		cmd.Stdin = f
@@ -261,8 +262,8 @@ func (a *Agent) taskCommand(att api.Attempt, spec api.TaskSpec, workDir string) 
 
 // taskEnv is the task's environment and the HERD_* variables (without
 // the agent's own environment, which only a plain process inherits).
-func (a *Agent) taskEnv(att api.Attempt, spec api.TaskSpec) []string {
-	env := append(envList(spec.Env),
+func (a *Agent) taskEnv(att api.Attempt, ts api.TaskSpec) []string {
+	env := append(envList(ts.Env),
 		"HERD_TASK_ID="+att.TaskID,
 		"HERD_ATTEMPT_ID="+att.ID,
 		"HERD_ATTEMPT_NUMBER="+strconv.Itoa(att.Number),
@@ -272,7 +273,7 @@ func (a *Agent) taskEnv(att api.Attempt, spec api.TaskSpec) []string {
 	if addr := a.LeaseAddr(); addr != "" {
 		env = append(env, "HERD_AGENT_ADDR="+addr)
 	}
-	return append(env, a.profile.inputEnv(spec.Inputs)...)
+	return append(env, a.profile.inputEnv(ts.Inputs)...)
 }
 
 // awaitEnd waits for the attempt's main process to end, stopping its
@@ -299,7 +300,7 @@ func (a *Agent) awaitEnd(ctx context.Context, pid int, limits limitHandle, timeo
 
 // judge sets the attempt's ending state from how it ended: a timeout, a
 // take-back, the memory limit, else its exit code.
-func (a *Agent) judge(out *outcome, timedOut bool, timeout time.Duration, limits limitHandle, spec api.TaskSpec) {
+func (a *Agent) judge(out *outcome, timedOut bool, timeout time.Duration, limits limitHandle, ts api.TaskSpec) {
 	switch {
 	case timedOut:
 		out.state = api.AttemptTimedOut
@@ -313,7 +314,7 @@ func (a *Agent) judge(out *outcome, timedOut bool, timeout time.Duration, limits
 		if c, ok := limits.(*container); ok {
 			method = c.rt.name + " container"
 		}
-		out.err = fmt.Sprintf("killed: memory limit %d MB reached (%s)", spec.Resources.MemoryMB, method)
+		out.err = fmt.Sprintf("killed: memory limit %d MB reached (%s)", ts.Resources.MemoryMB, method)
 	case out.exitCode == 0:
 		out.state = api.AttemptSucceeded
 	default:

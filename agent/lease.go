@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"herd/api"
+	"herd/spec"
 )
 
 // An agent holds its running attempts on a lease from the leader. Every
@@ -173,7 +173,7 @@ func (a *Agent) fenceRunning(why *fenceError) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for id, ex := range a.running {
-		if ex.fenced || ex.assignment.Spec.OnDisconnect == api.OnDisconnectKeepRunning {
+		if ex.fenced || ex.assignment.Spec.OnDisconnect == spec.OnDisconnectKeepRunning {
 			continue
 		}
 		ex.fenced = true

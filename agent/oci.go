@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"herd/api"
+	"herd/spec"
 )
 
 // ociRuntime is the OCI runtime (runc or crun) this node runs containers
@@ -447,11 +448,11 @@ func (c *container) Release() {
 // image's root read-only, the working directory at /work (the command's
 // directory), the fetched inputs at /inputs and the node's datasets the
 // task names under /datasets, all bound in.
-func (a *Agent) prepareContainer(ctx context.Context, att api.Attempt, spec api.TaskSpec, workDir, inputs string, env []string) (*container, *exec.Cmd, string, error) {
+func (a *Agent) prepareContainer(ctx context.Context, att api.Attempt, ts api.TaskSpec, workDir, inputs string, env []string) (*container, *exec.Cmd, string, error) {
 	if a.oci == nil {
 		return nil, nil, "", fmt.Errorf("this node runs no containers: %s", a.ociProblem)
 	}
-	img, err := a.images.acquire(ctx, spec.Image)
+	img, err := a.images.acquire(ctx, ts.Image)
 	if err != nil {
 		return nil, nil, "", err
 	}
@@ -482,14 +483,14 @@ func (a *Agent) prepareContainer(ctx context.Context, att api.Attempt, spec api.
 		cenv = append(cenv, "HERD_INPUTS=/inputs")
 	}
 	cenv = append(cenv, "HERD_WORKDIR=/work")
-	args := append(append([]string(nil), img.Entrypoint...), spec.Command...)
+	args := append(append([]string(nil), img.Entrypoint...), ts.Command...)
 	s := a.oci.spec(containerSpec{
 		id: c.id, root: img.Root, args: args, env: cenv, cwd: "/work", hostname: a.cfg.ID,
-		memoryMB: spec.Resources.MemoryMB, cpuMillis: spec.Resources.CPUMillis, noNetwork: spec.Network == api.NetworkNone, extra: mounts,
+		memoryMB: ts.Resources.MemoryMB, cpuMillis: ts.Resources.CPUMillis, noNetwork: ts.Network == spec.NetworkNone, extra: mounts,
 	})
 	if err := writeSpec(bundle, s); err != nil {
 		c.Release()
-		return nil, nil, "", fmt.Errorf("container spec: %w", err)
+		return nil, nil, "", fmt.Errorf("container ts: %w", err)
 	}
 	// A container of this id left by a crash of the agent goes first.
 	_ = exec.Command(a.oci.path, "--root", a.oci.root, "delete", "-f", c.id).Run()
@@ -497,7 +498,7 @@ func (a *Agent) prepareContainer(ctx context.Context, att api.Attempt, spec api.
 	if img.Hit {
 		how = "cached"
 	}
-	return c, c.command(), fmt.Sprintf("image %s (%s, %s), runtime %s", spec.Image, shortDigest(img.Digest), how, a.oci.name), nil
+	return c, c.command(), fmt.Sprintf("image %s (%s, %s), runtime %s", ts.Image, shortDigest(img.Digest), how, a.oci.name), nil
 }
 
 func shortDigest(d string) string {

@@ -12,6 +12,7 @@ import (
 
 	"herd/api"
 	"herd/internal/testbin"
+	"herd/spec"
 )
 
 // BenchmarkOCIStart measures an attempt of "true" in a container from a
@@ -39,7 +40,7 @@ func BenchmarkOCIStart(b *testing.B) {
 		entry{name: "bin/busybox", body: string(bb), mode: 0o755}, entry{name: "bin/true", typ: tar.TypeSymlink, link: "busybox"}))})
 	as := api.Assignment{
 		Attempt: api.Attempt{TaskID: "01kbtask", Number: 1},
-		Spec:    api.TaskSpec{Command: []string{"/bin/true"}, Driver: api.DriverOCI, Image: "oci-layout:" + dir, Resources: api.Resources{CPUMillis: 500, MemoryMB: 64}},
+		Spec:    api.TaskSpec{Command: []string{"/bin/true"}, Driver: spec.DriverOCI, Image: "oci-layout:" + dir, Resources: api.Resources{CPUMillis: 500, MemoryMB: 64}},
 	}
 	run := func(i int) {
 		as.Attempt.ID = "01kbattempt" + strconv.Itoa(i)

@@ -10,7 +10,8 @@
 //
 //   - client.go, client_events.go: the client and its event stream;
 //   - types.go, job_types.go, acl_types.go, events.go, states.go: the
-//     wire types and the states they name;
+//     wire types and the states they name (what users declare, the task
+//     and job specs with their defaults and rules, is package spec's);
 //   - headers.go, limits.go: the headers and limits both halves obey;
 //   - gossip.go: what agents and servers put in gossip metadata and
 //     messages.

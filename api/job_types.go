@@ -2,52 +2,12 @@ package api
 
 import "time"
 
-// JobSpec is a job as submitted: a named DAG of stages.
-type JobSpec struct {
-	Name           string `json:"name"`
-	IdempotencyKey string `json:"idempotency_key,omitempty"`
-	// OnFailure "continue" lets the independent branches finish after a
-	// stage failed; by default ("fail") the rest is cancelled.
-	OnFailure string      `json:"on_failure,omitempty"`
-	Stages    []StageSpec `json:"stages"`
-	// Schedule, when set, makes the job periodic: it runs nothing itself,
-	// and each firing starts a run of it (a job of its own).
-	Schedule *Schedule `json:"schedule,omitempty"`
-}
-
-// Schedule fires a job: cron (seconds optional) or "@every 30s", read in
-// time_zone (UTC when empty); catch_up skip (the default) or run_once for
-// slots missed while no leader fired them; overlap forbid (the default),
-// allow or replace when the previous run is still live.
-type Schedule struct {
-	Cron     string `json:"cron"`
-	TimeZone string `json:"time_zone,omitempty"`
-	CatchUp  string `json:"catch_up,omitempty"`
-	Overlap  string `json:"overlap,omitempty"`
-}
-
 // Firing is one slot of a schedule as it was handled.
 type Firing struct {
 	Slot    time.Time `json:"slot"`
 	At      time.Time `json:"at"`
 	Run     string    `json:"run,omitempty"`
 	Outcome string    `json:"outcome"`
-}
-
-// StageSpec is one stage: a task spec, the stages it depends on, its
-// fan-out (count, or one instance per for_each item, the item in
-// HERD_ITEM), the files it leaves in its working directory (outputs) and
-// the outputs of earlier stages it reads (inputs, "stage.output"), found
-// at $HERD_INPUTS/<stage>/<output> (<stage>/<instance>/<output> for a
-// stage that fans out).
-type StageSpec struct {
-	Name      string   `json:"name"`
-	DependsOn []string `json:"depends_on,omitempty"`
-	Count     int      `json:"count,omitempty"`
-	ForEach   []string `json:"for_each,omitempty"`
-	Outputs   []string `json:"outputs,omitempty"`
-	Inputs    []string `json:"inputs,omitempty"`
-	Task      TaskSpec `json:"task"`
 }
 
 // JobSubmitResponse answers a job submit: 201 when created, 200 with the

@@ -11,77 +11,17 @@ import (
 	"time"
 
 	"herd/internal/check"
+	"herd/spec"
 )
 
-// Resources is an amount of CPU (millicores), memory, GPU units and disk.
-type Resources struct {
-	CPUMillis int64 `json:"cpu_millis"`
-	MemoryMB  int64 `json:"memory_mb"`
-	GPU       int64 `json:"gpu"`
-	DiskMB    int64 `json:"disk_mb"`
-}
-
-// TaskSpec is what a client submits. Optional numbers are pointers so an
-// absent field takes its default while an explicit 0 is validated.
-type TaskSpec struct {
-	Name              string            `json:"name,omitempty"`
-	IdempotencyKey    string            `json:"idempotency_key,omitempty"`
-	Priority          *int              `json:"priority,omitempty"`
-	Command           []string          `json:"command"`
-	Env               map[string]string `json:"env,omitempty"`
-	Capability        string            `json:"capability,omitempty"`
-	CapabilityVersion string            `json:"capability_version,omitempty"`
-	RequiredLabels    map[string]string `json:"required_labels,omitempty"`
-	PreferredLabels   map[string]string `json:"preferred_labels,omitempty"`
-	Resources         Resources         `json:"resources"`
-	TimeoutSeconds    *int64            `json:"timeout_seconds,omitempty"`
-	MaxAttempts       *int              `json:"max_attempts,omitempty"`
-	Submitter         string            `json:"submitter,omitempty"`
-	// OnDisconnect: "stop" (the default) stops the attempt when its agent
-	// loses contact with the cluster past its lease, before it can run
-	// elsewhere; "keep_running" lets it run on, for work that is safe to
-	// run twice, and re-places it as soon as its node is DOWN.
-	OnDisconnect string `json:"on_disconnect,omitempty"`
-	// Class groups tasks whose run times compare: the cluster keeps each
-	// node's history per class (default: the task's name).
-	Class string `json:"class,omitempty"`
-	// Size (small, medium, large) limits the tiers the task may run on;
-	// Tiers is what it mapped to, set by the cluster.
-	Size  string   `json:"size,omitempty"`
-	Tiers []string `json:"tiers,omitempty"`
-	// Inputs names datasets the task reads: nodes holding them are
-	// preferred, by the bytes they hold. Outputs names files the task
-	// leaves in its working directory, which become datasets of its node.
-	Inputs  []string `json:"inputs,omitempty"`
-	Outputs []string `json:"outputs,omitempty"`
-	// InputPaths, for a job's stage, is where under $HERD_INPUTS the
-	// command finds each input (set by the cluster, in Inputs' order).
-	InputPaths []string `json:"input_paths,omitempty"`
-	// Driver runs the task: "exec" (the default), a process on the node,
-	// or "oci", a container from Image in its own root filesystem and
-	// namespaces, on nodes with the capability oci@1. A spec with an
-	// image and no driver is an oci task.
-	Driver string `json:"driver,omitempty"`
-	// Image is an OCI image: a registry reference (host/repo:tag or
-	// @sha256:digest), or oci-layout:PATH[:TAG] for an image layout on the
-	// node's disk.
-	Image string `json:"image,omitempty"`
-	// Network of an oci task: "host" (the default) or "none".
-	Network string `json:"network,omitempty"`
-	// Speculative: once the task's attempt runs past its class's slow
-	// threshold, a backup attempt starts on another node and the first
-	// to succeed wins (the other is cancelled, its lease dead). For
-	// tasks that may run twice at once: idempotent, or writing only their
-	// own outputs.
-	Speculative bool `json:"speculative,omitempty"`
-}
-
-// The drivers and networks of a task spec.
-const (
-	DriverExec  = "exec"
-	DriverOCI   = "oci"
-	NetworkHost = "host"
-	NetworkNone = "none"
+// Resources, TaskSpec, JobSpec, StageSpec and Schedule are what users
+// declare; package spec owns them with their defaults and rules.
+type (
+	Resources = spec.Resources
+	TaskSpec  = spec.Task
+	JobSpec   = spec.Job
+	StageSpec = spec.Stage
+	Schedule  = spec.Schedule
 )
 
 // ImageCache is what a node's agent tells of its container runtime and
@@ -116,50 +56,6 @@ type InputSource struct {
 	NodeID  string `json:"node_id"`
 	Address string `json:"address"`
 }
-
-// The values of TaskSpec.OnDisconnect.
-const (
-	OnDisconnectStop        = "stop"
-	OnDisconnectKeepRunning = "keep_running"
-)
-
-// Defaults applied to a submitted spec for fields it leaves out.
-const (
-	DefaultPriority          = 50
-	DefaultCapability        = "exec"
-	DefaultCapabilityVersion = "1"
-	DefaultTimeoutSeconds    = 3600
-	DefaultMaxAttempts       = 3
-	DefaultSubmitter         = "default"
-)
-
-// WithDefaults returns a copy of s with every absent optional field set.
-func (s TaskSpec) WithDefaults() TaskSpec {
-	if s.Priority == nil {
-		s.Priority = ptr(DefaultPriority)
-	}
-	if s.Capability == "" {
-		s.Capability = DefaultCapability
-	}
-	if s.CapabilityVersion == "" {
-		s.CapabilityVersion = DefaultCapabilityVersion
-	}
-	if s.TimeoutSeconds == nil {
-		s.TimeoutSeconds = ptr(int64(DefaultTimeoutSeconds))
-	}
-	if s.MaxAttempts == nil {
-		s.MaxAttempts = ptr(DefaultMaxAttempts)
-	}
-	if s.Submitter == "" {
-		s.Submitter = DefaultSubmitter
-	}
-	if s.Driver == "" && s.Image != "" {
-		s.Driver = DriverOCI
-	}
-	return s
-}
-
-func ptr[T any](v T) *T { return &v }
 
 // Task is a task as the API shows it.
 type Task struct {

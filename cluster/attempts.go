@@ -292,7 +292,7 @@ func (s *Server) Assignments(ctx context.Context, nodeID string, q api.Assignmen
 					x.Held = true
 				} else {
 					x.Attempt = toAPIAttempt(a)
-					x.Spec = toAPISpec(t.Spec)
+					x.Spec = t.Spec.Spec()
 					x.Inputs = inputSources(st, node.ID, t.Spec.Inputs)
 				}
 			}

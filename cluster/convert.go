@@ -8,67 +8,13 @@ import (
 	"herd/config"
 	"herd/fsm"
 	"herd/scheduler"
+	"herd/spec"
 )
-
-func toFSMSpec(in api.TaskSpec) fsm.TaskSpec {
-	return fsm.TaskSpec{Name: in.Name, IdempotencyKey: in.IdempotencyKey, TaskShape: &fsm.TaskShape{
-		Priority: *in.Priority, Command: in.Command, Env: in.Env, Capability: in.Capability, CapabilityVersion: in.CapabilityVersion,
-		RequiredLabels: in.RequiredLabels, PreferredLabels: in.PreferredLabels,
-		Resources: scheduler.Resources{
-			CPUMillis: in.Resources.CPUMillis, MemoryMB: in.Resources.MemoryMB,
-			GPU: in.Resources.GPU, DiskMB: in.Resources.DiskMB,
-		},
-		TimeoutSeconds: *in.TimeoutSeconds, MaxAttempts: *in.MaxAttempts, Submitter: in.Submitter,
-		OnDisconnect: onDisconnect(in.OnDisconnect),
-		Class:        in.Class, Size: in.Size, Tiers: parseTiers(in.Tiers), Inputs: in.Inputs, Outputs: in.Outputs, InputPaths: in.InputPaths,
-		Driver: driver(in.Driver), Image: in.Image, Network: network(in.Network), Speculative: in.Speculative,
-	}}
-}
-
-// driver is the replicated form: "exec", the default, is empty.
-func driver(v string) string {
-	if v == api.DriverExec {
-		return ""
-	}
-	return v
-}
-
-// network is the replicated form: "host", the default, is empty.
-func network(v string) string {
-	if v == api.NetworkHost {
-		return ""
-	}
-	return v
-}
-
-// parseTiers reads tier names; an unknown one becomes TierUnknown, which
-// the spec's validation refuses.
-func parseTiers(names []string) []scheduler.Tier {
-	if len(names) == 0 {
-		return nil
-	}
-	out := make([]scheduler.Tier, len(names))
-	for i, n := range names {
-		out[i], _ = scheduler.ParseTier(n)
-	}
-	return out
-}
-
-func tierNames(ts []scheduler.Tier) []string {
-	if len(ts) == 0 {
-		return nil
-	}
-	out := make([]string, len(ts))
-	for i, t := range ts {
-		out[i] = t.String()
-	}
-	return out
-}
 
 // withSizeTiers resolves a spec's size into the tiers it may run on, as
 // this leader is configured: the replicated spec carries the tiers, so
 // every replica checks a reservation the same way.
-func withSizeTiers(in api.TaskSpec, c config.Scheduler) api.TaskSpec {
+func withSizeTiers(in spec.Task, c config.Scheduler) spec.Task {
 	switch in.Size {
 	case "small":
 		in.Tiers = c.SizeSmall
@@ -80,33 +26,9 @@ func withSizeTiers(in api.TaskSpec, c config.Scheduler) api.TaskSpec {
 	return in
 }
 
-// onDisconnect is the replicated form: "stop", the default, is empty.
-func onDisconnect(v string) string {
-	if v == api.OnDisconnectStop {
-		return ""
-	}
-	return v
-}
-
-func toAPISpec(in fsm.TaskSpec) api.TaskSpec {
-	prio, timeout, maxAttempts := in.Priority, in.TimeoutSeconds, in.MaxAttempts
-	return api.TaskSpec{
-		Name: in.Name, IdempotencyKey: in.IdempotencyKey, Priority: &prio,
-		Command: in.Command, Env: in.Env, Capability: in.Capability, CapabilityVersion: in.CapabilityVersion,
-		RequiredLabels: in.RequiredLabels, PreferredLabels: in.PreferredLabels,
-		Resources: api.Resources{
-			CPUMillis: in.Resources.CPUMillis, MemoryMB: in.Resources.MemoryMB,
-			GPU: in.Resources.GPU, DiskMB: in.Resources.DiskMB,
-		},
-		TimeoutSeconds: &timeout, MaxAttempts: &maxAttempts, Submitter: in.Submitter, OnDisconnect: in.OnDisconnect,
-		Class: in.Class, Size: in.Size, Tiers: tierNames(in.Tiers), Inputs: in.Inputs, Outputs: in.Outputs, InputPaths: in.InputPaths,
-		Driver: in.Driver, Image: in.Image, Network: in.Network, Speculative: in.Speculative,
-	}
-}
-
 func toAPITask(t *fsm.Task, attempts []*fsm.Attempt) api.Task {
 	out := api.Task{
-		ID: t.ID, Name: t.Spec.Name, State: t.State.String(), Spec: toAPISpec(t.Spec),
+		ID: t.ID, Name: t.Spec.Name, State: t.State.String(), Spec: t.Spec.Spec(),
 		SubmittedAt: t.SubmittedAt(), CreateIndex: t.CreateIndex, ModifyIndex: t.ModifyIndex,
 		CurrentAttempt: t.CurrentAttempt(),
 		Attempts:       make([]api.Attempt, 0, len(attempts)),

@@ -14,6 +14,7 @@ import (
 	"herd/api"
 	"herd/fsm"
 	"herd/scheduler"
+	"herd/spec"
 )
 
 // cronParser reads cron expressions with an optional seconds field and
@@ -24,7 +25,7 @@ import (
 var cronParser = cron.NewParser(cron.SecondOptional | cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
 
 // parseSchedule checks a schedule and returns it ready to compute slots.
-func parseSchedule(sc *fsm.Schedule) (cron.Schedule, *time.Location, error) {
+func parseSchedule(sc *spec.Schedule) (cron.Schedule, *time.Location, error) {
 	loc := time.UTC
 	if sc.TimeZone != "" {
 		l, err := time.LoadLocation(sc.TimeZone)
@@ -69,11 +70,11 @@ func due(j *fsm.Job, s cron.Schedule, loc *time.Location, now time.Time, onTime 
 	switch {
 	case late <= onTime && missed == 0:
 		return next, true, "on time, fired " + lateText, true
-	case late <= onTime && j.Spec.Schedule.CatchUp == fsm.CatchUpRunOnce:
+	case late <= onTime && j.Spec.Schedule.CatchUp == spec.CatchUpRunOnce:
 		return next, true, fmt.Sprintf("caught up: %d slots missed while no leader fired them, run once with this one, on time, fired %s", missed, lateText), true
 	case late <= onTime:
 		return next, true, fmt.Sprintf("on time, fired %s; %d earlier slots missed while no leader fired them were skipped", lateText, missed), true
-	case j.Spec.Schedule.CatchUp == fsm.CatchUpRunOnce:
+	case j.Spec.Schedule.CatchUp == spec.CatchUpRunOnce:
 		return next, true, fmt.Sprintf("caught up: %d slots missed while no leader fired them, run once %s late", missed+1, late.Round(time.Millisecond)), true
 	}
 	return next, false, fmt.Sprintf("skipped: %d slots missed while no leader fired them (catch up skip)", missed+1), true

@@ -6,13 +6,14 @@ import (
 	"time"
 
 	"herd/fsm"
+	"herd/spec"
 )
 
 // Slots due: on time, and after an outage by the catch-up policy.
 func TestDueSlots(t *testing.T) {
 	start := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
 	job := func(catchUp string) *fsm.Job {
-		return &fsm.Job{State: fsm.JobScheduled, LastSlot: fsm.StampOf(start), Spec: fsm.JobSpec{Schedule: &fsm.Schedule{Cron: "@every 10s", CatchUp: catchUp}}}
+		return &fsm.Job{State: fsm.JobScheduled, LastSlot: fsm.StampOf(start), Spec: spec.Job{Schedule: &spec.Schedule{Cron: "@every 10s", CatchUp: catchUp}}}
 	}
 	s, loc, err := parseSchedule(job("").Spec.Schedule)
 	if err != nil {
@@ -31,7 +32,7 @@ func TestDueSlots(t *testing.T) {
 	if !ok || run || !slot.Equal(start.Add(60*time.Second)) || !strings.HasPrefix(outcome, "skipped: 6 slots missed") {
 		t.Fatalf("skip: %v %v %q", slot, run, outcome)
 	}
-	slot, run, outcome, ok = due(job(fsm.CatchUpRunOnce), s, loc, later, time.Second)
+	slot, run, outcome, ok = due(job(spec.CatchUpRunOnce), s, loc, later, time.Second)
 	if !ok || !run || !slot.Equal(start.Add(60*time.Second)) || !strings.HasPrefix(outcome, "caught up: 6 slots missed") {
 		t.Fatalf("run once: %v %v %q", slot, run, outcome)
 	}
@@ -40,13 +41,13 @@ func TestDueSlots(t *testing.T) {
 	if !ok || !run || !slot.Equal(start.Add(60*time.Second)) || !strings.Contains(outcome, "5 earlier slots") {
 		t.Fatalf("on time after missed ones: %v %v %q", slot, run, outcome)
 	}
-	for _, bad := range []fsm.Schedule{{Cron: "every 5s"}, {Cron: "* * *"}, {Cron: "@every 5s", TimeZone: "Mars/Olympus"}} {
+	for _, bad := range []spec.Schedule{{Cron: "every 5s"}, {Cron: "* * *"}, {Cron: "@every 5s", TimeZone: "Mars/Olympus"}} {
 		if _, _, err := parseSchedule(&bad); err == nil {
 			t.Errorf("%+v parsed", bad)
 		}
 	}
 	// Seconds are optional; zones move the slots.
-	if _, _, err := parseSchedule(&fsm.Schedule{Cron: "30 */5 * * * *", TimeZone: "Asia/Shanghai"}); err != nil {
+	if _, _, err := parseSchedule(&spec.Schedule{Cron: "30 */5 * * * *", TimeZone: "Asia/Shanghai"}); err != nil {
 		t.Fatal(err)
 	}
 }

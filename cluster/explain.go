@@ -41,8 +41,8 @@ func (s *Server) ExplainSpec(in api.ExplainRequest) (api.Explanation, error) {
 	if len(spec.Command) == 0 {
 		spec.Command = []string{"true"} // the command does not affect placement
 	}
-	fspec := toFSMSpec(withSizeTiers(spec.WithDefaults(), s.cfg.Scheduler))
-	if err := fspec.Validate(); err != nil {
+	spec = withSizeTiers(spec.Normalize(), s.cfg.Scheduler)
+	if err := spec.Validate(); err != nil {
 		return api.Explanation{}, fmt.Errorf("invalid task spec: %v: %w", err, api.ErrBadRequest)
 	}
 	ttl := s.cfg.Scheduler.HeartbeatTTL
@@ -58,7 +58,7 @@ func (s *Server) ExplainSpec(in api.ExplainRequest) (api.Explanation, error) {
 	if err != nil {
 		return api.Explanation{}, err
 	}
-	t := &fsm.Task{ID: "what-if", Spec: fspec}
+	t := &fsm.Task{ID: "what-if", Spec: fsm.FromSpec(spec)}
 	req := t.Request(now, ttl)
 	fleet.fill(&req)
 	cfg := scoringConfig(s.cfg.Scheduler)

@@ -18,33 +18,22 @@ func (s *Server) SubmitJob(ctx context.Context, in api.JobSpec) (api.Job, bool, 
 	}
 	now := s.now().UTC()
 	id := newID(now)
-	spec := fsm.JobSpec{Name: in.Name, IdempotencyKey: in.IdempotencyKey, OnFailure: in.OnFailure}
-	if spec.Name == "" {
-		spec.Name = id
+	job := in.Normalize()
+	if job.Name == "" {
+		job.Name = id
 	}
-	if spec.OnFailure == "fail" {
-		spec.OnFailure = ""
+	for i := range job.Stages {
+		job.Stages[i].Task = withSizeTiers(job.Stages[i].Task, s.cfg.Scheduler)
 	}
-	if sc := in.Schedule; sc != nil {
-		spec.Schedule = &fsm.Schedule{Cron: sc.Cron, TimeZone: sc.TimeZone, CatchUp: sc.CatchUp, Overlap: sc.Overlap}
-		if _, _, err := parseSchedule(spec.Schedule); err != nil {
-			return api.Job{}, false, 0, fmt.Errorf("invalid job: %v: %w", err, api.ErrBadRequest)
+	if sc := job.Schedule; sc != nil {
+		if _, _, err := parseSchedule(sc); err != nil {
+			return api.Job{}, false, 0, fmt.Errorf("invalid job: schedule: %v: %w", err, api.ErrBadRequest)
 		}
 	}
-	for _, st := range in.Stages {
-		task := st.Task
-		if task.Name == "" {
-			task.Name = st.Name
-		}
-		spec.Stages = append(spec.Stages, fsm.StageSpec{
-			Name: st.Name, DependsOn: st.DependsOn, Count: st.Count, ForEach: st.ForEach,
-			Outputs: st.Outputs, Inputs: st.Inputs, Task: toFSMSpec(withSizeTiers(task.WithDefaults(), s.cfg.Scheduler)),
-		})
-	}
-	if err := spec.Validate(); err != nil {
+	if err := job.Validate(); err != nil {
 		return api.Job{}, false, 0, fmt.Errorf("invalid job: %v: %w", err, api.ErrBadRequest)
 	}
-	resp, index, err := s.apply(ctx, fsm.MsgSubmitJob, fsm.SubmitJobRequest{ID: id, SubmittedAt: now, Spec: spec})
+	resp, index, err := s.apply(ctx, fsm.MsgSubmitJob, fsm.SubmitJobRequest{ID: id, SubmittedAt: now, Spec: job})
 	if err != nil {
 		return api.Job{}, false, 0, err
 	}

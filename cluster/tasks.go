@@ -15,10 +15,11 @@ func (s *Server) SubmitTask(ctx context.Context, in api.TaskSpec) (api.Task, boo
 	if !s.IsLeader() {
 		return api.Task{}, false, 0, fmt.Errorf("%s: %w", s.cfg.ID, api.ErrNotLeader)
 	}
-	spec := toFSMSpec(withSizeTiers(in.WithDefaults(), s.cfg.Scheduler))
-	if err := spec.Validate(); err != nil {
+	task := withSizeTiers(in.Normalize(), s.cfg.Scheduler)
+	if err := task.Validate(); err != nil {
 		return api.Task{}, false, 0, fmt.Errorf("invalid task spec: %v: %w", err, api.ErrBadRequest)
 	}
+	spec := fsm.FromSpec(task)
 	now := s.now().UTC()
 	id := newID(now)
 	if spec.Name == "" {
@@ -44,10 +45,11 @@ func (s *Server) SubmitTasks(ctx context.Context, in []api.TaskSpec) (api.BatchS
 	now := s.now().UTC()
 	cmds := make([][]byte, 0, len(in))
 	for i, one := range in {
-		spec := toFSMSpec(withSizeTiers(one.WithDefaults(), s.cfg.Scheduler))
-		if err := spec.Validate(); err != nil {
+		task := withSizeTiers(one.Normalize(), s.cfg.Scheduler)
+		if err := task.Validate(); err != nil {
 			return api.BatchSubmitResponse{}, fmt.Errorf("invalid task spec tasks[%d]: %v: %w", i, err, api.ErrBadRequest)
 		}
+		spec := fsm.FromSpec(task)
 		id := newID(now)
 		if spec.Name == "" {
 			spec.Name = id

@@ -9,13 +9,14 @@ import (
 	"time"
 
 	"herd/scheduler"
+	"herd/spec"
 )
 
 // SubmitJobRequest creates a job. The id and time are the leader's.
 type SubmitJobRequest struct {
 	ID          string    `json:"id"`
 	SubmittedAt time.Time `json:"submitted_at"`
-	Spec        JobSpec   `json:"spec"`
+	Spec        spec.Job  `json:"spec"`
 }
 
 // CancelJobRequest cancels a job and its live stages.
@@ -57,7 +58,7 @@ func applySubmitJob(db *store, index uint64, r *SubmitJobRequest) (any, error) {
 	if r.Spec.Schedule != nil {
 		j := &Job{ID: r.ID, Spec: r.Spec, State: JobScheduled, CreateIndex: index, ModifyIndex: index, LastSlot: StampOf(r.SubmittedAt)}
 		j.addEvent(index, r.SubmittedAt, EventQueued, fmt.Sprintf("scheduled %q (time zone %s, catch up %s, overlap %s)", r.Spec.Schedule.Cron,
-			orDefault(r.Spec.Schedule.TimeZone, "UTC"), orDefault(r.Spec.Schedule.CatchUp, CatchUpSkip), orDefault(r.Spec.Schedule.Overlap, OverlapForbid)))
+			orDefault(r.Spec.Schedule.TimeZone, "UTC"), orDefault(r.Spec.Schedule.CatchUp, spec.CatchUpSkip), orDefault(r.Spec.Schedule.Overlap, spec.OverlapForbid)))
 		db.putJob(j)
 		return &JobResult{Job: j, Created: true}, nil
 	}
@@ -77,7 +78,7 @@ func orDefault(v, def string) string {
 }
 
 // newRun makes a job that runs, its first stages started.
-func newRun(db *store, index uint64, id string, spec JobSpec, now time.Time) (*Job, error) {
+func newRun(db *store, index uint64, id string, spec spec.Job, now time.Time) (*Job, error) {
 	j := &Job{ID: id, Spec: spec, State: JobPending, CreateIndex: index, ModifyIndex: index}
 	j.Spec.Schedule = nil
 	tasks := 0
@@ -124,11 +125,11 @@ func applyFireJob(db *store, index uint64, r *FireJobRequest) (any, error) {
 	if r.Run {
 		prev, live := db.job(j.LastRun)
 		live = live && !JobTerminal(prev.State)
-		switch overlap := orDefault(j.Spec.Schedule.Overlap, OverlapForbid); {
-		case live && overlap == OverlapForbid:
+		switch overlap := orDefault(j.Spec.Schedule.Overlap, spec.OverlapForbid); {
+		case live && overlap == spec.OverlapForbid:
 			f.Outcome = fmt.Sprintf("skipped: run %s is still %s (overlap forbid); %s", prev.ID, prev.State, f.Outcome)
 			r.Run = false
-		case live && overlap == OverlapReplace:
+		case live && overlap == spec.OverlapReplace:
 			c := prev.clone()
 			c.State, c.ModifyIndex = JobCancelled, index
 			c.addEvent(index, r.Now, EventCancelled, "replaced by the next run (overlap replace)")
@@ -193,7 +194,7 @@ func startReadyStages(db *store, index uint64, j *Job, now time.Time) error {
 	return nil
 }
 
-func depsSucceeded(j *Job, st *StageSpec) bool {
+func depsSucceeded(j *Job, st *spec.Stage) bool {
 	for _, d := range st.DependsOn {
 		if j.Stages[stageIndex(j, d)].State != StageSucceeded {
 			return false
@@ -203,7 +204,7 @@ func depsSucceeded(j *Job, st *StageSpec) bool {
 }
 
 func stageIndex(j *Job, name string) int {
-	return slices.IndexFunc(j.Spec.Stages, func(s StageSpec) bool { return s.Name == name })
+	return slices.IndexFunc(j.Spec.Stages, func(s spec.Stage) bool { return s.Name == name })
 }
 
 // stageTask builds instance k of stage i: the stage's task spec, named
@@ -215,7 +216,7 @@ func stageIndex(j *Job, name string) int {
 // stage that fans out.
 func stageTask(j *Job, i, k int, now time.Time, index uint64) *Task {
 	st := &j.Spec.Stages[i]
-	shape := *st.Task.TaskShape
+	shape := *FromSpec(st.Task).TaskShape
 	env := maps.Clone(shape.Env)
 	if env == nil {
 		env = map[string]string{}
@@ -311,7 +312,7 @@ func jobTaskEnded(db *store, index uint64, t *Task, now time.Time) error {
 			stage.State = StageCancelled
 		}
 		j.addEvent(index, now, EventFailed, fmt.Sprintf("stage %s %s: %s", name, strings.ToLower(stage.State), failed))
-		if j.Spec.OnFailure == OnFailureContinue {
+		if j.Spec.OnFailure == spec.OnFailureContinue {
 			skipDependents(j, name, index, now)
 		} else {
 			// Settled before its tasks are cancelled: their own ends
@@ -335,12 +336,9 @@ func jobTaskEnded(db *store, index uint64, t *Task, now time.Time) error {
 // skipDependents marks every waiting stage that depends, directly or not,
 // on the failed one as SKIPPED.
 func skipDependents(j *Job, failed string, index uint64, now time.Time) {
-	byName := map[string]int{}
+	byName := j.Spec.StageIndex()
 	for i, s := range j.Spec.Stages {
-		byName[s.Name] = i
-	}
-	for i, s := range j.Spec.Stages {
-		if j.Stages[i].State == StageWaiting && dependsOn(j.Spec.Stages, byName, s.Name, failed) {
+		if j.Stages[i].State == StageWaiting && j.Spec.DependsOn(byName, s.Name, failed) {
 			j.Stages[i].State = StageSkipped
 			j.addEvent(index, now, EventCancelled, fmt.Sprintf("stage %s skipped: it depends on %s, which failed", s.Name, failed))
 		}
@@ -538,15 +536,12 @@ func applyRerunStage(db *store, index uint64, r *RerunStageRequest) (any, error)
 	}
 	j := old.clone()
 	j.ModifyIndex = index
-	byName := map[string]int{}
-	for i, s := range j.Spec.Stages {
-		byName[s.Name] = i
-	}
+	byName := j.Spec.StageIndex()
 	// Stages reading the rerun stage wait again; set before their tasks
 	// are cancelled, so those tasks' ends leave the job be.
 	var cancel []string
 	for i, s := range j.Spec.Stages {
-		if i == si || j.Stages[i].State != StageRunning || !dependsOn(j.Spec.Stages, byName, s.Name, r.Stage) {
+		if i == si || j.Stages[i].State != StageRunning || !j.Spec.DependsOn(byName, s.Name, r.Stage) {
 			continue
 		}
 		for _, id := range j.Stages[i].TaskIDs {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"herd/scheduler"
+	"herd/spec"
 )
 
 func getNode(db *store, id string) (*Node, error) {
@@ -103,11 +104,11 @@ func applyNodeDown(db *store, index uint64, r *NodeDownRequest) (any, error) {
 		if wait := retryAt.Sub(r.Now); wait > 0 {
 			why += fmt.Sprintf("; re-placed in %s, once its agent has stopped it (its lease has run out)", wait.Round(time.Millisecond))
 		}
-		if task.Spec.OnDisconnect == OnDisconnectKeepRunning {
+		if task.Spec.OnDisconnect == spec.OnDisconnectKeepRunning {
 			// Its agent does not stop it when cut off: waiting for the
 			// lease would prevent no overlap.
 			why = fmt.Sprintf("reclaimed: node down: %s; re-placed at once: the task keeps running when its node is cut off (on_disconnect %s), so this attempt may still be running there",
-				r.Reason, OnDisconnectKeepRunning)
+				r.Reason, spec.OnDisconnectKeepRunning)
 			retryAt = r.Now
 		}
 		if _, err := finishAttempt(db, index, a, task, &AttemptEndRequest{

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"herd/scheduler"
+	"herd/spec"
 )
 
 // BenchmarkReserveApply measures applying reservations, 512 to an entry as
@@ -237,11 +238,11 @@ func BenchmarkActiveJobs(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	one := []StageSpec{stage("a")}
-	apply(MsgSubmitJob, SubmitJobRequest{ID: "schedule", SubmittedAt: epoch, Spec: JobSpec{Name: "tick", Stages: one, Schedule: &Schedule{Cron: "@every 1m"}}})
+	one := []spec.Stage{stage("a")}
+	apply(MsgSubmitJob, SubmitJobRequest{ID: "schedule", SubmittedAt: epoch, Spec: spec.Job{Name: "tick", Stages: one, Schedule: &spec.Schedule{Cron: "@every 1m"}}})
 	for i := range 10_000 {
 		id := fmt.Sprintf("run-%05d", i)
-		apply(MsgSubmitJob, SubmitJobRequest{ID: id, SubmittedAt: epoch, Spec: JobSpec{Name: "run", Stages: one}})
+		apply(MsgSubmitJob, SubmitJobRequest{ID: id, SubmittedAt: epoch, Spec: spec.Job{Name: "run", Stages: one}})
 		apply(MsgCancelJob, CancelJobRequest{JobID: id, Now: epoch})
 	}
 	b.Run("all", func(b *testing.B) {

@@ -12,6 +12,7 @@ import (
 	"pgregory.net/rapid"
 
 	"herd/scheduler"
+	"herd/spec"
 )
 
 // TestReserveBinaryRoundTrip: any reservation decodes to what was encoded,
@@ -106,11 +107,11 @@ func TestSubmitBinaryRoundTrip(t *testing.T) {
 			Resources: scheduler.Resources{CPUMillis: rapid.Int64().Draw(rt, "cpu"), MemoryMB: rapid.Int64().Draw(rt, "mem"),
 				GPU: rapid.Int64().Draw(rt, "gpu"), DiskMB: rapid.Int64().Draw(rt, "disk")},
 			TimeoutSeconds: rapid.Int64().Draw(rt, "timeout"), MaxAttempts: rapid.Int().Draw(rt, "max"),
-			Submitter: rapid.String().Draw(rt, "submitter"), OnDisconnect: rapid.SampledFrom([]string{"", OnDisconnectKeepRunning, "x"}).Draw(rt, "ondisconnect"),
+			Submitter: rapid.String().Draw(rt, "submitter"), OnDisconnect: rapid.SampledFrom([]string{"", spec.OnDisconnectKeepRunning, "x"}).Draw(rt, "ondisconnect"),
 			Class: rapid.String().Draw(rt, "class"), Size: rapid.SampledFrom([]string{"", "small", "large"}).Draw(rt, "size"),
 			Tiers: drawTiers(rt), Inputs: drawNames(rt, "inputs"), Outputs: drawNames(rt, "outputs"), InputPaths: drawNames(rt, "paths"),
-			Driver: rapid.SampledFrom([]string{"", DriverOCI}).Draw(rt, "driver"), Image: rapid.String().Draw(rt, "image"),
-			Network: rapid.SampledFrom([]string{"", NetworkNone}).Draw(rt, "network"), Speculative: rapid.Bool().Draw(rt, "speculative"),
+			Driver: rapid.SampledFrom([]string{"", spec.DriverOCI}).Draw(rt, "driver"), Image: rapid.String().Draw(rt, "image"),
+			Network: rapid.SampledFrom([]string{"", spec.NetworkNone}).Draw(rt, "network"), Speculative: rapid.Bool().Draw(rt, "speculative"),
 		}}}
 		// The decoded request also carries its shape's encoding, the key
 		// replicas share shapes by: it must be exactly the shape's.

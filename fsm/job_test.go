@@ -3,6 +3,7 @@ package fsm
 import (
 	"bytes"
 	"errors"
+	"herd/spec"
 	"io"
 	"slices"
 	"strconv"
@@ -11,34 +12,34 @@ import (
 	"time"
 )
 
-func stage(name string, deps ...string) StageSpec {
-	return StageSpec{Name: name, DependsOn: deps, Task: testSpec("")}
+func stage(name string, deps ...string) spec.Stage {
+	return spec.Stage{Name: name, DependsOn: deps, Task: testSpec("").Spec()}
 }
 
-// A job is validated whole, each error naming its stage; nothing is
+// A job is validated whole, each error naming its stage and field; nothing is
 // committed for an invalid one.
 func TestJobValidation(t *testing.T) {
-	withIO := func(s StageSpec, outputs, inputs []string) StageSpec {
+	withIO := func(s spec.Stage, outputs, inputs []string) spec.Stage {
 		s.Outputs, s.Inputs = outputs, inputs
 		return s
 	}
 	for name, c := range map[string]struct {
-		stages []StageSpec
+		stages []spec.Stage
 		want   string
 	}{
-		"cycle":           {[]StageSpec{stage("a", "c"), stage("b", "a"), stage("c", "b")}, "stage a: dependency cycle a → c → b → a"},
-		"self":            {[]StageSpec{stage("a", "a")}, "stage a: depends on itself"},
-		"dangling":        {[]StageSpec{stage("a"), stage("b", "ghost")}, `stage b: depends on unknown stage "ghost"`},
-		"duplicate":       {[]StageSpec{stage("a"), stage("a")}, "stage a: the name is used twice"},
-		"bad input":       {[]StageSpec{withIO(stage("a"), []string{"raw.bin"}, nil), withIO(stage("b", "a"), nil, []string{"a.nope"})}, `stage b: input "a.nope": stage a declares no output "nope"`},
-		"not a dep":       {[]StageSpec{withIO(stage("a"), []string{"raw.bin"}, nil), withIO(stage("b"), nil, []string{"a.raw.bin"})}, `stage b: input "a.raw.bin": the stage does not depend on a`},
-		"no stages":       {nil, "a job needs at least one stage"},
-		"bad output":      {[]StageSpec{withIO(stage("a"), []string{"x/y"}, nil)}, `stage a: output: dataset name "x/y"`},
-		"colon in output": {[]StageSpec{withIO(stage("a"), []string{"x:y"}, nil)}, `stage a: output "x:y": no ':'`},
+		"cycle":           {[]spec.Stage{stage("a", "c"), stage("b", "a"), stage("c", "b")}, "stages[a].depends_on: dependency cycle a → c → b → a"},
+		"self":            {[]spec.Stage{stage("a", "a")}, "stages[a].depends_on: the stage depends on itself"},
+		"dangling":        {[]spec.Stage{stage("a"), stage("b", "ghost")}, `stages[b].depends_on: unknown stage "ghost"`},
+		"duplicate":       {[]spec.Stage{stage("a"), stage("a")}, "stages[a].name: is used by two stages"},
+		"bad input":       {[]spec.Stage{withIO(stage("a"), []string{"raw.bin"}, nil), withIO(stage("b", "a"), nil, []string{"a.nope"})}, `stages[b].inputs: "a.nope": stage a declares no output "nope"`},
+		"not a dep":       {[]spec.Stage{withIO(stage("a"), []string{"raw.bin"}, nil), withIO(stage("b"), nil, []string{"a.raw.bin"})}, `stages[b].inputs: "a.raw.bin": the stage does not depend on a`},
+		"no stages":       {nil, "stages: a job needs at least one stage"},
+		"bad output":      {[]spec.Stage{withIO(stage("a"), []string{"x/y"}, nil)}, `stages[a].outputs[0]: dataset name "x/y"`},
+		"colon in output": {[]spec.Stage{withIO(stage("a"), []string{"x:y"}, nil)}, `stages[a].outputs[0]: "x:y": no ':'`},
 	} {
 		t.Run(name, func(t *testing.T) {
 			h := newHarness(t)
-			res := h.apply(MsgSubmitJob, SubmitJobRequest{ID: "j1", SubmittedAt: epoch, Spec: JobSpec{Name: "p", Stages: c.stages}})
+			res := h.apply(MsgSubmitJob, SubmitJobRequest{ID: "j1", SubmittedAt: epoch, Spec: spec.Job{Name: "p", Stages: c.stages}})
 			err, ok := res.(error)
 			if !ok || !isRejection(res, RejectInvalid) || !strings.Contains(err.Error(), c.want) {
 				t.Fatalf("got %v, want a rejection saying %q", res, c.want)
@@ -63,12 +64,12 @@ func TestJobAdvancesThroughItsDAG(t *testing.T) {
 	split.Count, split.Outputs = 3, []string{"part"}
 	merge := stage("merge", "split")
 	merge.Inputs = []string{"split.part"}
-	spec := JobSpec{Name: "diamond", IdempotencyKey: "k1", Stages: []StageSpec{split, merge, stage("side")}}
-	res, ok := h.apply(MsgSubmitJob, SubmitJobRequest{ID: "j1", SubmittedAt: h.now, Spec: spec}).(*JobResult)
+	js := spec.Job{Name: "diamond", IdempotencyKey: "k1", Stages: []spec.Stage{split, merge, stage("side")}}
+	res, ok := h.apply(MsgSubmitJob, SubmitJobRequest{ID: "j1", SubmittedAt: h.now, Spec: js}).(*JobResult)
 	if !ok || !res.Created || res.Job.State != JobRunning {
 		t.Fatalf("submit: %#v", res)
 	}
-	if again, _ := h.apply(MsgSubmitJob, SubmitJobRequest{ID: "j2", SubmittedAt: h.now, Spec: spec}).(*JobResult); again == nil || again.Created || again.Job.ID != "j1" {
+	if again, _ := h.apply(MsgSubmitJob, SubmitJobRequest{ID: "j2", SubmittedAt: h.now, Spec: js}).(*JobResult); again == nil || again.Created || again.Job.ID != "j1" {
 		t.Fatalf("the same key again: %#v", again)
 	}
 	j := res.Job
@@ -100,8 +101,9 @@ func TestJobAdvancesThroughItsDAG(t *testing.T) {
 
 	// A failure: the job fails and its other live stage is cancelled.
 	one := stage("one")
-	one.Task.MaxAttempts = 1
-	res = h.apply(MsgSubmitJob, SubmitJobRequest{ID: "j3", SubmittedAt: h.now, Spec: JobSpec{Name: "f", Stages: []StageSpec{one, stage("two"), stage("after", "one")}}}).(*JobResult)
+	one.Task.MaxAttempts = new(int)
+	*one.Task.MaxAttempts = 1
+	res = h.apply(MsgSubmitJob, SubmitJobRequest{ID: "j3", SubmittedAt: h.now, Spec: spec.Job{Name: "f", Stages: []spec.Stage{one, stage("two"), stage("after", "one")}}}).(*JobResult)
 	h.runTask(res.Job.Stages[0].TaskIDs[0], "", "n1", time.Millisecond, AttemptFailed)
 	j, _ = h.f.State().Job("j3")
 	if j.State != JobFailed || j.Stages[1].State != StageCancelled || j.Stages[2].State != StageCancelled {
@@ -111,7 +113,7 @@ func TestJobAdvancesThroughItsDAG(t *testing.T) {
 		t.Fatalf("the other stage's task is %s", two.State)
 	}
 	// With on_failure continue the independent branch finishes.
-	res = h.apply(MsgSubmitJob, SubmitJobRequest{ID: "j4", SubmittedAt: h.now, Spec: JobSpec{Name: "c", OnFailure: OnFailureContinue, Stages: []StageSpec{one, stage("two"), stage("after", "one")}}}).(*JobResult)
+	res = h.apply(MsgSubmitJob, SubmitJobRequest{ID: "j4", SubmittedAt: h.now, Spec: spec.Job{Name: "c", OnFailure: spec.OnFailureContinue, Stages: []spec.Stage{one, stage("two"), stage("after", "one")}}}).(*JobResult)
 	h.runTask(res.Job.Stages[0].TaskIDs[0], "", "n1", time.Millisecond, AttemptFailed)
 	j, _ = h.f.State().Job("j4")
 	if j.State != JobRunning || j.Stages[2].State != StageSkipped || j.Stages[1].State != StageRunning {
@@ -122,7 +124,7 @@ func TestJobAdvancesThroughItsDAG(t *testing.T) {
 		t.Fatalf("continue ends FAILED once the branches finished: %s", j.State)
 	}
 	// Cancelling a job cancels its live stages.
-	res = h.apply(MsgSubmitJob, SubmitJobRequest{ID: "j5", SubmittedAt: h.now, Spec: JobSpec{Name: "x", Stages: []StageSpec{stage("a"), stage("b", "a")}}}).(*JobResult)
+	res = h.apply(MsgSubmitJob, SubmitJobRequest{ID: "j5", SubmittedAt: h.now, Spec: spec.Job{Name: "x", Stages: []spec.Stage{stage("a"), stage("b", "a")}}}).(*JobResult)
 	cj, ok := h.apply(MsgCancelJob, CancelJobRequest{JobID: "j5", Now: h.now}).(*JobResult)
 	if !ok || cj.Job.State != JobCancelled || cj.Job.Stages[0].State != StageCancelled || cj.Job.Stages[1].State != StageCancelled {
 		t.Fatalf("cancel: %#v", cj)
@@ -138,8 +140,8 @@ func TestJobAdvancesThroughItsDAG(t *testing.T) {
 // schedule cancels its live run.
 func TestScheduledJobFiresEachSlotOnce(t *testing.T) {
 	h := newProfileHarness(t, "n1")
-	spec := JobSpec{Name: "tick", Stages: []StageSpec{stage("a")}, Schedule: &Schedule{Cron: "@every 2s"}}
-	res := h.apply(MsgSubmitJob, SubmitJobRequest{ID: "s1", SubmittedAt: h.now, Spec: spec}).(*JobResult)
+	js := spec.Job{Name: "tick", Stages: []spec.Stage{stage("a")}, Schedule: &spec.Schedule{Cron: "@every 2s"}}
+	res := h.apply(MsgSubmitJob, SubmitJobRequest{ID: "s1", SubmittedAt: h.now, Spec: js}).(*JobResult)
 	if res.Job.State != JobScheduled || len(res.Job.Stages) != 0 {
 		t.Fatalf("scheduled job: %+v", res.Job)
 	}
@@ -165,8 +167,8 @@ func TestScheduledJobFiresEachSlotOnce(t *testing.T) {
 		t.Fatalf("forbid: %+v", second.Job.Firings)
 	}
 	// Replace cancels the live run.
-	rspec := spec
-	rspec.Schedule = &Schedule{Cron: "@every 2s", Overlap: OverlapReplace}
+	rspec := js
+	rspec.Schedule = &spec.Schedule{Cron: "@every 2s", Overlap: spec.OverlapReplace}
 	h.apply(MsgSubmitJob, SubmitJobRequest{ID: "s2", SubmittedAt: h.now, Spec: rspec})
 	fireS2 := func(slot time.Duration) *JobResult {
 		return h.apply(MsgFireJob, FireJobRequest{JobID: "s2", Slot: epoch.Add(slot), Run: true, Outcome: "on time", Now: epoch.Add(slot)}).(*JobResult)
@@ -221,7 +223,7 @@ func TestForEachStage(t *testing.T) {
 	h := newProfileHarness(t, "n1")
 	each := stage("resize")
 	each.ForEach = []string{"cam-1", "cam-2"}
-	res := h.apply(MsgSubmitJob, SubmitJobRequest{ID: "j1", SubmittedAt: h.now, Spec: JobSpec{Name: "each", Stages: []StageSpec{each}}}).(*JobResult)
+	res := h.apply(MsgSubmitJob, SubmitJobRequest{ID: "j1", SubmittedAt: h.now, Spec: spec.Job{Name: "each", Stages: []spec.Stage{each}}}).(*JobResult)
 	if ids := res.Job.Stages[0].TaskIDs; len(ids) != 2 {
 		t.Fatalf("tasks %v", ids)
 	}
@@ -233,7 +235,7 @@ func TestForEachStage(t *testing.T) {
 	}
 	both := stage("both")
 	both.ForEach, both.Count = []string{"x"}, 2
-	if res := h.apply(MsgSubmitJob, SubmitJobRequest{ID: "j2", SubmittedAt: h.now, Spec: JobSpec{Name: "bad", Stages: []StageSpec{both}}}); !isRejection(res, RejectInvalid) {
+	if res := h.apply(MsgSubmitJob, SubmitJobRequest{ID: "j2", SubmittedAt: h.now, Spec: spec.Job{Name: "bad", Stages: []spec.Stage{both}}}); !isRejection(res, RejectInvalid) {
 		t.Fatalf("count and for_each together: %v", res)
 	}
 }
@@ -244,7 +246,7 @@ func TestRetentionKeepsTheTasksOfALiveJob(t *testing.T) {
 	h := newProfileHarness(t, "n1")
 	wide := stage("wide")
 	wide.Count = 2
-	res := h.apply(MsgSubmitJob, SubmitJobRequest{ID: "j1", SubmittedAt: h.now, Spec: JobSpec{Name: "p", Stages: []StageSpec{wide}}}).(*JobResult)
+	res := h.apply(MsgSubmitJob, SubmitJobRequest{ID: "j1", SubmittedAt: h.now, Spec: spec.Job{Name: "p", Stages: []spec.Stage{wide}}}).(*JobResult)
 	ids := res.Job.Stages[0].TaskIDs
 	h.submit("plain", testSpec("").Resources, 1)
 	h.runTask("plain", "", "n1", time.Second, AttemptSucceeded)
@@ -269,8 +271,8 @@ func TestRetentionKeepsTheTasksOfALiveJob(t *testing.T) {
 // schedule.
 func TestScheduledJobKeyNamesTheSchedule(t *testing.T) {
 	h := newProfileHarness(t, "n1")
-	spec := JobSpec{Name: "tick", IdempotencyKey: "nightly", Stages: []StageSpec{stage("a")}, Schedule: &Schedule{Cron: "@every 2s"}}
-	h.apply(MsgSubmitJob, SubmitJobRequest{ID: "s1", SubmittedAt: h.now, Spec: spec})
+	js := spec.Job{Name: "tick", IdempotencyKey: "nightly", Stages: []spec.Stage{stage("a")}, Schedule: &spec.Schedule{Cron: "@every 2s"}}
+	h.apply(MsgSubmitJob, SubmitJobRequest{ID: "s1", SubmittedAt: h.now, Spec: js})
 	fired, ok := h.apply(MsgFireJob, FireJobRequest{JobID: "s1", Slot: epoch.Add(2 * time.Second), Run: true, Outcome: "on time", Now: epoch.Add(2 * time.Second)}).(*JobResult)
 	if !ok || fired.Job.LastRun == "" {
 		t.Fatalf("firing: %#v", fired)
@@ -280,7 +282,7 @@ func TestScheduledJobKeyNamesTheSchedule(t *testing.T) {
 	if run, _ = h.f.State().Job(run.ID); run.State != JobSucceeded {
 		t.Fatalf("the run is %s", run.State)
 	}
-	again, ok := h.apply(MsgSubmitJob, SubmitJobRequest{ID: "s2", SubmittedAt: h.now, Spec: spec}).(*JobResult)
+	again, ok := h.apply(MsgSubmitJob, SubmitJobRequest{ID: "s2", SubmittedAt: h.now, Spec: js}).(*JobResult)
 	if !ok || again.Created || again.Job.ID != "s1" {
 		t.Fatalf("the key again after a run: %#v, want the schedule s1", again)
 	}
@@ -294,7 +296,7 @@ func TestScheduledJobKeyNamesTheSchedule(t *testing.T) {
 func TestForgetFinishedJobs(t *testing.T) {
 	h := newProfileHarness(t, "n1")
 	submit := func(id, key string) *Job {
-		res, ok := h.apply(MsgSubmitJob, SubmitJobRequest{ID: id, SubmittedAt: h.now, Spec: JobSpec{Name: "p", IdempotencyKey: key, Stages: []StageSpec{stage("a")}}}).(*JobResult)
+		res, ok := h.apply(MsgSubmitJob, SubmitJobRequest{ID: id, SubmittedAt: h.now, Spec: spec.Job{Name: "p", IdempotencyKey: key, Stages: []spec.Stage{stage("a")}}}).(*JobResult)
 		if !ok {
 			t.Fatalf("submit %s failed", id)
 		}

@@ -131,7 +131,9 @@ func (m *machine) actions() map[string]func(*rapid.T) {
 				GPU:       rapid.Int64Range(0, 1).Draw(rt, "tgpu"),
 			}
 			spec.MaxAttempts = rapid.IntRange(1, 3).Draw(rt, "max")
-			spec.Speculative = rapid.Bool().Draw(rt, "speculative")
+			// Mostly speculative, so that slow attempts' backups are
+			// common enough to be reached in every run of the test.
+			spec.Speculative = rapid.IntRange(0, 3).Draw(rt, "speculative") > 0
 			m.h.apply(MsgSubmitTask, SubmitTaskRequest{ID: fmt.Sprintf("t%d", m.tasks), SubmittedAt: m.now, Spec: spec})
 		},
 		// place: what the leader's scheduler chooses for a pending task,
@@ -219,10 +221,15 @@ func (m *machine) actions() map[string]func(*rapid.T) {
 		// slow and backup: a speculative task's slow attempt gets a second
 		// one on another node.
 		"slow": func(rt *rapid.T) {
-			if a := m.attempt(rt); a != nil {
+			// Mostly a running attempt, the only kind that can be slow.
+			a := m.attempt(rt)
+			if running, _ := m.h.f.State().AttemptsInState(AttemptRunning); len(running) > 0 && rapid.IntRange(0, 3).Draw(rt, "running") > 0 {
+				a = rapid.SampledFrom(running).Draw(rt, "slow attempt")
+			}
+			if a != nil {
 				r := m.h.apply(MsgAttemptSlow, AttemptSlowRequest{AttemptID: a.ID, Now: m.now})
 				m.count("slow", !isErr(r))
-				if res, ok := r.(*AttemptResult); ok && res.Task.Spec.Speculative && rapid.Bool().Draw(rt, "backup now") {
+				if res, ok := r.(*AttemptResult); ok && res.Task.Spec.Speculative && rapid.IntRange(0, 3).Draw(rt, "backup now") > 0 {
 					m.backup(rt, res.Task)
 				}
 			}

@@ -7,6 +7,7 @@ import (
 	"github.com/google/btree"
 
 	"herd/internal/idtable"
+	"herd/spec"
 )
 
 // store holds the replicated records in ordered copy-on-write B-trees: one
@@ -237,7 +238,7 @@ func (s *store) putClass(c *ClassStats) { s.classes.ReplaceOrInsert(c) }
 func (s *store) job(id string) (*Job, bool) { return s.jobs.Get(&Job{ID: id}) }
 
 func (s *store) jobByKey(key string) (*Job, bool) {
-	return s.jobsByKey.Get(&Job{Spec: JobSpec{IdempotencyKey: key}})
+	return s.jobsByKey.Get(&Job{Spec: spec.Job{IdempotencyKey: key}})
 }
 
 // deleteJob removes a job and its entries in the indexes.

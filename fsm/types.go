@@ -126,7 +126,7 @@ type TaskShape struct {
 	Submitter         string              `json:"submitter"`
 	// OnDisconnect is what the task's attempt does when its agent loses
 	// contact with the cluster past its lease: stop (empty, the default)
-	// or OnDisconnectKeepRunning, for work that is safe to run twice.
+	// or spec.OnDisconnectKeepRunning, for work that is safe to run twice.
 	OnDisconnect string `json:"on_disconnect,omitempty"`
 	// Class groups tasks whose run times compare (history is kept per
 	// class); empty: the task's name is its class.
@@ -144,9 +144,9 @@ type TaskShape struct {
 	// command finds each input (the same order as Inputs), which its
 	// agent fetches from the node holding it when that is another.
 	InputPaths []string `json:"input_paths,omitempty"`
-	// Driver is "" (exec: a process on the node) or DriverOCI (a container
+	// Driver is "" (exec: a process on the node) or spec.DriverOCI (a container
 	// from Image, on nodes with the capability oci@1); Network is "" (the
-	// host's) or NetworkNone for an oci task.
+	// host's) or spec.NetworkNone for an oci task.
 	Driver  string `json:"driver,omitempty"`
 	Image   string `json:"image,omitempty"`
 	Network string `json:"network,omitempty"`
@@ -155,21 +155,6 @@ type TaskShape struct {
 	// is cancelled and its lease dies with it).
 	Speculative bool `json:"speculative,omitempty"`
 }
-
-// The values of TaskShape.Driver and Network besides the default "".
-const (
-	DriverOCI   = "oci"
-	NetworkNone = "none"
-	// OCICapability is what a node running oci tasks advertises.
-	OCICapability        = "oci"
-	OCICapabilityVersion = "1"
-	// MaxImageRefLen bounds an image reference.
-	MaxImageRefLen = 1024
-)
-
-// OnDisconnectKeepRunning: the attempt runs on when its agent is cut off,
-// and is re-placed as soon as its node is DOWN, so two may overlap.
-const OnDisconnectKeepRunning = "keep_running"
 
 // TimelineEvent is one milestone in a task's life, with the reason for it.
 type TimelineEvent struct {
@@ -196,7 +181,7 @@ type Task struct {
 	// of its searches, and one cache line per record is cheaper than two.
 	State TaskState
 	// Attempts counts the attempts made; Failures the failed, timed-out
-	// and lost ones among them (at most MaxAttemptsLimit).
+	// and lost ones among them (at most spec.MaxAttemptsLimit).
 	Attempts int16
 	Failures int16
 	// requeued is set once QueuedAt moved on from the submission, whose

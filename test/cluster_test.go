@@ -16,7 +16,7 @@ import (
 	"herd/config"
 )
 
-func spec(key string) api.TaskSpec {
+func echoSpec(key string) api.TaskSpec {
 	return api.TaskSpec{Name: "echo", IdempotencyKey: key, Command: []string{"sh", "-c", "echo hi"}}
 }
 
@@ -25,7 +25,7 @@ func TestSubmitThroughFollowerReadableEverywhere(t *testing.T) {
 	c := NewCluster(t, 3)
 	f := c.Follower()
 	ctx := Ctx(t, 30*time.Second)
-	res, created, err := c.Client(f).SubmitTask(ctx, spec("k-1"))
+	res, created, err := c.Client(f).SubmitTask(ctx, echoSpec("k-1"))
 	if err != nil {
 		t.Fatalf("submit via follower %s: %v", c.Replicas[f].Cfg.ID, err)
 	}
@@ -49,7 +49,7 @@ func submitN(t *testing.T, cl *api.Client, prefix string, n int) []api.SubmitRes
 	ctx := Ctx(t, 2*time.Minute)
 	out := make([]api.SubmitResponse, 0, n)
 	for i := 0; i < n; i++ {
-		res, _, err := cl.SubmitTask(ctx, spec(fmt.Sprintf("%s-%d", prefix, i)))
+		res, _, err := cl.SubmitTask(ctx, echoSpec(fmt.Sprintf("%s-%d", prefix, i)))
 		if err != nil {
 			t.Fatalf("submit %s-%d: %v", prefix, i, err)
 		}
@@ -378,7 +378,7 @@ func TestConcurrentIdempotentSubmit(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				res, isNew, err := c.Client(i).SubmitTask(ctx, spec("same-key"))
+				res, isNew, err := c.Client(i).SubmitTask(ctx, echoSpec("same-key"))
 				if err != nil {
 					t.Errorf("submit via replica %d: %v", i, err)
 					return
@@ -407,7 +407,7 @@ func TestReadFreshnessAndConsistentReads(t *testing.T) {
 	c := NewCluster(t, 3)
 	ctx := Ctx(t, 30*time.Second)
 	f := c.Follower()
-	res, _, err := c.Client(f).SubmitTask(ctx, spec("fresh"))
+	res, _, err := c.Client(f).SubmitTask(ctx, echoSpec("fresh"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -429,7 +429,7 @@ func TestReadFreshnessAndConsistentReads(t *testing.T) {
 		}
 	}
 	if !Eventually(20*time.Second, func() bool {
-		_, _, err := c.Client(f).SubmitTask(ctx, spec("no-quorum"))
+		_, _, err := c.Client(f).SubmitTask(ctx, echoSpec("no-quorum"))
 		return errors.Is(err, api.ErrNoLeader)
 	}) {
 		t.Fatal("a replica without quorum should answer 503 to writes")
@@ -457,7 +457,7 @@ func TestBatchSubmitIsOneEntryAndIdempotent(t *testing.T) {
 	ctx := Ctx(t, 30*time.Second)
 	var specs []api.TaskSpec
 	for i := 0; i < 50; i++ {
-		specs = append(specs, spec(fmt.Sprintf("batch-%d", i%40))) // ten keys repeat
+		specs = append(specs, echoSpec(fmt.Sprintf("batch-%d", i%40))) // ten keys repeat
 	}
 	res, err := cl.SubmitTasks(ctx, specs)
 	if err != nil {

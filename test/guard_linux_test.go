@@ -20,6 +20,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
 	"herd/api"
+	"herd/spec"
 )
 
 // Real processes at liveness timings scaled down tenfold (500 ms
@@ -108,9 +109,9 @@ func TestProcessesStoppedAgentsAttemptEndsBeforeItRunsElsewhere(t *testing.T) {
 	s.agent("other", systemPath(), guardAgentFlags("-slots", "1")...)
 	s.ready("stopped", "other")
 	file := filepath.Join(t.TempDir(), "ticks")
-	spec := tickerSpec("twice", file)
-	spec.PreferredLabels = map[string]string{"first": "yes"}
-	id := s.submit(spec)[0]
+	ts := tickerSpec("twice", file)
+	ts.PreferredLabels = map[string]string{"first": "yes"}
+	id := s.submit(ts)[0]
 	var first api.Attempt
 	if !Eventually(60*time.Second, func() bool {
 		task := s.task(id)
@@ -199,7 +200,7 @@ func TestProcessesKilledAgentsAttemptsEndWithIt(t *testing.T) {
 	}
 	// A task that opted into running on when cut off is spared.
 	keepSpec := shSpec("kept", "sleep 600 & wait")
-	keepSpec.OnDisconnect = api.OnDisconnectKeepRunning
+	keepSpec.OnDisconnect = spec.OnDisconnectKeepRunning
 	keptID := s.submit(keepSpec)[0]
 	kept := waitTaskState(t, s.cl, keptID, api.TaskRunning).Attempts[0].ID
 	var keptPid int
@@ -296,9 +297,9 @@ func TestProcessesRestartedAgentEndsEachAttemptOnce(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "ticks")
 	var ids []string
 	for i := range 3 {
-		spec := tickerSpec(fmt.Sprintf("restart-%d", i), file)
-		spec.MaxAttempts = ptrTo(5)
-		ids = append(ids, s.submit(spec)...)
+		ts := tickerSpec(fmt.Sprintf("restart-%d", i), file)
+		ts.MaxAttempts = ptrTo(5)
+		ids = append(ids, s.submit(ts)...)
 	}
 	// runningAttempts waits for attempt number n of every task to run and
 	// tick, and returns their ids.

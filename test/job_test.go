@@ -147,7 +147,7 @@ func jobFanOutFanIn(t *testing.T, c *Cluster) {
 }
 
 // A cycle, a dangling reference and a duplicate stage name are each a 400
-// naming the stage, and commit nothing.
+// naming the stage and field, and commit nothing.
 func TestJobValidationOverHTTP(t *testing.T) {
 	c := NewClusterWith(t, 3, agentSetup())
 	cl := c.AllClient()
@@ -156,9 +156,9 @@ func TestJobValidationOverHTTP(t *testing.T) {
 		stages []api.StageSpec
 		want   string
 	}{
-		"cycle":     {[]api.StageSpec{{Name: "a", DependsOn: []string{"b"}, Task: task}, {Name: "b", DependsOn: []string{"a"}, Task: task}}, "stage a: dependency cycle a → b → a"},
-		"dangling":  {[]api.StageSpec{{Name: "a", Task: task}, {Name: "b", DependsOn: []string{"a"}, Inputs: []string{"a.missing"}, Task: task}}, `stage b: input "a.missing"`},
-		"duplicate": {[]api.StageSpec{{Name: "a", Task: task}, {Name: "a", Task: task}}, "stage a: the name is used twice"},
+		"cycle":     {[]api.StageSpec{{Name: "a", DependsOn: []string{"b"}, Task: task}, {Name: "b", DependsOn: []string{"a"}, Task: task}}, "stages[a].depends_on: dependency cycle a → b → a"},
+		"dangling":  {[]api.StageSpec{{Name: "a", Task: task}, {Name: "b", DependsOn: []string{"a"}, Inputs: []string{"a.missing"}, Task: task}}, `stages[b].inputs: "a.missing"`},
+		"duplicate": {[]api.StageSpec{{Name: "a", Task: task}, {Name: "a", Task: task}}, "stages[a].name: is used by two stages"},
 	} {
 		_, err := cl.SubmitJob(Ctx(t, 10*time.Second), api.JobSpec{Name: name, Stages: c.stages})
 		if !errors.Is(err, api.ErrBadRequest) || !strings.Contains(err.Error(), c.want) {

@@ -15,6 +15,7 @@ import (
 	"herd/agent"
 	"herd/api"
 	"herd/config"
+	"herd/spec"
 )
 
 // runIntervals reads the log the split-brain task writes (one line per
@@ -70,9 +71,9 @@ func TestCutOffAgentStopsItsAttemptBeforeItRunsElsewhere(t *testing.T) {
 	cl := c.AllClient()
 	time.Sleep(c.Replicas[0].Cfg.Liveness.LeaderGrace) // verdicts are not held back
 	file := filepath.Join(t.TempDir(), "ticks")
-	spec := tickerSpec("twice", file)
-	spec.PreferredLabels = map[string]string{"first": "yes"}
-	id := submit(t, cl, spec)
+	ts := tickerSpec("twice", file)
+	ts.PreferredLabels = map[string]string{"first": "yes"}
+	id := submit(t, cl, ts)
 	first := waitTaskState(t, cl, id, api.TaskRunning).Attempts[0]
 	if first.NodeID != "cut-off" {
 		t.Fatalf("the task started on %s", first.NodeID)
@@ -226,10 +227,10 @@ func TestKeepRunningTaskIsNotStopped(t *testing.T) {
 	}
 	time.Sleep(c.Replicas[0].Cfg.Liveness.LeaderGrace)
 	file := filepath.Join(t.TempDir(), "ticks")
-	spec := tickerSpec("twice", file)
-	spec.PreferredLabels = map[string]string{"first": "yes"}
-	spec.OnDisconnect = api.OnDisconnectKeepRunning
-	id := submit(t, cl, spec)
+	ts := tickerSpec("twice", file)
+	ts.PreferredLabels = map[string]string{"first": "yes"}
+	ts.OnDisconnect = spec.OnDisconnectKeepRunning
+	id := submit(t, cl, ts)
 	first := waitTaskState(t, cl, id, api.TaskRunning).Attempts[0]
 	other := c.StartAgent(agent.Config{ID: "other", Slots: 1})
 	WaitRegistered(t, other)

@@ -26,6 +26,7 @@ import (
 	"herd/agent"
 	"herd/api"
 	"herd/internal/testbin"
+	"herd/spec"
 )
 
 // staticBusybox is Debian's busybox-static, or the test skips.
@@ -189,11 +190,11 @@ func TestOCITasks(t *testing.T) {
 	})
 
 	t.Run("datasets in, outputs out", func(t *testing.T) {
-		spec := ociSpec("thumb", refA, `cat "$HERD_INPUT_PHOTOS/cat.jpg" > /work/thumb.jpg && echo "input at $HERD_INPUT_PHOTOS"
+		ts := ociSpec("thumb", refA, `cat "$HERD_INPUT_PHOTOS/cat.jpg" > /work/thumb.jpg && echo "input at $HERD_INPUT_PHOTOS"
 			touch "$HERD_INPUT_PHOTOS/x" 2>/dev/null && echo input-writable || echo input-readonly`)
-		spec.Inputs = []string{"photos"}
-		spec.Outputs = []string{"thumb.jpg"}
-		id := submit(t, cl, spec)
+		ts.Inputs = []string{"photos"}
+		ts.Outputs = []string{"thumb.jpg"}
+		id := submit(t, cl, ts)
 		waitTaskState(t, cl, id, api.TaskSucceeded)
 		if out := attemptOf(t, cl, id).OutputTail; !strings.Contains(out, "input at /datasets/photos") || !strings.Contains(out, "input-readonly") {
 			t.Fatalf("output %q", out)
@@ -212,10 +213,10 @@ func TestOCITasks(t *testing.T) {
 	})
 
 	t.Run("memory limit", func(t *testing.T) {
-		spec := ociSpec("hog", refA, `head -c 400000000 /dev/zero | tail`)
-		spec.Resources.MemoryMB = 32
-		spec.MaxAttempts = ptrTo(1)
-		id := submit(t, cl, spec)
+		ts := ociSpec("hog", refA, `head -c 400000000 /dev/zero | tail`)
+		ts.Resources.MemoryMB = 32
+		ts.MaxAttempts = ptrTo(1)
+		id := submit(t, cl, ts)
 		waitTaskState(t, cl, id, api.TaskFailed)
 		if msg := endedWith(t, cl, id); !strings.Contains(msg, "killed: memory limit 32 MB reached") {
 			t.Fatalf("the memory hog ended with %q", msg)
@@ -272,9 +273,9 @@ func TestOCITasks(t *testing.T) {
 	})
 
 	t.Run("pull failure", func(t *testing.T) {
-		spec := ociSpec("missing", host+"/test/alpha:nope", `true`)
-		spec.MaxAttempts = ptrTo(2)
-		id := submit(t, cl, spec)
+		ts := ociSpec("missing", host+"/test/alpha:nope", `true`)
+		ts.MaxAttempts = ptrTo(2)
+		id := submit(t, cl, ts)
 		waitTaskState(t, cl, id, api.TaskFailed)
 		task, _, err := cl.GetTask(Ctx(t, time.Minute), id, api.ReadOptions{Consistent: true})
 		if err != nil || len(task.Attempts) != 2 {
@@ -301,9 +302,9 @@ func TestOCITasks(t *testing.T) {
 	})
 
 	t.Run("no network", func(t *testing.T) {
-		spec := ociSpec("offline", refA, `ls /sys/class/net`)
-		spec.Network = api.NetworkNone
-		id := submit(t, cl, spec)
+		ts := ociSpec("offline", refA, `ls /sys/class/net`)
+		ts.Network = spec.NetworkNone
+		id := submit(t, cl, ts)
 		waitTaskState(t, cl, id, api.TaskSucceeded)
 		if out := strings.Fields(attemptOf(t, cl, id).OutputTail); fmt.Sprint(out) != "[lo]" {
 			t.Fatalf("interfaces without a network: %v", out)
@@ -324,9 +325,9 @@ func TestOCITaskWaitsForANodeWithARuntime(t *testing.T) {
 	if err != nil || len(node.Capabilities["oci"]) != 0 {
 		t.Fatalf("a node without a runtime advertises %v (%v)", node.Capabilities, err)
 	}
-	spec := shSpec("boxed", "true")
-	spec.Image = "registry.invalid/none:1"
-	id := submit(t, cl, spec)
+	ts := shSpec("boxed", "true")
+	ts.Image = "registry.invalid/none:1"
+	id := submit(t, cl, ts)
 	var ex api.Explanation
 	if !Eventually(30*time.Second, func() bool {
 		ex, err = cl.ExplainTask(ctx, id, api.ReadOptions{})

@@ -93,7 +93,7 @@ func TestProcessesSurviveSIGKILLOfLeader(t *testing.T) {
 	var acked []api.SubmitResponse
 	submit := func(prefix string, n int) {
 		for i := 0; i < n; i++ {
-			res, _, err := cl.SubmitTask(ctx, spec(fmt.Sprintf("%s-%d", prefix, i)))
+			res, _, err := cl.SubmitTask(ctx, echoSpec(fmt.Sprintf("%s-%d", prefix, i)))
 			if err != nil {
 				t.Fatalf("submit %s-%d: %v", prefix, i, err)
 			}

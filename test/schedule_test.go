@@ -96,7 +96,7 @@ func TestPlacementAndExplainOverHTTP(t *testing.T) {
 	}
 	registerNode(t, cl, "edge-2", 4000, 4096, 0, 4, map[string]string{"zone": "b", "disk": "ssd"})
 
-	s := spec("placed")
+	s := echoSpec("placed")
 	s.PreferredLabels = map[string]string{"disk": "ssd"}
 	s.Resources = api.Resources{CPUMillis: 500, MemoryMB: 128}
 	sub, _, err := cl.SubmitTask(ctx, s)
@@ -113,7 +113,7 @@ func TestPlacementAndExplainOverHTTP(t *testing.T) {
 	}
 
 	// A GPU task cannot be placed anywhere: explain says so, node by node.
-	g := spec("gpu")
+	g := echoSpec("gpu")
 	g.Resources = api.Resources{GPU: 1}
 	gsub, _, err := cl.SubmitTask(ctx, g)
 	if err != nil {
@@ -198,7 +198,7 @@ func TestSeedExampleOverHTTP(t *testing.T) {
 	}
 	// node-a runs two attempts: two placed tasks pinned to it.
 	for i := 0; i < 2; i++ {
-		s := spec(fmt.Sprintf("busy-%d", i))
+		s := echoSpec(fmt.Sprintf("busy-%d", i))
 		s.PreferredLabels = map[string]string{"disk": "ssd"}
 		s.Resources = api.Resources{CPUMillis: 100}
 		sub, _, err := cl.SubmitTask(ctx, s)
@@ -294,7 +294,7 @@ func TestConcurrentPlacementWithLeaderLoss(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := 0; i < perClient; i++ {
-				s := spec(fmt.Sprintf("load-%d-%d", w, i))
+				s := echoSpec(fmt.Sprintf("load-%d-%d", w, i))
 				s.Resources = api.Resources{CPUMillis: 300, MemoryMB: 100, GPU: int64(i % 2)}
 				res, _, err := cl.SubmitTask(ctx, s)
 				if err != nil {
@@ -374,7 +374,7 @@ func TestFullClusterPassesDoNotRescanTheBacklog(t *testing.T) {
 	cl := c.AllClient()
 	ctx := Ctx(t, 2*time.Minute)
 	registerNode(t, cl, "only", 4000, 4096, 0, 1, nil) // one slot, no agent behind it
-	first := submit(t, cl, spec("first"))
+	first := submit(t, cl, echoSpec("first"))
 	waitTaskState(t, cl, first, "SCHEDULED") // the slot stays taken: the clock does not move
 
 	explainedAll := func(ids []string) bool {
@@ -388,7 +388,7 @@ func TestFullClusterPassesDoNotRescanTheBacklog(t *testing.T) {
 	}
 	var specs []api.TaskSpec
 	for i := range 100 {
-		specs = append(specs, spec(fmt.Sprint("backlog-", i)))
+		specs = append(specs, echoSpec(fmt.Sprint("backlog-", i)))
 	}
 	res, err := cl.SubmitTasks(ctx, specs)
 	if err != nil {
@@ -408,7 +408,7 @@ func TestFullClusterPassesDoNotRescanTheBacklog(t *testing.T) {
 	passes, scanned := leader.Passes.Load(), leader.Scanned.Load()
 	var late []string
 	for i := range 20 {
-		late = append(late, submit(t, cl, spec(fmt.Sprint("late-", i))))
+		late = append(late, submit(t, cl, echoSpec(fmt.Sprint("late-", i))))
 	}
 	if !Eventually(30*time.Second, func() bool { return leader.QueueDepth.Load() == 120 }) {
 		t.Fatalf("a pass should see the late submits queued: depth %d", leader.QueueDepth.Load())

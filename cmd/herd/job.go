@@ -15,6 +15,7 @@ import (
 	"github.com/hashicorp/hcl/v2/hclparse"
 
 	"herd/api"
+	"herd/spec"
 )
 
 func runJob(e *env, args []string) error {
@@ -78,13 +79,13 @@ type hclTask struct {
 // whose first character is '{').
 func parseJobFile(name string, src []byte) (api.JobSpec, error) {
 	if trimmed := strings.TrimSpace(string(src)); strings.HasPrefix(trimmed, "{") {
-		var spec api.JobSpec
+		var job api.JobSpec
 		dec := json.NewDecoder(strings.NewReader(trimmed))
 		dec.DisallowUnknownFields()
-		if err := dec.Decode(&spec); err != nil {
+		if err := dec.Decode(&job); err != nil {
 			return api.JobSpec{}, fmt.Errorf("%s: %w", name, err)
 		}
-		return spec, nil
+		return job, nil
 	}
 	file, diags := hclparse.NewParser().ParseHCL(src, name)
 	if diags.HasErrors() {
@@ -94,9 +95,9 @@ func parseJobFile(name string, src []byte) (api.JobSpec, error) {
 	if diags := gohcl.DecodeBody(file.Body, nil, &j); diags.HasErrors() {
 		return api.JobSpec{}, fmt.Errorf("%s", hcl.Diagnostics(diags).Error())
 	}
-	spec := api.JobSpec{Name: j.Name, IdempotencyKey: j.IdempotencyKey, OnFailure: j.OnFailure}
+	job := api.JobSpec{Name: j.Name, IdempotencyKey: j.IdempotencyKey, OnFailure: j.OnFailure}
 	if sc := j.Schedule; sc != nil {
-		spec.Schedule = &api.Schedule{Cron: sc.Cron, TimeZone: sc.TimeZone, CatchUp: sc.CatchUp, Overlap: sc.Overlap}
+		job.Schedule = &api.Schedule{Cron: sc.Cron, TimeZone: sc.TimeZone, CatchUp: sc.CatchUp, Overlap: sc.Overlap}
 	}
 	for _, st := range j.Stages {
 		t := st.Task
@@ -107,25 +108,24 @@ func parseJobFile(name string, src []byte) (api.JobSpec, error) {
 			Driver: t.Driver, Image: t.Image, Network: t.Network, Speculative: t.Speculative,
 		}
 		if t.Capability != "" {
-			name, version, ok := strings.Cut(t.Capability, "@")
-			if !ok || name == "" || version == "" {
-				return api.JobSpec{}, fmt.Errorf("%s: stage %s: capability %q must be name@version", name, st.Name, t.Capability)
+			capName, capVersion, err := spec.ParseCapability(t.Capability)
+			if err != nil {
+				return api.JobSpec{}, fmt.Errorf("%s: stage %s: %w", name, st.Name, err)
 			}
-			task.Capability, task.CapabilityVersion = name, version
+			task.Capability, task.CapabilityVersion = capName, capVersion
 		}
 		if t.Timeout != "" {
-			d, err := time.ParseDuration(t.Timeout)
-			if err != nil || d < time.Second || d%time.Second != 0 {
-				return api.JobSpec{}, fmt.Errorf("%s: stage %s: timeout %q must be a whole number of seconds, at least 1s", name, st.Name, t.Timeout)
+			secs, err := spec.ParseTimeout(t.Timeout)
+			if err != nil {
+				return api.JobSpec{}, fmt.Errorf("%s: stage %s: %w", name, st.Name, err)
 			}
-			secs := int64(d / time.Second)
 			task.TimeoutSeconds = &secs
 		}
-		spec.Stages = append(spec.Stages, api.StageSpec{
+		job.Stages = append(job.Stages, api.StageSpec{
 			Name: st.Name, DependsOn: st.DependsOn, Count: st.Count, ForEach: st.ForEach, Outputs: st.Outputs, Inputs: st.Inputs, Task: task,
 		})
 	}
-	return spec, nil
+	return job, nil
 }
 
 func runJobRun(e *env, args []string) error {

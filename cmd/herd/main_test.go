@@ -223,7 +223,7 @@ func TestCLIAgainstACluster(t *testing.T) {
 		{[]string{"task", "status", "missing-task"}, 1, "not found"},
 		{[]string{"task", "status"}, 2, "exactly one task id"},
 		{[]string{"task", "submit"}, 2, "needs a command"},
-		{[]string{"task", "submit", "-priority", "500", "--", "true"}, 1, "priority 500"},
+		{[]string{"task", "submit", "-priority", "500", "--", "true"}, 1, "priority: 500"},
 		{[]string{"task", "submit", "-capability", "gpu", "--", "true"}, 2, "name@version"},
 		{[]string{"task", "submit", "-label", "novalue", "--", "true"}, 2, "key=value"},
 		{[]string{"task", "frobnicate"}, 2, "unknown task subcommand"},

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"herd/api"
+	"herd/spec"
 )
 
 func runTask(e *env, args []string) error {
@@ -31,16 +32,16 @@ func runTask(e *env, args []string) error {
 func specFlags(fs *flag.FlagSet) func(command []string) (api.TaskSpec, error) {
 	name := fs.String("name", "", "task name (default: its id)")
 	key := fs.String("key", "", "idempotency key: the same key returns the same task")
-	priority := fs.Int("priority", api.DefaultPriority, "priority 0..100, higher first")
-	capability := fs.String("capability", api.DefaultCapability+"@"+api.DefaultCapabilityVersion, "required capability as name@version")
+	priority := fs.Int("priority", spec.DefaultPriority, "priority 0..100, higher first")
+	capability := fs.String("capability", spec.DefaultCapability+"@"+spec.DefaultCapabilityVersion, "required capability as name@version")
 	cpu := fs.Int64("cpu", 0, "CPU in millicores")
 	mem := fs.Int64("memory", 0, "memory in MB")
 	gpu := fs.Int64("gpu", 0, "GPU units")
 	disk := fs.Int64("disk", 0, "disk in MB")
-	timeout := fs.Duration("timeout", time.Duration(api.DefaultTimeoutSeconds)*time.Second, "run timeout")
-	maxAttempts := fs.Int("max-attempts", api.DefaultMaxAttempts, "attempts before the task fails")
-	submitter := fs.String("submitter", api.DefaultSubmitter, "submitter, for fair sharing")
-	onDisconnect := fs.String("on-disconnect", api.OnDisconnectStop, "when the node is cut off past its lease: stop the attempt, or keep_running (work safe to run twice)")
+	timeout := fs.Duration("timeout", time.Duration(spec.DefaultTimeoutSeconds)*time.Second, "run timeout")
+	maxAttempts := fs.Int("max-attempts", spec.DefaultMaxAttempts, "attempts before the task fails")
+	submitter := fs.String("submitter", spec.DefaultSubmitter, "submitter, for fair sharing")
+	onDisconnect := fs.String("on-disconnect", spec.OnDisconnectStop, "when the node is cut off past its lease: stop the attempt, or keep_running (work safe to run twice)")
 	class := fs.String("class", "", "task class: run times compare within a class (default: the task's name)")
 	size := fs.String("size", "", "small, medium or large: the tiers the task may run on (server settings scheduler.size_*)")
 	image := fs.String("image", "", "run the command in a container from this OCI image: a registry reference, or oci-layout:PATH[:TAG] on the node")
@@ -55,15 +56,15 @@ func specFlags(fs *flag.FlagSet) func(command []string) (api.TaskSpec, error) {
 	fs.Var(prefer, "prefer", "preferred node label key=value (repeatable)")
 	fs.Var(envs, "env", "environment variable K=V (repeatable)")
 	return func(command []string) (api.TaskSpec, error) {
-		capName, capVersion, ok := strings.Cut(*capability, "@")
-		if !ok || capName == "" || capVersion == "" {
-			return api.TaskSpec{}, usagef("-capability %q must be name@version", *capability)
+		capName, capVersion, err := spec.ParseCapability(*capability)
+		if err != nil {
+			return api.TaskSpec{}, usagef("-capability: %v", err)
 		}
-		if *timeout < time.Second || *timeout%time.Second != 0 {
-			return api.TaskSpec{}, usagef("-timeout %v must be a whole number of seconds, at least 1s", *timeout)
+		secs, err := spec.TimeoutSeconds(*timeout)
+		if err != nil {
+			return api.TaskSpec{}, usagef("-timeout: %v", err)
 		}
-		secs := int64(*timeout / time.Second)
-		spec := api.TaskSpec{
+		task := api.TaskSpec{
 			Name: *name, IdempotencyKey: *key, Priority: priority, Command: command,
 			Capability: capName, CapabilityVersion: capVersion,
 			Resources:      api.Resources{CPUMillis: *cpu, MemoryMB: *mem, GPU: *gpu, DiskMB: *disk},
@@ -72,15 +73,15 @@ func specFlags(fs *flag.FlagSet) func(command []string) (api.TaskSpec, error) {
 			Driver: *drv, Image: *image, Network: *netMode, Speculative: *speculative,
 		}
 		if len(labels) > 0 {
-			spec.RequiredLabels = labels
+			task.RequiredLabels = labels
 		}
 		if len(prefer) > 0 {
-			spec.PreferredLabels = prefer
+			task.PreferredLabels = prefer
 		}
 		if len(envs) > 0 {
-			spec.Env = envs
+			task.Env = envs
 		}
-		return spec, nil
+		return task, nil
 	}
 }
 
@@ -225,10 +226,10 @@ func runTaskStatus(e *env, args []string) error {
 	tb.add("Submitted", ago(t.SubmittedAt)+" by "+s.Submitter)
 	tb.add("Command", strings.Join(quoteArgs(s.Command), " "))
 	tb.add("Priority", strconv.Itoa(deref(s.Priority)))
-	if s.Driver == api.DriverOCI {
+	if s.Driver == spec.DriverOCI {
 		network := s.Network
 		if network == "" {
-			network = api.NetworkHost
+			network = spec.NetworkHost
 		}
 		tb.add("Image", s.Image+" (driver oci, network "+network+")")
 		tb.add("Needs", "a node with "+s.Capability+"@"+s.CapabilityVersion+" and a working OCI runtime (the oci driver)")

@@ -3,6 +3,7 @@ package httpapi
 import (
 	"context"
 	"herd/api"
+	"herd/spec"
 	"net/http"
 	"slices"
 	"strconv"
@@ -197,7 +198,7 @@ func (h *Handler) postCancel(w http.ResponseWriter, r *http.Request) (any, error
 // another.
 func checkSubmitter(r *http.Request, submitter string) error {
 	if submitter == "" {
-		submitter = api.DefaultSubmitter
+		submitter = spec.DefaultSubmitter
 	}
 	if p := PrincipalOf(r.Context()); !p.MaySubmitAs(submitter) {
 		return forbidden("%s may submit only for %v, not for submitter %q", p.Actor, p.Submitters, submitter)

@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"herd/api"
+	"herd/spec"
 	"net/http"
 	"slices"
 )
@@ -25,7 +26,7 @@ func (p Principal) mayReadTask(task api.Task) bool {
 
 func submitterOf(task api.Task) string {
 	if task.Spec.Submitter == "" {
-		return api.DefaultSubmitter
+		return spec.DefaultSubmitter
 	}
 	return task.Spec.Submitter
 }

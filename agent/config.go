@@ -28,6 +28,7 @@ import (
 	"herd/api"
 	"herd/config"
 	"herd/internal/pki"
+	"herd/spec"
 )
 
 // Config configures an agent.
@@ -226,8 +227,11 @@ func (c Config) WithDefaults() Config {
 // Validate reports every problem in the configuration.
 func (c Config) Validate() error {
 	var errs []error
-	if !api.ValidID(c.ID) {
-		errs = append(errs, fmt.Errorf("id %q must be 1-64 letters, digits, '.', '_' or '-'", c.ID))
+	// What the agent declares of its node obeys the rules the cluster
+	// checks its registration by.
+	node := spec.Node{ID: c.ID, Labels: c.Labels, Capabilities: c.Capabilities, Resources: c.Resources, Slots: c.Slots, Weight: c.Weight}
+	if err := node.Validate(); err != nil {
+		errs = append(errs, err)
 	}
 	if len(c.Servers) == 0 {
 		errs = append(errs, errors.New("at least one server address is required"))
@@ -256,10 +260,6 @@ func (c Config) Validate() error {
 		if c.GossipAddr != "" && !config.Loopback(c.GossipAddr) {
 			errs = append(errs, fmt.Errorf("gossip address %s is off loopback, but the agent has no TLS certificate: give the TLS files, or -insecure", c.GossipAddr))
 		}
-	}
-	r := c.Resources
-	if r.CPUMillis < 0 || r.MemoryMB < 0 || r.GPU < 0 || r.DiskMB < 0 || c.Slots < 0 || c.Weight < 0 {
-		errs = append(errs, errors.New("resources, slots and weight must not be negative"))
 	}
 	switch c.OCIRuntime {
 	case "auto", "crun", "runc", "none":

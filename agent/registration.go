@@ -27,9 +27,11 @@ func (a *Agent) register(ctx context.Context) error {
 	_, _ = rand.Read(token)
 	profile, datasets := a.profile.forRegistration()
 	reg := api.NodeRegistration{
-		Version: version.Version(),
-		ID:      a.cfg.ID, Address: a.cfg.Address, Labels: labels, Capabilities: a.cfg.Capabilities,
-		Resources: a.cfg.Resources, Slots: a.cfg.Slots, Weight: a.cfg.Weight, Token: hex.EncodeToString(token),
+		NodeSpec: api.NodeSpec{
+			ID: a.cfg.ID, Labels: labels, Capabilities: a.cfg.Capabilities,
+			Resources: a.cfg.Resources, Slots: a.cfg.Slots, Weight: a.cfg.Weight,
+		},
+		Version: version.Version(), Address: a.cfg.Address, Token: hex.EncodeToString(token),
 		Profile: profile, Datasets: datasets, DataAddr: a.dataAddr,
 	}
 	backoff := 200 * time.Millisecond

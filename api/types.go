@@ -14,14 +14,16 @@ import (
 	"herd/spec"
 )
 
-// Resources, TaskSpec, JobSpec, StageSpec and Schedule are what users
-// declare; package spec owns them with their defaults and rules.
+// Resources, TaskSpec, JobSpec, StageSpec, Schedule and NodeSpec are what
+// users and agents declare; package spec owns them with their defaults
+// and rules.
 type (
 	Resources = spec.Resources
 	TaskSpec  = spec.Task
 	JobSpec   = spec.Job
 	StageSpec = spec.Stage
 	Schedule  = spec.Schedule
+	NodeSpec  = spec.Node
 )
 
 // ImageCache is what a node's agent tells of its container runtime and
@@ -316,15 +318,12 @@ func ValidRef(s string) bool { return check.Ref(s) }
 
 // NodeRegistration is what an agent (or an operator) registers.
 type NodeRegistration struct {
-	ID      string `json:"id"`
+	// NodeSpec is what the agent declares of its node (its fields are
+	// the registration's own in JSON).
+	NodeSpec
 	Address string `json:"address,omitempty"`
 	// Version is the agent's build.
-	Version      string              `json:"version,omitempty"`
-	Labels       map[string]string   `json:"labels,omitempty"`
-	Capabilities map[string][]string `json:"capabilities,omitempty"`
-	Resources    Resources           `json:"resources"`
-	Slots        int                 `json:"slots"`
-	Weight       int                 `json:"weight,omitempty"`
+	Version string `json:"version,omitempty"`
 	// Token, when set, makes the registration idempotent: the same token
 	// again returns the session it started instead of a new one.
 	Token string `json:"token,omitempty"`

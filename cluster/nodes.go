@@ -5,19 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"herd/internal/version"
-	"slices"
 	"time"
 
 	"herd/api"
 	"herd/fsm"
 	"herd/scheduler"
-)
-
-// Limits on what a node may register.
-const (
-	maxNodeLabels       = 64
-	maxNodeCapabilities = 64
-	maxNodeSlots        = 1024
 )
 
 // RegisterNode commits a node registration (leader-only); every
@@ -29,10 +21,9 @@ func (s *Server) RegisterNode(ctx context.Context, reg api.NodeRegistration) (ap
 	if err := validateRegistration(reg); err != nil {
 		return api.RegisterResponse{}, fmt.Errorf("invalid registration: %v: %w", err, api.ErrBadRequest)
 	}
-	res := scheduler.Resources{CPUMillis: reg.Resources.CPUMillis, MemoryMB: reg.Resources.MemoryMB, GPU: reg.Resources.GPU, DiskMB: reg.Resources.DiskMB}
 	resp, index, err := s.apply(ctx, fsm.MsgRegisterNode, fsm.RegisterNodeRequest{Now: s.now().UTC(), Node: fsm.Node{
 		ID: reg.ID, Address: reg.Address, Version: reg.Version, Labels: reg.Labels, Capabilities: reg.Capabilities,
-		Resources: res, Slots: reg.Slots, Weight: reg.Weight, RegistrationToken: reg.Token,
+		Resources: reg.Resources, Slots: reg.Slots, Weight: reg.Weight, RegistrationToken: reg.Token,
 		Profile: registeredProfile(reg.Profile), Datasets: toSchedulerDatasets(reg.Datasets), DataAddress: reg.DataAddr,
 	}})
 	if err != nil {
@@ -54,37 +45,18 @@ func registeredProfile(p *api.NodeProfile) *fsm.NodeProfile {
 	return &fp
 }
 
+// validateRegistration checks the node's declaration by spec's rules and
+// what the registration adds to it.
 func validateRegistration(reg api.NodeRegistration) error {
-	var errs []error
-	if !api.ValidID(reg.ID) {
-		errs = append(errs, fmt.Errorf("id %q must be 1-64 letters, digits, '.', '_' or '-'", reg.ID))
-	}
-	r := reg.Resources
-	if r.CPUMillis < 0 || r.MemoryMB < 0 || r.GPU < 0 || r.DiskMB < 0 {
-		errs = append(errs, errors.New("resources must not be negative"))
-	}
-	if reg.Slots < 0 || reg.Slots > maxNodeSlots {
-		errs = append(errs, fmt.Errorf("slots %d is outside 0..%d", reg.Slots, maxNodeSlots))
-	}
+	errs := []error{reg.NodeSpec.Validate()}
 	if reg.Version != "" && !version.Valid(reg.Version) {
-		errs = append(errs, fmt.Errorf("version %q is not a semantic version", reg.Version))
-	}
-	if reg.Weight < 0 || reg.Weight > 1_000_000 {
-		errs = append(errs, fmt.Errorf("weight %d is outside 0..1000000", reg.Weight))
-	}
-	if len(reg.Labels) > maxNodeLabels || len(reg.Capabilities) > maxNodeCapabilities {
-		errs = append(errs, fmt.Errorf("at most %d labels and %d capabilities", maxNodeLabels, maxNodeCapabilities))
-	}
-	for name, versions := range reg.Capabilities {
-		if name == "" || len(versions) == 0 || slices.Contains(versions, "") {
-			errs = append(errs, fmt.Errorf("capability %q needs at least one non-empty version", name))
-		}
+		errs = append(errs, fmt.Errorf("version: %q is not a semantic version", reg.Version))
 	}
 	if len(reg.Token) > 128 {
-		errs = append(errs, errors.New("token is longer than 128 bytes"))
+		errs = append(errs, errors.New("token: is longer than 128 bytes"))
 	}
 	if len(reg.Address) > 256 {
-		errs = append(errs, errors.New("address is longer than 256 bytes"))
+		errs = append(errs, errors.New("address: is longer than 256 bytes"))
 	}
 	return errors.Join(errs...)
 }

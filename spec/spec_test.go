@@ -120,3 +120,19 @@ func TestParseCapabilityAndTimeout(t *testing.T) {
 		}
 	}
 }
+
+// A node's declaration is checked field by field, as a task's is.
+func TestNodeValidateNamesTheField(t *testing.T) {
+	good := Node{ID: "edge-1", Capabilities: map[string][]string{"exec": {"1"}}, Resources: Resources{CPUMillis: 1000}, Slots: 2}
+	if err := good.Validate(); err != nil {
+		t.Fatalf("a good node: %v", err)
+	}
+	bad := Node{ID: "bad id", Capabilities: map[string][]string{"gpu": {""}}, Resources: Resources{MemoryMB: -1}, Slots: MaxNodeSlots + 1, Weight: -1}
+	err := bad.Validate()
+	for _, want := range []string{`id: "bad id" must be`, "resources.memory_mb: -1 must not be negative", "slots: 1025 is outside 0..1024",
+		"weight: -1 is outside", `capabilities: "gpu" needs a name and at least one non-empty version`} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("got %v, want %q", err, want)
+		}
+	}
+}

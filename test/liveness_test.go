@@ -461,8 +461,8 @@ func TestHTTPHeartbeatsOfGossipingNodesWriteNoEntries(t *testing.T) {
 		t.Fatal("the agent never gossiped")
 	}
 	ctx := Ctx(t, time.Minute)
-	silent, err := cl.RegisterNode(ctx, api.NodeRegistration{ID: "silent", Capabilities: map[string][]string{"exec": {"1"}},
-		Resources: api.Resources{CPUMillis: 1000, MemoryMB: 1024}, Slots: 1})
+	silent, err := cl.RegisterNode(ctx, api.NodeRegistration{NodeSpec: api.NodeSpec{ID: "silent", Capabilities: map[string][]string{"exec": {"1"}},
+		Resources: api.Resources{CPUMillis: 1000, MemoryMB: 1024}, Slots: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}

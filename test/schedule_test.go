@@ -17,10 +17,10 @@ import (
 
 func registerNode(t *testing.T, cl *api.Client, id string, cpu, mem, gpu int64, slots int, labels map[string]string) api.RegisterResponse {
 	t.Helper()
-	res, err := cl.RegisterNode(Ctx(t, 30*time.Second), api.NodeRegistration{
+	res, err := cl.RegisterNode(Ctx(t, 30*time.Second), api.NodeRegistration{NodeSpec: api.NodeSpec{
 		ID: id, Labels: labels, Capabilities: map[string][]string{"exec": {"1"}},
 		Resources: api.Resources{CPUMillis: cpu, MemoryMB: mem, GPU: gpu, DiskMB: 1000}, Slots: slots,
-	})
+	}})
 	if err != nil {
 		t.Fatalf("register %s: %v", id, err)
 	}
@@ -163,7 +163,7 @@ func TestPlacementAndExplainOverHTTP(t *testing.T) {
 	if _, err := cl.DrainNode(ctx, "ghost", true); !errors.Is(err, api.ErrNotFound) {
 		t.Fatalf("drain of unknown node: want 404, got %v", err)
 	}
-	if _, err := cl.RegisterNode(ctx, api.NodeRegistration{ID: "bad id"}); !errors.Is(err, api.ErrBadRequest) {
+	if _, err := cl.RegisterNode(ctx, api.NodeRegistration{NodeSpec: api.NodeSpec{ID: "bad id"}}); !errors.Is(err, api.ErrBadRequest) {
 		t.Fatalf("bad registration: want 400, got %v", err)
 	}
 	// Re-registration starts a new session; heartbeats for the old one are refused.
@@ -192,8 +192,8 @@ func TestSeedExampleOverHTTP(t *testing.T) {
 	registerNode(t, cl, "node-c", 16000, 8192, 0, 8, nil)
 	clock.Advance(90 * time.Second)
 	registerNode(t, cl, "node-a", 4000, 8192, 0, 8, map[string]string{"disk": "ssd"})
-	if _, err := cl.RegisterNode(ctx, api.NodeRegistration{ID: "node-b", Capabilities: map[string][]string{"exec": {"1"}},
-		Resources: api.Resources{CPUMillis: 8000, MemoryMB: 8192}, Slots: 8, Weight: 150}); err != nil {
+	if _, err := cl.RegisterNode(ctx, api.NodeRegistration{NodeSpec: api.NodeSpec{ID: "node-b", Capabilities: map[string][]string{"exec": {"1"}},
+		Resources: api.Resources{CPUMillis: 8000, MemoryMB: 8192}, Slots: 8, Weight: 150}}); err != nil {
 		t.Fatal(err)
 	}
 	// node-a runs two attempts: two placed tasks pinned to it.

@@ -154,7 +154,7 @@ func TestSecureClusterEndToEnd(t *testing.T) {
 			return err
 		}},
 		{"register another node", func() error {
-			_, err := intruder.RegisterNode(ctx, api.NodeRegistration{ID: att.NodeID, Resources: api.Resources{CPUMillis: 1}, Slots: 1})
+			_, err := intruder.RegisterNode(ctx, api.NodeRegistration{NodeSpec: api.NodeSpec{ID: att.NodeID, Resources: api.Resources{CPUMillis: 1}, Slots: 1}})
 			return err
 		}},
 		{"read another node's assignments", func() error {

@@ -462,10 +462,10 @@ func runNodeRegister(e *env, args []string) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	res, err := cl.RegisterNode(ctx, api.NodeRegistration{
+	res, err := cl.RegisterNode(ctx, api.NodeRegistration{NodeSpec: api.NodeSpec{
 		ID: fs.Arg(0), Labels: labels, Capabilities: capMap, Slots: *slots, Weight: *weight,
 		Resources: api.Resources{CPUMillis: *cpu, MemoryMB: *mem, GPU: *gpu, DiskMB: *disk},
-	})
+	}})
 	if err != nil {
 		return fmt.Errorf("node register: %w", err)
 	}

@@ -155,8 +155,8 @@ func (rep *footprintReplica) stop() {
 func loadFootprint(ctx context.Context, cl *api.Client, sz benchSizes) (float64, error) {
 	for i := 0; i < sz.footNodes; i++ {
 		// Nodes are drained so the tasks stay PENDING: the backlog case.
-		if _, err := cl.RegisterNode(ctx, api.NodeRegistration{ID: fmt.Sprintf("node-%04d", i), Capabilities: map[string][]string{"exec": {"1"}},
-			Resources: api.Resources{CPUMillis: 4000, MemoryMB: 4096}, Slots: 4, Labels: map[string]string{"zone": fmt.Sprint("z", i%4)}}); err != nil {
+		if _, err := cl.RegisterNode(ctx, api.NodeRegistration{NodeSpec: api.NodeSpec{ID: fmt.Sprintf("node-%04d", i), Capabilities: map[string][]string{"exec": {"1"}},
+			Resources: api.Resources{CPUMillis: 4000, MemoryMB: 4096}, Slots: 4, Labels: map[string]string{"zone": fmt.Sprint("z", i%4)}}}); err != nil {
 			return 0, err
 		}
 		if _, err := cl.DrainNode(ctx, fmt.Sprintf("node-%04d", i), true); err != nil {

@@ -111,7 +111,11 @@ type TaskSpec struct {
 
 // TaskShape is the part of a spec that tasks submitted alike share.
 // Stored records share it, so it must never be changed once a record
-// holds it.
+// holds it. Each field means what spec.Task's field of the same name
+// does, in its normalized form (FromSpec makes it, TaskSpec.Spec reads it
+// back): numbers without pointers, each enumeration's default empty, the
+// tiers a size maps to resolved by the leader at submission so that every
+// replica checks the same, and as numbers.
 type TaskShape struct {
 	Priority          int                 `json:"priority"`
 	Command           []string            `json:"command"`
@@ -124,36 +128,17 @@ type TaskShape struct {
 	TimeoutSeconds    int64               `json:"timeout_seconds"`
 	MaxAttempts       int                 `json:"max_attempts"`
 	Submitter         string              `json:"submitter"`
-	// OnDisconnect is what the task's attempt does when its agent loses
-	// contact with the cluster past its lease: stop (empty, the default)
-	// or spec.OnDisconnectKeepRunning, for work that is safe to run twice.
-	OnDisconnect string `json:"on_disconnect,omitempty"`
-	// Class groups tasks whose run times compare (history is kept per
-	// class); empty: the task's name is its class.
-	Class string `json:"class,omitempty"`
-	// Size is the declared size (small, medium, large) and Tiers the
-	// tiers it maps to, resolved by the leader at submission so that
-	// every replica checks the same.
-	Size  string           `json:"size,omitempty"`
-	Tiers []scheduler.Tier `json:"tiers,omitempty"`
-	// Inputs names the datasets the task reads; Outputs the files it
-	// leaves in its working directory, which become datasets of its node.
-	Inputs  []string `json:"inputs,omitempty"`
-	Outputs []string `json:"outputs,omitempty"`
-	// InputPaths, for a job's stage, is where under $HERD_INPUTS the
-	// command finds each input (the same order as Inputs), which its
-	// agent fetches from the node holding it when that is another.
-	InputPaths []string `json:"input_paths,omitempty"`
-	// Driver is "" (exec: a process on the node) or spec.DriverOCI (a container
-	// from Image, on nodes with the capability oci@1); Network is "" (the
-	// host's) or spec.NetworkNone for an oci task.
-	Driver  string `json:"driver,omitempty"`
-	Image   string `json:"image,omitempty"`
-	Network string `json:"network,omitempty"`
-	// Speculative: once its attempt is marked slow, a backup attempt
-	// starts on another node, and the first to succeed wins (the other
-	// is cancelled and its lease dies with it).
-	Speculative bool `json:"speculative,omitempty"`
+	OnDisconnect      string              `json:"on_disconnect,omitempty"`
+	Class             string              `json:"class,omitempty"`
+	Size              string              `json:"size,omitempty"`
+	Tiers             []scheduler.Tier    `json:"tiers,omitempty"`
+	Inputs            []string            `json:"inputs,omitempty"`
+	Outputs           []string            `json:"outputs,omitempty"`
+	InputPaths        []string            `json:"input_paths,omitempty"`
+	Driver            string              `json:"driver,omitempty"`
+	Image             string              `json:"image,omitempty"`
+	Network           string              `json:"network,omitempty"`
+	Speculative       bool                `json:"speculative,omitempty"`
 }
 
 // TimelineEvent is one milestone in a task's life, with the reason for it.

@@ -202,7 +202,11 @@ func newFlags(e *env, name, argsUsage, summary string) *flag.FlagSet {
 	return fs
 }
 
-// parse parses flags; -h prints usage to stdout and ends the command.
+// parse parses flags before and after the arguments, as "--flag" or
+// "-flag", with "--" ending the flags; -h prints usage to stdout and ends
+// the command. A command whose arguments are a command line (task submit)
+// stops at its first argument, as docker run does, so that the command's
+// own flags stay its own.
 func parse(e *env, fs *flag.FlagSet, args []string) error {
 	for _, a := range args {
 		if a == "--" {
@@ -215,10 +219,50 @@ func parse(e *env, fs *flag.FlagSet, args []string) error {
 		}
 	}
 	fs.SetOutput(io.Discard)
-	if err := fs.Parse(args); err != nil {
+	flags, positional := splitArgs(fs, args, commandLineCommands[fs.Name()])
+	if err := fs.Parse(append(append(flags, "--"), positional...)); err != nil {
 		return usagef("%s: %v (see 'herd %s -h')", fs.Name(), err, fs.Name())
 	}
 	return nil
+}
+
+// commandLineCommands take a command line as their arguments.
+var commandLineCommands = map[string]bool{"task submit": true}
+
+// splitArgs separates flags (with their values) from arguments wherever
+// they stand. A flag's value is the next argument unless the flag is a
+// boolean or written -flag=value; "-" alone is an argument (standard
+// input); after "--", or after the first argument when stopAtArg, all is
+// arguments.
+func splitArgs(fs *flag.FlagSet, args []string, stopAtArg bool) (flags, positional []string) {
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		switch {
+		case a == "--":
+			return flags, append(positional, args[i+1:]...)
+		case len(a) < 2 || a[0] != '-':
+			if stopAtArg {
+				return flags, append(positional, args[i:]...)
+			}
+			positional = append(positional, a)
+			continue
+		}
+		flags = append(flags, a)
+		name := strings.TrimLeft(a, "-")
+		if strings.Contains(name, "=") {
+			continue
+		}
+		if f := fs.Lookup(name); f != nil && !isBoolFlag(f) && i+1 < len(args) {
+			i++
+			flags = append(flags, args[i])
+		}
+	}
+	return flags, positional
+}
+
+func isBoolFlag(f *flag.Flag) bool {
+	b, ok := f.Value.(interface{ IsBoolFlag() bool })
+	return ok && b.IsBoolFlag()
 }
 
 func runVersion(e *env, args []string) error {

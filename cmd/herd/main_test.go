@@ -214,6 +214,37 @@ func TestCLIAgainstACluster(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// Flags stand before or after the arguments, as -flag or --flag; "--"
+	// ends them; task submit's command keeps its own flags.
+	for _, args := range [][]string{
+		{"task", "status", sub.ID, "-json"}, {"task", "status", "--json", sub.ID}, {"task", "status", sub.ID, "--json=true"},
+		{"node", "status", "edge-1", "-json"}, {"node", "status", "-json", "edge-1"},
+	} {
+		out, errOut, code := herd(args...)
+		var v struct{ ID string }
+		if err := json.Unmarshal([]byte(out), &v); code != 0 || err != nil || (v.ID != sub.ID && v.ID != "edge-1") {
+			t.Errorf("herd %s: exit %d, %v, stdout %q, stderr %q: want the JSON of one record", strings.Join(args, " "), code, err, out, errOut)
+		}
+	}
+	if out, errOut, code = herd("task", "submit", "-json", "-name", "own-flags", "sh", "-c", "exit 0", "-json"); code != 0 {
+		t.Fatalf("task submit with the command's own flags: exit %d, %s", code, errOut)
+	}
+	var own api.SubmitResponse
+	if err := json.Unmarshal([]byte(out), &own); err != nil {
+		t.Fatalf("submit -json printed %q (%v)", out, err)
+	}
+	out, _, code = herd("task", "status", own.ID, "-json")
+	var ownTask api.Task
+	if err := json.Unmarshal([]byte(out), &ownTask); code != 0 || err != nil || strings.Join(ownTask.Spec.Command, " ") != "sh -c exit 0 -json" {
+		t.Fatalf("the command after task submit's first argument must be kept whole (exit %d, %v):\n%s", code, err, out)
+	}
+	if _, errOut, code = herd("task", "status", sub.ID, "-colour"); code != 2 || !strings.Contains(errOut, "flag provided but not defined: -colour") || !strings.Contains(errOut, "see 'herd task status -h'") {
+		t.Errorf("an unknown flag after the argument: exit %d, %q", code, errOut)
+	}
+	if out, errOut, code = herd("task", "status", "--", "-json"); code == 0 || out != "" || !strings.Contains(errOut, "-json") {
+		t.Errorf("after --, -json is an argument: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+
 	// Mistakes: clear message, non-zero exit, nothing printed on stdout.
 	for _, tc := range []struct {
 		args []string
@@ -239,7 +270,7 @@ func TestCLIAgainstACluster(t *testing.T) {
 		{[]string{"node", "register", "-capabilities", "exec", "n9"}, 2, "name@version"},
 		{[]string{"explain", "ghost"}, 1, "not found"},
 		{[]string{"task", "cancel", "ghost"}, 1, "not found"},
-		{[]string{"agent", "-servers", "127.0.0.1:1"}, 1, "id \"\" must be"},
+		{[]string{"agent", "-servers", "127.0.0.1:1"}, 1, "id: \"\" must be"},
 		{[]string{"agent", "-id", "a1", "-data-dir", "/tmp/x", "-limits", "magic"}, 1, "limits \"magic\""},
 		{[]string{"agent", "-id", "a1", "-procs", "-2"}, 2, "is not a count of threads"},
 	} {
@@ -348,5 +379,33 @@ func TestServerRefusesADataDirOfNewerForms(t *testing.T) {
 		"-http-advertise", "127.0.0.1:1", "-raft-advertise", "127.0.0.1:2"})
 	if msg := errb.String(); code != 1 || !strings.Contains(msg, "written by herd 9.0.0") || !strings.Contains(msg, "run herd 9.0.0 or newer on it, or restore the backup") {
 		t.Fatalf("exit %d, stderr %q", code, msg)
+	}
+}
+
+// splitArgs finds flags and their values wherever they stand.
+func TestSplitArgs(t *testing.T) {
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	fs.Bool("wait", false, "")
+	fs.Int("attempt", 0, "")
+	for _, c := range []struct {
+		args            []string
+		stop            bool
+		flags, position string
+	}{
+		{[]string{"job.hcl", "-wait"}, false, "-wait", "job.hcl"},
+		{[]string{"ID", "-attempt", "2"}, false, "-attempt 2", "ID"},
+		{[]string{"--attempt=2", "ID", "--wait"}, false, "--attempt=2 --wait", "ID"},
+		{[]string{"-", "-wait"}, false, "-wait", "-"},
+		{[]string{"-wait", "--", "-attempt", "2"}, false, "-wait", "-attempt 2"},
+		{[]string{"-wait", "sh", "-c", "true"}, true, "-wait", "sh -c true"},
+		{[]string{"ID", "-unknown", "x"}, false, "-unknown", "ID x"},
+	} {
+		flags, positional := splitArgs(fs, c.args, c.stop)
+		if got := strings.Join(flags, " "); got != c.flags {
+			t.Errorf("%q: flags %q, want %q", c.args, got, c.flags)
+		}
+		if got := strings.Join(positional, " "); got != c.position {
+			t.Errorf("%q: arguments %q, want %q", c.args, got, c.position)
+		}
 	}
 }

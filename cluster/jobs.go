@@ -12,18 +12,18 @@ import (
 // SubmitJob validates a job whole, applies each stage's task defaults and
 // commits it (leader-only); the stages without dependencies start at
 // once.
-func (s *Server) SubmitJob(ctx context.Context, in api.JobSpec) (api.Job, bool, uint64, error) {
-	if !s.IsLeader() {
-		return api.Job{}, false, 0, fmt.Errorf("%s: %w", s.cfg.ID, api.ErrNotLeader)
+func (e *jobEndpoints) SubmitJob(ctx context.Context, in api.JobSpec) (api.Job, bool, uint64, error) {
+	if !e.r.IsLeader() {
+		return api.Job{}, false, 0, fmt.Errorf("%s: %w", e.r.ID(), api.ErrNotLeader)
 	}
-	now := s.now().UTC()
+	now := e.r.Now().UTC()
 	id := newID(now)
 	job := in.Normalize()
 	if job.Name == "" {
 		job.Name = id
 	}
 	for i := range job.Stages {
-		job.Stages[i].Task = withSizeTiers(job.Stages[i].Task, s.cfg.Scheduler)
+		job.Stages[i].Task = withSizeTiers(job.Stages[i].Task, e.sched)
 	}
 	if sc := job.Schedule; sc != nil {
 		if _, _, err := parseSchedule(sc); err != nil {
@@ -33,7 +33,7 @@ func (s *Server) SubmitJob(ctx context.Context, in api.JobSpec) (api.Job, bool, 
 	if err := job.Validate(); err != nil {
 		return api.Job{}, false, 0, fmt.Errorf("invalid job: %v: %w", err, api.ErrBadRequest)
 	}
-	resp, index, err := s.apply(ctx, fsm.MsgSubmitJob, fsm.SubmitJobRequest{ID: id, SubmittedAt: now, Spec: job})
+	resp, index, err := e.r.apply(ctx, fsm.MsgSubmitJob, fsm.SubmitJobRequest{ID: id, SubmittedAt: now, Spec: job})
 	if err != nil {
 		return api.Job{}, false, 0, err
 	}
@@ -41,12 +41,12 @@ func (s *Server) SubmitJob(ctx context.Context, in api.JobSpec) (api.Job, bool, 
 	if !ok {
 		return api.Job{}, false, 0, fmt.Errorf("unexpected job response %T", resp)
 	}
-	return toAPIJob(s.fsm.State(), res.Job), res.Created, index, nil
+	return toAPIJob(e.r.State(), res.Job), res.Created, index, nil
 }
 
 // GetJob reads a job with its stages' tasks from the local state.
-func (s *Server) GetJob(id string) (api.Job, error) {
-	st := s.fsm.State()
+func (e *jobEndpoints) GetJob(id string) (api.Job, error) {
+	st := e.r.State()
 	j, err := st.Job(id)
 	if errors.Is(err, fsm.ErrNotFound) {
 		return api.Job{}, fmt.Errorf("job %q not found: %w", id, api.ErrNotFound)
@@ -58,8 +58,8 @@ func (s *Server) GetJob(id string) (api.Job, error) {
 }
 
 // ListJobs lists jobs in id (submission) order, a page at a time.
-func (s *Server) ListJobs(after string, limit int) (api.JobList, error) {
-	st := s.fsm.State()
+func (e *jobEndpoints) ListJobs(after string, limit int) (api.JobList, error) {
+	st := e.r.State()
 	jobs := st.Jobs(after, limit+1)
 	out := api.JobList{Jobs: make([]api.Job, 0, min(len(jobs), limit))}
 	for i, j := range jobs {
@@ -75,11 +75,11 @@ func (s *Server) ListJobs(after string, limit int) (api.JobList, error) {
 }
 
 // CancelJob cancels a job and its live stages (leader-only).
-func (s *Server) CancelJob(ctx context.Context, id, reason string) (api.Job, error) {
-	if !s.IsLeader() {
-		return api.Job{}, fmt.Errorf("%s: %w", s.cfg.ID, api.ErrNotLeader)
+func (e *jobEndpoints) CancelJob(ctx context.Context, id, reason string) (api.Job, error) {
+	if !e.r.IsLeader() {
+		return api.Job{}, fmt.Errorf("%s: %w", e.r.ID(), api.ErrNotLeader)
 	}
-	resp, _, err := s.apply(ctx, fsm.MsgCancelJob, fsm.CancelJobRequest{JobID: id, Reason: reason, Now: s.now().UTC()})
+	resp, _, err := e.r.apply(ctx, fsm.MsgCancelJob, fsm.CancelJobRequest{JobID: id, Reason: reason, Now: e.r.Now().UTC()})
 	if err != nil {
 		return api.Job{}, err
 	}
@@ -87,7 +87,7 @@ func (s *Server) CancelJob(ctx context.Context, id, reason string) (api.Job, err
 	if !ok {
 		return api.Job{}, fmt.Errorf("unexpected cancel response %T", resp)
 	}
-	return toAPIJob(s.fsm.State(), res.Job), nil
+	return toAPIJob(e.r.State(), res.Job), nil
 }
 
 func toAPIJob(st *fsm.State, j *fsm.Job) api.Job {

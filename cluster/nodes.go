@@ -62,11 +62,11 @@ func validateRegistration(reg api.NodeRegistration) error {
 }
 
 // DrainNode stops or resumes new placements on a node (leader-only).
-func (s *Server) DrainNode(ctx context.Context, nodeID string, enable bool) (api.Node, error) {
-	if !s.IsLeader() {
-		return api.Node{}, fmt.Errorf("%s: %w", s.cfg.ID, api.ErrNotLeader)
+func (e *nodeEndpoints) DrainNode(ctx context.Context, nodeID string, enable bool) (api.Node, error) {
+	if !e.r.IsLeader() {
+		return api.Node{}, fmt.Errorf("%s: %w", e.r.ID(), api.ErrNotLeader)
 	}
-	resp, _, err := s.apply(ctx, fsm.MsgNodeDrain, fsm.NodeDrainRequest{NodeID: nodeID, Enable: enable, Now: s.now().UTC()})
+	resp, _, err := e.r.apply(ctx, fsm.MsgNodeDrain, fsm.NodeDrainRequest{NodeID: nodeID, Enable: enable, Now: e.r.Now().UTC()})
 	if err != nil {
 		return api.Node{}, err
 	}
@@ -74,11 +74,11 @@ func (s *Server) DrainNode(ctx context.Context, nodeID string, enable bool) (api
 }
 
 // SetNodeEligibility marks a node eligible or not (leader-only).
-func (s *Server) SetNodeEligibility(ctx context.Context, nodeID string, eligible bool) (api.Node, error) {
-	if !s.IsLeader() {
-		return api.Node{}, fmt.Errorf("%s: %w", s.cfg.ID, api.ErrNotLeader)
+func (e *nodeEndpoints) SetNodeEligibility(ctx context.Context, nodeID string, eligible bool) (api.Node, error) {
+	if !e.r.IsLeader() {
+		return api.Node{}, fmt.Errorf("%s: %w", e.r.ID(), api.ErrNotLeader)
 	}
-	resp, _, err := s.apply(ctx, fsm.MsgNodeEligible, fsm.NodeEligibilityRequest{NodeID: nodeID, Eligible: eligible, Now: s.now().UTC()})
+	resp, _, err := e.r.apply(ctx, fsm.MsgNodeEligible, fsm.NodeEligibilityRequest{NodeID: nodeID, Eligible: eligible, Now: e.r.Now().UTC()})
 	if err != nil {
 		return api.Node{}, err
 	}
@@ -86,8 +86,8 @@ func (s *Server) SetNodeEligibility(ctx context.Context, nodeID string, eligible
 }
 
 // GetNode reads one node with its attempts from the local state.
-func (s *Server) GetNode(id string) (api.Node, error) {
-	st := s.fsm.State()
+func (e *nodeEndpoints) GetNode(id string) (api.Node, error) {
+	st := e.r.State()
 	n, err := st.Node(id)
 	if errors.Is(err, fsm.ErrNotFound) {
 		return api.Node{}, fmt.Errorf("node %q not found: %w", id, api.ErrNotFound)
@@ -95,7 +95,7 @@ func (s *Server) GetNode(id string) (api.Node, error) {
 	if err != nil {
 		return api.Node{}, err
 	}
-	out := s.apiNode(st, n)
+	out := e.apiNode(st, n)
 	for _, e := range n.Events {
 		out.Events = append(out.Events, api.TimelineEvent{Index: e.Index, Time: e.Time.Time(), Kind: e.Kind.String(), Message: e.Message})
 	}
@@ -110,15 +110,15 @@ func (s *Server) GetNode(id string) (api.Node, error) {
 }
 
 // ListNodes reads every node from the local state.
-func (s *Server) ListNodes() ([]api.Node, error) {
-	st := s.fsm.State()
+func (e *nodeEndpoints) ListNodes() ([]api.Node, error) {
+	st := e.r.State()
 	nodes, err := st.Nodes()
 	if err != nil {
 		return nil, err
 	}
 	out := make([]api.Node, 0, len(nodes))
 	for _, n := range nodes {
-		out = append(out, s.apiNode(st, n))
+		out = append(out, e.apiNode(st, n))
 	}
 	return out, nil
 }

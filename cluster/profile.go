@@ -287,14 +287,14 @@ func toAPIDatasets(ds []scheduler.Dataset) []api.Dataset {
 // apiNode is a node as the API shows it, with what the cluster derived of
 // it: tier, health now, quarantine, health check and per-class history
 // beside the fleet's median.
-func (s *Server) apiNode(st *fsm.State, n *fsm.Node) api.Node {
+func (e *nodeEndpoints) apiNode(st *fsm.State, n *fsm.Node) api.Node {
 	out := toAPINode(n)
-	out.Observation = s.Observation(n)
-	now := s.now().UTC()
+	out.Observation = e.observe(n)
+	now := e.r.Now().UTC()
 	out.Profile = toAPIProfile(n.Profile)
 	out.Datasets = toAPIDatasets(n.Datasets)
 	out.Tier = api.NodeTier{Tier: n.Tier.Tier.String(), Base: n.Tier.Base.String(), Pinned: n.Tier.Pin != scheduler.TierUnknown, Demotions: n.Tier.Demotions, ChangedAt: n.Tier.ChangedAt.Time()}
-	blamed, total := n.History.BlamedRate(now, s.cfg.Profiles.FailureWindow)
+	blamed, total := n.History.BlamedRate(now, e.profiles.FailureWindow)
 	out.Health = api.NodeHealth{OnlineRatio: n.OnlineRatio(now), Failures: blamed, Results: total}
 	out.Health.Score = out.Health.OnlineRatio
 	if total > 0 {

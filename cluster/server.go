@@ -117,6 +117,11 @@ type Server struct {
 	// halting makes Shutdown stop as a crash looks to clients and peers
 	// (Halt).
 	halting atomic.Bool
+
+	// The endpoint families served over this replica (roles.go).
+	taskEndpoints
+	jobEndpoints
+	nodeEndpoints
 }
 
 // Start opens the data directory, starts Raft and the HTTP API, and
@@ -225,6 +230,9 @@ func newServer(cfg config.Server, opts Options, logger hclog.Logger, material *p
 		shutdownCtx:    ctx,
 		shutdownCancel: cancel,
 	}
+	s.taskEndpoints = taskEndpoints{r: s, sched: cfg.Scheduler}
+	s.jobEndpoints = jobEndpoints{r: s, sched: cfg.Scheduler}
+	s.nodeEndpoints = nodeEndpoints{r: s, profiles: cfg.Profiles, observe: s.Observation}
 	s.metrics = newServerMetrics(s)
 	if opts.AfterApply != nil {
 		s.fsm.SetAfterApply(opts.AfterApply)

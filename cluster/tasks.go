@@ -11,21 +11,21 @@ import (
 )
 
 // SubmitTask validates a spec, applies defaults and commits it (leader-only).
-func (s *Server) SubmitTask(ctx context.Context, in api.TaskSpec) (api.Task, bool, uint64, error) {
-	if !s.IsLeader() {
-		return api.Task{}, false, 0, fmt.Errorf("%s: %w", s.cfg.ID, api.ErrNotLeader)
+func (e *taskEndpoints) SubmitTask(ctx context.Context, in api.TaskSpec) (api.Task, bool, uint64, error) {
+	if !e.r.IsLeader() {
+		return api.Task{}, false, 0, fmt.Errorf("%s: %w", e.r.ID(), api.ErrNotLeader)
 	}
-	task := withSizeTiers(in.Normalize(), s.cfg.Scheduler)
+	task := withSizeTiers(in.Normalize(), e.sched)
 	if err := task.Validate(); err != nil {
 		return api.Task{}, false, 0, fmt.Errorf("invalid task spec: %v: %w", err, api.ErrBadRequest)
 	}
 	spec := fsm.FromSpec(task)
-	now := s.now().UTC()
+	now := e.r.Now().UTC()
 	id := newID(now)
 	if spec.Name == "" {
 		spec.Name = id
 	}
-	resp, index, err := s.apply(ctx, fsm.MsgSubmitTask, fsm.SubmitTaskRequest{ID: id, SubmittedAt: now, Spec: spec})
+	resp, index, err := e.r.apply(ctx, fsm.MsgSubmitTask, fsm.SubmitTaskRequest{ID: id, SubmittedAt: now, Spec: spec})
 	if err != nil {
 		return api.Task{}, false, 0, err
 	}
@@ -38,14 +38,14 @@ func (s *Server) SubmitTask(ctx context.Context, in api.TaskSpec) (api.Task, boo
 
 // SubmitTasks validates every spec, then commits them all in one batch
 // entry (leader-only). One invalid spec refuses the whole batch.
-func (s *Server) SubmitTasks(ctx context.Context, in []api.TaskSpec) (api.BatchSubmitResponse, error) {
-	if !s.IsLeader() {
-		return api.BatchSubmitResponse{}, fmt.Errorf("%s: %w", s.cfg.ID, api.ErrNotLeader)
+func (e *taskEndpoints) SubmitTasks(ctx context.Context, in []api.TaskSpec) (api.BatchSubmitResponse, error) {
+	if !e.r.IsLeader() {
+		return api.BatchSubmitResponse{}, fmt.Errorf("%s: %w", e.r.ID(), api.ErrNotLeader)
 	}
-	now := s.now().UTC()
+	now := e.r.Now().UTC()
 	cmds := make([][]byte, 0, len(in))
 	for i, one := range in {
-		task := withSizeTiers(one.Normalize(), s.cfg.Scheduler)
+		task := withSizeTiers(one.Normalize(), e.sched)
 		if err := task.Validate(); err != nil {
 			return api.BatchSubmitResponse{}, fmt.Errorf("invalid task spec tasks[%d]: %v: %w", i, err, api.ErrBadRequest)
 		}
@@ -54,13 +54,13 @@ func (s *Server) SubmitTasks(ctx context.Context, in []api.TaskSpec) (api.BatchS
 		if spec.Name == "" {
 			spec.Name = id
 		}
-		b, err := s.encode(fsm.MsgSubmitTask, fsm.SubmitTaskRequest{ID: id, SubmittedAt: now, Spec: spec})
+		b, err := fsm.Encode(fsm.MsgSubmitTask, fsm.SubmitTaskRequest{ID: id, SubmittedAt: now, Spec: spec})
 		if err != nil {
 			return api.BatchSubmitResponse{}, err
 		}
 		cmds = append(cmds, b)
 	}
-	resp, index, err := s.applyRaw(ctx, fsm.EncodeBatch(cmds))
+	resp, index, err := e.r.applyRaw(ctx, fsm.EncodeBatch(cmds))
 	if err != nil {
 		return api.BatchSubmitResponse{}, err
 	}
@@ -84,8 +84,8 @@ func (s *Server) SubmitTasks(ctx context.Context, in []api.TaskSpec) (api.BatchS
 }
 
 // GetTask reads one task from the local state.
-func (s *Server) GetTask(id string) (api.Task, error) {
-	st := s.fsm.State()
+func (e *taskEndpoints) GetTask(id string) (api.Task, error) {
+	st := e.r.State()
 	t, err := st.Task(id)
 	if errors.Is(err, fsm.ErrNotFound) {
 		return api.Task{}, fmt.Errorf("task %q not found: %w", id, api.ErrNotFound)
@@ -101,12 +101,12 @@ func (s *Server) GetTask(id string) (api.Task, error) {
 }
 
 // ListTasks lists tasks from the local state.
-func (s *Server) ListTasks(q api.TaskQuery) (api.TaskList, error) {
+func (e *taskEndpoints) ListTasks(q api.TaskQuery) (api.TaskList, error) {
 	state, ok := fsm.ParseTaskState(strings.ToUpper(q.State))
 	if !ok {
 		return api.TaskList{}, fmt.Errorf("unknown task state %q: %w", q.State, api.ErrBadRequest)
 	}
-	tasks, err := s.fsm.State().Tasks(fsm.TaskFilter{State: state, After: q.After, Limit: q.Limit + 1})
+	tasks, err := e.r.State().Tasks(fsm.TaskFilter{State: state, After: q.After, Limit: q.Limit + 1})
 	if err != nil {
 		return api.TaskList{}, err
 	}
@@ -123,13 +123,13 @@ func (s *Server) ListTasks(q api.TaskQuery) (api.TaskList, error) {
 
 // CancelTask cancels a task (leader-only); its agent sees the attempt leave
 // its assignments and kills the process.
-func (s *Server) CancelTask(ctx context.Context, id, reason string) (api.Task, error) {
-	if !s.IsLeader() {
-		return api.Task{}, fmt.Errorf("%s: %w", s.cfg.ID, api.ErrNotLeader)
+func (e *taskEndpoints) CancelTask(ctx context.Context, id, reason string) (api.Task, error) {
+	if !e.r.IsLeader() {
+		return api.Task{}, fmt.Errorf("%s: %w", e.r.ID(), api.ErrNotLeader)
 	}
-	resp, _, err := s.apply(ctx, fsm.MsgCancelTask, fsm.CancelTaskRequest{TaskID: id, Reason: reason, Now: s.now().UTC()})
+	resp, _, err := e.r.apply(ctx, fsm.MsgCancelTask, fsm.CancelTaskRequest{TaskID: id, Reason: reason, Now: e.r.Now().UTC()})
 	if err != nil {
 		return api.Task{}, err
 	}
-	return s.GetTask(resp.(*fsm.CancelResult).Task.ID)
+	return e.GetTask(resp.(*fsm.CancelResult).Task.ID)
 }

@@ -1,0 +1,155 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"herd/api"
+	"herd/config"
+	"herd/fsm"
+)
+
+// memReplica is a replica reduced to an FSM in memory: every proposal
+// applies at once, as a committed entry would. It lets a test build one
+// endpoint family without raft.
+type memReplica struct {
+	f      *fsm.FSM
+	index  uint64
+	leader bool
+	now    time.Time
+}
+
+func newMemReplica() *memReplica {
+	return &memReplica{f: fsm.New(nil), leader: true, now: time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)}
+}
+
+func (m *memReplica) ID() string        { return "mem" }
+func (m *memReplica) IsLeader() bool    { return m.leader }
+func (m *memReplica) Now() time.Time    { return m.now }
+func (m *memReplica) State() *fsm.State { return m.f.State() }
+func (m *memReplica) apply(ctx context.Context, t fsm.MessageType, payload any) (any, uint64, error) {
+	b, err := fsm.Encode(t, payload)
+	if err != nil {
+		return nil, 0, err
+	}
+	return m.applyRaw(ctx, b)
+}
+
+func (m *memReplica) applyRaw(_ context.Context, b []byte) (any, uint64, error) {
+	m.index++
+	resp := m.f.ApplyBytes(m.index, b)
+	if err, ok := resp.(error); ok {
+		return nil, m.index, fsmErr(err)
+	}
+	return resp, m.index, nil
+}
+
+func sizes() config.Scheduler {
+	return config.Scheduler{SizeSmall: []string{"L1", "L2", "L3"}, SizeLarge: []string{"L1"}}
+}
+
+// The job family over a replica in memory: a job is normalized and its
+// stage tasks' sizes resolved by the leader's settings, an invalid one
+// names its field, and only a leader submits.
+func TestJobEndpointsOverAFakeReplica(t *testing.T) {
+	r := newMemReplica()
+	jobs := jobEndpoints{r: r, sched: sizes()}
+	ctx := context.Background()
+	in := api.JobSpec{Name: "nightly", OnFailure: "fail", Stages: []api.StageSpec{
+		{Name: "fetch", Outputs: []string{"raw"}, Task: api.TaskSpec{Command: []string{"true"}, Size: "large"}},
+		{Name: "crunch", DependsOn: []string{"fetch"}, Inputs: []string{"fetch.raw"}, Task: api.TaskSpec{Command: []string{"true"}}},
+	}}
+	job, created, _, err := jobs.SubmitJob(ctx, in)
+	if err != nil || !created || job.State != api.JobRunning || job.OnFailure != "" {
+		t.Fatalf("submit: %+v, %v, %v", job, created, err)
+	}
+	stored, err := r.State().Job(job.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if task := stored.Spec.Stages[0].Task; strings.Join(task.Tiers, ",") != "L1" || task.Name != "fetch" || task.Priority == nil {
+		t.Fatalf("the stored stage task must be normalized with its size's tiers: %+v", task)
+	}
+	if got, err := jobs.GetJob(job.ID); err != nil || got.ID != job.ID || len(got.Stages) != 2 {
+		t.Fatalf("get: %+v, %v", got, err)
+	}
+	if list, err := jobs.ListJobs("", 10); err != nil || len(list.Jobs) != 1 {
+		t.Fatalf("list: %+v, %v", list, err)
+	}
+	in.Stages[1].DependsOn = nil
+	if _, _, _, err := jobs.SubmitJob(ctx, in); !errors.Is(err, api.ErrBadRequest) || !strings.Contains(err.Error(), "stages[crunch].inputs") {
+		t.Fatalf("an input from a stage not depended on: %v", err)
+	}
+	if cancelled, err := jobs.CancelJob(ctx, job.ID, "test"); err != nil || cancelled.State != api.JobCancelled {
+		t.Fatalf("cancel: %+v, %v", cancelled, err)
+	}
+	r.leader = false
+	if _, _, _, err := jobs.SubmitJob(ctx, in); !errors.Is(err, api.ErrNotLeader) {
+		t.Fatalf("a follower must refuse: %v", err)
+	}
+}
+
+// The task family over a replica in memory: one submit and a batch,
+// reads, a refused spec naming its field, and a cancellation.
+func TestTaskEndpointsOverAFakeReplica(t *testing.T) {
+	r := newMemReplica()
+	tasks := taskEndpoints{r: r, sched: sizes()}
+	ctx := context.Background()
+	one, created, _, err := tasks.SubmitTask(ctx, api.TaskSpec{Command: []string{"true"}, Size: "small"})
+	if err != nil || !created || one.State != "PENDING" || one.Name != one.ID || strings.Join(one.Spec.Tiers, ",") != "L1,L2,L3" {
+		t.Fatalf("submit: %+v, %v, %v", one, created, err)
+	}
+	batch, err := tasks.SubmitTasks(ctx, []api.TaskSpec{{Command: []string{"true"}, IdempotencyKey: "k"}, {Command: []string{"true"}, IdempotencyKey: "k"}})
+	if err != nil || len(batch.Tasks) != 2 || !batch.Tasks[0].Created || batch.Tasks[1].Created || batch.Tasks[1].ID != batch.Tasks[0].ID {
+		t.Fatalf("a batch with one key twice creates one task: %+v, %v", batch, err)
+	}
+	if list, err := tasks.ListTasks(api.TaskQuery{Limit: 10}); err != nil || len(list.Tasks) != 2 {
+		t.Fatalf("list: %+v, %v", list, err)
+	}
+	if _, _, _, err := tasks.SubmitTask(ctx, api.TaskSpec{Command: []string{"true"}, Resources: api.Resources{GPU: -1}}); !errors.Is(err, api.ErrBadRequest) || !strings.Contains(err.Error(), "resources.gpu") {
+		t.Fatalf("a negative GPU: %v", err)
+	}
+	if cancelled, err := tasks.CancelTask(ctx, one.ID, "test"); err != nil || cancelled.State != "CANCELLED" {
+		t.Fatalf("cancel: %+v, %v", cancelled, err)
+	}
+	if _, err := tasks.GetTask("ghost"); !errors.Is(err, api.ErrNotFound) {
+		t.Fatalf("a missing task: %v", err)
+	}
+}
+
+// The node family over a replica in memory: drain and eligibility are
+// committed and read back, with what the observer says of the node.
+func TestNodeEndpointsOverAFakeReplica(t *testing.T) {
+	r := newMemReplica()
+	nodes := nodeEndpoints{r: r, profiles: config.DefaultProfiles(), observe: func(n *fsm.Node) api.NodeObservation {
+		return api.NodeObservation{Misses: len(n.ID)}
+	}}
+	ctx := context.Background()
+	if _, _, err := r.apply(ctx, fsm.MsgRegisterNode, fsm.RegisterNodeRequest{Now: r.now, Node: fsm.Node{
+		ID: "edge-1", Capabilities: map[string][]string{"exec": {"1"}}, Resources: api.Resources{CPUMillis: 1000}, Slots: 1,
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := nodes.DrainNode(ctx, "edge-1", true); err != nil || n.Management != "DRAINING" {
+		t.Fatalf("drain: %+v, %v", n, err)
+	}
+	if n, err := nodes.SetNodeEligibility(ctx, "edge-1", false); err != nil || n.Scheduling != "INELIGIBLE" {
+		t.Fatalf("eligibility: %+v, %v", n, err)
+	}
+	if n, err := nodes.GetNode("edge-1"); err != nil || n.Observation.Misses != len("edge-1") || n.Management != "DRAINING" {
+		t.Fatalf("get: %+v, %v", n, err)
+	}
+	if list, err := nodes.ListNodes(); err != nil || len(list) != 1 {
+		t.Fatalf("list: %+v, %v", list, err)
+	}
+	if _, err := nodes.GetNode("ghost"); !errors.Is(err, api.ErrNotFound) {
+		t.Fatalf("a missing node: %v", err)
+	}
+	r.leader = false
+	if _, err := nodes.DrainNode(ctx, "edge-1", false); !errors.Is(err, api.ErrNotLeader) {
+		t.Fatalf("a follower must refuse: %v", err)
+	}
+}

@@ -121,22 +121,31 @@ func TestCLISubmitWait(t *testing.T) {
 		code := run(e, args)
 		return out.String(), errb.String(), code
 	}
-	out, errOut, code := herd("task", "submit", "-wait", "--", "true")
-	if code != 0 || !strings.Contains(out, "SUCCEEDED") {
-		t.Fatalf("submit -wait of true: exit %d\n%s\n%s", code, out, errOut)
+	// -wait behaves as ssh would: herd's words on standard error, the
+	// task's output on standard output, its exit code as herd's.
+	out, errOut, code := herd("task", "submit", "-wait", "--", "sh", "-c", "echo hello-log")
+	if code != 0 || out != "hello-log\n" || !strings.Contains(errOut, "SUCCEEDED on edge-1 in ") || !strings.Contains(errOut, "(attempt 1 of at most 3), exit code 0") {
+		t.Fatalf("submit -wait: exit %d\nstdout %q\nstderr %s", code, out, errOut)
 	}
-	out, _, code = herd("task", "submit", "-wait", "--", "sh", "-c", "echo hello-log")
-	id := strings.TrimSuffix(strings.Fields(out)[2], ",")
-	if logs, errLogs, code := herd("task", "logs", "-f", id); code != 0 || !strings.Contains(logs, "hello-log") {
+	id := strings.TrimSuffix(strings.Fields(errOut)[2], ",")
+	if logs, errLogs, code := herd("task", "logs", id, "-f"); code != 0 || !strings.Contains(logs, "hello-log") {
 		t.Fatalf("task logs: exit %d\n%s\n%s", code, logs, errLogs)
 	}
-	out, errOut, code = herd("task", "submit", "-wait", "-max-attempts", "2", "--", "sh", "-c", "exit 3")
-	if code != 3 || !strings.Contains(errOut, "ended FAILED") || !strings.Contains(out, "FAILED: failed: gave up after 2 attempts") {
-		t.Fatalf("submit -wait of exit 3: exit %d\n%s\n%s", code, out, errOut)
+	out, errOut, code = herd("task", "run", "-max-attempts", "1", "sh", "-c", "for i in 1 2 3; do echo line-$i; done; exit 7")
+	if code != 7 || out != "line-1\nline-2\nline-3\n" || !strings.Contains(errOut, "FAILED on edge-1") || !strings.Contains(errOut, "exit code 7") {
+		t.Fatalf("task run: exit %d\nstdout %q\nstderr %s", code, out, errOut)
+	}
+	if _, errOut, code = herd("task", "submit", "-logs", "--", "true"); code != 2 || !strings.Contains(errOut, "-logs goes with -wait") {
+		t.Fatalf("-logs without -wait: exit %d, %s", code, errOut)
+	}
+	out, errOut, code = herd("task", "submit", "-wait", "-max-attempts", "2", "--", "sh", "-c", "echo bad; exit 3")
+	if code != 3 || !strings.Contains(errOut, "ended FAILED") || !strings.Contains(errOut, "FAILED: failed: gave up after 2 attempts") ||
+		!strings.Contains(errOut, "(attempt 2 of at most 2), exit code 3") || out != "bad\n" {
+		t.Fatalf("submit -wait of exit 3: exit %d\nstdout %q\nstderr %s", code, out, errOut)
 	}
 	// The monitor prints that task's events, in order, ending with its end
 	// (once the replica asked has applied it).
-	failedID := strings.Fields(strings.Split(errOut, "task ")[1])[0]
+	failedID := strings.TrimSuffix(strings.Fields(strings.Split(errOut, "task ")[1])[0], ",")
 	var lines []string
 	test.Eventually(30*time.Second, func() bool {
 		out, errOut, code = herd("monitor", "-no-follow", "-topic", "task:"+failedID)

@@ -227,7 +227,7 @@ func parse(e *env, fs *flag.FlagSet, args []string) error {
 }
 
 // commandLineCommands take a command line as their arguments.
-var commandLineCommands = map[string]bool{"task submit": true}
+var commandLineCommands = map[string]bool{"task submit": true, "task run": true}
 
 // splitArgs separates flags (with their values) from arguments wherever
 // they stand. A flag's value is the next argument unless the flag is a

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"herd/api"
@@ -20,6 +22,7 @@ import (
 func runTask(e *env, args []string) error {
 	return subcommands(e, "task", args, []command{
 		{"submit", "submit a task: herd task submit [flags] -- CMD ARGS…", runTaskSubmit},
+		{"run", "run a command as a task and wait, its output streamed: herd task run [flags] CMD ARGS…", runTaskRun},
 		{"status", "show a task with its attempts and timeline", runTaskStatus},
 		{"list", "list tasks", runTaskList},
 		{"cancel", "cancel a task; its running process is killed", runTaskCancel},
@@ -86,14 +89,37 @@ func specFlags(fs *flag.FlagSet) func(command []string) (api.TaskSpec, error) {
 }
 
 func runTaskSubmit(e *env, args []string) error {
-	fs := newFlags(e, "task submit", "-- CMD [ARGS…] | -f FILE", "Submit a task. It is acknowledged once committed on a quorum of replicas.\nWithout -key a random idempotency key is used, so retries never create\na second task. With -f, submit every task spec in FILE (JSON, one object\nper line, as in the API; - reads standard input) in batches.")
+	return submitTask(e, args, false)
+}
+
+// runTaskRun is task submit -wait -logs: the task's output streams to
+// standard output and herd exits with the task's exit code.
+func runTaskRun(e *env, args []string) error {
+	return submitTask(e, args, true)
+}
+
+func submitTask(e *env, args []string, run bool) error {
+	fs := newFlags(e, "task submit", "-- CMD [ARGS…] | -f FILE", "Submit a task. It is acknowledged once committed on a quorum of replicas.\nWithout -key a random idempotency key is used, so retries never create\na second task. With -f, submit every task spec in FILE (JSON, one object\nper line, as in the API; - reads standard input) in batches.\nWith -wait, herd's words go to standard error and the task's output to\nstandard output, and herd exits with the task's exit code.")
+	if run {
+		fs = newFlags(e, "task run", "CMD [ARGS…]", "Run a command as a task and wait for it, as ssh would run it: its output\nstreams to standard output while it runs, herd's progress and summary go\nto standard error, and herd exits with the task's exit code.")
+	}
 	var cf clientFlags
 	cf.register(e, fs, true)
 	build := specFlags(fs)
-	file := fs.String("f", "", "submit the task specs in this file (JSON lines; - for standard input) instead of one command")
-	wait := fs.Bool("wait", false, "follow the task to its end, its progress on one line, and exit with its exit code\n(with -f: follow every task, with a progress bar, and exit 1 unless all succeed)")
+	file, wait, logs := new(string), new(bool), new(bool)
+	if !run {
+		file = fs.String("f", "", "submit the task specs in this file (JSON lines; - for standard input) instead of one command")
+		wait = fs.Bool("wait", false, "follow the task to its end, its progress on one line, then its summary and the last lines of its output,\nand exit with its exit code (with -f: follow every task, with a progress bar, and exit 1 unless all succeed)")
+		logs = fs.Bool("logs", false, "with -wait, stream each attempt's log to standard output while it runs")
+	}
 	if err := parse(e, fs, args); err != nil {
 		return err
+	}
+	if run {
+		*wait, *logs = true, true
+	}
+	if *logs && !*wait {
+		return usagef("-logs goes with -wait")
 	}
 	if *file != "" {
 		if fs.NArg() > 0 {
@@ -102,14 +128,14 @@ func runTaskSubmit(e *env, args []string) error {
 		return submitFile(e, &cf, *file, *wait)
 	}
 	if fs.NArg() == 0 {
-		return usagef("task submit needs a command after --, e.g. herd task submit -- echo hello")
+		return usagef("%s needs a command, e.g. herd %s -- echo hello", fs.Name(), fs.Name())
 	}
-	spec, err := build(fs.Args())
+	task, err := build(fs.Args())
 	if err != nil {
 		return err
 	}
-	if spec.IdempotencyKey == "" {
-		spec.IdempotencyKey = randomKey()
+	if task.IdempotencyKey == "" {
+		task.IdempotencyKey = randomKey()
 	}
 	cl, err := cf.client()
 	if err != nil {
@@ -117,7 +143,7 @@ func runTaskSubmit(e *env, args []string) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	res, created, err := cl.SubmitTask(ctx, spec)
+	res, created, err := cl.SubmitTask(ctx, task)
 	if err != nil {
 		return fmt.Errorf("submit: %w", err)
 	}
@@ -128,24 +154,34 @@ func runTaskSubmit(e *env, args []string) error {
 	if !created {
 		verb = "Already submitted (same idempotency key):"
 	}
-	fmt.Fprintf(e.stdout, "%s task %s, state %s, committed at index %d\n", verb, res.ID, res.State, res.Index)
+	says := e.stdout
 	if *wait {
-		return waitTask(e, cl, res.ID, res.Index)
+		says = e.stderr // standard output is the task's
+	}
+	fmt.Fprintf(says, "%s task %s, state %s, committed at index %d\n", verb, res.ID, res.State, res.Index)
+	if *wait {
+		return waitTask(e, cl, res.ID, res.Index, *logs)
 	}
 	return nil
 }
 
-// waitTask follows a task to its end, printing its progress (queued,
-// waiting because…, reserved on a node, running, finished) as it moves,
-// and returns its last attempt's exit code as the command's: 0 when it
-// SUCCEEDED, the code otherwise (1 when it has none).
-func waitTask(e *env, cl *api.Client, id string, from uint64) error {
+// waitTask follows a task to its end and behaves as the command would
+// over ssh: what herd says (its progress: queued, waiting because…,
+// reserved on a node, running, finished; then a summary with the node,
+// the duration, the attempts, the exit code and why the attempt ended)
+// goes to standard error, the task's own output to standard output (the
+// last lines the cluster keeps at the end, or, with logs, each attempt's
+// log streamed as it runs), and the command's exit status is the task's:
+// 0 when it SUCCEEDED, its last attempt's exit code otherwise (1 when
+// it has none).
+func waitTask(e *env, cl *api.Client, id string, from uint64, logs bool) error {
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	stream := &logStream{e: e, cl: cl, id: id}
+	defer func() { cancel(); stream.wait() }()
 	// The task's events wake the loop; a slow poll covers a stream that
 	// cannot be had.
 	wake := wakeOnEvents(ctx, cl, from, []api.EventTopicFilter{{Topic: "task", Key: id}}, nil)
-	line := newStatusLine(e.stdout)
+	line := newStatusLine(e.stderr)
 	for {
 		rctx, rcancel := context.WithTimeout(ctx, 30*time.Second)
 		// From the leader: a follower may not have applied the submit yet.
@@ -156,22 +192,137 @@ func waitTask(e *env, cl *api.Client, id string, from uint64) error {
 			return fmt.Errorf("wait: %w", err)
 		}
 		line.show(progressLine(t))
+		if logs {
+			stream.follow(ctx, t)
+		}
 		if terminalTask(t.State) {
 			line.done()
-			if t.State == api.TaskSucceeded {
-				return nil
-			}
-			code := 1
-			if n := len(t.Attempts); n > 0 && t.Attempts[n-1].ExitCode > 0 {
-				code = t.Attempts[n-1].ExitCode
-			}
-			return &exitWith{code: code, msg: fmt.Sprintf("task %s ended %s", t.ID, t.State)}
+			return finishWait(e, t, stream.wait())
 		}
 		select {
 		case <-wake:
 		case <-time.After(2 * time.Second):
 		}
 	}
+}
+
+// finishWait prints a finished task's summary and, unless its log was
+// streamed whole, the last lines of its output; it returns the task's
+// exit status.
+func finishWait(e *env, t api.Task, streamed bool) error {
+	var last *api.Attempt
+	if n := len(t.Attempts); n > 0 {
+		last = &t.Attempts[n-1]
+	}
+	summary := fmt.Sprintf("task %s %s", t.ID, t.State)
+	code := 0
+	if last != nil {
+		summary += " on " + last.NodeID
+		if !last.StartedAt.IsZero() && !last.FinishedAt.IsZero() {
+			summary += " in " + last.FinishedAt.Sub(last.StartedAt).Round(time.Millisecond).String()
+		}
+		summary += fmt.Sprintf(" (attempt %d of at most %d), exit code %d", last.Number, deref(t.Spec.MaxAttempts), last.ExitCode)
+		if last.Error != "" {
+			summary += ": " + last.Error
+		}
+		code = last.ExitCode
+		if !streamed && last.OutputTail != "" {
+			fmt.Fprint(e.stdout, lastLines(last.OutputTail, 10))
+		}
+	}
+	fmt.Fprintln(e.stderr, summary)
+	if t.State == api.TaskSucceeded {
+		return nil
+	}
+	if code <= 0 {
+		code = 1
+	}
+	return &exitWith{code: code, msg: fmt.Sprintf("task %s ended %s", t.ID, t.State)}
+}
+
+// lastLines is the end of out: its last n lines, newline-terminated.
+func lastLines(out string, n int) string {
+	out = strings.TrimRight(out, "\n")
+	lines := strings.Split(out, "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n") + "\n"
+}
+
+// logStream copies each attempt's log to standard output while the
+// attempt runs, one attempt after another.
+type logStream struct {
+	e      *env
+	cl     *api.Client
+	id     string
+	number int // the attempt being (or last) streamed
+	// broken: an attempt's log did not come whole.
+	broken atomic.Bool
+	done   chan struct{}
+}
+
+// follow starts streaming the task's newest attempt once it runs, when
+// it is not the one streamed already.
+func (s *logStream) follow(ctx context.Context, t api.Task) {
+	n := len(t.Attempts)
+	if n == 0 || t.Attempts[n-1].Number == s.number || t.Attempts[n-1].StartedAt.IsZero() {
+		return
+	}
+	s.wait()
+	s.number = t.Attempts[n-1].Number
+	done := make(chan struct{})
+	s.done = done
+	number := s.number
+	go func() {
+		defer close(done)
+		w := &logSplit{out: s.e.stdout, notes: s.e.stderr}
+		defer w.flush()
+		if err := s.cl.TaskLog(ctx, w, s.id, number, 0, true); err != nil {
+			s.broken.Store(true)
+			fmt.Fprintf(s.e.stderr, "herd: attempt %d's log: %v\n", number, err)
+		}
+	}()
+}
+
+// logSplit passes an attempt's log on to out, all but the lines the agent
+// adds to it (its header and footer, "--- herd: …"), which go to notes.
+type logSplit struct {
+	out, notes io.Writer
+	line       []byte
+}
+
+func (w *logSplit) Write(p []byte) (int, error) {
+	for _, b := range p {
+		w.line = append(w.line, b)
+		if b == '\n' {
+			w.flush()
+		}
+	}
+	return len(p), nil
+}
+
+func (w *logSplit) flush() {
+	if len(w.line) == 0 {
+		return
+	}
+	to := w.out
+	if bytes.HasPrefix(w.line, []byte("--- herd: ")) {
+		to = w.notes
+	}
+	_, _ = to.Write(w.line)
+	w.line = w.line[:0]
+}
+
+// wait waits for the attempt being streamed to end (its log ends with
+// it), and reports whether attempts were streamed and every one came
+// whole.
+func (s *logStream) wait() bool {
+	if s.done == nil {
+		return false
+	}
+	<-s.done
+	return !s.broken.Load()
 }
 
 func terminalTask(state string) bool {

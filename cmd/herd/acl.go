@@ -58,8 +58,8 @@ func runACLBootstrap(e *env, args []string) error {
 	if err != nil {
 		return fmt.Errorf("acl bootstrap: %w", err)
 	}
-	if cf.json {
-		return printJSON(e.stdout, map[string]string{"accessor_id": tok.AccessorID, "secret_id": tok.SecretID})
+	if cf.structured() {
+		return cf.print(e.stdout, map[string]string{"accessor_id": tok.AccessorID, "secret_id": tok.SecretID})
 	}
 	printToken(e, tok)
 	return nil
@@ -105,8 +105,8 @@ func runACLTokenCreate(e *env, args []string) error {
 	if err != nil {
 		return fmt.Errorf("acl token create: %w", err)
 	}
-	if cf.json {
-		return printJSON(e.stdout, tok)
+	if cf.structured() {
+		return cf.print(e.stdout, tok)
 	}
 	printToken(e, tok)
 	return nil
@@ -146,8 +146,8 @@ func runACLTokenList(e *env, args []string) error {
 	if err != nil {
 		return fmt.Errorf("acl token list: %w", err)
 	}
-	if cf.json {
-		return printJSON(e.stdout, toks)
+	if cf.structured() {
+		return cf.print(e.stdout, toks)
 	}
 	t := &table{}
 	t.add("ACCESSOR", "NAME", "POLICIES", "NODE", "CREATED")
@@ -192,8 +192,8 @@ func runACLTokenSelf(e *env, args []string) error {
 	if err != nil {
 		return fmt.Errorf("acl token self: %w", err)
 	}
-	if cf.json {
-		return printJSON(e.stdout, tok)
+	if cf.structured() {
+		return cf.print(e.stdout, tok)
 	}
 	printToken(e, tok)
 	return nil
@@ -234,8 +234,8 @@ func runOperatorAudit(e *env, args []string) error {
 	if err != nil {
 		return fmt.Errorf("operator audit: %w", err)
 	}
-	if cf.json {
-		return printJSON(e.stdout, l.Entries)
+	if cf.structured() {
+		return cf.print(e.stdout, l.Entries)
 	}
 	t := &table{}
 	t.add("INDEX", "TIME", "ACTOR", "FROM", "ACTION", "TARGET", "OUTCOME")

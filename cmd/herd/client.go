@@ -11,10 +11,14 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"sort"
 	"strings"
+	"text/template"
 	"time"
 
 	"herd/api"
+
+	"sigs.k8s.io/yaml"
 )
 
 // defaultAddress has no scheme: http, or https once -ca-file is given.
@@ -24,6 +28,7 @@ const defaultAddress = "127.0.0.1:4646"
 type clientFlags struct {
 	address                       string
 	json                          bool
+	output                        string
 	token                         string
 	caFile, clientCert, clientKey string
 }
@@ -40,11 +45,144 @@ func (c *clientFlags) register(e *env, fs *flag.FlagSet, withJSON bool) {
 	fs.StringVar(&c.clientCert, "client-cert", envOr("HERD_CLIENT_CERT"), "this client's certificate, when the API asks for one (HERD_CLIENT_CERT)")
 	fs.StringVar(&c.clientKey, "client-key", envOr("HERD_CLIENT_KEY"), "the client certificate's key (HERD_CLIENT_KEY)")
 	if withJSON {
-		fs.BoolVar(&c.json, "json", false, "print the raw JSON answer")
+		fs.BoolVar(&c.json, "json", false, "print the raw JSON answer (-o json)")
+		fs.StringVar(&c.output, "o", "", "output: json, yaml, name (the ids, one per line), wide (the table with every column),\nor template=TEMPLATE (a Go template over the JSON answer, its fields by their JSON names: '{{.state}}')")
 	}
 }
 
+// checkOutput refuses an -o the CLI does not know.
+func (c *clientFlags) checkOutput() error {
+	switch {
+	case c.output == "", c.output == "json", c.output == "yaml", c.output == "name", c.output == "wide":
+		return nil
+	case strings.HasPrefix(c.output, "template="):
+		if _, err := template.New("o").Option("missingkey=error").Parse(strings.TrimPrefix(c.output, "template=")); err != nil {
+			return usagef("-o %s: %v", c.output, err)
+		}
+		return nil
+	}
+	return usagef("-o %q: want json, yaml, name, wide or template=TEMPLATE", c.output)
+}
+
+// structured reports whether the answer is printed as data (-json, or an
+// -o other than wide) rather than as the command's table.
+func (c *clientFlags) structured() bool { return c.json || (c.output != "" && c.output != "wide") }
+
+// wide reports whether the table is to show every column.
+func (c *clientFlags) wide() bool { return c.output == "wide" }
+
+// print prints an answer in the -o form asked (JSON by default).
+func (c *clientFlags) print(w io.Writer, v any) error {
+	switch {
+	case c.output == "yaml":
+		b, err := json.Marshal(v)
+		if err != nil {
+			return err
+		}
+		y, err := yaml.JSONToYAML(b)
+		if err != nil {
+			return err
+		}
+		_, err = w.Write(y)
+		return err
+	case c.output == "name":
+		return printNames(w, v)
+	case strings.HasPrefix(c.output, "template="):
+		return printTemplate(w, strings.TrimPrefix(c.output, "template="), v)
+	}
+	return printJSON(w, v)
+}
+
+// generic is v as its JSON form decodes: maps, slices and values, keyed
+// by the JSON names.
+func generic(v any) (any, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	var out any
+	err = json.Unmarshal(b, &out)
+	return out, err
+}
+
+// printNames prints the id of a record, or of each record of a list
+// (a JSON array, or an answer holding one array of records).
+func printNames(w io.Writer, v any) error {
+	g, err := generic(v)
+	if err != nil {
+		return err
+	}
+	name := func(rec any) (string, bool) {
+		m, ok := rec.(map[string]any)
+		if !ok {
+			return "", false
+		}
+		for _, key := range []string{"id", "accessor_id", "name"} {
+			if s, ok := m[key].(string); ok && s != "" {
+				return s, true
+			}
+		}
+		return "", false
+	}
+	records, isList := g.([]any)
+	if m, ok := g.(map[string]any); ok {
+		if n, ok := name(m); ok {
+			_, err := fmt.Fprintln(w, n)
+			return err
+		}
+		keys := make([]string, 0, len(m))
+		for k := range m {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			if list, ok := m[k].([]any); ok {
+				records, isList = list, true
+				break
+			}
+		}
+	}
+	if !isList {
+		return fmt.Errorf("-o name: this answer names no records")
+	}
+	for _, rec := range records {
+		n, ok := name(rec)
+		if !ok {
+			return fmt.Errorf("-o name: a record of this answer has no id or name")
+		}
+		if _, err := fmt.Fprintln(w, n); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// printTemplate executes a Go template over the answer's JSON form.
+func printTemplate(w io.Writer, text string, v any) error {
+	tmpl, err := template.New("o").Option("missingkey=error").Parse(text)
+	if err != nil {
+		return usagef("-o template: %v", err)
+	}
+	g, err := generic(v)
+	if err != nil {
+		return err
+	}
+	var buf strings.Builder
+	if err := tmpl.Execute(&buf, g); err != nil {
+		return fmt.Errorf("-o template: %w", err)
+	}
+	out := buf.String()
+	if !strings.HasSuffix(out, "\n") {
+		out += "\n"
+	}
+	_, err = io.WriteString(w, out)
+	return err
+}
+
 func (c *clientFlags) client() (*api.Client, error) {
+	if err := c.checkOutput(); err != nil {
+		return nil, err
+	}
 	cl, err := api.NewClient(c.address)
 	if err != nil {
 		return nil, usagef("%v", err)

@@ -164,8 +164,8 @@ func runJobRun(e *env, args []string) error {
 		return fmt.Errorf("job run: %w", err)
 	}
 	if !*wait {
-		if cf.json {
-			return printJSON(e.stdout, res)
+		if cf.structured() {
+			return cf.print(e.stdout, res)
 		}
 		fmt.Fprintf(e.stdout, "Job %s submitted, %s (index %d)\n", res.ID, res.State, res.Index)
 		return nil
@@ -178,19 +178,19 @@ func runJobRun(e *env, args []string) error {
 		if err != nil {
 			return fmt.Errorf("job run: %w", err)
 		}
-		if line := stagesLine(j); line != last && !cf.json {
+		if line := stagesLine(j); line != last && !cf.structured() {
 			fmt.Fprintf(e.stdout, "%s %s: %s\n", time.Now().Format(time.TimeOnly), j.State, line)
 			last = line
 		}
 		switch j.State {
 		case api.JobSucceeded:
-			if cf.json {
-				return printJSON(e.stdout, j)
+			if cf.structured() {
+				return cf.print(e.stdout, j)
 			}
 			return nil
 		case api.JobFailed, api.JobCancelled:
-			if cf.json {
-				_ = printJSON(e.stdout, j)
+			if cf.structured() {
+				_ = cf.print(e.stdout, j)
 			}
 			return fmt.Errorf("job %s ended %s", j.ID, j.State)
 		}
@@ -231,8 +231,8 @@ func runJobStatus(e *env, args []string) error {
 	if err != nil {
 		return fmt.Errorf("job status: %w", err)
 	}
-	if cf.json {
-		return printJSON(e.stdout, j)
+	if cf.structured() {
+		return cf.print(e.stdout, j)
 	}
 	fmt.Fprintf(e.stdout, "Job %s (%s): %s\n", j.ID, j.Name, j.State)
 	if j.ScheduledBy != "" {
@@ -338,8 +338,8 @@ func runJobList(e *env, args []string) error {
 	if err != nil {
 		return fmt.Errorf("job list: %w", err)
 	}
-	if cf.json {
-		return printJSON(e.stdout, list)
+	if cf.structured() {
+		return cf.print(e.stdout, list)
 	}
 	tb := &table{}
 	tb.add("ID", "NAME", "STATE", "SUBMITTED", "STAGES")
@@ -371,8 +371,8 @@ func runJobCancel(e *env, args []string) error {
 	if err != nil {
 		return fmt.Errorf("job cancel: %w", err)
 	}
-	if cf.json {
-		return printJSON(e.stdout, j)
+	if cf.structured() {
+		return cf.print(e.stdout, j)
 	}
 	fmt.Fprintf(e.stdout, "Job %s is %s\n", j.ID, j.State)
 	return nil

@@ -64,8 +64,8 @@ func keyringCmd(e *env, op string, args []string) error {
 	if err != nil {
 		return fmt.Errorf("gossip keyring %s: %w", op, err)
 	}
-	if cf.json {
-		return printJSON(e.stdout, kr)
+	if cf.structured() {
+		return cf.print(e.stdout, kr)
 	}
 	t := &table{}
 	t.add("KEY", "PRIMARY")

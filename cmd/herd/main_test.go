@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -243,6 +244,32 @@ func TestCLIAgainstACluster(t *testing.T) {
 	}
 	if out, errOut, code = herd("task", "status", "--", "-json"); code == 0 || out != "" || !strings.Contains(errOut, "-json") {
 		t.Errorf("after --, -json is an argument: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+
+	// -o: json, yaml, name, wide and a template, on lists and records.
+	if out, errOut, code = herd("task", "list", "-o", "name"); code != 0 || !slices.Contains(strings.Fields(out), sub.ID) || strings.Contains(out, "STATE") {
+		t.Errorf("task list -o name: exit %d, %q %s", code, out, errOut)
+	}
+	if out, _, code = herd("node", "list", "-o", "name"); code != 0 || out != "edge-1\n" {
+		t.Errorf("node list -o name: exit %d, %q", code, out)
+	}
+	if out, _, code = herd("task", "status", sub.ID, "-o", "yaml"); code != 0 || !strings.Contains(out, "\nid: "+sub.ID+"\n") || !strings.Contains(out, "\nstate: ") {
+		t.Errorf("task status -o yaml: exit %d\n%s", code, out)
+	}
+	if out, _, code = herd("task", "status", sub.ID, "-o", "template={{.id}} {{.spec.priority}}"); code != 0 || out != sub.ID+" 70\n" {
+		t.Errorf("task status -o template: exit %d, %q", code, out)
+	}
+	if out, _, code = herd("task", "list", "-o", "wide"); code != 0 || !strings.Contains(out, "CURRENT ATTEMPT") || !strings.Contains(out, "exec@1") {
+		t.Errorf("task list -o wide: exit %d\n%s", code, out)
+	}
+	if out, _, code = herd("node", "list", "-o", "wide"); code != 0 || !strings.Contains(out, "CAPABILITIES") || !strings.Contains(out, "gpu-infer@2") {
+		t.Errorf("node list -o wide: exit %d\n%s", code, out)
+	}
+	if _, errOut, code = herd("task", "list", "-o", "xml"); code != 2 || !strings.Contains(errOut, "want json, yaml, name, wide or template=TEMPLATE") {
+		t.Errorf("task list -o xml: exit %d, %s", code, errOut)
+	}
+	if _, errOut, code = herd("task", "list", "-o", "template={{.id"); code != 2 || !strings.Contains(errOut, "-o template={{.id") {
+		t.Errorf("a broken template: exit %d, %s", code, errOut)
 	}
 
 	// Mistakes: clear message, non-zero exit, nothing printed on stdout.

@@ -55,7 +55,7 @@ func runMonitor(e *env, args []string) error {
 	q := api.EventQuery{From: api.EventPosition{Index: *index, Offset: uint32(*offset)}, Topics: filters}
 	enc := json.NewEncoder(e.stdout)
 	err = cl.Events(ctx, q, !*noFollow, func(l api.EventLine) error {
-		if cf.json {
+		if cf.structured() {
 			if l.Lost != nil {
 				return enc.Encode(api.EventLost{Lost: *l.Lost, Message: l.Message})
 			}

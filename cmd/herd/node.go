@@ -55,17 +55,25 @@ func runNodeList(e *env, args []string) error {
 	if err != nil {
 		return fmt.Errorf("node list: %w", err)
 	}
-	if cf.json {
-		return printJSON(e.stdout, nodes)
+	if cf.structured() {
+		return cf.print(e.stdout, nodes)
 	}
 	tb := &table{}
-	tb.add("ID", "VERSION", "MANAGEMENT", "LIVENESS", "SCHEDULING", "TIER", "HEALTH", "ATTEMPTS", "CPU FREE", "MEM FREE", "GPU FREE", "INTERVAL", "MISSED", "LOSS", "ASLEEP")
+	cols := []string{"ID", "VERSION", "MANAGEMENT", "LIVENESS", "SCHEDULING", "TIER", "HEALTH", "ATTEMPTS", "CPU FREE", "MEM FREE", "GPU FREE", "INTERVAL", "MISSED", "LOSS", "ASLEEP"}
+	if cf.wide() {
+		cols = append(cols, "ADDRESS", "LABELS", "CAPABILITIES", "WEIGHT")
+	}
+	tb.add(cols...)
 	for _, n := range nodes {
 		o := n.Observation
-		tb.add(n.ID, orDash(n.Version), n.Management, n.Liveness, n.Scheduling, tierText(n), healthText(n), fmt.Sprintf("%d/%d", n.RunningAttempts, n.Slots),
+		row := []string{n.ID, orDash(n.Version), n.Management, n.Liveness, n.Scheduling, tierText(n), healthText(n), fmt.Sprintf("%d/%d", n.RunningAttempts, n.Slots),
 			fmt.Sprintf("%d/%dm", n.Free.CPUMillis, n.Resources.CPUMillis), fmt.Sprintf("%d/%d MB", n.Free.MemoryMB, n.Resources.MemoryMB),
 			fmt.Sprintf("%d/%d", n.Free.GPU, n.Resources.GPU), fmt.Sprintf("%dms", o.IntervalMs), strconv.Itoa(o.Misses),
-			fmt.Sprintf("%.0f%%", o.Loss*100), strconv.FormatBool(o.Hibernating))
+			fmt.Sprintf("%.0f%%", o.Loss*100), strconv.FormatBool(o.Hibernating)}
+		if cf.wide() {
+			row = append(row, orDash(n.Address), orDash(joinMap(n.Labels)), orDash(capabilityText(n.Capabilities)), strconv.Itoa(n.Weight))
+		}
+		tb.add(row...)
 	}
 	tb.write(e.stdout)
 	return nil
@@ -89,8 +97,8 @@ func runNodeStatus(e *env, args []string) error {
 	if err != nil {
 		return fmt.Errorf("node status: %w", err)
 	}
-	if cf.json {
-		return printJSON(e.stdout, n)
+	if cf.structured() {
+		return cf.print(e.stdout, n)
 	}
 	tb := &table{}
 	addNodeState(tb, n)
@@ -125,12 +133,7 @@ func addNodeState(tb *table, n api.Node) {
 	tb.add("Observed", fmt.Sprintf("heartbeat interval %dms, %d missed, loss %.0f%%, gossip %s, hibernating %v",
 		o.IntervalMs, o.Misses, o.Loss*100, o.GossipState, o.Hibernating))
 	tb.add("Labels", joinMap(n.Labels))
-	caps := make([]string, 0, len(n.Capabilities))
-	for name, vs := range n.Capabilities {
-		caps = append(caps, name+"@"+strings.Join(vs, ","))
-	}
-	sort.Strings(caps)
-	tb.add("Capabilities", strings.Join(caps, " "))
+	tb.add("Capabilities", capabilityText(n.Capabilities))
 	tb.add("Weight", strconv.Itoa(n.Weight))
 	tb.add("Slots", fmt.Sprintf("%d used of %d", n.RunningAttempts, n.Slots))
 	tb.add("Total", resources(n.Resources))
@@ -311,8 +314,8 @@ func runNodeTier(e *env, args []string) error {
 	if err != nil {
 		return fmt.Errorf("node tier: %w", err)
 	}
-	if cf.json {
-		return printJSON(e.stdout, n)
+	if cf.structured() {
+		return cf.print(e.stdout, n)
 	}
 	fmt.Fprintf(e.stdout, "Node %s is tier %s\n", n.ID, tierText(n))
 	return nil
@@ -360,8 +363,8 @@ func nodeRequest(e *env, args []string, name, summary string, do func(context.Co
 	if err != nil {
 		return fmt.Errorf("node %s: %w", name, err)
 	}
-	if cf.json {
-		return printJSON(e.stdout, n)
+	if cf.structured() {
+		return cf.print(e.stdout, n)
 	}
 	if strings.Count(done, "%") == 1 {
 		fmt.Fprintf(e.stdout, done, n.ID)
@@ -469,8 +472,8 @@ func runNodeRegister(e *env, args []string) error {
 	if err != nil {
 		return fmt.Errorf("node register: %w", err)
 	}
-	if cf.json {
-		return printJSON(e.stdout, res)
+	if cf.structured() {
+		return cf.print(e.stdout, res)
 	}
 	fmt.Fprintf(e.stdout, "Registered %s, session %d\n", res.NodeID, res.SessionGeneration)
 	return nil
@@ -531,8 +534,8 @@ func runExplain(e *env, args []string) error {
 	if err != nil {
 		return fmt.Errorf("explain: %w", err)
 	}
-	if cf.json {
-		return printJSON(e.stdout, ex)
+	if cf.structured() {
+		return cf.print(e.stdout, ex)
 	}
 	fmt.Fprintln(e.stdout, ex.Summary)
 	tb := &table{}
@@ -564,4 +567,14 @@ func runExplain(e *env, args []string) error {
 	fmt.Fprintln(e.stdout)
 	tb.write(e.stdout)
 	return nil
+}
+
+// capabilityText writes capabilities as name@versions, by name.
+func capabilityText(caps map[string][]string) string {
+	parts := make([]string, 0, len(caps))
+	for name, vs := range caps {
+		parts = append(parts, name+"@"+strings.Join(vs, ","))
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, " ")
 }

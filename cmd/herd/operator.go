@@ -84,8 +84,8 @@ func runCheckState(e *env, args []string) error {
 		}
 		answers = append(answers, a)
 	}
-	if cf.json {
-		if err := printJSON(e.stdout, answers); err != nil {
+	if cf.structured() {
+		if err := cf.print(e.stdout, answers); err != nil {
 			return err
 		}
 	} else {
@@ -135,8 +135,8 @@ func runOperatorScheduler(e *env, args []string) error {
 	if err != nil {
 		return fmt.Errorf("scheduler status: %w", err)
 	}
-	if cf.json {
-		return printJSON(e.stdout, st)
+	if cf.structured() {
+		return cf.print(e.stdout, st)
 	}
 	rejections := "none"
 	if len(st.Rejections) > 0 {
@@ -187,8 +187,8 @@ func runListPeers(e *env, args []string) error {
 	if err != nil {
 		return fmt.Errorf("list peers: %w", err)
 	}
-	if cf.json {
-		return printJSON(e.stdout, conf)
+	if cf.structured() {
+		return cf.print(e.stdout, conf)
 	}
 	tb := &table{}
 	tb.add("ID", "RAFT ADDRESS", "HTTP ADDRESS", "VOTER", "LEADER", "VERSION", "COMMAND FORMS")

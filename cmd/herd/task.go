@@ -147,8 +147,8 @@ func submitTask(e *env, args []string, run bool) error {
 	if err != nil {
 		return fmt.Errorf("submit: %w", err)
 	}
-	if cf.json {
-		return printJSON(e.stdout, res)
+	if cf.structured() {
+		return cf.print(e.stdout, res)
 	}
 	verb := "Submitted"
 	if !created {
@@ -365,8 +365,8 @@ func runTaskStatus(e *env, args []string) error {
 	if err != nil {
 		return fmt.Errorf("task status: %w", err)
 	}
-	if cf.json {
-		return printJSON(e.stdout, t)
+	if cf.structured() {
+		return cf.print(e.stdout, t)
 	}
 	w := e.stdout
 	s := t.Spec
@@ -463,13 +463,27 @@ func runTaskList(e *env, args []string) error {
 	if err != nil {
 		return fmt.Errorf("task list: %w", err)
 	}
-	if cf.json {
-		return printJSON(e.stdout, list)
+	if cf.structured() {
+		return cf.print(e.stdout, list)
 	}
 	tb := &table{}
-	tb.add("ID", "NAME", "STATE", "PRIORITY", "SUBMITTER", "SUBMITTED")
+	cols := []string{"ID", "NAME", "STATE", "PRIORITY", "SUBMITTER", "SUBMITTED"}
+	if cf.wide() {
+		cols = append(cols, "CLASS", "NEEDS", "CPU", "MEMORY", "GPU", "DRIVER", "CURRENT ATTEMPT")
+	}
+	tb.add(cols...)
 	for _, t := range list.Tasks {
-		tb.add(t.ID, t.Name, t.State, strconv.Itoa(deref(t.Spec.Priority)), t.Spec.Submitter, ago(t.SubmittedAt))
+		row := []string{t.ID, t.Name, t.State, strconv.Itoa(deref(t.Spec.Priority)), t.Spec.Submitter, ago(t.SubmittedAt)}
+		if cf.wide() {
+			s := t.Spec
+			driver := s.Driver
+			if driver == "" {
+				driver = spec.DriverExec
+			}
+			row = append(row, orDash(s.Class), s.Capability+"@"+s.CapabilityVersion, fmt.Sprintf("%dm", s.Resources.CPUMillis),
+				fmt.Sprintf("%d MB", s.Resources.MemoryMB), strconv.FormatInt(s.Resources.GPU, 10), driver, orDash(t.CurrentAttempt))
+		}
+		tb.add(row...)
 	}
 	tb.write(e.stdout)
 	if list.Next != "" {
@@ -519,8 +533,8 @@ func runTaskCancel(e *env, args []string) error {
 	if err != nil {
 		return fmt.Errorf("task cancel: %w", err)
 	}
-	if cf.json {
-		return printJSON(e.stdout, t)
+	if cf.structured() {
+		return cf.print(e.stdout, t)
 	}
 	fmt.Fprintf(e.stdout, "Task %s is %s\n", t.ID, t.State)
 	return nil
@@ -566,7 +580,7 @@ func submitFile(e *env, cf *clientFlags, path string, wait bool) error {
 	var all []api.BatchSubmitResult
 	var index uint64
 	progress := newStatusLine(e.stderr)
-	if cf.json {
+	if cf.structured() {
 		progress = &statusLine{w: io.Discard}
 	}
 	var follow *batchFollower
@@ -592,8 +606,8 @@ func submitFile(e *env, cf *clientFlags, path string, wait bool) error {
 	if wait {
 		return follow.wait(e, cf, all)
 	}
-	if cf.json {
-		return printJSON(e.stdout, api.BatchSubmitResponse{Tasks: all, Index: index})
+	if cf.structured() {
+		return cf.print(e.stdout, api.BatchSubmitResponse{Tasks: all, Index: index})
 	}
 	created := 0
 	for _, r := range all {
@@ -672,7 +686,7 @@ func (f *batchFollower) wait(e *env, cf *clientFlags, tasks []api.BatchSubmitRes
 		line.show(fmt.Sprintf("submitted %d, placed %d, finished %d/%d (%d failed) [%s]", total, placed, finished, total, failed, bar(finished, total, 30)))
 		if finished == total {
 			line.done()
-			if cf.json {
+			if cf.structured() {
 				f.mu.Lock()
 				out := make([]api.BatchSubmitResult, len(tasks))
 				for i, t := range tasks {

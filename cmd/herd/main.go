@@ -58,6 +58,8 @@ func commands() []command {
 		{"bench", "measure throughput, latency, footprint and failover on this machine", runBench},
 		{"sim", "score the cluster's judgements of nodes and tasks on a simulated fleet", runSim},
 		{"version", "print the version, commit, build date and Go version", runVersion},
+		{"completion", "print the shell completion script (bash, zsh, fish)", runCompletion},
+		{"help", "explain a command or a topic: herd help task submit, herd help output", runHelp},
 	}
 }
 
@@ -110,12 +112,16 @@ func startCPUProfile() (stop func()) {
 
 func run(e *env, args []string) int {
 	cmds := commands()
-	if len(args) == 0 || args[0] == "-h" || args[0] == "-help" || args[0] == "--help" || args[0] == "help" {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "-help" || args[0] == "--help" {
 		printTopUsage(e.stdout, cmds)
 		if len(args) == 0 {
 			return 2
 		}
 		return 0
+	}
+	if args[0] == completeCommand {
+		// Not listed: the completion scripts call it.
+		return exitCode(e, runComplete(e, args[1:]))
 	}
 	if args[0] == agentGuardCommand {
 		// Not listed: the agent starts it, nobody else.

@@ -59,7 +59,11 @@ func Create(o Options) (*memberlist.Memberlist, error) {
 	if o.Logger == nil {
 		o.Logger = hclog.NewNullLogger()
 	}
-	mc.Logger = o.Logger.Named("gossip").StandardLogger(nil)
+	// memberlist writes "[DEBUG] memberlist: …" lines (a stream opened,
+	// a probe sent) through a standard logger: read their level from
+	// them, so its chatter is DEBUG and an operator's INFO log holds what
+	// they act on.
+	mc.Logger = o.Logger.Named("gossip").StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true, InferLevelsWithTimestamp: true})
 	mc.LogOutput = nil
 	if o.DeadNodeReclaimTime > 0 {
 		mc.DeadNodeReclaimTime = o.DeadNodeReclaimTime

@@ -3,8 +3,11 @@ package gossip
 import (
 	"bytes"
 	"fmt"
+	"github.com/hashicorp/go-hclog"
 	"io"
 	"log"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -46,7 +49,9 @@ func TestMembersJoinOverTheTransport(t *testing.T) {
 	tune := func(c *memberlist.Config) {
 		c.ProbeInterval, c.GossipInterval = 100*time.Millisecond, 20*time.Millisecond
 	}
-	m1, err := Create(Options{Name: "one", BindHost: "127.0.0.1", Tune: tune})
+	logs := &syncWriter{w: &bytes.Buffer{}}
+	logger := hclog.New(&hclog.LoggerOptions{Level: hclog.Info, Output: logs})
+	m1, err := Create(Options{Name: "one", BindHost: "127.0.0.1", Tune: tune, Logger: logger})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,4 +71,26 @@ func TestMembersJoinOverTheTransport(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+	// memberlist's debug lines (the join's stream) stay out of INFO.
+	m1.Shutdown()
+	if out := logs.String(); strings.Contains(out, "[DEBUG]") {
+		t.Fatalf("memberlist's debug lines reached the INFO log:\n%s", out)
+	}
+}
+
+type syncWriter struct {
+	mu sync.Mutex
+	w  *bytes.Buffer
+}
+
+func (s *syncWriter) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.String()
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
 }

@@ -83,13 +83,13 @@ func parseJobFile(name string, src []byte) (api.JobSpec, error) {
 		dec := json.NewDecoder(strings.NewReader(trimmed))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&job); err != nil {
-			return api.JobSpec{}, fmt.Errorf("%s: %w", name, err)
+			return api.JobSpec{}, fmt.Errorf("%s: %w", name, jsonDecodeError(err, job))
 		}
 		return job, nil
 	}
 	file, diags := hclparse.NewParser().ParseHCL(src, name)
 	if diags.HasErrors() {
-		return api.JobSpec{}, fmt.Errorf("%s", diags.Error())
+		return api.JobSpec{}, fmt.Errorf("%s (a job file is HCL, stage \"NAME\" { task { command = [...] } } blocks, or JSON in the API's form, starting with '{': see the README's Pipelines)", diags.Error())
 	}
 	var j hclJob
 	if diags := gohcl.DecodeBody(file.Body, nil, &j); diags.HasErrors() {

@@ -156,6 +156,9 @@ func exitCode(e *env, err error) int {
 		return 130
 	}
 	fmt.Fprintln(e.stderr, "herd: error:", err)
+	if next := nextStep(err); next != "" {
+		fmt.Fprintln(e.stderr, "herd: next:", next)
+	}
 	return 1
 }
 

@@ -272,13 +272,29 @@ func TestCLIAgainstACluster(t *testing.T) {
 		t.Errorf("a broken template: exit %d, %s", code, errOut)
 	}
 
-	// Mistakes: clear message, non-zero exit, nothing printed on stdout.
+	typoJob := filepath.Join(t.TempDir(), "typo.json")
+	notAJob := filepath.Join(t.TempDir(), "notes.txt")
+	typoSpecs := filepath.Join(t.TempDir(), "typo.jsonl")
+	for path, body := range map[string]string{typoJob: `{"name":"p","stagez":[]}`, notAJob: "hello\n", typoSpecs: `{"comand":["true"]}`} {
+		if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// Mistakes: clear message (what to do next where herd can say),
+	// non-zero exit, nothing printed on stdout.
 	for _, tc := range []struct {
 		args []string
 		code int
 		msg  string
 	}{
 		{[]string{"task", "status", "missing-task"}, 1, "not found"},
+		{[]string{"task", "list", "-address", "127.0.0.1:1"}, 1, "herd: next: nothing answers at that address"},
+		{[]string{"job", "run", typoJob}, 2, `unknown field "stagez" (did you mean "stages"?)`},
+		{[]string{"job", "run", notAJob}, 2, "a job file is HCL"},
+		{[]string{"task", "submit", "-f", typoSpecs}, 2, `unknown field "comand" (did you mean "command"?)`},
+		{[]string{"task", "list", "-o", "csv"}, 2, "want json, yaml, name, wide or template="},
+		{[]string{"task", "status", sub.ID, "-colour"}, 2, "flag provided but not defined: -colour (see 'herd task status -h')"},
 		{[]string{"task", "status"}, 2, "exactly one task id"},
 		{[]string{"task", "submit"}, 2, "needs a command"},
 		{[]string{"task", "submit", "-priority", "500", "--", "true"}, 1, "priority: 500"},

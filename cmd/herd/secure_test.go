@@ -55,7 +55,7 @@ func TestCLISecureSetup(t *testing.T) {
 	if _, errOut, code := herd(map[string]string{"HERD_ADDR": addr}, "node", "list"); code != 1 || !strings.Contains(errOut, "speaks HTTPS") {
 		t.Fatalf("plain HTTP: %d %s", code, errOut)
 	}
-	if _, errOut, code := herd(vars, "task", "submit", "--", "true"); code != 1 || !strings.Contains(errOut, "needs a token") {
+	if _, errOut, code := herd(vars, "task", "submit", "--", "true"); code != 1 || !strings.Contains(errOut, "needs a token") || !strings.Contains(errOut, "herd: next: give an ACL token with -token or HERD_TOKEN") {
 		t.Fatalf("submit without a token: %d %s", code, errOut)
 	}
 	out, errOut, code := herd(vars, "acl", "bootstrap", "-json")
@@ -79,7 +79,7 @@ func TestCLISecureSetup(t *testing.T) {
 		t.Fatalf("submit with the management token: %d %s", code, errOut)
 	}
 	agentVars := map[string]string{"HERD_ADDR": addr, "HERD_CACERT": vars["HERD_CACERT"], "HERD_TOKEN": tok.SecretID}
-	if _, errOut, code := herd(agentVars, "task", "submit", "--", "true"); code != 1 || !strings.Contains(errOut, "acts for node edge-1 only") {
+	if _, errOut, code := herd(agentVars, "task", "submit", "--", "true"); code != 1 || !strings.Contains(errOut, "acts for node edge-1 only") || !strings.Contains(errOut, "herd: next: the token's policy does not allow this") {
 		t.Fatalf("submit with a node token: %d %s", code, errOut)
 	}
 	if out, errOut, code := herd(vars, "acl", "token", "list"); code != 0 || !strings.Contains(out, tok.AccessorID) || strings.Contains(out, tok.SecretID) {

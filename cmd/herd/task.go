@@ -563,7 +563,7 @@ func submitFile(e *env, cf *clientFlags, path string, wait bool) error {
 			break
 		}
 		if err != nil {
-			return usagef("%s: task spec %d: %v", path, n, err)
+			return usagef("%s: task spec %d: %v", path, n, jsonDecodeError(err, spec))
 		}
 		if spec.IdempotencyKey == "" {
 			spec.IdempotencyKey = randomKey()

@@ -53,3 +53,26 @@ func TestDatasetName(t *testing.T) {
 		}
 	}
 }
+
+func TestDidYouMean(t *testing.T) {
+	type inner struct {
+		CPUMillis int64 `json:"cpu_millis"`
+	}
+	type outer struct {
+		Command   []string `json:"command"`
+		Resources inner    `json:"resources"`
+		Skip      string   `json:"-"`
+	}
+	fields := JSONFields(outer{})
+	if strings.Join(fields, ",") != "command,cpu_millis,resources" {
+		t.Fatalf("fields %q", fields)
+	}
+	for unknown, want := range map[string]string{
+		`cpu_milis`: ` (did you mean "cpu_millis"?)`, `comand`: ` (did you mean "command"?)`, `resourcesx`: ` (did you mean "resources"?)`,
+		`colour`: ``, `cpu`: ``,
+	} {
+		if got := DidYouMean(unknown, fields); got != want {
+			t.Errorf("DidYouMean(%q) = %q, want %q", unknown, got, want)
+		}
+	}
+}

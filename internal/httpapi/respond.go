@@ -7,10 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"herd/api"
+	"herd/internal/check"
 	"herd/internal/version"
 	"io"
 	"net/http"
 	"reflect"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 )
@@ -66,7 +68,10 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
 	if err := dec.Decode(v); err != nil {
 		field, unknown := strings.CutPrefix(err.Error(), "json: unknown field ")
 		newer := newerPeer(r)
-		if !unknown || newer == "" {
+		if unknown && newer == "" {
+			return unknownField(field, v)
+		}
+		if !unknown {
 			return describeDecodeError(err)
 		}
 		if !tolerant(r) {
@@ -83,6 +88,16 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
 		return badRequest("request body must hold exactly one JSON value")
 	}
 	return nil
+}
+
+// unknownField refuses a field the body's type does not have, naming the
+// nearest one it has.
+func unknownField(quoted string, v any) error {
+	name, err := strconv.Unquote(quoted)
+	if err != nil {
+		name = quoted
+	}
+	return badRequest("unknown field %s%s", quoted, check.DidYouMean(name, check.JSONFields(v)))
 }
 
 func describeDecodeError(err error) error {

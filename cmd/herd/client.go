@@ -13,7 +13,6 @@ import (
 	"os"
 	"sort"
 	"strings"
-	"text/template"
 	"time"
 
 	"herd/api"
@@ -46,7 +45,7 @@ func (c *clientFlags) register(e *env, fs *flag.FlagSet, withJSON bool) {
 	fs.StringVar(&c.clientKey, "client-key", envOr("HERD_CLIENT_KEY"), "the client certificate's key (HERD_CLIENT_KEY)")
 	if withJSON {
 		fs.BoolVar(&c.json, "json", false, "print the raw JSON answer (-o json)")
-		fs.StringVar(&c.output, "o", "", "output: json, yaml, name (the ids, one per line), wide (the table with every column),\nor template=TEMPLATE (a Go template over the JSON answer, its fields by their JSON names: '{{.state}}')")
+		fs.StringVar(&c.output, "o", "", "output: json, yaml, name (the ids, one per line), wide (the table with every column),\nor template=TEMPLATE (the JSON answer's fields by their JSON names: '{{.id}} {{.state}}',\nand {{range .tasks}}…{{end}} over a list, '.' being each element; \\n and \\t are a newline and a tab)")
 	}
 }
 
@@ -56,7 +55,7 @@ func (c *clientFlags) checkOutput() error {
 	case c.output == "", c.output == "json", c.output == "yaml", c.output == "name", c.output == "wide":
 		return nil
 	case strings.HasPrefix(c.output, "template="):
-		if _, err := template.New("o").Option("missingkey=error").Parse(strings.TrimPrefix(c.output, "template=")); err != nil {
+		if _, err := parseTemplate(strings.TrimPrefix(c.output, "template=")); err != nil {
 			return usagef("-o %s: %v", c.output, err)
 		}
 		return nil
@@ -157,9 +156,10 @@ func printNames(w io.Writer, v any) error {
 	return nil
 }
 
-// printTemplate executes a Go template over the answer's JSON form.
+// printTemplate fills a template (see parseTemplate) from the answer's
+// JSON form.
 func printTemplate(w io.Writer, text string, v any) error {
-	tmpl, err := template.New("o").Option("missingkey=error").Parse(text)
+	tmpl, err := parseTemplate(text)
 	if err != nil {
 		return usagef("-o template: %v", err)
 	}
@@ -168,7 +168,7 @@ func printTemplate(w io.Writer, text string, v any) error {
 		return err
 	}
 	var buf strings.Builder
-	if err := tmpl.Execute(&buf, g); err != nil {
+	if err := tmpl.fill(&buf, g); err != nil {
 		return fmt.Errorf("-o template: %w", err)
 	}
 	out := buf.String()

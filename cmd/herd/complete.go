@@ -153,8 +153,9 @@ command keeps its own flags: herd task run -cpu 500 sh -c 'make test'.
   yaml               the same in YAML
   name               the ids, one per line (herd task list -o name | xargs …)
   wide               the table with every column
-  template=TEXT      a Go template over the JSON answer, fields by their JSON
-                     names: -o 'template={{.state}} {{.spec.priority}}'
+  template=TEXT      the JSON answer's fields by their JSON names, and
+                     {{range .list}}…{{end}} over a list ('.' each element):
+                     -o 'template={{range .tasks}}{{.id}} {{.state}}\n{{end}}'
 herd prints no colour; the updating progress line is drawn only on a
 terminal.
 `,

@@ -115,6 +115,10 @@ type Config struct {
 	// only at registration and on request).
 	NoBench         bool
 	RebenchInterval time.Duration
+	// Profile, when set, is reported as the node's measurements instead
+	// of measuring it (herd dev's fleet of pretend machines on one
+	// computer): the cluster judges the node by it as by a measured one.
+	Profile *api.NodeProfile
 	// Datasets are the data the node holds, by name: a file or a
 	// directory, whose size is measured and re-measured every
 	// DatasetRefresh (default a minute).

@@ -174,6 +174,15 @@ type profiler struct {
 	poke chan struct{}
 }
 
+// measure measures the node, or gives the profile configured in its
+// place.
+func (p *profiler) measure() api.NodeProfile {
+	if given := p.a.cfg.Profile; given != nil {
+		return *given
+	}
+	return Measure(p.a.cfg.DataDir, p.a.cfg.NoBench)
+}
+
 func newProfiler(a *Agent) *profiler {
 	return &profiler{a: a, outputs: map[string]api.Dataset{}, poke: make(chan struct{}, 1)}
 }
@@ -184,7 +193,7 @@ func (p *profiler) forRegistration() (*api.NodeProfile, []api.Dataset) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.profile == nil {
-		m := Measure(p.a.cfg.DataDir, p.a.cfg.NoBench)
+		m := p.measure()
 		p.profile, p.measuredAt = &m, time.Now()
 		p.a.logger.Info("node measured", "cpu_score", m.CPUScore, "memory_mbps", m.MemoryMBps, "fsync_us", m.FsyncMicros,
 			"cores", m.Cores, "memory_mb", m.MemoryMB, "disk_free_mb", m.DiskFreeMB, "took_ms", m.BenchMillis)
@@ -308,8 +317,8 @@ func (p *profiler) measureLink(ctx context.Context, m *api.NodeProfile) {
 
 // rebench measures the node again and reports it.
 func (p *profiler) rebench(ctx context.Context, seq uint64, why string) {
-	m := Measure(p.a.cfg.DataDir, p.a.cfg.NoBench)
-	if !p.a.cfg.NoBench {
+	m := p.measure()
+	if !p.a.cfg.NoBench && p.a.cfg.Profile == nil {
 		p.measureLink(ctx, &m)
 	}
 	_, err := p.a.client.ReportProfile(ctx, p.a.cfg.ID, p.a.session.Load(), m)
@@ -330,7 +339,7 @@ func (p *profiler) rebench(ctx context.Context, seq uint64, why string) {
 // with it, unless benchmarks are off or a measurement is under way.
 func (p *profiler) reportLink(ctx context.Context) {
 	p.mu.Lock()
-	if p.a.cfg.NoBench || p.busy || p.profile == nil {
+	if p.a.cfg.NoBench || p.a.cfg.Profile != nil || p.busy || p.profile == nil {
 		p.mu.Unlock()
 		return
 	}

@@ -82,11 +82,15 @@ func loadServerConfig(e *env, configFile string, applyFlags func(*config.Server)
 }
 
 func runDev(e *env, args []string) error {
-	fs := newFlags(e, "dev", "", "Run three replicas in this process on free loopback ports, with data in a\ntemporary directory (removed on exit unless -data-dir is given). Ctrl-C stops.")
+	fs := newFlags(e, "dev", "", "Run three replicas and a few agents in this process on free loopback ports, with data in a\ntemporary directory (removed on exit unless -data-dir is given). Ctrl-C stops.")
 	dataDir := fs.String("data-dir", "", "keep data here instead of a temporary directory")
 	logLevel := fs.String("log-level", "warn", "log level of the replicas")
+	agents := fs.Int("agents", 2, "how many agents to run, each pretending to be another kind of machine\n(a mini PC, an Atom, a Raspberry Pi, an old laptop, a workstation, then again), so that the\ncluster's judgement of hardware shows on one computer")
 	if err := parse(e, fs, args); err != nil {
 		return err
+	}
+	if *agents < 0 || *agents > 64 {
+		return usagef("-agents %d: want 0 to 64", *agents)
 	}
 	dir := *dataDir
 	if dir == "" {
@@ -103,7 +107,7 @@ func runDev(e *env, args []string) error {
 		return err
 	}
 	defer dev.Shutdown()
-	if err := startDevAgents(dev, dir); err != nil {
+	if err := startDevAgents(dev, dir, *agents); err != nil {
 		return err
 	}
 	printDevBanner(e.stdout, dev, dir)

@@ -17,7 +17,7 @@ import (
 	"herd/test/localcluster"
 )
 
-// The secure set-up of the README on real addresses, each process in its
+// The secure set-up of docs/security.md on real addresses, each process in its
 // own network namespace: a server or an agent off loopback without TLS
 // (and ACLs, for a server) refuses to start and says why; three servers
 // with certificates, ACLs and a gossip key form a cluster; an agent with

@@ -43,7 +43,7 @@ var devMachines = []devMachine{
 		api.NodeProfile{CPUScore: 85, MemoryMBps: 1700, FsyncMicros: 15000, Cores: 4, MemoryMB: 2048, DiskFreeMB: 20_000, Benchmarked: true, Rounds: 1}},
 	{"old-laptop", map[string]string{"zone": "b", "disk": "ssd"}, api.Resources{CPUMillis: 2000, MemoryMB: 8192}, 2,
 		api.NodeProfile{CPUScore: 300, MemoryMBps: 5200, FsyncMicros: 2500, Cores: 2, MemoryMB: 8192, DiskFreeMB: 60_000, Benchmarked: true, Rounds: 1}},
-	{"workstation", map[string]string{"zone": "a", "disk": "nvme"}, api.Resources{CPUMillis: 8000, MemoryMB: 16384}, 8,
+	{"workstation", map[string]string{"zone": "a", "disk": "nvme", "accelerator": "gpu"}, api.Resources{CPUMillis: 8000, MemoryMB: 16384, GPU: 1}, 8,
 		api.NodeProfile{CPUScore: 1300, MemoryMBps: 18000, FsyncMicros: 300, Cores: 8, MemoryMB: 16384, DiskFreeMB: 500_000, Benchmarked: true, Rounds: 1}},
 }
 

@@ -27,7 +27,7 @@ func runJob(e *env, args []string) error {
 	})
 }
 
-// The HCL form of a job file (see README, "Pipelines").
+// The HCL form of a job file (see docs/pipelines.md).
 type hclJob struct {
 	Name           string       `hcl:"name,optional"`
 	IdempotencyKey string       `hcl:"idempotency_key,optional"`
@@ -89,7 +89,7 @@ func parseJobFile(name string, src []byte) (api.JobSpec, error) {
 	}
 	file, diags := hclparse.NewParser().ParseHCL(src, name)
 	if diags.HasErrors() {
-		return api.JobSpec{}, fmt.Errorf("%s (a job file is HCL, stage \"NAME\" { task { command = [...] } } blocks, or JSON in the API's form, starting with '{': see the README's Pipelines)", diags.Error())
+		return api.JobSpec{}, fmt.Errorf("%s (a job file is HCL, stage \"NAME\" { task { command = [...] } } blocks, or JSON in the API's form, starting with '{': see docs/pipelines.md)", diags.Error())
 	}
 	var j hclJob
 	if diags := gohcl.DecodeBody(file.Body, nil, &j); diags.HasErrors() {

@@ -12,7 +12,7 @@ import (
 	"herd/test"
 )
 
-// The secure set-up as the README gives it, through the CLI: certificates
+// The secure set-up as docs/security.md gives it, through the CLI: certificates
 // without openssl, a cluster with TLS and ACLs, bootstrap once, tokens.
 func TestCLISecureSetup(t *testing.T) {
 	dir := t.TempDir()

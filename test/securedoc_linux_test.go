@@ -16,25 +16,25 @@ import (
 	"time"
 )
 
-// secureSectionBlocks are the shell blocks of the README's "Secure
-// deployment" section, in order.
+// secureSectionBlocks are the shell blocks of docs/security.md before
+// its systemd steps, in order.
 func secureSectionBlocks(t *testing.T) []string {
 	t.Helper()
-	b, err := os.ReadFile("../README.md")
+	b, err := os.ReadFile("../docs/security.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	readme := string(b)
-	start := strings.Index(readme, "\n## Secure deployment\n")
-	end := strings.Index(readme, "\n### With systemd, step by step\n")
+	start := strings.Index(readme, "# Secure deployment\n")
+	end := strings.Index(readme, "\n## With systemd, step by step\n")
 	if start < 0 || end < start {
-		t.Fatal("the README has no Secure deployment section followed by the systemd steps")
+		t.Fatal("docs/security.md has no Secure deployment page followed by the systemd steps")
 	}
 	var blocks []string
 	for _, part := range strings.Split(readme[start:end], "```sh\n")[1:] {
 		block, _, ok := strings.Cut(part, "```")
 		if !ok {
-			t.Fatal("an unterminated sh block in the Secure deployment section")
+			t.Fatal("an unterminated sh block in docs/security.md")
 		}
 		blocks = append(blocks, block)
 	}
@@ -45,7 +45,7 @@ func secureSectionBlocks(t *testing.T) []string {
 // waits until the command prints TEXT.
 var waitComment = regexp.MustCompile(`^(.*?)\s*#\s*wait for "([^"]+)"\s*$`)
 
-// onLoopback moves the README's commands onto this machine: its site
+// onLoopback moves the page's commands onto this machine: its site
 // addresses (10.0.0.x) to the same hosts in net (a /24 of 127/8, which
 // is all loopback on Linux), and its system directories into dir.
 func onLoopback(block, dir, net string) string {
@@ -62,7 +62,7 @@ func onLoopback(block, dir, net string) string {
 	return strings.Join(out, "\n")
 }
 
-// The README's secure section, run as written, in order, on loopback
+// docs/security.md's set-up, run as written, in order, on loopback
 // addresses in a temporary directory (the only changes: the site's
 // addresses become 127.0.0.x, the system directories the test's, the
 // three servers run in the background, `<secret>` is the secret the
@@ -70,7 +70,7 @@ func onLoopback(block, dir, net string) string {
 // servers with TLS and ACLs, an agent with its certificate, a task run
 // with -wait and its logs read back through the servers, and the gossip
 // key rotated. The section cannot drift from what works.
-func TestProcessesREADMESecureSectionRuns(t *testing.T) {
+func TestProcessesSecureDeploymentPageRuns(t *testing.T) {
 	bin := buildHerd(t)
 	blocks := secureSectionBlocks(t)
 	if len(blocks) != 6 {
@@ -78,7 +78,7 @@ func TestProcessesREADMESecureSectionRuns(t *testing.T) {
 	}
 	certs, keygen, server, tokens, agentBlock, rotation := blocks[0], blocks[1], blocks[2], blocks[3], blocks[4], blocks[5]
 	dir := t.TempDir()
-	// A /24 of loopback of this run's own: the README's fixed ports are
+	// A /24 of loopback of this run's own: the page's fixed ports are
 	// then free whatever else runs (another run, one a killed test left).
 	net := fmt.Sprintf("127.%d.%d.", 1+rand.IntN(254), 1+rand.IntN(254))
 	var sb strings.Builder
@@ -149,7 +149,7 @@ herd task logs "$id" > logs.txt
 	})
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		t.Fatalf("the README's secure section failed: %v\n--- script ---\n%s\n--- output ---\n%s", err, script, tail(out, 6000))
+		t.Fatalf("docs/security.md's set-up failed: %v\n--- script ---\n%s\n--- output ---\n%s", err, script, tail(out, 6000))
 	}
 	for _, line := range strings.Split(string(out), "\n") {
 		if strings.HasPrefix(line, "mark: ") {

@@ -122,7 +122,7 @@ func TestProcessesSecureDeploymentPageRuns(t *testing.T) {
 	fmt.Fprintf(&sb, "( %s ) > edge-7.log 2>&1 &\n", onLoopback(strings.TrimSpace(agentBlock), dir, net))
 	// The systemd steps' first task, and its logs through the servers.
 	sb.WriteString(`until herd node list | grep -q 'edge-7.*READY'; do sleep 0.5; done
-herd task submit -wait -- sh -c 'echo hello from $HERD_NODE_ID' | tee task.txt
+herd task submit -wait -- sh -c 'echo hello from $HERD_NODE_ID' 2> task.txt | tee out.txt
 id=$(sed -n 's/^Submitted task \([^,]*\),.*/\1/p' task.txt)
 herd task logs "$id" > logs.txt
 `)
@@ -155,6 +155,11 @@ herd task logs "$id" > logs.txt
 		if strings.HasPrefix(line, "mark: ") {
 			t.Log(line)
 		}
+	}
+	// -wait leaves the task's output on standard output, herd's words on
+	// standard error.
+	if out, err := os.ReadFile(filepath.Join(dir, "out.txt")); err != nil || strings.TrimSpace(string(out)) != "hello from edge-7" {
+		t.Fatalf("submit -wait's standard output: %q, %v", out, err)
 	}
 	logs, err := os.ReadFile(filepath.Join(dir, "logs.txt"))
 	if err != nil || !strings.Contains(string(logs), "hello from edge-7") {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
@@ -28,6 +29,7 @@ type clientFlags struct {
 	address                       string
 	json                          bool
 	output                        string
+	watch                         bool
 	token                         string
 	caFile, clientCert, clientKey string
 }
@@ -307,4 +309,43 @@ func cliTLS(caFile, certFile, keyFile string) (*tls.Config, error) {
 		tc.Certificates = []tls.Certificate{pair}
 	}
 	return tc, nil
+}
+
+// watchOr prints once with show, or with -watch prints again whenever an
+// event of topic arrives (and every 10 s, for what changes without one),
+// until interrupted: on a terminal the screen is redrawn, otherwise each
+// printing after the first follows a line with the time.
+func (c *clientFlags) watchOr(e *env, cl *api.Client, topic string, show func() error) error {
+	if !c.watch {
+		return show()
+	}
+	sigs, stop := e.signals()
+	defer stop()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	wake := wakeOnEvents(ctx, cl, 0, []api.EventTopicFilter{{Topic: topic}}, nil)
+	tty := isTerminal(e.stdout)
+	for first := true; ; first = false {
+		switch {
+		case tty:
+			fmt.Fprint(e.stdout, "\033[H\033[2J")
+		case !first:
+			fmt.Fprintf(e.stdout, "--- %s\n", time.Now().Format(time.TimeOnly))
+		}
+		if err := show(); err != nil {
+			return err
+		}
+		select {
+		case <-sigs:
+			return nil
+		case <-wake:
+			// Let a burst of changes settle into one printing.
+			select {
+			case <-sigs:
+				return nil
+			case <-time.After(300 * time.Millisecond):
+			}
+		case <-time.After(10 * time.Second):
+		}
+	}
 }

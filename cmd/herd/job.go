@@ -332,22 +332,24 @@ func runJobList(e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	list, _, err := cl.ListJobs(ctx, "", api.DefaultListLimit, api.ReadOptions{Consistent: !*stale})
-	if err != nil {
-		return fmt.Errorf("job list: %w", err)
-	}
-	if cf.structured() {
-		return cf.print(e.stdout, list)
-	}
-	tb := &table{}
-	tb.add("ID", "NAME", "STATE", "SUBMITTED", "STAGES")
-	for _, j := range list.Jobs {
-		tb.add(j.ID, j.Name, j.State, ago(j.SubmittedAt), stagesLine(j))
-	}
-	tb.write(e.stdout)
-	return nil
+	return cf.watchOr(e, cl, "job", func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		list, _, err := cl.ListJobs(ctx, "", api.DefaultListLimit, api.ReadOptions{Consistent: !*stale})
+		if err != nil {
+			return fmt.Errorf("job list: %w", err)
+		}
+		if cf.structured() {
+			return cf.print(e.stdout, list)
+		}
+		tb := &table{}
+		tb.add("ID", "NAME", "STATE", "SUBMITTED", "STAGES")
+		for _, j := range list.Jobs {
+			tb.add(j.ID, j.Name, j.State, ago(j.SubmittedAt), stagesLine(j))
+		}
+		tb.write(e.stdout)
+		return nil
+	})
 }
 
 func runJobCancel(e *env, args []string) error {

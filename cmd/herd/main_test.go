@@ -272,6 +272,32 @@ func TestCLIAgainstACluster(t *testing.T) {
 		t.Errorf("a broken template: exit %d, %s", code, errOut)
 	}
 
+	// -watch prints the list again when it changes, until interrupted.
+	watchOut, stopWatch := &lockedBuffer{}, make(chan os.Signal, 1)
+	we := &env{stdin: strings.NewReader(""), stdout: watchOut, stderr: &lockedBuffer{},
+		getenv:  func(k string) (string, bool) { v, ok := vars[k]; return v, ok },
+		signals: func() (<-chan os.Signal, func()) { return stopWatch, func() {} }}
+	watched := make(chan int, 1)
+	go func() { watched <- run(we, []string{"task", "list", "-watch"}) }()
+	if !test.Eventually(20*time.Second, func() bool { return strings.Contains(watchOut.String(), sub.ID) }) {
+		t.Fatalf("task list -watch printed no list:\n%s", watchOut.String())
+	}
+	out, errOut, code = herd("task", "submit", "-o", "name", "-name", "watched", "--", "true")
+	if code != 0 {
+		t.Fatalf("submit: %d %s", code, errOut)
+	}
+	newID := strings.TrimSpace(out)
+	if !test.Eventually(20*time.Second, func() bool {
+		o := watchOut.String()
+		return strings.Contains(o, newID) && strings.Contains(o, "--- ")
+	}) {
+		t.Fatalf("task list -watch did not print the new task %s:\n%s", newID, watchOut.String())
+	}
+	stopWatch <- os.Interrupt
+	if code := <-watched; code != 0 {
+		t.Fatalf("task list -watch exited %d", code)
+	}
+
 	typoJob := filepath.Join(t.TempDir(), "typo.json")
 	notAJob := filepath.Join(t.TempDir(), "notes.txt")
 	typoSpecs := filepath.Join(t.TempDir(), "typo.jsonl")

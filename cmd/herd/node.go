@@ -33,6 +33,9 @@ func readFlags(e *env, name, args, summary string) (*clientFlags, *bool, func([]
 	fs := newFlags(e, name, args, summary)
 	cf := &clientFlags{}
 	cf.register(e, fs, true)
+	if strings.HasSuffix(name, " list") {
+		fs.BoolVar(&cf.watch, "watch", false, "print the list again whenever it changes, until interrupted")
+	}
 	stale := fs.Bool("stale", false, "answer from the replica asked, even without a leader (may be behind)")
 	return cf, stale, func(a []string) error { return parse(e, fs, a) }, fs.Args
 }
@@ -49,34 +52,36 @@ func runNodeList(e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	nodes, _, err := cl.ListNodes(ctx, api.ReadOptions{Consistent: !*stale})
-	if err != nil {
-		return fmt.Errorf("node list: %w", err)
-	}
-	if cf.structured() {
-		return cf.print(e.stdout, nodes)
-	}
-	tb := &table{}
-	cols := []string{"ID", "VERSION", "MANAGEMENT", "LIVENESS", "SCHEDULING", "TIER", "HEALTH", "ATTEMPTS", "CPU FREE", "MEM FREE", "GPU FREE", "INTERVAL", "MISSED", "LOSS", "ASLEEP"}
-	if cf.wide() {
-		cols = append(cols, "ADDRESS", "LABELS", "CAPABILITIES", "WEIGHT")
-	}
-	tb.add(cols...)
-	for _, n := range nodes {
-		o := n.Observation
-		row := []string{n.ID, orDash(n.Version), n.Management, n.Liveness, n.Scheduling, tierText(n), healthText(n), fmt.Sprintf("%d/%d", n.RunningAttempts, n.Slots),
-			fmt.Sprintf("%d/%dm", n.Free.CPUMillis, n.Resources.CPUMillis), fmt.Sprintf("%d/%d MB", n.Free.MemoryMB, n.Resources.MemoryMB),
-			fmt.Sprintf("%d/%d", n.Free.GPU, n.Resources.GPU), fmt.Sprintf("%dms", o.IntervalMs), strconv.Itoa(o.Misses),
-			fmt.Sprintf("%.0f%%", o.Loss*100), strconv.FormatBool(o.Hibernating)}
-		if cf.wide() {
-			row = append(row, orDash(n.Address), orDash(joinMap(n.Labels)), orDash(capabilityText(n.Capabilities)), strconv.Itoa(n.Weight))
+	return cf.watchOr(e, cl, "node", func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		nodes, _, err := cl.ListNodes(ctx, api.ReadOptions{Consistent: !*stale})
+		if err != nil {
+			return fmt.Errorf("node list: %w", err)
 		}
-		tb.add(row...)
-	}
-	tb.write(e.stdout)
-	return nil
+		if cf.structured() {
+			return cf.print(e.stdout, nodes)
+		}
+		tb := &table{}
+		cols := []string{"ID", "VERSION", "MANAGEMENT", "LIVENESS", "SCHEDULING", "TIER", "HEALTH", "ATTEMPTS", "CPU FREE", "MEM FREE", "GPU FREE", "INTERVAL", "MISSED", "LOSS", "ASLEEP"}
+		if cf.wide() {
+			cols = append(cols, "ADDRESS", "LABELS", "CAPABILITIES", "WEIGHT")
+		}
+		tb.add(cols...)
+		for _, n := range nodes {
+			o := n.Observation
+			row := []string{n.ID, orDash(n.Version), n.Management, n.Liveness, n.Scheduling, tierText(n), healthText(n), fmt.Sprintf("%d/%d", n.RunningAttempts, n.Slots),
+				fmt.Sprintf("%d/%dm", n.Free.CPUMillis, n.Resources.CPUMillis), fmt.Sprintf("%d/%d MB", n.Free.MemoryMB, n.Resources.MemoryMB),
+				fmt.Sprintf("%d/%d", n.Free.GPU, n.Resources.GPU), fmt.Sprintf("%dms", o.IntervalMs), strconv.Itoa(o.Misses),
+				fmt.Sprintf("%.0f%%", o.Loss*100), strconv.FormatBool(o.Hibernating)}
+			if cf.wide() {
+				row = append(row, orDash(n.Address), orDash(joinMap(n.Labels)), orDash(capabilityText(n.Capabilities)), strconv.Itoa(n.Weight))
+			}
+			tb.add(row...)
+		}
+		tb.write(e.stdout)
+		return nil
+	})
 }
 
 func runNodeStatus(e *env, args []string) error {

@@ -447,6 +447,7 @@ func runTaskList(e *env, args []string) error {
 	limit := fs.Int("limit", api.DefaultListLimit, "at most this many tasks")
 	after := fs.String("after", "", "start after this task id (the 'next' cursor of a previous page)")
 	stale := fs.Bool("stale", false, "answer from the replica asked, even without a leader (may be behind);\nby default the leader answers after confirming its leadership")
+	fs.BoolVar(&cf.watch, "watch", false, "print the list again whenever it changes, until interrupted")
 	if err := parse(e, fs, args); err != nil {
 		return err
 	}
@@ -457,39 +458,41 @@ func runTaskList(e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	list, _, err := cl.ListTasks(ctx, api.TaskQuery{State: *state, Limit: *limit, After: *after}, api.ReadOptions{Consistent: !*stale})
-	if err != nil {
-		return fmt.Errorf("task list: %w", err)
-	}
-	if cf.structured() {
-		return cf.print(e.stdout, list)
-	}
-	tb := &table{}
-	cols := []string{"ID", "NAME", "STATE", "PRIORITY", "SUBMITTER", "SUBMITTED"}
-	if cf.wide() {
-		cols = append(cols, "CLASS", "NEEDS", "CPU", "MEMORY", "GPU", "DRIVER", "CURRENT ATTEMPT")
-	}
-	tb.add(cols...)
-	for _, t := range list.Tasks {
-		row := []string{t.ID, t.Name, t.State, strconv.Itoa(deref(t.Spec.Priority)), t.Spec.Submitter, ago(t.SubmittedAt)}
-		if cf.wide() {
-			s := t.Spec
-			driver := s.Driver
-			if driver == "" {
-				driver = spec.DriverExec
-			}
-			row = append(row, orDash(s.Class), s.Capability+"@"+s.CapabilityVersion, fmt.Sprintf("%dm", s.Resources.CPUMillis),
-				fmt.Sprintf("%d MB", s.Resources.MemoryMB), strconv.FormatInt(s.Resources.GPU, 10), driver, orDash(t.CurrentAttempt))
+	return cf.watchOr(e, cl, "task", func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		list, _, err := cl.ListTasks(ctx, api.TaskQuery{State: *state, Limit: *limit, After: *after}, api.ReadOptions{Consistent: !*stale})
+		if err != nil {
+			return fmt.Errorf("task list: %w", err)
 		}
-		tb.add(row...)
-	}
-	tb.write(e.stdout)
-	if list.Next != "" {
-		fmt.Fprintf(e.stdout, "\nMore: herd task list -after %s\n", list.Next)
-	}
-	return nil
+		if cf.structured() {
+			return cf.print(e.stdout, list)
+		}
+		tb := &table{}
+		cols := []string{"ID", "NAME", "STATE", "PRIORITY", "SUBMITTER", "SUBMITTED"}
+		if cf.wide() {
+			cols = append(cols, "CLASS", "NEEDS", "CPU", "MEMORY", "GPU", "DRIVER", "CURRENT ATTEMPT")
+		}
+		tb.add(cols...)
+		for _, t := range list.Tasks {
+			row := []string{t.ID, t.Name, t.State, strconv.Itoa(deref(t.Spec.Priority)), t.Spec.Submitter, ago(t.SubmittedAt)}
+			if cf.wide() {
+				s := t.Spec
+				driver := s.Driver
+				if driver == "" {
+					driver = spec.DriverExec
+				}
+				row = append(row, orDash(s.Class), s.Capability+"@"+s.CapabilityVersion, fmt.Sprintf("%dm", s.Resources.CPUMillis),
+					fmt.Sprintf("%d MB", s.Resources.MemoryMB), strconv.FormatInt(s.Resources.GPU, 10), driver, orDash(t.CurrentAttempt))
+			}
+			tb.add(row...)
+		}
+		tb.write(e.stdout)
+		if list.Next != "" {
+			fmt.Fprintf(e.stdout, "\nMore: herd task list -after %s\n", list.Next)
+		}
+		return nil
+	})
 }
 
 func deref[T any](p *T) T {

@@ -5,7 +5,6 @@ import (
 	"herd/api"
 	"net/http"
 	"slices"
-	"strconv"
 )
 
 // JobBackend submits, reads and cancels jobs. SubmitJob and CancelJob are
@@ -40,23 +39,14 @@ func (h *Handler) postJob(w http.ResponseWriter, r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	resp := api.JobSubmitResponse{ID: job.ID, State: job.State, Index: index}
-	if !created {
-		return resp, nil
-	}
-	w.Header().Set("Location", "/v1/jobs/"+job.ID)
-	return reply{http.StatusCreated, resp}, nil
+	return submitted(w, "/v1/jobs/"+job.ID, created, api.JobSubmitResponse{ID: job.ID, State: job.State, Index: index}), nil
 }
 
 func (h *Handler) listJobs(w http.ResponseWriter, r *http.Request) (any, error) {
 	q := r.URL.Query()
-	limit := api.DefaultListLimit
-	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > api.MaxListLimit {
-			return nil, badRequest("limit %q must be 1..%d", v, api.MaxListLimit)
-		}
-		limit = n
+	limit, err := listLimit(q.Get("limit"))
+	if err != nil {
+		return nil, err
 	}
 	list, err := h.backend.ListJobs(q.Get("after"), limit)
 	if p := PrincipalOf(r.Context()); err == nil && p.scoped() {

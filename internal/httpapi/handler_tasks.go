@@ -89,12 +89,7 @@ func (h *Handler) postTask(w http.ResponseWriter, r *http.Request) (any, error) 
 	if err != nil {
 		return nil, err
 	}
-	resp := api.SubmitResponse{ID: task.ID, State: task.State, Index: index}
-	if !created {
-		return resp, nil
-	}
-	w.Header().Set("Location", "/v1/tasks/"+task.ID)
-	return reply{http.StatusCreated, resp}, nil
+	return submitted(w, "/v1/tasks/"+task.ID, created, api.SubmitResponse{ID: task.ID, State: task.State, Index: index}), nil
 }
 
 func (h *Handler) postTaskBatch(w http.ResponseWriter, r *http.Request) (any, error) {
@@ -208,14 +203,11 @@ func checkSubmitter(r *http.Request, submitter string) error {
 
 func (h *Handler) listTasks(_ http.ResponseWriter, r *http.Request) (any, error) {
 	q := r.URL.Query()
-	query := api.TaskQuery{State: strings.ToUpper(q.Get("state")), After: q.Get("after"), Limit: api.DefaultListLimit}
-	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > api.MaxListLimit {
-			return nil, badRequest("limit %q must be a whole number from 1 to %d", v, api.MaxListLimit)
-		}
-		query.Limit = n
+	limit, err := listLimit(q.Get("limit"))
+	if err != nil {
+		return nil, err
 	}
+	query := api.TaskQuery{State: strings.ToUpper(q.Get("state")), After: q.Get("after"), Limit: limit}
 	if query.After != "" && !api.ValidRef(query.After) {
 		return nil, badRequest("after %q is not a valid task id", query.After)
 	}

@@ -231,3 +231,25 @@ func tolerant(r *http.Request) bool {
 	}
 	return false
 }
+
+// submitted answers a submission: 201 with the record's Location when
+// this call created it, 200 when its idempotency key named one already.
+func submitted(w http.ResponseWriter, location string, created bool, resp any) any {
+	if !created {
+		return resp
+	}
+	w.Header().Set("Location", location)
+	return reply{http.StatusCreated, resp}
+}
+
+// listLimit reads a list's ?limit= (api.DefaultListLimit when absent).
+func listLimit(v string) (int, error) {
+	if v == "" {
+		return api.DefaultListLimit, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > api.MaxListLimit {
+		return 0, badRequest("limit %q must be a whole number from 1 to %d", v, api.MaxListLimit)
+	}
+	return n, nil
+}

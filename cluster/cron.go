@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/hashicorp/go-hclog"
 	"slices"
 	"strings"
 	"time"
@@ -83,17 +84,23 @@ func due(j *fsm.Job, s cron.Schedule, loc *time.Location, now time.Time, onTime 
 // scheduleTick is how often the leader looks for slots due.
 const scheduleTick = 100 * time.Millisecond
 
-// cronLoop is the leader's part in schedules: it fires every slot due,
+// cronLoop is the leader's part in schedules, made when leadership
+// starts: over the replica it leads, it fires every slot due,
 // each through one committed command carrying the slot, which the FSM
 // refuses for a slot at or before the latest handled: a leader change
 // never fires one twice, and slots missed while no leader existed follow
 // their job's catch-up policy, recorded in its firings.
-func (s *Server) cronLoop(ctx context.Context) {
+type cronLoop struct {
+	r      proposer
+	logger hclog.Logger
+}
+
+func (l *cronLoop) run(ctx context.Context) {
 	parsed := map[string]cron.Schedule{}
 	zones := map[string]*time.Location{}
 	for ctx.Err() == nil {
 		sleepCtx(ctx, scheduleTick)
-		st := s.fsm.State()
+		st := l.r.State()
 		// Only the scheduled and running jobs: a schedule's finished runs
 		// accumulate, and a tick must not cost more as they do.
 		active := st.ActiveJobs()
@@ -103,7 +110,7 @@ func (s *Server) cronLoop(ctx context.Context) {
 				if outputs == nil {
 					outputs = holdersOf(st)
 				}
-				s.rerunLostOutputs(ctx, st, j, outputs)
+				l.rerunLostOutputs(ctx, st, j, outputs)
 			}
 			if j.State != fsm.JobScheduled || j.Spec.Schedule == nil {
 				continue
@@ -113,23 +120,23 @@ func (s *Server) cronLoop(ctx context.Context) {
 				var loc *time.Location
 				var err error
 				if sched, loc, err = parseSchedule(j.Spec.Schedule); err != nil {
-					s.logger.Error("a committed schedule does not parse", "job", j.ID, "error", err)
+					l.logger.Error("a committed schedule does not parse", "job", j.ID, "error", err)
 					continue
 				}
 				parsed[j.ID], zones[j.ID] = sched, loc
 			}
-			now := s.now().UTC()
+			now := l.r.Now().UTC()
 			slot, run, outcome, isDue := due(j, sched, zones[j.ID], now, time.Second)
 			if !isDue {
 				continue
 			}
-			_, _, err := s.apply(ctx, fsm.MsgFireJob, fsm.FireJobRequest{JobID: j.ID, Slot: slot, Run: run, Outcome: outcome, Now: now})
+			_, _, err := l.r.apply(ctx, fsm.MsgFireJob, fsm.FireJobRequest{JobID: j.ID, Slot: slot, Run: run, Outcome: outcome, Now: now})
 			switch {
 			case err == nil:
-				s.logger.Info("schedule fired", "job", j.ID, "slot", slot, "run", run, "outcome", outcome)
+				l.logger.Info("schedule fired", "job", j.ID, "slot", slot, "run", run, "outcome", outcome)
 			case errors.Is(err, api.ErrConflict) || ctx.Err() != nil:
 			default:
-				s.logger.Warn("could not fire a schedule", "job", j.ID, "slot", slot, "error", err)
+				l.logger.Warn("could not fire a schedule", "job", j.ID, "slot", slot, "error", err)
 			}
 		}
 		if len(parsed) > len(active) {
@@ -189,7 +196,7 @@ func holdersOf(st *fsm.State) *outputHolders {
 // rerunLostOutputs asks for the rerun of finished stage instances whose
 // outputs a waiting stage task needs while no live node holds them (the
 // node that made them is DOWN). Apply checks it again.
-func (s *Server) rerunLostOutputs(ctx context.Context, st *fsm.State, j *fsm.Job, h *outputHolders) {
+func (l *cronLoop) rerunLostOutputs(ctx context.Context, st *fsm.State, j *fsm.Job, h *outputHolders) {
 	if len(h.down) == 0 {
 		return
 	}
@@ -220,13 +227,13 @@ func (s *Server) rerunLostOutputs(ctx context.Context, st *fsm.State, j *fsm.Job
 	}
 	for name, instances := range lost {
 		slices.Sort(instances)
-		_, _, err := s.apply(ctx, fsm.MsgRerunStage, fsm.RerunStageRequest{JobID: j.ID, Stage: name, Instances: instances, Reason: why[name], Now: s.now().UTC()})
+		_, _, err := l.r.apply(ctx, fsm.MsgRerunStage, fsm.RerunStageRequest{JobID: j.ID, Stage: name, Instances: instances, Reason: why[name], Now: l.r.Now().UTC()})
 		switch {
 		case err == nil:
-			s.logger.Info("stage rerun: its outputs were lost", "job", j.ID, "stage", name, "instances", instances, "why", why[name])
+			l.logger.Info("stage rerun: its outputs were lost", "job", j.ID, "stage", name, "instances", instances, "why", why[name])
 		case errors.Is(err, api.ErrConflict) || ctx.Err() != nil:
 		default:
-			s.logger.Warn("could not rerun a stage", "job", j.ID, "stage", name, "error", err)
+			l.logger.Warn("could not rerun a stage", "job", j.ID, "stage", name, "error", err)
 		}
 	}
 }

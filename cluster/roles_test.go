@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/hashicorp/go-hclog"
 
 	"herd/api"
 	"herd/config"
@@ -17,8 +20,9 @@ import (
 // endpoint family without raft.
 type memReplica struct {
 	f      *fsm.FSM
-	index  uint64
 	leader bool
+	mu     sync.Mutex // one proposal applies at a time, as raft's applier does
+	index  uint64
 	now    time.Time
 }
 
@@ -26,9 +30,20 @@ func newMemReplica() *memReplica {
 	return &memReplica{f: fsm.New(nil), leader: true, now: time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)}
 }
 
-func (m *memReplica) ID() string        { return "mem" }
-func (m *memReplica) IsLeader() bool    { return m.leader }
-func (m *memReplica) Now() time.Time    { return m.now }
+func (m *memReplica) ID() string     { return "mem" }
+func (m *memReplica) IsLeader() bool { return m.leader }
+func (m *memReplica) Now() time.Time {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.now
+}
+
+// advance moves the replica's clock on.
+func (m *memReplica) advance(d time.Duration) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.now = m.now.Add(d)
+}
 func (m *memReplica) State() *fsm.State { return m.f.State() }
 func (m *memReplica) apply(ctx context.Context, t fsm.MessageType, payload any) (any, uint64, error) {
 	b, err := fsm.Encode(t, payload)
@@ -39,6 +54,8 @@ func (m *memReplica) apply(ctx context.Context, t fsm.MessageType, payload any) 
 }
 
 func (m *memReplica) applyRaw(_ context.Context, b []byte) (any, uint64, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	m.index++
 	resp := m.f.ApplyBytes(m.index, b)
 	if err, ok := resp.(error); ok {
@@ -152,4 +169,55 @@ func TestNodeEndpointsOverAFakeReplica(t *testing.T) {
 	if _, err := nodes.DrainNode(ctx, "edge-1", false); !errors.Is(err, api.ErrNotLeader) {
 		t.Fatalf("a follower must refuse: %v", err)
 	}
+}
+
+// The retention loop, built over a replica in memory, forgets a finished
+// task once it is older than the retention, and leaves a pending one.
+func TestRetentionLoopOverAFakeReplica(t *testing.T) {
+	r := newMemReplica()
+	tasks := taskEndpoints{r: r, sched: sizes()}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done, _, _, err := tasks.SubmitTask(ctx, api.TaskSpec{Command: []string{"true"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tasks.CancelTask(ctx, done.ID, "finished"); err != nil {
+		t.Fatal(err)
+	}
+	pending, _, _, err := tasks.SubmitTask(ctx, api.TaskSpec{Command: []string{"true"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.advance(time.Hour)
+	loop := &retentionLoop{r: r, keep: 40 * time.Millisecond, logger: hclog.NewNullLogger()}
+	stopped := make(chan struct{})
+	go func() { defer close(stopped); loop.run(ctx) }()
+	waitFor(t, "the finished task to be forgotten", func() bool { _, err := tasks.GetTask(done.ID); return errors.Is(err, api.ErrNotFound) })
+	if _, err := tasks.GetTask(pending.ID); err != nil {
+		t.Fatalf("a pending task must stay: %v", err)
+	}
+	cancel()
+	<-stopped
+}
+
+// The cron loop, built over a replica in memory, fires a due slot of a
+// scheduled job: a run starts.
+func TestCronLoopOverAFakeReplica(t *testing.T) {
+	r := newMemReplica()
+	jobs := jobEndpoints{r: r, sched: sizes()}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	job, _, _, err := jobs.SubmitJob(ctx, api.JobSpec{Name: "tick", Schedule: &api.Schedule{Cron: "@every 1m"},
+		Stages: []api.StageSpec{{Name: "s", Task: api.TaskSpec{Command: []string{"true"}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	loop := &cronLoop{r: r, logger: hclog.NewNullLogger()}
+	stopped := make(chan struct{})
+	go func() { defer close(stopped); loop.run(ctx) }()
+	r.advance(61 * time.Second)
+	waitFor(t, "the due slot to fire", func() bool { j, err := jobs.GetJob(job.ID); return err == nil && j.LastRun != "" })
+	cancel()
+	<-stopped
 }

@@ -221,9 +221,11 @@ func newServer(cfg config.Server, opts Options, logger hclog.Logger, material *p
 			func(ctx context.Context, s *Server) { s.scheduleLoop(ctx) },
 			func(ctx context.Context, s *Server) { s.reclaimLoop(ctx) },
 			func(ctx context.Context, s *Server) { s.livenessLoop(ctx) },
-			func(ctx context.Context, s *Server) { s.retentionLoop(ctx) },
+			func(ctx context.Context, s *Server) {
+				(&retentionLoop{r: s, keep: s.cfg.Scheduler.TaskRetention, logger: s.logger}).run(ctx)
+			},
 			func(ctx context.Context, s *Server) { s.profileLoop(ctx) },
-			func(ctx context.Context, s *Server) { s.cronLoop(ctx) },
+			func(ctx context.Context, s *Server) { (&cronLoop{r: s, logger: s.logger}).run(ctx) },
 		}, opts.LeaderLoops...),
 		notifyCh:       make(chan bool, 16),
 		monitor:        newMonitor(cfg.Liveness),

@@ -149,21 +149,31 @@ func (g *leaseGuard) session() bool {
 	// A group of its own: a signal to the agent's group (a terminal's
 	// ^Z or ^C, a kill of the group) does not reach it.
 	cmd.SysProcAttr = groupLeader()
-	w, err := cmd.StdinPipe()
+	// The configuration and the whole state are in the pipe before the
+	// guard exists (they are a few hundred bytes, well within a pipe's
+	// buffer): an agent killed just after starting a guard never leaves
+	// one that does not know what to guard.
+	r, w, err := os.Pipe()
 	if err == nil {
+		var conf string
+		if conf, err = g.cfg.line(); err == nil {
+			_, err = io.WriteString(w, conf+g.current().line())
+		}
+	}
+	if err == nil {
+		cmd.Stdin = r
 		err = cmd.Start()
+		_ = r.Close()
 	}
 	if err != nil {
 		g.logger.Error("cannot start the lease guard: a stopped or killed agent leaves its attempts running", "path", g.path, "error", err)
+		if w != nil {
+			_ = w.Close()
+		}
 		return false
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
-	conf, err := g.cfg.line()
-	if err == nil {
-		_, err = io.WriteString(w, conf)
-	}
-	g.notify() // the whole state, to a guard that knows nothing yet
 	for err == nil {
 		select {
 		case <-g.dirty:

@@ -3,22 +3,27 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"github.com/hashicorp/go-hclog"
 	"time"
 
 	"herd/fsm"
 )
 
-// reclaimLoop (leader-only) reclaims attempts that were reserved but not
-// started within the schedule-to-start timeout: their agent never saw
-// them or died before starting. The attempt becomes LOST and the task is
-// requeued. The reclaim applies only to an attempt still RESERVED when it
-// commits, so an attempt whose start commits after the leader listed it
-// keeps running; while some server reads only older command forms the
-// leader writes JSON, which carries no condition, and such a start loses
-// its attempt as it did before (the agent's start is refused, and it
-// stops the process or never runs it).
-func (s *Server) reclaimLoop(ctx context.Context) {
-	timeout := s.cfg.Scheduler.ScheduleToStartTimeout
+// reclaimLoop, made when leadership starts, reclaims attempts that were
+// reserved but not started within the schedule-to-start timeout: their
+// agent never saw them or died before starting. The attempt becomes
+// LOST and the task is requeued. The reclaim applies only to an attempt
+// still RESERVED when it commits, so an attempt whose start commits after
+// the leader listed it keeps running.
+type reclaimLoop struct {
+	r         proposer
+	timeout   time.Duration
+	batchSize int
+	logger    hclog.Logger
+}
+
+func (l *reclaimLoop) run(ctx context.Context) {
+	timeout := l.timeout
 	tick := time.NewTicker(min(timeout/4, time.Second))
 	defer tick.Stop()
 	// A new leader does not judge attempts reserved under its predecessor
@@ -33,21 +38,21 @@ func (s *Server) reclaimLoop(ctx context.Context) {
 		if time.Since(since) < timeout {
 			continue
 		}
-		now := s.now().UTC()
-		reserved, err := s.fsm.State().AttemptsInState(fsm.AttemptReserved)
+		now := l.r.Now().UTC()
+		reserved, err := l.r.State().AttemptsInState(fsm.AttemptReserved)
 		if err != nil {
-			s.logger.Error("list reserved attempts", "error", err)
+			l.logger.Error("list reserved attempts", "error", err)
 			continue
 		}
 		var cmds [][]byte
 		for _, r := range reclaimsDue(reserved, now, timeout) {
-			if b, err := s.encode(fsm.MsgAttemptEnd, r); err == nil {
+			if b, err := fsm.Encode(fsm.MsgAttemptEnd, r); err == nil {
 				cmds = append(cmds, b)
 			}
 		}
 		if len(cmds) > 0 {
-			s.logger.Warn("reclaiming attempts never started", "count", len(cmds), "timeout", timeout)
-			s.commitBatches(ctx, cmds, s.cfg.Scheduler.BatchSize)
+			l.logger.Warn("reclaiming attempts never started", "count", len(cmds), "timeout", timeout)
+			l.r.commitBatches(ctx, cmds, l.batchSize)
 		}
 	}
 }

@@ -24,6 +24,10 @@ type proposer interface {
 	// replica; applyRaw proposes an encoded command or batch.
 	apply(ctx context.Context, t fsm.MessageType, payload any) (any, uint64, error)
 	applyRaw(ctx context.Context, buf []byte) (any, uint64, error)
+	// commitBatches commits encoded commands in batch entries of at most
+	// batchSize, pipelined, and returns each command's result (nil for
+	// one whose entry did not commit).
+	commitBatches(ctx context.Context, cmds [][]byte, batchSize int) []any
 }
 
 // State is the state this replica has applied.

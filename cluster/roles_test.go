@@ -64,6 +64,22 @@ func (m *memReplica) applyRaw(_ context.Context, b []byte) (any, uint64, error) 
 	return resp, m.index, nil
 }
 
+func (m *memReplica) commitBatches(ctx context.Context, cmds [][]byte, batchSize int) []any {
+	var out []any
+	for start := 0; start < len(cmds); start += batchSize {
+		resp, _, err := m.applyRaw(ctx, fsm.EncodeBatch(cmds[start:min(start+batchSize, len(cmds))]))
+		res, _ := resp.(fsm.BatchResult)
+		for i := start; i < min(start+batchSize, len(cmds)); i++ {
+			if err != nil || i-start >= len(res) {
+				out = append(out, nil)
+				continue
+			}
+			out = append(out, res[i-start])
+		}
+	}
+	return out
+}
+
 func sizes() config.Scheduler {
 	return config.Scheduler{SizeSmall: []string{"L1", "L2", "L3"}, SizeLarge: []string{"L1"}}
 }
@@ -218,6 +234,39 @@ func TestCronLoopOverAFakeReplica(t *testing.T) {
 	go func() { defer close(stopped); loop.run(ctx) }()
 	r.advance(61 * time.Second)
 	waitFor(t, "the due slot to fire", func() bool { j, err := jobs.GetJob(job.ID); return err == nil && j.LastRun != "" })
+	cancel()
+	<-stopped
+}
+
+// The reclaim loop, built over a replica in memory, makes LOST an attempt
+// reserved and never started within the timeout, and requeues its task.
+func TestReclaimLoopOverAFakeReplica(t *testing.T) {
+	r := newMemReplica()
+	tasks := taskEndpoints{r: r, sched: sizes()}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if _, _, err := r.apply(ctx, fsm.MsgRegisterNode, fsm.RegisterNodeRequest{Now: r.Now(), Node: fsm.Node{
+		ID: "edge-1", Capabilities: map[string][]string{"exec": {"1"}}, Resources: api.Resources{CPUMillis: 1000, MemoryMB: 1024}, Slots: 1,
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	task, _, _, err := tasks.SubmitTask(ctx, api.TaskSpec{Command: []string{"true"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, _ := r.State().Node("edge-1")
+	if _, _, err := r.applyRaw(ctx, fsm.EncodeReserve(fsm.ReserveRequest{TaskID: task.ID, AttemptID: "a1", Number: 1, NodeID: "edge-1",
+		SessionGeneration: n.SessionGeneration, Now: r.Now(), HeartbeatTTL: time.Hour})); err != nil {
+		t.Fatal(err)
+	}
+	r.advance(time.Minute)
+	loop := &reclaimLoop{r: r, timeout: 40 * time.Millisecond, batchSize: 16, logger: hclog.NewNullLogger()}
+	stopped := make(chan struct{})
+	go func() { defer close(stopped); loop.run(ctx) }()
+	waitFor(t, "the attempt to be reclaimed", func() bool {
+		got, err := tasks.GetTask(task.ID)
+		return err == nil && got.State == "PENDING" && len(got.Attempts) == 1 && got.Attempts[0].State == "LOST"
+	})
 	cancel()
 	<-stopped
 }

@@ -219,7 +219,9 @@ func newServer(cfg config.Server, opts Options, logger hclog.Logger, material *p
 		fsm: fsm.New(logger),
 		leaderLoops: append([]LeaderLoop{
 			func(ctx context.Context, s *Server) { s.scheduleLoop(ctx) },
-			func(ctx context.Context, s *Server) { s.reclaimLoop(ctx) },
+			func(ctx context.Context, s *Server) {
+				(&reclaimLoop{r: s, timeout: s.cfg.Scheduler.ScheduleToStartTimeout, batchSize: s.cfg.Scheduler.BatchSize, logger: s.logger}).run(ctx)
+			},
 			func(ctx context.Context, s *Server) { s.livenessLoop(ctx) },
 			func(ctx context.Context, s *Server) {
 				(&retentionLoop{r: s, keep: s.cfg.Scheduler.TaskRetention, logger: s.logger}).run(ctx)

@@ -115,5 +115,9 @@ func runDev(e *env, args []string) error {
 	defer stop()
 	<-sigs
 	fmt.Fprintln(e.stdout, "\nShutting down the dev cluster…")
+	// The replicas stop one after another, and the last ones would log
+	// every refused connection to the ones gone: the cluster is going
+	// away on purpose, so its logs end here.
+	logger.SetLevel(hclog.Off)
 	return nil
 }

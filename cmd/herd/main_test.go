@@ -246,6 +246,19 @@ func TestCLIAgainstACluster(t *testing.T) {
 		t.Errorf("after --, -json is an argument: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
 
+	// The lists' column names are a contract scripts rely on.
+	for args, header := range map[string]string{
+		"task list": "ID NAME STATE PRIORITY SUBMITTER SUBMITTED",
+		"node list": "ID VERSION MANAGEMENT LIVENESS SCHEDULING TIER HEALTH ATTEMPTS CPU FREE MEM FREE GPU FREE INTERVAL MISSED LOSS ASLEEP",
+		"job list":  "ID NAME STATE SUBMITTED STAGES",
+	} {
+		out, _, code := herd(strings.Fields(args)...)
+		first, _, _ := strings.Cut(out, "\n")
+		if code != 0 || strings.Join(strings.Fields(first), " ") != header {
+			t.Errorf("herd %s: exit %d, header %q, want %q", args, code, first, header)
+		}
+	}
+
 	// -o: json, yaml, name, wide and a template, on lists and records.
 	if out, errOut, code = herd("task", "list", "-o", "name"); code != 0 || !slices.Contains(strings.Fields(out), sub.ID) || strings.Contains(out, "STATE") {
 		t.Errorf("task list -o name: exit %d, %q %s", code, out, errOut)

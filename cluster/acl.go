@@ -15,12 +15,21 @@ import (
 	"herd/internal/check"
 )
 
+// aclEndpoints serves tokens and the audit trail over a replica: whether
+// it enforces ACLs, and how often a node's refused requests are recorded.
+type aclEndpoints struct {
+	r        proposer
+	enforced bool
+	// refusals limits the audit records of a node's refused requests.
+	refusals *refusalLimiter
+}
+
 // ACLEnforced says whether the replica demands credentials.
-func (s *Server) ACLEnforced() bool { return s.cfg.ACL }
+func (e *aclEndpoints) ACLEnforced() bool { return e.enforced }
 
 // TokenBySecretHash finds a token in the local state.
-func (s *Server) TokenBySecretHash(hash string) (api.ACLToken, bool) {
-	t, ok := s.fsm.State().TokenBySecretHash(hash)
+func (e *aclEndpoints) TokenBySecretHash(hash string) (api.ACLToken, bool) {
+	t, ok := e.r.State().TokenBySecretHash(hash)
 	if !ok {
 		return api.ACLToken{}, false
 	}
@@ -46,13 +55,13 @@ func randomID() string {
 
 // BootstrapACL creates the first management token (leader-only); it
 // succeeds once per cluster.
-func (s *Server) BootstrapACL(ctx context.Context) (api.ACLToken, error) {
-	return s.createToken(ctx, api.ACLTokenRequest{Name: "bootstrap", Policies: []string{"management"}}, true)
+func (e *aclEndpoints) BootstrapACL(ctx context.Context) (api.ACLToken, error) {
+	return e.createToken(ctx, api.ACLTokenRequest{Name: "bootstrap", Policies: []string{"management"}}, true)
 }
 
 // CreateToken creates a token (leader-only) and returns it with its
 // secret, which is not stored anywhere.
-func (s *Server) CreateToken(ctx context.Context, req api.ACLTokenRequest) (api.ACLToken, error) {
+func (e *aclEndpoints) CreateToken(ctx context.Context, req api.ACLTokenRequest) (api.ACLToken, error) {
 	if req.NodeID != "" && len(req.Policies) == 0 {
 		req.Policies = []string{"agent"}
 	}
@@ -64,19 +73,19 @@ func (s *Server) CreateToken(ctx context.Context, req api.ACLTokenRequest) (api.
 			return api.ACLToken{}, fmt.Errorf("submitter %q is not valid: %w", sub, api.ErrBadRequest)
 		}
 	}
-	return s.createToken(ctx, req, false)
+	return e.createToken(ctx, req, false)
 }
 
-func (s *Server) createToken(ctx context.Context, req api.ACLTokenRequest, bootstrap bool) (api.ACLToken, error) {
-	if !s.IsLeader() {
-		return api.ACLToken{}, fmt.Errorf("%s: %w", s.cfg.ID, api.ErrNotLeader)
+func (e *aclEndpoints) createToken(ctx context.Context, req api.ACLTokenRequest, bootstrap bool) (api.ACLToken, error) {
+	if !e.r.IsLeader() {
+		return api.ACLToken{}, fmt.Errorf("%s: %w", e.r.ID(), api.ErrNotLeader)
 	}
 	secret := randomID()
 	tok := fsm.ACLToken{
 		AccessorID: randomID(), SecretHash: httpapi.HashSecret(secret), Name: req.Name,
 		Policies: req.Policies, NodeID: req.NodeID, Submitters: req.Submitters,
 	}
-	resp, _, err := s.apply(ctx, fsm.MsgACLToken, fsm.ACLTokenRequest{Token: tok, Bootstrap: bootstrap, Now: s.now().UTC()})
+	resp, _, err := e.r.apply(ctx, fsm.MsgACLToken, fsm.ACLTokenRequest{Token: tok, Bootstrap: bootstrap, Now: e.r.Now().UTC()})
 	if err != nil {
 		return api.ACLToken{}, err
 	}
@@ -87,17 +96,17 @@ func (s *Server) createToken(ctx context.Context, req api.ACLTokenRequest, boots
 
 // DeleteToken deletes a token (leader-only); requests carrying it are
 // refused from the moment the deletion applies on the replica answering.
-func (s *Server) DeleteToken(ctx context.Context, accessor string) error {
-	if !s.IsLeader() {
-		return fmt.Errorf("%s: %w", s.cfg.ID, api.ErrNotLeader)
+func (e *aclEndpoints) DeleteToken(ctx context.Context, accessor string) error {
+	if !e.r.IsLeader() {
+		return fmt.Errorf("%s: %w", e.r.ID(), api.ErrNotLeader)
 	}
-	_, _, err := s.apply(ctx, fsm.MsgACLTokenDelete, fsm.ACLTokenDeleteRequest{AccessorID: accessor})
+	_, _, err := e.r.apply(ctx, fsm.MsgACLTokenDelete, fsm.ACLTokenDeleteRequest{AccessorID: accessor})
 	return err
 }
 
 // ListTokens lists tokens, without secrets.
-func (s *Server) ListTokens() ([]api.ACLToken, error) {
-	toks := s.fsm.State().Tokens()
+func (e *aclEndpoints) ListTokens() ([]api.ACLToken, error) {
+	toks := e.r.State().Tokens()
 	out := make([]api.ACLToken, len(toks))
 	for i, t := range toks {
 		out[i] = toAPIToken(t)
@@ -106,8 +115,8 @@ func (s *Server) ListTokens() ([]api.ACLToken, error) {
 }
 
 // GetToken reads one token, without its secret.
-func (s *Server) GetToken(accessor string) (api.ACLToken, error) {
-	t, ok := s.fsm.State().Token(accessor)
+func (e *aclEndpoints) GetToken(accessor string) (api.ACLToken, error) {
+	t, ok := e.r.State().Token(accessor)
 	if !ok {
 		return api.ACLToken{}, fmt.Errorf("token %s: %w", accessor, api.ErrNotFound)
 	}
@@ -145,29 +154,29 @@ func (l *refusalLimiter) allow(node string, now time.Time) (bool, int) {
 
 // Audit records an operator action, or a refused agent request, in the
 // replicated audit trail (leader-only).
-func (s *Server) Audit(ctx context.Context, e api.AuditEntry) error {
-	if !s.IsLeader() {
-		return fmt.Errorf("%s: %w", s.cfg.ID, api.ErrNotLeader)
+func (e *aclEndpoints) Audit(ctx context.Context, entry api.AuditEntry) error {
+	if !e.r.IsLeader() {
+		return fmt.Errorf("%s: %w", e.r.ID(), api.ErrNotLeader)
 	}
-	now := s.now().UTC()
-	if e.NodeID != "" {
-		ok, folded := s.refusals.allow(e.NodeID, now)
+	now := e.r.Now().UTC()
+	if entry.NodeID != "" {
+		ok, folded := e.refusals.allow(entry.NodeID, now)
 		if !ok {
 			return nil
 		}
 		if folded > 0 {
-			e.Outcome += fmt.Sprintf(" (and %d more refused requests of this node since its last record)", folded)
+			entry.Outcome += fmt.Sprintf(" (and %d more refused requests of this node since its last record)", folded)
 		}
 	}
-	_, _, err := s.apply(ctx, fsm.MsgAudit, fsm.AuditRequest{Record: fsm.AuditRecord{
-		Actor: e.Actor, From: e.From, Action: e.Action, Target: e.Target, Outcome: e.Outcome, NodeID: e.NodeID,
+	_, _, err := e.r.apply(ctx, fsm.MsgAudit, fsm.AuditRequest{Record: fsm.AuditRecord{
+		Actor: entry.Actor, From: entry.From, Action: entry.Action, Target: entry.Target, Outcome: entry.Outcome, NodeID: entry.NodeID,
 	}, Now: now})
 	return err
 }
 
 // AuditLog lists audit records after index, oldest first.
-func (s *Server) AuditLog(after uint64, limit int) ([]api.AuditEntry, error) {
-	recs := s.fsm.State().Audit(after, limit)
+func (e *aclEndpoints) AuditLog(after uint64, limit int) ([]api.AuditEntry, error) {
+	recs := e.r.State().Audit(after, limit)
 	out := make([]api.AuditEntry, len(recs))
 	for i, r := range recs {
 		out[i] = api.AuditEntry{Index: r.Index, Time: r.Time.Time(), Actor: r.Actor, From: r.From, Action: r.Action, Target: r.Target, Outcome: r.Outcome, NodeID: r.NodeID}
@@ -176,8 +185,8 @@ func (s *Server) AuditLog(after uint64, limit int) ([]api.AuditEntry, error) {
 }
 
 // AttemptNode is the node an attempt was placed on.
-func (s *Server) AttemptNode(id string) (string, bool) {
-	a, err := s.fsm.State().Attempt(id)
+func (e *aclEndpoints) AttemptNode(id string) (string, bool) {
+	a, err := e.r.State().Attempt(id)
 	if err != nil {
 		return "", false
 	}

@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"herd/api"
 	"herd/config"
 	"herd/fsm"
+	"herd/internal/httpapi"
 )
 
 // memReplica is a replica reduced to an FSM in memory: every proposal
@@ -269,4 +271,53 @@ func TestReclaimLoopOverAFakeReplica(t *testing.T) {
 	})
 	cancel()
 	<-stopped
+}
+
+// The ACL family over a replica in memory: one bootstrap, tokens made,
+// found by their secret's hash, listed and deleted, and a node's refused
+// requests recorded at most once a second, the next record counting the
+// rest.
+func TestACLEndpointsOverAFakeReplica(t *testing.T) {
+	r := newMemReplica()
+	acl := aclEndpoints{r: r, enforced: true, refusals: &refusalLimiter{}}
+	ctx := context.Background()
+	boot, err := acl.BootstrapACL(ctx)
+	if err != nil || boot.SecretID == "" || !slices.Contains(boot.Policies, "management") {
+		t.Fatalf("bootstrap: %+v, %v", boot, err)
+	}
+	if _, err := acl.BootstrapACL(ctx); err == nil {
+		t.Fatal("a second bootstrap must be refused")
+	}
+	tok, err := acl.CreateToken(ctx, api.ACLTokenRequest{Name: "edge", NodeID: "edge-1"})
+	if err != nil || !slices.Equal(tok.Policies, []string{"agent"}) {
+		t.Fatalf("a node's token: %+v, %v", tok, err)
+	}
+	if found, ok := acl.TokenBySecretHash(httpapi.HashSecret(tok.SecretID)); !ok || found.AccessorID != tok.AccessorID || found.SecretID != "" {
+		t.Fatalf("by its secret: %+v %v", found, ok)
+	}
+	if _, err := acl.CreateToken(ctx, api.ACLTokenRequest{Submitters: []string{"bad id"}}); !errors.Is(err, api.ErrBadRequest) {
+		t.Fatalf("a bad submitter: %v", err)
+	}
+	if list, _ := acl.ListTokens(); len(list) != 2 {
+		t.Fatalf("tokens: %+v", list)
+	}
+	for range 3 {
+		if err := acl.Audit(ctx, api.AuditEntry{Actor: "edge-1", Action: "refused", NodeID: "edge-1", Outcome: "denied"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.advance(2 * time.Second)
+	if err := acl.Audit(ctx, api.AuditEntry{Actor: "edge-1", Action: "refused", NodeID: "edge-1", Outcome: "denied"}); err != nil {
+		t.Fatal(err)
+	}
+	log, _ := acl.AuditLog(0, 100)
+	if len(log) != 2 || log[0].Outcome != "denied" || log[1].Outcome != "denied (and 2 more refused requests of this node since its last record)" {
+		t.Fatalf("a node's refusals, at most one record a second: %+v", log)
+	}
+	if err := acl.DeleteToken(ctx, tok.AccessorID); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := acl.TokenBySecretHash(httpapi.HashSecret(tok.SecretID)); ok {
+		t.Fatal("a deleted token is still found")
+	}
 }

@@ -98,7 +98,6 @@ type Server struct {
 
 	leaderLoops []LeaderLoop
 	schedStats  SchedulerStats
-	refusals    refusalLimiter
 	keyringSeen keyringReports
 	monitor     *monitor
 	gossip      *serverGossip
@@ -122,6 +121,7 @@ type Server struct {
 	taskEndpoints
 	jobEndpoints
 	nodeEndpoints
+	aclEndpoints
 }
 
 // Start opens the data directory, starts Raft and the HTTP API, and
@@ -237,6 +237,7 @@ func newServer(cfg config.Server, opts Options, logger hclog.Logger, material *p
 	s.taskEndpoints = taskEndpoints{r: s, sched: cfg.Scheduler}
 	s.jobEndpoints = jobEndpoints{r: s, sched: cfg.Scheduler}
 	s.nodeEndpoints = nodeEndpoints{r: s, profiles: cfg.Profiles, observe: s.Observation}
+	s.aclEndpoints = aclEndpoints{r: s, enforced: cfg.ACL, refusals: &refusalLimiter{}}
 	s.metrics = newServerMetrics(s)
 	if opts.AfterApply != nil {
 		s.fsm.SetAfterApply(opts.AfterApply)

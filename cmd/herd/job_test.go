@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"herd/agent"
+	"herd/api"
 	"herd/test"
 )
 
@@ -134,6 +136,12 @@ func TestCLISubmitWait(t *testing.T) {
 	out, errOut, code = herd("task", "run", "-max-attempts", "1", "sh", "-c", "for i in 1 2 3; do echo line-$i; done; exit 7")
 	if code != 7 || out != "line-1\nline-2\nline-3\n" || !strings.Contains(errOut, "FAILED on edge-1") || !strings.Contains(errOut, "exit code 7") {
 		t.Fatalf("task run: exit %d\nstdout %q\nstderr %s", code, out, errOut)
+	}
+	// With -o json, standard output is the finished task's record.
+	out, errOut, code = herd("task", "run", "-o", "json", "-max-attempts", "1", "sh", "-c", "echo to-stderr; exit 4")
+	var finished api.Task
+	if err := json.Unmarshal([]byte(out), &finished); code != 4 || err != nil || finished.State != api.TaskFailed || !strings.Contains(errOut, "to-stderr") {
+		t.Fatalf("task run -o json: exit %d, %v\nstdout %q\nstderr %s", code, err, out, errOut)
 	}
 	if _, errOut, code = herd("task", "submit", "-logs", "--", "true"); code != 2 || !strings.Contains(errOut, "-logs goes with -wait") {
 		t.Fatalf("-logs without -wait: exit %d, %s", code, errOut)

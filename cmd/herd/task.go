@@ -147,7 +147,7 @@ func submitTask(e *env, args []string, run bool) error {
 	if err != nil {
 		return fmt.Errorf("submit: %w", err)
 	}
-	if cf.structured() {
+	if cf.structured() && !*wait {
 		return cf.print(e.stdout, res)
 	}
 	verb := "Submitted"
@@ -160,7 +160,12 @@ func submitTask(e *env, args []string, run bool) error {
 	}
 	fmt.Fprintf(says, "%s task %s, state %s, committed at index %d\n", verb, res.ID, res.State, res.Index)
 	if *wait {
-		return waitTask(e, cl, res.ID, res.Index, *logs)
+		var show func(api.Task) error
+		if cf.structured() {
+			// The finished task, in the form asked, is standard output.
+			show = func(t api.Task) error { return cf.print(e.stdout, t) }
+		}
+		return waitTask(e, cl, res.ID, res.Index, *logs, show)
 	}
 	return nil
 }
@@ -173,10 +178,14 @@ func submitTask(e *env, args []string, run bool) error {
 // last lines the cluster keeps at the end, or, with logs, each attempt's
 // log streamed as it runs), and the command's exit status is the task's:
 // 0 when it SUCCEEDED, its last attempt's exit code otherwise (1 when
-// it has none).
-func waitTask(e *env, cl *api.Client, id string, from uint64, logs bool) error {
+// it has none). With show, standard output is the finished task as
+// show writes it, instead of the task's output.
+func waitTask(e *env, cl *api.Client, id string, from uint64, logs bool, show func(api.Task) error) error {
 	ctx, cancel := context.WithCancel(context.Background())
-	stream := &logStream{e: e, cl: cl, id: id}
+	stream := &logStream{e: e, cl: cl, id: id, out: e.stdout}
+	if show != nil {
+		stream.out = e.stderr // standard output is the finished task's record
+	}
 	defer func() { cancel(); stream.wait() }()
 	// The task's events wake the loop; a slow poll covers a stream that
 	// cannot be had.
@@ -197,7 +206,14 @@ func waitTask(e *env, cl *api.Client, id string, from uint64, logs bool) error {
 		}
 		if terminalTask(t.State) {
 			line.done()
-			return finishWait(e, t, stream.wait())
+			streamed := stream.wait()
+			if show != nil {
+				if err := show(t); err != nil {
+					return err
+				}
+				streamed = true // standard output holds the task, not its output
+			}
+			return finishWait(e, t, streamed)
 		}
 		select {
 		case <-wake:
@@ -254,6 +270,7 @@ func lastLines(out string, n int) string {
 // attempt runs, one attempt after another.
 type logStream struct {
 	e      *env
+	out    io.Writer // where the attempts' output goes
 	cl     *api.Client
 	id     string
 	number int // the attempt being (or last) streamed
@@ -276,7 +293,7 @@ func (s *logStream) follow(ctx context.Context, t api.Task) {
 	number := s.number
 	go func() {
 		defer close(done)
-		w := &logSplit{out: s.e.stdout, notes: s.e.stderr}
+		w := &logSplit{out: s.out, notes: s.e.stderr}
 		defer w.flush()
 		if err := s.cl.TaskLog(ctx, w, s.id, number, 0, true); err != nil {
 			s.broken.Store(true)

@@ -16,41 +16,41 @@ import (
 
 // StartAttempt commits that an attempt started (leader-only), fenced by
 // its lease.
-func (s *Server) StartAttempt(ctx context.Context, id string, req api.AttemptStartRequest) (api.AttemptReport, error) {
-	if !s.IsLeader() {
-		return api.AttemptReport{}, fmt.Errorf("%s: %w", s.cfg.ID, api.ErrNotLeader)
+func (e *attemptEndpoints) StartAttempt(ctx context.Context, id string, req api.AttemptStartRequest) (api.AttemptReport, error) {
+	if !e.r.IsLeader() {
+		return api.AttemptReport{}, fmt.Errorf("%s: %w", e.r.ID(), api.ErrNotLeader)
 	}
-	resp, _, err := s.apply(ctx, fsm.MsgAttemptStart, s.attemptStart(id, req.LeaseVersion, s.now().UTC(), req.RunningMs))
+	resp, _, err := e.r.apply(ctx, fsm.MsgAttemptStart, e.attemptStart(id, req.LeaseVersion, e.r.Now().UTC(), req.RunningMs))
 	if err != nil {
 		return api.AttemptReport{}, err
 	}
 	r := resp.(*fsm.AttemptResult)
-	s.metrics.observeStart(r)
+	e.metrics.observeStart(r)
 	return api.AttemptReport{Attempt: toAPIAttempt(r.Attempt), Duplicate: r.Duplicate}, nil
 }
 
 // CompleteAttempt commits how an attempt ended (leader-only). A result
 // whose lease is not the current attempt's is refused (409) and recorded
 // in the task's timeline; the same result twice is accepted once.
-func (s *Server) CompleteAttempt(ctx context.Context, id string, req api.AttemptCompleteRequest) (api.AttemptReport, error) {
-	if !s.IsLeader() {
-		return api.AttemptReport{}, fmt.Errorf("%s: %w", s.cfg.ID, api.ErrNotLeader)
+func (e *attemptEndpoints) CompleteAttempt(ctx context.Context, id string, req api.AttemptCompleteRequest) (api.AttemptReport, error) {
+	if !e.r.IsLeader() {
+		return api.AttemptReport{}, fmt.Errorf("%s: %w", e.r.ID(), api.ErrNotLeader)
 	}
 	if req.StartUnreported {
 		// The start and the end in one entry, as in a batch.
-		out, err := s.ReportAttempts(ctx, []api.AttemptReportItem{{AttemptID: id, Complete: &req}})
+		out, err := e.ReportAttempts(ctx, []api.AttemptReportItem{{AttemptID: id, Complete: &req}})
 		if err != nil {
 			return api.AttemptReport{}, err
 		}
 		return out[0].Report, out[0].Err
 	}
-	end := s.attemptEnd(id, req)
-	resp, _, err := s.apply(ctx, fsm.MsgAttemptEnd, end)
+	end := e.attemptEnd(id, req)
+	resp, _, err := e.r.apply(ctx, fsm.MsgAttemptEnd, end)
 	if err != nil {
 		return api.AttemptReport{}, err
 	}
 	r := resp.(*fsm.AttemptResult)
-	s.metrics.observeEnd(r)
+	e.metrics.observeEnd(r)
 	return api.AttemptReport{Attempt: toAPIAttempt(r.Attempt), Duplicate: r.Duplicate}, nil
 }
 
@@ -62,7 +62,7 @@ func (s *Server) CompleteAttempt(ctx context.Context, id string, req api.Attempt
 // that waited on a broken link, a batch or a slow commit then records how
 // long the task ran on its node, which is what the node's profile and
 // tier are judged by, not how long the report took.
-func (s *Server) attemptEnd(id string, req api.AttemptCompleteRequest) fsm.AttemptEndRequest {
+func (e *attemptEndpoints) attemptEnd(id string, req api.AttemptCompleteRequest) fsm.AttemptEndRequest {
 	state := fsm.AttemptState(req.State)
 	if state == "" {
 		state = fsm.AttemptSucceeded
@@ -70,12 +70,12 @@ func (s *Server) attemptEnd(id string, req api.AttemptCompleteRequest) fsm.Attem
 			state = fsm.AttemptFailed
 		}
 	}
-	now := s.now().UTC()
+	now := e.r.Now().UTC()
 	end := fsm.AttemptEndRequest{
 		AttemptID: id, LeaseVersion: req.LeaseVersion, State: state, ExitCode: req.ExitCode,
 		OutputTail: req.OutputTail, Error: req.Error, Now: now, RetryAt: now,
 	}
-	st := s.fsm.State()
+	st := e.r.State()
 	if a, err := st.Attempt(id); err == nil {
 		if ran, ok := agentMillis(req.RanMs); ok && !req.StartUnreported && !a.StartedAt.IsZero() {
 			if at := a.StartedAt.Time().Add(ran); at.Before(now) {
@@ -83,7 +83,7 @@ func (s *Server) attemptEnd(id string, req api.AttemptCompleteRequest) fsm.Attem
 			}
 		}
 		if t, err := st.Task(a.TaskID); err == nil {
-			end.RetryAt = end.Now.Add(s.retryDelay(int(t.Failures) + 1))
+			end.RetryAt = end.Now.Add(e.retryDelay(int(t.Failures) + 1))
 		}
 	}
 	if req.InputUnavailable && state == fsm.AttemptLost {
@@ -102,9 +102,9 @@ const inputRetryDelay = 5 * time.Second
 
 // ReportAttempts commits a batch of starts and results in one Raft entry
 // (leader-only) and answers each as its single request would be.
-func (s *Server) ReportAttempts(ctx context.Context, reports []api.AttemptReportItem) ([]api.ReportOutcome, error) {
-	if !s.IsLeader() {
-		return nil, fmt.Errorf("%s: %w", s.cfg.ID, api.ErrNotLeader)
+func (e *attemptEndpoints) ReportAttempts(ctx context.Context, reports []api.AttemptReportItem) ([]api.ReportOutcome, error) {
+	if !e.r.IsLeader() {
+		return nil, fmt.Errorf("%s: %w", e.r.ID(), api.ErrNotLeader)
 	}
 	cmds := make([][]byte, 0, len(reports))
 	// at[i] is the command that answers report i: a result whose start
@@ -114,14 +114,14 @@ func (s *Server) ReportAttempts(ctx context.Context, reports []api.AttemptReport
 		var err error
 		switch {
 		case r.Start != nil:
-			cmds, err = s.appendEncoded(cmds, fsm.MsgAttemptStart, s.attemptStart(r.AttemptID, r.Start.LeaseVersion, s.now().UTC(), r.Start.RunningMs))
+			cmds, err = e.appendEncoded(cmds, fsm.MsgAttemptStart, e.attemptStart(r.AttemptID, r.Start.LeaseVersion, e.r.Now().UTC(), r.Start.RunningMs))
 		case r.Complete != nil:
-			end := s.attemptEnd(r.AttemptID, *r.Complete)
+			end := e.attemptEnd(r.AttemptID, *r.Complete)
 			if r.Complete.StartUnreported {
-				cmds, err = s.appendEncoded(cmds, fsm.MsgAttemptStart, s.attemptStart(end.AttemptID, end.LeaseVersion, end.Now, r.Complete.RanMs))
+				cmds, err = e.appendEncoded(cmds, fsm.MsgAttemptStart, e.attemptStart(end.AttemptID, end.LeaseVersion, end.Now, r.Complete.RanMs))
 			}
 			if err == nil {
-				cmds, err = s.appendEncoded(cmds, fsm.MsgAttemptEnd, end)
+				cmds, err = e.appendEncoded(cmds, fsm.MsgAttemptEnd, end)
 			}
 		default:
 			err = fmt.Errorf("report %d has neither a start nor a result: %w", i, api.ErrBadRequest)
@@ -131,7 +131,7 @@ func (s *Server) ReportAttempts(ctx context.Context, reports []api.AttemptReport
 		}
 		at[i] = len(cmds) - 1
 	}
-	resp, _, err := s.applyRaw(ctx, fsm.EncodeBatch(cmds))
+	resp, _, err := e.r.applyRaw(ctx, fsm.EncodeBatch(cmds))
 	if err != nil {
 		return nil, err
 	}
@@ -143,15 +143,15 @@ func (s *Server) ReportAttempts(ctx context.Context, reports []api.AttemptReport
 	for i := range reports {
 		if reports[i].Complete != nil && reports[i].Complete.StartUnreported {
 			if r, ok := results[at[i]-1].(*fsm.AttemptResult); ok {
-				s.metrics.observeStart(r)
+				e.metrics.observeStart(r)
 			}
 		}
 		switch r := results[at[i]].(type) {
 		case *fsm.AttemptResult:
 			if reports[i].Start != nil {
-				s.metrics.observeStart(r)
+				e.metrics.observeStart(r)
 			} else {
-				s.metrics.observeEnd(r)
+				e.metrics.observeEnd(r)
 			}
 			out[i].Report = api.AttemptReport{Attempt: toAPIAttempt(r.Attempt), Duplicate: r.Duplicate}
 		case error:
@@ -164,8 +164,8 @@ func (s *Server) ReportAttempts(ctx context.Context, reports []api.AttemptReport
 }
 
 // appendEncoded appends a command in the form every server reads.
-func (s *Server) appendEncoded(cmds [][]byte, t fsm.MessageType, payload any) ([][]byte, error) {
-	b, err := s.encode(t, payload)
+func (e *attemptEndpoints) appendEncoded(cmds [][]byte, t fsm.MessageType, payload any) ([][]byte, error) {
+	b, err := fsm.Encode(t, payload)
 	if err != nil {
 		return cmds, err
 	}
@@ -177,11 +177,11 @@ func (s *Server) appendEncoded(cmds [][]byte, t fsm.MessageType, payload any) ([
 // before reporting it): the start is dated that long before now, by the
 // agent's measure of the run (a duration, never its clock), kept within
 // what the cluster knows (after the reservation, not after now).
-func (s *Server) attemptStart(id string, lease uint64, now time.Time, ranMs int64) fsm.AttemptStartRequest {
+func (e *attemptEndpoints) attemptStart(id string, lease uint64, now time.Time, ranMs int64) fsm.AttemptStartRequest {
 	at := now
 	if ran, ok := agentMillis(ranMs); ok {
 		at = now.Add(-ran)
-		if a, err := s.fsm.State().Attempt(id); err == nil {
+		if a, err := e.r.State().Attempt(id); err == nil {
 			if reserved := a.ReservedAt.Time(); at.Before(reserved) {
 				at = reserved
 			}
@@ -201,8 +201,8 @@ func agentMillis(ms int64) (time.Duration, bool) {
 }
 
 // retryDelay is base * factor^(failures-1), capped.
-func (s *Server) retryDelay(failures int) time.Duration {
-	c := s.cfg.Scheduler
+func (e *attemptEndpoints) retryDelay(failures int) time.Duration {
+	c := e.sched
 	d := float64(c.RetryBase) * math.Pow(c.RetryFactor, float64(max(failures-1, 0)))
 	if d > float64(c.RetryCap) || math.IsInf(d, 0) || math.IsNaN(d) {
 		return c.RetryCap
@@ -217,9 +217,9 @@ func (s *Server) retryDelay(failures int) time.Duration {
 // this replica's clock against the leader's and for the answer's way to
 // the agent. 0 when too little is left: the agent then runs the attempt
 // only once its start is committed.
-func (s *Server) startWithin(reservedAt time.Time) time.Duration {
-	timeout := s.cfg.Scheduler.ScheduleToStartTimeout
-	left := timeout - s.now().Sub(reservedAt) - max(timeout/4, time.Second)
+func (e *attemptEndpoints) startWithin(reservedAt time.Time) time.Duration {
+	timeout := e.sched.ScheduleToStartTimeout
+	left := timeout - e.r.Now().Sub(reservedAt) - max(timeout/4, time.Second)
 	if left < minStartWithin {
 		return 0
 	}
@@ -235,11 +235,11 @@ const minStartWithin = 500 * time.Millisecond
 // returns once an attempt on the node changed after q.Index (a new
 // reservation, a cancel, a reclaim) and, if the node said what it knows
 // (q.Known), the live set differs from that; or when q.Wait passes.
-func (s *Server) Assignments(ctx context.Context, nodeID string, q api.AssignmentsQuery) (api.Assignments, error) {
+func (e *attemptEndpoints) Assignments(ctx context.Context, nodeID string, q api.AssignmentsQuery) (api.Assignments, error) {
 	deadline := time.Now().Add(q.Wait)
 	for {
 		ws := fsm.NewWatchSet()
-		st := s.fsm.State()
+		st := e.r.State()
 		node, err := st.Node(nodeID)
 		if errors.Is(err, fsm.ErrNotFound) {
 			// A follower may not have applied the registration yet: wait
@@ -282,7 +282,7 @@ func (s *Server) Assignments(ctx context.Context, nodeID string, q api.Assignmen
 				if err != nil {
 					continue
 				}
-				x.StartWithinMs = s.startWithin(a.ReservedAt.Time()).Milliseconds()
+				x.StartWithinMs = e.startWithin(a.ReservedAt.Time()).Milliseconds()
 				x.EarlierSession = a.LeaseVersion < node.SessionIndex
 				// One reserved at or before the list the agent holds was in
 				// that list, whole (it lists every live attempt of the node):

@@ -58,7 +58,7 @@ func newServerMetrics(s *Server) *serverMetrics {
 
 // observeStart and observeEnd record a committed attempt start or end.
 func (m *serverMetrics) observeStart(res *fsm.AttemptResult) {
-	if res == nil || res.Duplicate || res.Task == nil || res.Attempt == nil {
+	if m == nil || res == nil || res.Duplicate || res.Task == nil || res.Attempt == nil {
 		return
 	}
 	if d := res.Attempt.StartedAt.Time().Sub(res.Task.SubmittedAt()); d >= 0 {
@@ -67,7 +67,7 @@ func (m *serverMetrics) observeStart(res *fsm.AttemptResult) {
 }
 
 func (m *serverMetrics) observeEnd(res *fsm.AttemptResult) {
-	if res == nil || res.Duplicate || res.Attempt == nil {
+	if m == nil || res == nil || res.Duplicate || res.Attempt == nil {
 		return
 	}
 	a := res.Attempt

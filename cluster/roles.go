@@ -59,3 +59,13 @@ type nodeEndpoints struct {
 	profiles config.Profiles
 	observe  func(*fsm.Node) api.NodeObservation
 }
+
+// attemptEndpoints serves what agents report of their attempts (starts,
+// ends, batched reports) and their assignments over a replica; the
+// scheduler's settings give retry backoff and the start timeout, and the
+// metrics count starts and ends.
+type attemptEndpoints struct {
+	r       proposer
+	sched   config.Scheduler
+	metrics *serverMetrics
+}

@@ -321,3 +321,46 @@ func TestACLEndpointsOverAFakeReplica(t *testing.T) {
 		t.Fatal("a deleted token is still found")
 	}
 }
+
+// The attempt family over a replica in memory (no metrics): the agent's
+// assignment lists the reserved attempt, its start and end commit, a
+// stale lease is refused, and the task ends SUCCEEDED.
+func TestAttemptEndpointsOverAFakeReplica(t *testing.T) {
+	r := newMemReplica()
+	tasks := taskEndpoints{r: r, sched: sizes()}
+	attempts := attemptEndpoints{r: r, sched: config.DefaultScheduler()}
+	ctx := context.Background()
+	if _, _, err := r.apply(ctx, fsm.MsgRegisterNode, fsm.RegisterNodeRequest{Now: r.Now(), Node: fsm.Node{
+		ID: "edge-1", Capabilities: map[string][]string{"exec": {"1"}}, Resources: api.Resources{CPUMillis: 1000, MemoryMB: 1024}, Slots: 1,
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	task, _, _, err := tasks.SubmitTask(ctx, api.TaskSpec{Command: []string{"true"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, _ := r.State().Node("edge-1")
+	resp, _, err := r.applyRaw(ctx, fsm.EncodeReserve(fsm.ReserveRequest{TaskID: task.ID, AttemptID: "a1", Number: 1, NodeID: "edge-1",
+		SessionGeneration: n.SessionGeneration, Now: r.Now(), HeartbeatTTL: time.Hour}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease := resp.(*fsm.ReserveResult).Attempt.LeaseVersion
+	as, err := attempts.Assignments(ctx, "edge-1", api.AssignmentsQuery{})
+	if err != nil || len(as.Attempts) != 1 || as.Attempts[0].Attempt.ID != "a1" {
+		t.Fatalf("assignments: %+v, %v", as, err)
+	}
+	if _, err := attempts.StartAttempt(ctx, "a1", api.AttemptStartRequest{LeaseVersion: lease + 1}); !errors.Is(err, api.ErrConflict) {
+		t.Fatalf("a start with a stale lease: %v", err)
+	}
+	if rep, err := attempts.StartAttempt(ctx, "a1", api.AttemptStartRequest{LeaseVersion: lease}); err != nil || rep.Attempt.State != "RUNNING" {
+		t.Fatalf("start: %+v, %v", rep, err)
+	}
+	r.advance(time.Second)
+	if rep, err := attempts.CompleteAttempt(ctx, "a1", api.AttemptCompleteRequest{LeaseVersion: lease, RanMs: 900}); err != nil || rep.Attempt.State != "SUCCEEDED" {
+		t.Fatalf("end: %+v, %v", rep, err)
+	}
+	if got, _ := tasks.GetTask(task.ID); got.State != "SUCCEEDED" {
+		t.Fatalf("the task: %+v", got)
+	}
+}

@@ -122,6 +122,7 @@ type Server struct {
 	jobEndpoints
 	nodeEndpoints
 	aclEndpoints
+	attemptEndpoints
 }
 
 // Start opens the data directory, starts Raft and the HTTP API, and
@@ -239,6 +240,7 @@ func newServer(cfg config.Server, opts Options, logger hclog.Logger, material *p
 	s.nodeEndpoints = nodeEndpoints{r: s, profiles: cfg.Profiles, observe: s.Observation}
 	s.aclEndpoints = aclEndpoints{r: s, enforced: cfg.ACL, refusals: &refusalLimiter{}}
 	s.metrics = newServerMetrics(s)
+	s.attemptEndpoints = attemptEndpoints{r: s, sched: cfg.Scheduler, metrics: s.metrics}
 	if opts.AfterApply != nil {
 		s.fsm.SetAfterApply(opts.AfterApply)
 	}

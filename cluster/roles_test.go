@@ -82,6 +82,16 @@ func (m *memReplica) commitBatches(ctx context.Context, cmds [][]byte, batchSize
 	return out
 }
 
+// registerNode commits a node of one slot that runs exec@1 tasks.
+func (m *memReplica) registerNode(t *testing.T, id string) {
+	t.Helper()
+	if _, _, err := m.apply(context.Background(), fsm.MsgRegisterNode, fsm.RegisterNodeRequest{Now: m.Now(), Node: fsm.Node{
+		ID: id, Capabilities: map[string][]string{"exec": {"1"}}, Resources: api.Resources{CPUMillis: 1000, MemoryMB: 1024}, Slots: 1,
+	}}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func sizes() config.Scheduler {
 	return config.Scheduler{SizeSmall: []string{"L1", "L2", "L3"}, SizeLarge: []string{"L1"}}
 }
@@ -163,11 +173,7 @@ func TestNodeEndpointsOverAFakeReplica(t *testing.T) {
 		return api.NodeObservation{Misses: len(n.ID)}
 	}}
 	ctx := context.Background()
-	if _, _, err := r.apply(ctx, fsm.MsgRegisterNode, fsm.RegisterNodeRequest{Now: r.now, Node: fsm.Node{
-		ID: "edge-1", Capabilities: map[string][]string{"exec": {"1"}}, Resources: api.Resources{CPUMillis: 1000}, Slots: 1,
-	}}); err != nil {
-		t.Fatal(err)
-	}
+	r.registerNode(t, "edge-1")
 	if n, err := nodes.DrainNode(ctx, "edge-1", true); err != nil || n.Management != "DRAINING" {
 		t.Fatalf("drain: %+v, %v", n, err)
 	}
@@ -247,11 +253,7 @@ func TestReclaimLoopOverAFakeReplica(t *testing.T) {
 	tasks := taskEndpoints{r: r, sched: sizes()}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	if _, _, err := r.apply(ctx, fsm.MsgRegisterNode, fsm.RegisterNodeRequest{Now: r.Now(), Node: fsm.Node{
-		ID: "edge-1", Capabilities: map[string][]string{"exec": {"1"}}, Resources: api.Resources{CPUMillis: 1000, MemoryMB: 1024}, Slots: 1,
-	}}); err != nil {
-		t.Fatal(err)
-	}
+	r.registerNode(t, "edge-1")
 	task, _, _, err := tasks.SubmitTask(ctx, api.TaskSpec{Command: []string{"true"}})
 	if err != nil {
 		t.Fatal(err)
@@ -330,11 +332,7 @@ func TestAttemptEndpointsOverAFakeReplica(t *testing.T) {
 	tasks := taskEndpoints{r: r, sched: sizes()}
 	attempts := attemptEndpoints{r: r, sched: config.DefaultScheduler()}
 	ctx := context.Background()
-	if _, _, err := r.apply(ctx, fsm.MsgRegisterNode, fsm.RegisterNodeRequest{Now: r.Now(), Node: fsm.Node{
-		ID: "edge-1", Capabilities: map[string][]string{"exec": {"1"}}, Resources: api.Resources{CPUMillis: 1000, MemoryMB: 1024}, Slots: 1,
-	}}); err != nil {
-		t.Fatal(err)
-	}
+	r.registerNode(t, "edge-1")
 	task, _, _, err := tasks.SubmitTask(ctx, api.TaskSpec{Command: []string{"true"}})
 	if err != nil {
 		t.Fatal(err)

@@ -72,4 +72,35 @@ printf '%s\n' "${COMPREPLY[@]}"`
 	if got := complete("herd", "task", "st"); slices.Contains(got, "submit") {
 		t.Errorf("candidates must start with the word typed: %q", got)
 	}
+
+	// The zsh and fish scripts, in their own shells: zsh's completion
+	// system stands in as compadd printing what it is given; fish lists
+	// what it would complete a command line with.
+	env := append(os.Environ(), "PATH="+dir+string(os.PathListSeparator)+os.Getenv("PATH"), "HERD_ADDR="+c.Replicas[0].Cfg.HTTPAddr)
+	shells := []struct {
+		shell, script string
+	}{
+		{"zsh", `compdef() { : }
+compadd() { if [[ $1 == -a ]]; then print -l ${(P)2}; fi }
+source <(herd completion zsh)
+words=(herd node status edge); CURRENT=4; _herd
+words=(herd task st); CURRENT=3; _herd`},
+		{"fish", `herd completion fish | source
+complete -C"herd node status edge"
+complete -C"herd task st"`},
+	}
+	for _, sh := range shells {
+		path, err := exec.LookPath(sh.shell)
+		if err != nil {
+			t.Logf("%s is not installed: its completion script is not tried", sh.shell)
+			continue
+		}
+		cmd := exec.Command(path, "-c", sh.script)
+		cmd.Env = env
+		out, err := cmd.CombinedOutput()
+		got := strings.Fields(string(out))
+		if err != nil || !slices.Contains(got, "edge-7") || !slices.Contains(got, "status") || slices.Contains(got, "submit") {
+			t.Errorf("%s completion: %v, %q", sh.shell, err, out)
+		}
+	}
 }

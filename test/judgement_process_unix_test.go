@@ -174,6 +174,11 @@ func TestProcessesHungNodeIsFlaggedAndABackupWins(t *testing.T) {
 
 	spec := task("speculative")
 	spec.Speculative = true
+	// Room for the backup to win on a loaded machine: the hung attempt
+	// is marked slow at 5 s (five times the class's median), and its
+	// backup must finish before this timeout ends the race another way.
+	long := int64(30)
+	spec.TimeoutSeconds = &long
 	spec.PreferredLabels = map[string]string{"spot": "cheap"}
 	plain := task("plain")
 	plain.PreferredLabels = map[string]string{"spot": "cheap"}

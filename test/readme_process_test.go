@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -52,7 +53,7 @@ func TestProcessesNewcomerFollowsTheREADME(t *testing.T) {
 	bin := buildHerd(t)
 	setup := readmeShellLines(t, "## Set up")
 	tour := readmeShellLines(t, "## A five-minute tour")
-	if len(setup) < 3 || setup[0] != "go run ./cmd/herd dev" || !slicesContain(setup, "go test ./...") || len(tour) < 5 {
+	if len(setup) < 3 || setup[0] != "go run ./cmd/herd dev" || !slices.Contains(setup, "go test ./...") || len(tour) < 5 {
 		t.Fatalf("the README's set-up and tour are not what this test follows:\n%q\n%q", setup, tour)
 	}
 	dev := exec.Command(bin, "dev", "-agents", "5", "-data-dir", t.TempDir())
@@ -124,13 +125,4 @@ func TestProcessesNewcomerFollowsTheREADME(t *testing.T) {
 		}
 		t.Logf("$ %s\n%s", line, tail(got, 2000))
 	}
-}
-
-func slicesContain(list []string, s string) bool {
-	for _, l := range list {
-		if l == s {
-			return true
-		}
-	}
-	return false
 }

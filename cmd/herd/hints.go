@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"strconv"
 	"strings"
 	"syscall"
 
@@ -56,9 +55,5 @@ func jsonDecodeError(err error, v any) error {
 	if !ok {
 		return err
 	}
-	name, uerr := strconv.Unquote(quoted)
-	if uerr != nil {
-		name = quoted
-	}
-	return errors.New("unknown field " + quoted + check.DidYouMean(name, check.JSONFields(v)))
+	return errors.New(check.UnknownField(quoted, v))
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"reflect"
 	"sort"
+	"strconv"
 	"strings"
 )
 
@@ -30,6 +31,16 @@ func DidYouMean(unknown string, known []string) string {
 		return ""
 	}
 	return fmt.Sprintf(" (did you mean %q?)", best)
+}
+
+// UnknownField describes a JSON field (as encoding/json quotes it) that
+// v's type does not have, naming the nearest one it has.
+func UnknownField(quoted string, v any) string {
+	name, err := strconv.Unquote(quoted)
+	if err != nil {
+		name = quoted
+	}
+	return "unknown field " + quoted + DidYouMean(name, JSONFields(v))
 }
 
 // JSONFields lists the JSON names of the fields of v's type and of every

@@ -93,11 +93,7 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
 // unknownField refuses a field the body's type does not have, naming the
 // nearest one it has.
 func unknownField(quoted string, v any) error {
-	name, err := strconv.Unquote(quoted)
-	if err != nil {
-		name = quoted
-	}
-	return badRequest("unknown field %s%s", quoted, check.DidYouMean(name, check.JSONFields(v)))
+	return badRequest("%s", check.UnknownField(quoted, v))
 }
 
 func describeDecodeError(err error) error {

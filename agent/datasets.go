@@ -36,6 +36,10 @@ const HeaderSHA256 = "X-Herd-Sha256"
 //	GET /v1/logs/{attempt}   an attempt's log: servers, and this node's
 //	GET /v1/images           the image cache: servers, and this node's
 //	                         own agent certificate (tools on the node)
+//	POST /v1/images/pull     pull a registry reference into the cache,
+//	POST /v1/images/import   store an uploaded archive's images: the
+//	                         same (a replica proxies them for operators
+//	                         the servers' API has already authorised)
 //	GET /metrics             the agent's metrics: servers, this node's
 //	                         certificate, and client certificates (a
 //	                         Prometheus with `herd tls cert create -client`)
@@ -78,6 +82,8 @@ func (a *Agent) serveDatasets(ctx context.Context) (string, error) {
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(a.imageStatus())
 	}))
+	mux.HandleFunc("POST /v1/images/pull", a.dataRoute(serversAndSelf, a.handleImagePull))
+	mux.HandleFunc("POST /v1/images/import", a.dataRoute(serversAndSelf, a.handleImageImport))
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		<-ctx.Done()

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"net"
 	"os"
 	"path"
@@ -148,7 +149,7 @@ func (c *imageCache) saveLocked() error {
 func (c *imageCache) acquire(ctx context.Context, ref string) (pulledImage, error) {
 	c.mu.Lock()
 	for {
-		if d, ok := c.state.Refs[ref]; ok && c.completeLocked(d) {
+		if d, ok := c.lookupLocked(ref); ok && c.completeLocked(d) {
 			defer c.mu.Unlock()
 			img := c.state.Images[d]
 			img.LastUsed = time.Now()
@@ -183,6 +184,41 @@ func (c *imageCache) acquire(ctx context.Context, ref string) (pulledImage, erro
 		return pulledImage{}, err
 	}
 	return out, nil
+}
+
+// lookupLocked finds the cached image a reference names: by the
+// reference as written, by its canonical form (tools:1 is
+// index.docker.io/library/tools:1, as an imported archive's names are
+// recorded too), or, for a reference pinned by digest (NAME@sha256:…), by
+// the digest alone, wherever the image came from.
+func (c *imageCache) lookupLocked(ref string) (string, bool) {
+	if d, ok := c.state.Refs[ref]; ok {
+		return d, true
+	}
+	if canon := canonicalRef(ref); canon != "" {
+		if d, ok := c.state.Refs[canon]; ok {
+			return d, true
+		}
+	}
+	if _, d, ok := strings.Cut(ref, "@"); ok && strings.HasPrefix(d, "sha256:") {
+		if _, ok := c.state.Images[d]; ok {
+			return d, true
+		}
+	}
+	return "", false
+}
+
+// canonicalRef is a registry reference's full name, or "" for what is
+// not one (an oci-layout: path, a malformed name).
+func canonicalRef(ref string) string {
+	if strings.HasPrefix(ref, "oci-layout:") {
+		return ""
+	}
+	r, err := name.ParseReference(ref, name.WeakValidation)
+	if err != nil {
+		return ""
+	}
+	return r.Name()
 }
 
 func awaitClosed(ctx context.Context, ch <-chan struct{}) error {
@@ -307,26 +343,33 @@ func layoutImage(spec string) (v1.Image, error) {
 	return idx.Image(found[0].Digest)
 }
 
-// pull fetches ref's image and unpacks the layers the cache lacks, taking
-// the lock only to read and change the state; on success the image is
-// recorded and held in use, in one step with its recording so that no
-// eviction comes between.
+// pull fetches ref's image and stores it under ref.
 func (c *imageCache) pull(ctx context.Context, ref string) (pulledImage, error) {
 	img, err := c.resolve(ctx, ref)
 	if err != nil {
 		return pulledImage{}, err
 	}
+	return c.store(ctx, "pull "+ref, img, ref)
+}
+
+// store unpacks the layers of img the cache lacks, taking the lock only
+// to read and change the state; on success the image is recorded under
+// every one of refs (the first is the name its status shows) and held in
+// use, in one step with its recording so that no eviction comes between.
+// what begins its errors ("pull REF", "import FILE").
+func (c *imageCache) store(ctx context.Context, what string, img v1.Image, refs ...string) (pulledImage, error) {
+	ref := refs[0]
 	digest, err := img.Digest()
 	if err != nil {
-		return pulledImage{}, fmt.Errorf("pull %s: %w", ref, err)
+		return pulledImage{}, fmt.Errorf("%s: %w", what, err)
 	}
 	cfg, err := img.ConfigFile()
 	if err != nil {
-		return pulledImage{}, fmt.Errorf("pull %s: image config: %w", ref, err)
+		return pulledImage{}, fmt.Errorf("%s: image config: %w", what, err)
 	}
 	layers, err := img.Layers()
 	if err != nil {
-		return pulledImage{}, fmt.Errorf("pull %s: layers: %w", ref, err)
+		return pulledImage{}, fmt.Errorf("%s: layers: %w", what, err)
 	}
 	d := digest.String()
 	entry := &cachedImage{Ref: ref, Env: cfg.Config.Env, Entrypoint: cfg.Config.Entrypoint, LastUsed: time.Now()}
@@ -355,12 +398,12 @@ func (c *imageCache) pull(ctx context.Context, ref string) (pulledImage, error) 
 	for _, l := range layers {
 		ld, err := l.Digest()
 		if err != nil {
-			return pulledImage{}, fmt.Errorf("pull %s: layer digest: %w", ref, err)
+			return pulledImage{}, fmt.Errorf("%s: layer digest: %w", what, err)
 		}
 		entry.Layers = append(entry.Layers, ld.String())
 		mine, err := c.claimLayer(ctx, ld.String(), &pinned)
 		if err != nil {
-			return pulledImage{}, fmt.Errorf("pull %s: %w", ref, err)
+			return pulledImage{}, fmt.Errorf("%s: %w", what, err)
 		}
 		if !mine {
 			continue // cached already, or unpacked by another pull
@@ -370,31 +413,37 @@ func (c *imageCache) pull(ctx context.Context, ref string) (pulledImage, error) 
 			added = append(added, ld.String())
 		}
 		if err != nil {
-			return pulledImage{}, fmt.Errorf("pull %s: layer %s: %w", ref, ld, err)
+			return pulledImage{}, fmt.Errorf("%s: layer %s: %w", what, ld, err)
 		}
 	}
 	if _, err := os.Stat(c.rootDir(d)); err != nil {
 		if err := c.assemble(entry.Layers, d); err != nil {
-			return pulledImage{}, fmt.Errorf("pull %s: assemble root: %w", ref, err)
+			return pulledImage{}, fmt.Errorf("%s: assemble root: %w", what, err)
 		}
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	prevImage, hadImage := c.state.Images[d]
-	prevRef, hadRef := c.state.Refs[ref]
+	prevRefs := map[string]string{}
+	for _, r := range refs {
+		if old, ok := c.state.Refs[r]; ok {
+			prevRefs[r] = old
+		}
+		c.state.Refs[r] = d
+	}
 	c.state.Images[d] = entry
-	c.state.Refs[ref] = d
 	if err := c.saveLocked(); err != nil {
 		delete(c.state.Images, d)
-		delete(c.state.Refs, ref)
 		if hadImage {
 			c.state.Images[d] = prevImage
 		}
-		if hadRef {
-			c.state.Refs[ref] = prevRef
+		for _, r := range refs {
+			delete(c.state.Refs, r)
 		}
+		maps.Copy(c.state.Refs, prevRefs)
 		return pulledImage{}, fmt.Errorf("image cache index: %w", err)
 	}
+
 	c.inUse[d]++
 	ok = true
 	return pulledImage{Digest: d, Root: c.rootDir(d), Env: entry.Env, Entrypoint: entry.Entrypoint}, nil
@@ -723,14 +772,29 @@ func (c *imageCache) assemble(layers []string, digest string) error {
 func (c *imageCache) status() (used, max int64, pulls, hits, failures int64, images []api.CachedImage) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	names := map[string][]string{}
+	for r, d := range c.state.Refs {
+		names[d] = append(names[d], r)
+	}
 	for d, img := range c.state.Images {
+		slices.Sort(names[d])
+		ref := img.Ref
+		if c.state.Refs[ref] != d {
+			// Its name now points elsewhere (a tag pulled again or
+			// imported anew): it is known by its other names, or by
+			// its digest alone.
+			ref = ""
+			if len(names[d]) > 0 {
+				ref = names[d][0]
+			}
+		}
 		var n int64
 		for _, l := range img.Layers {
 			if cl := c.state.Layers[l]; cl != nil {
 				n += cl.Bytes
 			}
 		}
-		images = append(images, api.CachedImage{Ref: img.Ref, Digest: d, Bytes: n, Layers: len(img.Layers), LastUsed: img.LastUsed, InUse: c.inUse[d]})
+		images = append(images, api.CachedImage{Ref: ref, Names: names[d], Digest: d, Bytes: n, Layers: len(img.Layers), LastUsed: img.LastUsed, InUse: c.inUse[d]})
 	}
 	sort.Slice(images, func(i, j int) bool { return images[i].LastUsed.After(images[j].LastUsed) })
 	return c.usedLocked(), c.maxBytes, c.pulls, c.hits, c.failures, images

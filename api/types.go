@@ -43,12 +43,40 @@ type ImageCache struct {
 
 // CachedImage is one image in a node's cache.
 type CachedImage struct {
-	Ref      string    `json:"ref"`
+	// Ref is the name the image was pulled or imported by; empty when
+	// that name now points at another image.
+	Ref string `json:"ref"`
+	// Names are every reference that finds the image in the cache.
+	Names    []string  `json:"names,omitempty"`
 	Digest   string    `json:"digest"`
 	Bytes    int64     `json:"bytes"`
 	Layers   int       `json:"layers"`
 	LastUsed time.Time `json:"last_used"`
 	InUse    int       `json:"in_use"`
+}
+
+// ImagePullRequest asks a node's agent to pull an image from its
+// registry into its cache (POST /v1/nodes/{id}/images/pull).
+type ImagePullRequest struct {
+	Ref string `json:"ref"`
+}
+
+// ImageLoaded is one image a pull or an import put into a node's cache.
+type ImageLoaded struct {
+	Node string `json:"node"`
+	// Names are the references that now find the image on the node.
+	Names  []string `json:"names"`
+	Digest string   `json:"digest"`
+	// Pinned is the reference with its digest (NAME@sha256:…), the form
+	// a task names to run exactly this image.
+	Pinned string `json:"pinned,omitempty"`
+	Bytes  int64  `json:"bytes"`
+	Layers int    `json:"layers"`
+}
+
+// ImageLoad answers a pull or an import: the images the node now holds.
+type ImageLoad struct {
+	Images []ImageLoaded `json:"images"`
 }
 
 // InputSource says where an attempt's input is held: the dataset, its

@@ -181,16 +181,22 @@ func (c *Client) once(ctx context.Context, method, u string, body []byte, out an
 
 // onceWith is once through hc (a follow has no overall timeout).
 func (c *Client) onceWith(hc *http.Client, ctx context.Context, method, u string, body []byte, out any) (Meta, error) {
-	var rd io.Reader
 	if body != nil {
-		rd = bytes.NewReader(body)
+		return c.onceReader(hc, ctx, method, u, bytes.NewReader(body), "application/json", out)
 	}
+	return c.onceReader(hc, ctx, method, u, nil, "", out)
+}
+
+// onceReader sends one request with the body rd (nil: none) of
+// contentType and decodes the answer into out (an io.Writer receives it
+// as it is).
+func (c *Client) onceReader(hc *http.Client, ctx context.Context, method, u string, rd io.Reader, contentType string, out any) (Meta, error) {
 	req, err := http.NewRequestWithContext(ctx, method, u, rd)
 	if err != nil {
 		return Meta{}, fmt.Errorf("build request: %w", err)
 	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
 	}
 	if c.token != "" {
 		req.Header.Set(HeaderToken, c.token)

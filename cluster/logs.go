@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -113,44 +112,6 @@ func (s *Server) agentClient(nodeID string) (scheme string, client *http.Client,
 		return pki.Dial(ctx, (&net.Dialer{Timeout: 10 * time.Second}).DialContext, addr, s.tls.ClientConfigFor(pki.Identity{Role: pki.RoleAgent, ID: nodeID}))
 	}}
 	return "https", &http.Client{Transport: tr}, tr.CloseIdleConnections
-}
-
-// NodeImages asks a node's agent about its container runtime and image
-// cache; a node that is DOWN or cannot be reached is a conflict saying so.
-func (s *Server) NodeImages(ctx context.Context, nodeID string) (api.ImageCache, error) {
-	node, err := s.fsm.State().Node(nodeID)
-	switch {
-	case errors.Is(err, fsm.ErrNotFound):
-		return api.ImageCache{}, fmt.Errorf("node %q not found: %w", nodeID, api.ErrNotFound)
-	case err != nil:
-		return api.ImageCache{}, err
-	case node.Liveness == scheduler.LivenessDown:
-		return api.ImageCache{}, fmt.Errorf("node %s is DOWN: its image cache cannot be read now: %w", node.ID, api.ErrConflict)
-	case node.DataAddress == "":
-		return api.ImageCache{}, fmt.Errorf("node %s serves no status (an agent older than this build): %w", node.ID, api.ErrConflict)
-	}
-	scheme, client, done := s.agentClient(node.ID)
-	defer done()
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, scheme+"://"+node.DataAddress+"/v1/images", nil)
-	if err != nil {
-		return api.ImageCache{}, err
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		return api.ImageCache{}, fmt.Errorf("node %s cannot be reached (%v): %w", node.ID, err, api.ErrConflict)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
-		return api.ImageCache{}, fmt.Errorf("node %s: %s: %w", node.ID, trimNL(string(msg)), api.ErrConflict)
-	}
-	var out api.ImageCache
-	if err := json.NewDecoder(io.LimitReader(resp.Body, 4<<20)).Decode(&out); err != nil {
-		return api.ImageCache{}, fmt.Errorf("node %s: its image cache answer: %v: %w", node.ID, err, api.ErrConflict)
-	}
-	return out, nil
 }
 
 func trimNL(s string) string {

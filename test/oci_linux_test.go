@@ -310,6 +310,31 @@ func TestOCITasks(t *testing.T) {
 			t.Fatalf("interfaces without a network: %v", out)
 		}
 	})
+
+	// The path from a `docker save` to a running task with no registry:
+	// the names it gives (Docker Hub's, unreachable from here) and the
+	// pinned reference the import answers are found in the node's cache.
+	t.Run("imported archive", func(t *testing.T) {
+		archive := t.TempDir() + "/saved.tar"
+		tag, err := name.NewTag("site/imported:1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := tarball.WriteToFile(archive, tag, busyboxImage(t, bb, "imported-only")); err != nil {
+			t.Fatal(err)
+		}
+		load, err := cl.ImportImage(Ctx(t, time.Minute), "edge-1", func() (io.ReadCloser, error) { return os.Open(archive) }, nil)
+		if err != nil || len(load.Images) != 1 {
+			t.Fatalf("import: %+v, %v", load, err)
+		}
+		for _, ref := range []string{"site/imported:1", load.Images[0].Pinned} {
+			id := submit(t, cl, ociSpec("imported", ref, `cat /imported-only`))
+			waitTaskState(t, cl, id, api.TaskSucceeded)
+			if out := attemptOf(t, cl, id).OutputTail; !strings.Contains(out, "imported-only") {
+				t.Fatalf("%s: output %q", ref, out)
+			}
+		}
+	})
 }
 
 // A node without a container runtime does not advertise oci@1: an oci

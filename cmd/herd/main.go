@@ -49,6 +49,7 @@ func commands() []command {
 		{"task", "submit, inspect and list tasks", runTask},
 		{"job", "run pipelines: DAGs of stages that pass outputs to each other", runJob},
 		{"node", "list, inspect, drain and register worker nodes", runNode},
+		{"image", "put container images into nodes' caches: pull from a registry, import an archive", runImage},
 		{"monitor", "print the cluster's events as they happen (tasks, nodes, jobs)", runMonitor},
 		{"explain", "say why a task waits, node by node (or what-if for a spec)", runExplain},
 		{"operator", "inspect and manage raft and snapshots", runOperator},

@@ -21,6 +21,8 @@ var routeCapabilities = map[string]Capability{
 	"GET /v1/events":                            capRead,
 	"GET /ui/":                                  capPublic,
 	"GET /v1/nodes/{id}/images":                 capRead,
+	"POST /v1/nodes/{id}/images/pull":           capSubmit,
+	"POST /v1/nodes/{id}/images/import":         capOperator,
 	"GET /v1/operator/scheduler":                capRead,
 	"DELETE /v1/operator/raft/peer":             capOperator,
 	"GET /v1/operator/gossip/keyring":           capAgentOrOperator,

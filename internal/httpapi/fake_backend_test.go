@@ -213,6 +213,15 @@ func (f *fakeBackend) GetNode(id string) (api.Node, error) {
 func (f *fakeBackend) ListNodes() ([]api.Node, error) {
 	return []api.Node{{ID: "n1"}}, f.call("ListNodes")
 }
+func (f *fakeBackend) PullImage(_ context.Context, id, ref string) (api.ImageLoad, error) {
+	return api.ImageLoad{Images: []api.ImageLoaded{{Node: id, Names: []string{ref}, Digest: "sha256:aa"}}}, f.call("PullImage", id, ref)
+}
+
+func (f *fakeBackend) ImportImage(_ context.Context, id string, archive io.Reader, tags []string) (api.ImageLoad, error) {
+	b, _ := io.ReadAll(archive)
+	return api.ImageLoad{Images: []api.ImageLoaded{{Node: id, Names: tags, Digest: "sha256:bb"}}}, f.call("ImportImage", id, string(b), strings.Join(tags, ","))
+}
+
 func (f *fakeBackend) NodeImages(_ context.Context, id string) (api.ImageCache, error) {
 	return api.ImageCache{Runtime: "runc 1.1.5"}, f.call("NodeImages", id)
 }

@@ -2,10 +2,14 @@ package httpapi
 
 import (
 	"context"
-	"herd/api"
+	"fmt"
+	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
+
+	"herd/api"
 )
 
 // NodeBackend registers nodes, keeps their sessions alive, hands them
@@ -27,6 +31,10 @@ type NodeBackend interface {
 	// NodeImages asks the node's agent about its container runtime and
 	// image cache.
 	NodeImages(ctx context.Context, nodeID string) (api.ImageCache, error)
+	// PullImage has the node's agent pull a registry reference into its
+	// cache; ImportImage streams an image archive to it.
+	PullImage(ctx context.Context, nodeID, ref string) (api.ImageLoad, error)
+	ImportImage(ctx context.Context, nodeID string, archive io.Reader, tags []string) (api.ImageLoad, error)
 }
 
 // MaxWait bounds a blocking query.
@@ -43,7 +51,43 @@ func (h *Handler) nodeRoutes() []route {
 		{http.MethodPost, "/v1/nodes/{id}/drain", leaderOnly, capOperator, h.postDrain},
 		{http.MethodPost, "/v1/nodes/{id}/eligibility", leaderOnly, capOperator, h.postEligibility},
 		{http.MethodGet, "/v1/nodes/{id}/images", local, capRead, h.getNodeImages},
+		// A pull fetches what a task naming the reference would; an
+		// import decides what a name means on the node for every task
+		// after it, so it is an operator's.
+		{http.MethodPost, "/v1/nodes/{id}/images/pull", local, capSubmit, h.postImagePull},
+		{http.MethodPost, "/v1/nodes/{id}/images/import", local, capOperator, h.postImageImport},
 	}
+}
+
+func (h *Handler) postImagePull(w http.ResponseWriter, r *http.Request) (any, error) {
+	id, err := pathID(r, "node")
+	if err != nil {
+		return nil, err
+	}
+	var req api.ImagePullRequest
+	if err := decodeBody(w, r, &req); err != nil {
+		return nil, err
+	}
+	if req.Ref == "" {
+		return nil, badRequest("ref is required: the image reference to pull (REGISTRY/NAME:TAG)")
+	}
+	return h.backend.PullImage(r.Context(), id, req.Ref)
+}
+
+// postImageImport streams the body, an image archive, to the node's
+// agent; ?tag= (repeated) names the archive's one image.
+func (h *Handler) postImageImport(_ http.ResponseWriter, r *http.Request) (any, error) {
+	id, err := pathID(r, "node")
+	if err != nil {
+		return nil, err
+	}
+	load, err := h.backend.ImportImage(r.Context(), id, r.Body, r.URL.Query()["tag"])
+	var names []string
+	for _, im := range load.Images {
+		names = append(names, im.Names...)
+	}
+	h.audit(r, "image import", fmt.Sprintf("node %s: %s", id, strings.Join(names, ", ")), err)
+	return load, err
 }
 
 // getNodeImages answers what the node's agent says of its runtime and

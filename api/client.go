@@ -3,6 +3,8 @@ package api
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -133,6 +135,9 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) (Meta
 	}
 	var lastErr error
 	for round := 0; round <= c.Retries; round++ {
+		if round > 0 && misconfigured(lastErr) {
+			break // every address was asked; asking again cannot help
+		}
 		if round > 0 {
 			select {
 			case <-ctx.Done():
@@ -234,6 +239,25 @@ func (c *Client) onceReader(hc *http.Client, ctx context.Context, method, u stri
 		return meta, fmt.Errorf("decode answer of %s: %w", u, err)
 	}
 	return meta, nil
+}
+
+// misconfigured reports whether err is the client's TLS set-up failing
+// against the server's (an unknown CA, a certificate for another name,
+// HTTPS to a plain server or plain HTTP to an HTTPS one): a retry gets the
+// same answer, so none is made.
+func misconfigured(err error) bool {
+	var (
+		unknown  x509.UnknownAuthorityError
+		hostname x509.HostnameError
+		invalid  x509.CertificateInvalidError
+		verify   *tls.CertificateVerificationError
+		record   tls.RecordHeaderError
+	)
+	if err == nil {
+		return false
+	}
+	return errors.As(err, &unknown) || errors.As(err, &hostname) || errors.As(err, &invalid) || errors.As(err, &verify) ||
+		errors.As(err, &record) || strings.Contains(err.Error(), "server gave HTTP response to HTTPS client")
 }
 
 // answerBuffers hold answers while they are decoded, so that an agent's

@@ -239,9 +239,9 @@ func writeNodeSections(w io.Writer, n api.Node, images []api.CachedImage) {
 		}
 		t.write(w)
 	}
-	section("Images", []string{"REF", "DIGEST", "SIZE", "LAYERS", "LAST USED", "IN USE"}, len(images), func(i int) []string {
+	section("Images", []string{"IMAGE", "DIGEST", "SIZE", "LAYERS", "LAST USED", "IN USE"}, len(images), func(i int) []string {
 		im := images[i]
-		return []string{im.Ref, im.Digest, humanBytes(im.Bytes), strconv.Itoa(im.Layers), ago(im.LastUsed), strconv.Itoa(im.InUse)}
+		return []string{orDash(strings.Join(im.Names, ", ")), im.Digest, humanBytes(im.Bytes), strconv.Itoa(im.Layers), ago(im.LastUsed), strconv.Itoa(im.InUse)}
 	})
 	section("History by class", []string{"CLASS", "RUNS", "FAILURES", "TYPICAL", "FLEET MEDIAN", "RECENT", "FAST FAILS IN A ROW"}, len(n.History), func(i int) []string {
 		c := n.History[i]

@@ -369,6 +369,7 @@ func Run(o Options, out io.Writer) error {
 	}
 	defer os.RemoveAll(dir)
 	r := Result{Machine: machineOf(o)}
+	r.FootprintNodes, r.FootprintTasks, r.E2ETasks, r.PlacementBacklog, r.PlacementNodes = sz.footNodes, sz.footTasks, sz.e2eTasks, sz.backlog, sz.nodes
 	// The decision and queue timings come first, as go test -bench would
 	// take them, in a fresh heap: the cluster steps leave a heap behind
 	// that slows the 10k-node decision severalfold.

@@ -1,7 +1,11 @@
 package bench
 
 import (
+	"bytes"
 	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -73,5 +77,35 @@ func TestRefutationsCountsMemberlistRefutations(t *testing.T) {
 	logger.Info("joined the gossip pool", "members", 4)
 	if got := r.n.Load(); got != 2 {
 		t.Fatalf("counted %d refutations, want 2", got)
+	}
+}
+
+// A run reports the sizes of its workloads, in its JSON and in the
+// workload column of its table, whichever steps it runs.
+func TestRunReportsItsWorkloadSizes(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "bench.json")
+	var out bytes.Buffer
+	if err := Run(Options{Quick: true, Only: []string{"decision"}, JSON: file}, &out); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r Result
+	if err := json.Unmarshal(b, &r); err != nil {
+		t.Fatal(err)
+	}
+	if r.PlacementNodes == 0 || r.PlacementBacklog == 0 || r.E2ETasks == 0 || r.FootprintNodes == 0 || r.FootprintTasks == 0 {
+		t.Fatalf("workload sizes missing from the JSON: %+v", r)
+	}
+	for _, want := range []string{
+		fmt.Sprintf("%d nodes, %d pending", r.PlacementNodes, r.PlacementBacklog),
+		fmt.Sprintf("%d × true at once", r.E2ETasks),
+		fmt.Sprintf("one replica process, %d nodes, %d tasks", r.FootprintNodes, r.FootprintTasks),
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("the table's workloads lack %q:\n%s", want, out.String())
+		}
 	}
 }

@@ -3,14 +3,11 @@
 package test
 
 import (
-	"context"
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -96,28 +93,7 @@ func TestProcessesOperationsPagesRun(t *testing.T) {
 			fmt.Fprintf(&sb, "%s > %s.txt\n", strings.ReplaceAll(line, "ID", id), strings.ReplaceAll(strings.Fields(line)[2], " ", ""))
 		}
 	}
-	script := sb.String()
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "bash", "-c", script)
-	cmd.Env = append(os.Environ(), "HOME="+dir)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-	t.Cleanup(func() {
-		if cmd.Process != nil {
-			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		}
-		if t.Failed() {
-			for _, f := range []string{"s1.log", "s2.log", "s3.log", "agent.log"} {
-				b, _ := os.ReadFile(filepath.Join(dir, f))
-				t.Logf("--- %s ---\n%s", f, tail(b, 2500))
-			}
-		}
-	})
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("the pages' commands failed: %v\n--- script ---\n%s\n--- output ---\n%s", err, script, tail(out, 6000))
-	}
+	runDocScript(t, dir, sb.String(), 4*time.Minute, "s1.log", "s2.log", "s3.log", "agent.log")
 	read := func(f string) string {
 		b, err := os.ReadFile(filepath.Join(dir, f))
 		if err != nil {

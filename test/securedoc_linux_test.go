@@ -3,15 +3,12 @@
 package test
 
 import (
-	"context"
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -129,28 +126,7 @@ herd task logs "$id" > logs.txt
 	sb.WriteString("echo \"mark: rotation starts $(date +%s.%N)\"\n")
 	sb.WriteString(onLoopback(rotation, dir, net) + "\n")
 	sb.WriteString("echo \"mark: rotation done $(date +%s.%N)\"\n")
-	script := sb.String()
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "bash", "-c", script)
-	cmd.Env = append(os.Environ(), "HOME="+dir)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-	t.Cleanup(func() {
-		if cmd.Process != nil {
-			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		}
-		if t.Failed() {
-			for _, f := range []string{"s1.log", "s2.log", "s3.log", "edge-7.log", "boot.err"} {
-				b, _ := os.ReadFile(filepath.Join(dir, f))
-				t.Logf("--- %s ---\n%s", f, tail(b, 2500))
-			}
-		}
-	})
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("docs/security.md's set-up failed: %v\n--- script ---\n%s\n--- output ---\n%s", err, script, tail(out, 6000))
-	}
+	out := runDocScript(t, dir, sb.String(), 4*time.Minute, "s1.log", "s2.log", "s3.log", "edge-7.log", "boot.err")
 	for _, line := range strings.Split(string(out), "\n") {
 		if strings.HasPrefix(line, "mark: ") {
 			t.Log(line)

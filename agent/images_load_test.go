@@ -110,8 +110,8 @@ func acquireFile(t *testing.T, c *imageCache, ref, file string) string {
 // that names them as written, by their full name, or pinned by digest,
 // without any registry (the references name none that exists).
 func TestImportedArchivesAreFoundByNameAndDigest(t *testing.T) {
-	tools := imageOf(t, layerOf(t, entry{name: "bin/", typ: tar.TypeDir}, entry{name: "bin/tool", body: "tools v1"}))
-	other := imageOf(t, layerOf(t, entry{name: "other", body: "other v3"}))
+	tools := imageOf(t, layerOf(t, entry{Name: "bin/", Type: tar.TypeDir}, entry{Name: "bin/tool", Body: "tools v1"}))
+	other := imageOf(t, layerOf(t, entry{Name: "other", Body: "other v3"}))
 	saved := dockerSave(t, map[string]v1.Image{"tools:1": tools, "registry.lan/team/other:3": other})
 	named := layoutWith(t, map[string]v1.Image{"registry.lan/oci/tool:2": tools})
 	unnamed := layoutWith(t, map[string]v1.Image{"": other})
@@ -172,7 +172,7 @@ func TestImportedArchivesAreFoundByNameAndDigest(t *testing.T) {
 
 // What cannot be imported says why, and leaves the cache as it was.
 func TestImportRefusesWhatItCannotRead(t *testing.T) {
-	img := imageOf(t, layerOf(t, entry{name: "f", body: "x"}))
+	img := imageOf(t, layerOf(t, entry{Name: "f", Body: "x"}))
 	dir := t.TempDir()
 	notImage := filepath.Join(dir, "notes.txt")
 	if err := os.WriteFile(notImage, []byte("not a tar at all"), 0o600); err != nil {
@@ -201,7 +201,7 @@ func TestImportRefusesWhatItCannotRead(t *testing.T) {
 		{"a link out of the archive", escaping, nil, "files and directories only"},
 		{"an unnamed image", tarOf(t, layoutWith(t, map[string]v1.Image{"": img})), nil, "has no name: give one with a tag"},
 		{"a bad tag", dockerSave(t, map[string]v1.Image{"a:1": img}), []string{"Bad Tag!"}, `tag "Bad Tag!"`},
-		{"a tag for several images", dockerSave(t, map[string]v1.Image{"a:1": img, "b:1": imageOf(t, layerOf(t, entry{name: "g", body: "y"}))}), []string{"c:1"}, "holds 2 images"},
+		{"a tag for several images", dockerSave(t, map[string]v1.Image{"a:1": img, "b:1": imageOf(t, layerOf(t, entry{Name: "g", Body: "y"}))}), []string{"c:1"}, "holds 2 images"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -243,7 +243,7 @@ func TestPullFollowsAMovedTag(t *testing.T) {
 	t.Cleanup(reg.Close)
 	ref := strings.TrimPrefix(reg.URL, "http://") + "/tools/moving:1"
 	push := func(body string) v1.Image {
-		img := imageOf(t, layerOf(t, entry{name: "version", body: body}))
+		img := imageOf(t, layerOf(t, entry{Name: "version", Body: body}))
 		r, err := name.ParseReference(ref, name.Insecure)
 		if err != nil {
 			t.Fatal(err)

@@ -55,11 +55,11 @@ func TestASlowPullHoldsBackOnlyItsOwnReference(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := remote.Write(r, imageOf(t, layerOf(t, entry{name: "slow", body: "eventually"})), remote.WithContext(context.Background())); err != nil {
+	if err := remote.Write(r, imageOf(t, layerOf(t, entry{Name: "slow", Body: "eventually"})), remote.WithContext(context.Background())); err != nil {
 		t.Fatal(err)
 	}
 	manifests.Store(0)
-	cached := layoutWith(t, map[string]v1.Image{"v1": imageOf(t, layerOf(t, entry{name: "fast", body: "now"}))})
+	cached := layoutWith(t, map[string]v1.Image{"v1": imageOf(t, layerOf(t, entry{Name: "fast", Body: "now"}))})
 	c, err := newImageCache(t.TempDir(), 1<<30, nil, "")
 	if err != nil {
 		t.Fatal(err)
@@ -142,7 +142,7 @@ func TestTwoReferencesToOneImagePulledAtOnce(t *testing.T) {
 	open := make(chan struct{})
 	var manifests atomic.Int64
 	host := gatedRegistry(t, open, &manifests)
-	img := imageOf(t, layerOf(t, entry{name: "same", body: "one image"}))
+	img := imageOf(t, layerOf(t, entry{Name: "same", Body: "one image"}))
 	refs := []string{host + "/tools/same:a", host + "/tools/same:b"}
 	for _, ref := range refs {
 		r, err := name.ParseReference(ref, name.Insecure)

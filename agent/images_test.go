@@ -2,10 +2,8 @@ package agent
 
 import (
 	"archive/tar"
-	"bytes"
 	"context"
 	"errors"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,52 +12,16 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
-	"github.com/google/go-containerregistry/pkg/v1/mutate"
-	"github.com/google/go-containerregistry/pkg/v1/tarball"
+
+	"herd/internal/testimage"
 )
 
-type entry struct {
-	name, body, link string
-	typ              byte
-	mode             int64 // default 0644 (0755 for directories)
-}
+// entry is one file, directory or link of a test layer.
+type entry = testimage.File
 
 func layerOf(t testing.TB, entries ...entry) v1.Layer {
 	t.Helper()
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	for _, e := range entries {
-		h := &tar.Header{Name: e.name, Typeflag: e.typ, Mode: 0o644, Size: int64(len(e.body)), Linkname: e.link}
-		if e.typ == 0 {
-			h.Typeflag = tar.TypeReg
-		}
-		if h.Typeflag != tar.TypeReg {
-			h.Size = 0
-		}
-		if h.Typeflag == tar.TypeDir {
-			h.Mode = 0o755
-		}
-		if e.mode != 0 {
-			h.Mode = e.mode
-		}
-		if err := tw.WriteHeader(h); err != nil {
-			t.Fatal(err)
-		}
-		if h.Size > 0 {
-			if _, err := tw.Write([]byte(e.body)); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	if err := tw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	raw := buf.Bytes()
-	l, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(raw)), nil })
-	if err != nil {
-		t.Fatal(err)
-	}
-	return l
+	return testimage.Layer(t, entries...)
 }
 
 // layoutWith writes images into an OCI layout, tagged, and returns its
@@ -81,21 +43,17 @@ func layoutWith(t testing.TB, images map[string]v1.Image) string {
 
 func imageOf(t testing.TB, layers ...v1.Layer) v1.Image {
 	t.Helper()
-	img, err := mutate.AppendLayers(empty.Image, layers...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return img
+	return testimage.Image(t, nil, layers...)
 }
 
 // Layers apply in order: an upper layer's whiteout removes a lower file,
 // an opaque whiteout empties a directory, files are hard links into the
 // layer cache; a second acquire is a hit.
 func TestImageRootAppliesLayersAndWhiteouts(t *testing.T) {
-	lower := layerOf(t, entry{name: "etc/", typ: tar.TypeDir}, entry{name: "etc/gone", body: "x"}, entry{name: "etc/kept", body: "lower"},
-		entry{name: "data/", typ: tar.TypeDir}, entry{name: "data/old", body: "old"}, entry{name: "bin/", typ: tar.TypeDir}, entry{name: "bin/tool", body: "v1"})
-	upper := layerOf(t, entry{name: "etc/.wh.gone"}, entry{name: "data/.wh..wh..opq"}, entry{name: "data/new", body: "new"},
-		entry{name: "bin/tool", body: "v2"}, entry{name: "bin/alias", typ: tar.TypeSymlink, link: "tool"})
+	lower := layerOf(t, entry{Name: "etc/", Type: tar.TypeDir}, entry{Name: "etc/gone", Body: "x"}, entry{Name: "etc/kept", Body: "lower"},
+		entry{Name: "data/", Type: tar.TypeDir}, entry{Name: "data/old", Body: "old"}, entry{Name: "bin/", Type: tar.TypeDir}, entry{Name: "bin/tool", Body: "v1"})
+	upper := layerOf(t, entry{Name: "etc/.wh.gone"}, entry{Name: "data/.wh..wh..opq"}, entry{Name: "data/new", Body: "new"},
+		entry{Name: "bin/tool", Body: "v2"}, entry{Name: "bin/alias", Type: tar.TypeSymlink, Link: "tool"})
 	dir := layoutWith(t, map[string]v1.Image{"v1": imageOf(t, lower, upper)})
 	c, err := newImageCache(t.TempDir(), 1<<30, nil, "")
 	if err != nil {
@@ -131,7 +89,7 @@ func TestImageRootAppliesLayersAndWhiteouts(t *testing.T) {
 // A layer cannot write outside its directory through a symbolic link.
 func TestLayerCannotEscapeThroughASymlink(t *testing.T) {
 	outside := t.TempDir()
-	evil := layerOf(t, entry{name: "escape", typ: tar.TypeSymlink, link: outside}, entry{name: "escape/pwned", body: "x"})
+	evil := layerOf(t, entry{Name: "escape", Type: tar.TypeSymlink, Link: outside}, entry{Name: "escape/pwned", Body: "x"})
 	dir := layoutWith(t, map[string]v1.Image{"evil": imageOf(t, evil)})
 	c, err := newImageCache(t.TempDir(), 1<<30, nil, "")
 	if err != nil {
@@ -152,7 +110,7 @@ func TestImageCacheEvictsLeastRecentlyUsed(t *testing.T) {
 	body := strings.Repeat("x", 300<<10)
 	imgs := map[string]v1.Image{}
 	for _, tag := range []string{"a", "b", "c"} {
-		imgs[tag] = imageOf(t, layerOf(t, entry{name: tag + ".bin", body: body}))
+		imgs[tag] = imageOf(t, layerOf(t, entry{Name: tag + ".bin", Body: body}))
 	}
 	dir := layoutWith(t, imgs)
 	c, err := newImageCache(t.TempDir(), 700<<10, nil, "") // room for two

@@ -36,8 +36,8 @@ func BenchmarkOCIStart(b *testing.B) {
 	if a.oci == nil {
 		b.Skipf("no container runtime here: %s", a.ociProblem)
 	}
-	dir := layoutWith(b, map[string]v1.Image{"v1": imageOf(b, layerOf(b, entry{name: "bin/", typ: tar.TypeDir},
-		entry{name: "bin/busybox", body: string(bb), mode: 0o755}, entry{name: "bin/true", typ: tar.TypeSymlink, link: "busybox"}))})
+	dir := layoutWith(b, map[string]v1.Image{"v1": imageOf(b, layerOf(b, entry{Name: "bin/", Type: tar.TypeDir},
+		entry{Name: "bin/busybox", Body: string(bb), Mode: 0o755}, entry{Name: "bin/true", Type: tar.TypeSymlink, Link: "busybox"}))})
 	as := api.Assignment{
 		Attempt: api.Attempt{TaskID: "01kbtask", Number: 1},
 		Spec:    api.TaskSpec{Command: []string{"/bin/true"}, Driver: spec.DriverOCI, Image: "oci-layout:" + dir, Resources: api.Resources{CPUMillis: 500, MemoryMB: 64}},

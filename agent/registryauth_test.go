@@ -53,7 +53,7 @@ func TestPullFromAPrivateRegistry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	img := imageOf(t, layerOf(t, entry{name: "hello", body: "hi"}))
+	img := imageOf(t, layerOf(t, entry{Name: "hello", Body: "hi"}))
 	if err := remote.Write(r, img, remote.WithAuth(&authn.Basic{Username: "site", Password: "s3cret"})); err != nil {
 		t.Fatal(err)
 	}

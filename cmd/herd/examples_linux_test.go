@@ -3,27 +3,21 @@
 package main
 
 import (
-	"archive/tar"
 	"bufio"
 	"bytes"
-	"cmp"
-	"io"
-	"maps"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/empty"
-	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
 	"herd/agent"
 	"herd/internal/testbin"
+	"herd/internal/testimage"
 	"herd/test"
 )
 
@@ -137,11 +131,7 @@ func buildDockerfile(t *testing.T, dir string, bb []byte) v1.Image {
 			if !strings.HasPrefix(args, "busybox") {
 				t.Fatalf("the example's base is %s; this test stands in for busybox only", args)
 			}
-			files := []layerFile{{name: "bin/busybox", mode: 0o755, body: bb}}
-			for _, applet := range []string{"sh", "echo", "wc", "tee", "cat", "ls"} {
-				files = append(files, layerFile{name: "bin/" + applet, link: "busybox"})
-			}
-			layers = append(layers, layerOfFiles(t, files))
+			layers = append(layers, testimage.Layer(t, testimage.Busybox(bb, "sh", "echo", "wc", "tee", "cat", "ls")...))
 		case "ENV":
 			k, v, ok := strings.Cut(args, "=")
 			if !ok {
@@ -165,69 +155,10 @@ func buildDockerfile(t *testing.T, dir string, bb []byte) v1.Image {
 			if err != nil {
 				t.Fatal(err)
 			}
-			layers = append(layers, layerOfFiles(t, []layerFile{{name: strings.TrimPrefix(f[1], "/"), mode: int64(st.Mode().Perm()), body: body}}))
+			layers = append(layers, testimage.Layer(t, testimage.WithParents(testimage.File{Name: strings.TrimPrefix(f[1], "/"), Mode: int64(st.Mode().Perm()), Body: string(body)})...))
 		default:
 			t.Fatalf("the example's Dockerfile uses %s, which this test does not build", instr)
 		}
 	}
-	img, err := mutate.AppendLayers(empty.Image, layers...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	img, err = mutate.Config(img, v1.Config{Env: env})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return img
-}
-
-type layerFile struct {
-	name, link string
-	mode       int64
-	body       []byte
-}
-
-// layerOfFiles is a layer holding files (and the directories above
-// them) or symbolic links.
-func layerOfFiles(t *testing.T, files []layerFile) v1.Layer {
-	t.Helper()
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	dirs := map[string]bool{}
-	for _, f := range files {
-		for d := filepath.Dir(f.name); d != "."; d = filepath.Dir(d) {
-			dirs[d] = true
-		}
-	}
-	// Parents before their children.
-	ordered := slices.Collect(maps.Keys(dirs))
-	slices.SortFunc(ordered, func(a, b string) int {
-		return cmp.Or(cmp.Compare(strings.Count(a, "/"), strings.Count(b, "/")), cmp.Compare(a, b))
-	})
-	for _, d := range ordered {
-		if err := tw.WriteHeader(&tar.Header{Name: d + "/", Typeflag: tar.TypeDir, Mode: 0o755}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for _, f := range files {
-		h := &tar.Header{Name: f.name, Typeflag: tar.TypeReg, Mode: f.mode, Size: int64(len(f.body))}
-		if f.link != "" {
-			h = &tar.Header{Name: f.name, Typeflag: tar.TypeSymlink, Linkname: f.link, Mode: 0o777}
-		}
-		if err := tw.WriteHeader(h); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := tw.Write(f.body); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := tw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	raw := buf.Bytes()
-	l, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(raw)), nil })
-	if err != nil {
-		t.Fatal(err)
-	}
-	return l
+	return testimage.Image(t, env, layers...)
 }

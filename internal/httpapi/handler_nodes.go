@@ -1,7 +1,10 @@
 package httpapi
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -71,15 +74,27 @@ func (h *Handler) postImagePull(w http.ResponseWriter, r *http.Request) (any, er
 	if req.Ref == "" {
 		return nil, badRequest("ref is required: the image reference to pull (REGISTRY/NAME:TAG)")
 	}
+	// The body is read: a forwarded request carries it again.
+	body, err := json.Marshal(req)
+	if err != nil {
+		return nil, err
+	}
+	r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
+	if h.forwardedUnknownNode(w, r, id) {
+		return written, nil
+	}
 	return h.backend.PullImage(r.Context(), id, req.Ref)
 }
 
 // postImageImport streams the body, an image archive, to the node's
 // agent; ?tag= (repeated) names the archive's one image.
-func (h *Handler) postImageImport(_ http.ResponseWriter, r *http.Request) (any, error) {
+func (h *Handler) postImageImport(w http.ResponseWriter, r *http.Request) (any, error) {
 	id, err := pathID(r, "node")
 	if err != nil {
 		return nil, err
+	}
+	if h.forwardedUnknownNode(w, r, id) {
+		return written, nil
 	}
 	load, err := h.backend.ImportImage(r.Context(), id, r.Body, r.URL.Query()["tag"])
 	var names []string
@@ -92,12 +107,27 @@ func (h *Handler) postImageImport(_ http.ResponseWriter, r *http.Request) (any, 
 
 // getNodeImages answers what the node's agent says of its runtime and
 // image cache (asked by this replica, whichever it is).
-func (h *Handler) getNodeImages(_ http.ResponseWriter, r *http.Request) (any, error) {
+func (h *Handler) getNodeImages(w http.ResponseWriter, r *http.Request) (any, error) {
 	id, err := pathID(r, "node")
 	if err != nil {
 		return nil, err
 	}
+	if h.forwardedUnknownNode(w, r, id) {
+		return written, nil
+	}
 	return h.backend.NodeImages(r.Context(), id)
+}
+
+// forwardedUnknownNode sends a request for a node's agent to the leader,
+// its body unread, when this replica does not know the node: one that
+// registered a moment ago is known to the leader before a follower has
+// applied it. It reports whether it did.
+func (h *Handler) forwardedUnknownNode(w http.ResponseWriter, r *http.Request, id string) bool {
+	if _, err := h.backend.GetNode(id); !errors.Is(err, api.ErrNotFound) || !h.mayForward(r) {
+		return false
+	}
+	h.forward(w, r)
+	return true
 }
 
 func (h *Handler) postRegisterNode(w http.ResponseWriter, r *http.Request) (any, error) {

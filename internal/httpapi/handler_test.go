@@ -479,3 +479,50 @@ func TestForwardingFailures(t *testing.T) {
 	handlerCase{name: "leader lost mid-request", method: "POST", target: "/v1/tasks", body: validSpec,
 		setup: func(f *fakeBackend) { follower(f, strings.TrimPrefix(drop.URL, "http://")) }, status: 503, code: api.CodeOutcomeUnknown, contains: "outcome unknown"}.run(t)
 }
+
+// A follower that does not know a node yet (it registered a moment ago
+// and the follower has not applied it) sends the image routes for it to
+// the leader with their bodies, instead of answering 404; a follower that
+// knows it asks the agent itself, and the leader answers 404 itself.
+func TestImageRoutesForAnUnknownNodeGoToTheLeader(t *testing.T) {
+	srv, got := leaderStub(t)
+	for _, c := range []struct{ method, target, body string }{
+		{"GET", "/v1/nodes/n1/images", ""},
+		{"POST", "/v1/nodes/n1/images/pull", `{"ref":"registry.lan/tools:1"}`},
+		{"POST", "/v1/nodes/n1/images/import?tag=a:1", "ARCHIVE BYTES"},
+	} {
+		f := newFake()
+		f.leader, f.leaderAddr = false, strings.TrimPrefix(srv.URL, "http://")
+		f.errs["GetNode"] = errNotFound
+		rec := httptest.NewRecorder()
+		NewHandler(f, nil).ServeHTTP(rec, httptest.NewRequest(c.method, c.target, strings.NewReader(c.body)))
+		select {
+		case r := <-got:
+			b, _ := io.ReadAll(r.Body)
+			if r.URL.RequestURI() != c.target || strings.TrimSpace(string(b)) != c.body || rec.Code != 200 {
+				t.Errorf("%s %s reached the leader as %s %q, answered %d", c.method, c.target, r.URL.RequestURI(), b, rec.Code)
+			}
+		default:
+			t.Errorf("%s %s for an unknown node was answered by the follower: %d %s", c.method, c.target, rec.Code, rec.Body)
+		}
+
+		f = newFake()
+		f.leader, f.leaderAddr = false, strings.TrimPrefix(srv.URL, "http://")
+		rec = httptest.NewRecorder()
+		NewHandler(f, nil).ServeHTTP(rec, httptest.NewRequest(c.method, c.target, strings.NewReader(c.body)))
+		select {
+		case <-got:
+			t.Errorf("%s %s for a known node was forwarded", c.method, c.target)
+		default:
+		}
+
+		f = newFake()
+		f.errs["GetNode"] = errNotFound
+		f.errs["NodeImages"], f.errs["PullImage"], f.errs["ImportImage"] = errNotFound, errNotFound, errNotFound
+		rec = httptest.NewRecorder()
+		NewHandler(f, nil).ServeHTTP(rec, httptest.NewRequest(c.method, c.target, strings.NewReader(c.body)))
+		if rec.Code != 404 {
+			t.Errorf("%s %s on the leader for an unknown node: %d %s", c.method, c.target, rec.Code, rec.Body)
+		}
+	}
+}

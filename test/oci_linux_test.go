@@ -4,7 +4,6 @@ package test
 
 import (
 	"archive/tar"
-	"bytes"
 	"fmt"
 	"io"
 	"log"
@@ -19,13 +18,13 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
-	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
 	"herd/agent"
 	"herd/api"
 	"herd/internal/testbin"
+	"herd/internal/testimage"
 	"herd/spec"
 )
 
@@ -43,40 +42,9 @@ func staticBusybox(t *testing.T) []byte {
 // and a file naming the image, /<marker>.
 func busyboxImage(t *testing.T, bb []byte, marker string) v1.Image {
 	t.Helper()
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	add := func(h *tar.Header, body []byte) {
-		if err := tw.WriteHeader(h); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := tw.Write(body); err != nil {
-			t.Fatal(err)
-		}
-	}
-	add(&tar.Header{Name: "bin/", Typeflag: tar.TypeDir, Mode: 0o755}, nil)
-	add(&tar.Header{Name: "bin/busybox", Typeflag: tar.TypeReg, Mode: 0o755, Size: int64(len(bb))}, bb)
-	for _, applet := range []string{"sh", "ls", "cat", "echo", "test", "sleep", "head", "tail", "grep", "true", "touch", "hostname", "wc", "ps"} {
-		add(&tar.Header{Name: "bin/" + applet, Typeflag: tar.TypeSymlink, Linkname: "busybox", Mode: 0o777}, nil)
-	}
-	add(&tar.Header{Name: "etc/", Typeflag: tar.TypeDir, Mode: 0o755}, nil)
-	add(&tar.Header{Name: marker, Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(marker))}, []byte(marker))
-	if err := tw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	raw := buf.Bytes()
-	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(raw)), nil })
-	if err != nil {
-		t.Fatal(err)
-	}
-	img, err := mutate.AppendLayers(empty.Image, layer)
-	if err != nil {
-		t.Fatal(err)
-	}
-	img, err = mutate.Config(img, v1.Config{Env: []string{"PATH=/bin", "IMAGE=" + marker}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return img
+	files := testimage.Busybox(bb, "sh", "ls", "cat", "echo", "test", "sleep", "head", "tail", "grep", "true", "touch", "hostname", "wc", "ps")
+	files = append(files, testimage.File{Name: "etc/", Type: tar.TypeDir}, testimage.File{Name: marker, Body: marker})
+	return testimage.Image(t, []string{"PATH=/bin", "IMAGE=" + marker}, testimage.Layer(t, files...))
 }
 
 // pushImage serves img at ref in the in-process registry at host.

@@ -131,6 +131,8 @@ var (
 	descSnapshot    = prometheus.NewDesc("herd_raft_entries_since_snapshot", "Entries applied since the last snapshot.", nil, nil)
 	descSnapAge     = prometheus.NewDesc("herd_raft_snapshot_age_seconds", "Since this replica's latest snapshot on disk was taken (absent before its first).", nil, nil)
 	descJobs        = prometheus.NewDesc("herd_jobs", "Jobs in the replicated state, by state.", []string{"state"}, nil)
+	descCommands    = prometheus.NewDesc("herd_raft_commands_applied_total", "Commands this replica applied to its state since it started, by command.", []string{"command"}, nil)
+	descLogBytes    = prometheus.NewDesc("herd_raft_applied_bytes_total", "Bytes of the Raft entries this replica applied since it started.", nil, nil)
 )
 
 // stateCollector reads a replica's counters and state at each scrape.
@@ -139,7 +141,7 @@ type stateCollector struct{ s *Server }
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descPasses, descScanned, descPlacements, descEntries, descRefusals, descExplains, descQueueDepth, descOldestWait,
 		descTasks, descNodes, descQuarantined, descHBInterval, descHBLoss, descGossip, descRaftState, descRaftTerm, descCommit, descApplied, descApplyLag,
-		descLastContact, descSnapshot, descSnapAge, descJobs} {
+		descLastContact, descSnapshot, descSnapAge, descJobs, descCommands, descLogBytes} {
 		ch <- d
 	}
 }
@@ -210,6 +212,10 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(descRaftTerm, num("term"))
 	gauge(descCommit, num("commit_index"))
 	gauge(descApplied, num("applied_index"))
+	for name, n := range s.fsm.AppliedCommands() {
+		counter(descCommands, n, name)
+	}
+	counter(descLogBytes, s.fsm.AppliedBytes())
 	gauge(descApplyLag, max(num("commit_index")-num("applied_index"), 0))
 	contact := 0.0
 	if raftState != raft.Leader {

@@ -35,6 +35,11 @@ type FSM struct {
 	// Commands applied by payload form, since the process started (what
 	// the leader has been writing, during an upgrade).
 	appliedJSON, appliedBinary atomic.Uint64
+	// appliedByType counts the commands applied of each known type, and
+	// appliedBytes the bytes of the entries applied, since the process
+	// started: what the work cost the log (no part of the state).
+	appliedByType [len(commands)]atomic.Uint64
+	appliedBytes  atomic.Uint64
 
 	// afterApply, when set, observes the state after every entry (tests
 	// check invariants with it). It must not modify anything.
@@ -46,6 +51,24 @@ type FSM struct {
 func (f *FSM) AppliedForms() (json, binary uint64) {
 	return f.appliedJSON.Load(), f.appliedBinary.Load()
 }
+
+// AppliedCommands counts, by command name, the commands this FSM applied
+// (or refused) since the process started; AppliedBytes is the size of the
+// entries they came in. Read before and after a workload, they give its
+// commands and log bytes per task.
+func (f *FSM) AppliedCommands() map[string]uint64 {
+	out := map[string]uint64{}
+	for t := range f.appliedByType {
+		if n := f.appliedByType[t].Load(); n > 0 {
+			out[commands[t].name] += n
+		}
+	}
+	return out
+}
+
+// AppliedBytes is the size of the entries this FSM applied since the
+// process started.
+func (f *FSM) AppliedBytes() uint64 { return f.appliedBytes.Load() }
 
 // SetAfterApply installs an observer called after every applied entry.
 // Set it before the FSM is used; it runs on the apply goroutine.
@@ -79,6 +102,7 @@ func (f *FSM) Index() uint64 { return f.index.Load() }
 func (f *FSM) Apply(l *raft.Log) any {
 	f.mu.Lock()
 	f.db.w.index = l.Index
+	f.appliedBytes.Add(uint64(len(l.Data)))
 	resp := f.applyEntry(f.db, l.Index, l.Data)
 	f.index.Store(l.Index)
 	f.view = nil
@@ -136,6 +160,7 @@ func (f *FSM) applyOne(db *store, index uint64, h header, payload []byte) any {
 		f.logger.Error("refusing unknown command", "index", index, "type", h.typ)
 		return fmt.Errorf("%w %s at index %d", ErrUnknownCommand, h.typ, index)
 	}
+	f.appliedByType[h.typ&^IgnoreUnknownFlag].Add(1)
 	if c.form == formBinary {
 		f.appliedBinary.Add(1)
 	} else {

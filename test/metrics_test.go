@@ -114,6 +114,16 @@ func TestMetricsLintCleanAndMoving(t *testing.T) {
 	if v := metricValue(t, text, "herd_task_submit_to_start_seconds_count"); v < 1 {
 		t.Errorf("submit-to-start observations %v", v)
 	}
+	// Six tasks were submitted and six attempts ended: the leader applied
+	// at least that many of each command, in entries of some bytes.
+	for _, c := range []string{"submit-task", "reserve", "attempt-end"} {
+		if v := metricValue(t, text, `herd_raft_commands_applied_total{command="`+c+`"}`); v < 6 {
+			t.Errorf("%s commands applied: %v, want 6 or more", c, v)
+		}
+	}
+	if v := metricValue(t, text, "herd_raft_applied_bytes_total"); v < 100 {
+		t.Errorf("applied bytes %v", v)
+	}
 	problems, err := testutil.GatherAndLint(a.Agent.Registry())
 	if err != nil {
 		t.Fatal(err)

@@ -110,7 +110,19 @@ type Result struct {
 	// Raft entries the cluster committed per task (submissions, placements,
 	// reports, heartbeats and explanations together).
 	E2EEntriesPerTask float64 `json:"e2e_raft_entries_per_task"`
-	E2ESlotIdleMs     float64 `json:"e2e_slot_idle_p50_ms"`
+	// E2ECommandsPerTask is the Raft commands the end-to-end run applied
+	// per task (E2ECommandsByType by command: submissions, reservations,
+	// explanations, starts, ends), and E2ELogBytesPerTask the bytes of
+	// the entries they came in.
+	E2ECommandsPerTask float64            `json:"e2e_raft_commands_per_task"`
+	E2ECommandsByType  map[string]float64 `json:"e2e_raft_commands_by_type,omitempty"`
+	E2ELogBytesPerTask float64            `json:"e2e_raft_log_bytes_per_task"`
+	// The same for the deployment's two-agent run, read from the
+	// leader's /metrics.
+	ProcessesCommandsPerTask float64            `json:"e2e_processes_raft_commands_per_task"`
+	ProcessesCommandsByType  map[string]float64 `json:"e2e_processes_raft_commands_by_type,omitempty"`
+	ProcessesLogBytesPerTask float64            `json:"e2e_processes_raft_log_bytes_per_task"`
+	E2ESlotIdleMs            float64            `json:"e2e_slot_idle_p50_ms"`
 	// The process ceiling: `true` started and reaped as fast as this
 	// machine allows with no scheduler around it, one at a time and from
 	// as many goroutines as the end-to-end agents have slots; the better
@@ -499,8 +511,10 @@ func Print(w io.Writer, r *Result) {
 	row(tb, "end to end", fmt.Sprintf("%.0f tasks/s, submit→start p50 %.1f ms, p99 %.1f ms", r.E2ETasksPerSec, r.E2ESaturatedStartP50, r.E2ESaturatedStartP99), fmt.Sprintf("%d × true at once (batches of %d), 3 replicas + 4 agents", r.E2ETasks, e2eSubmitBatch))
 	row(tb, "process ceiling", fmt.Sprintf("%.0f tasks/s (one at a time %.0f, %d at once %.0f), %.2f ms of CPU in each; end to end reached %.2f× of it", r.ProcessCeiling, r.ProcessSequential, e2eAgents*e2eSlotsPerAgent, r.ProcessConcurrent, r.ProcessCPUPerTaskMs, r.E2EToProcessCeiling), "true started and reaped, no scheduler; the better rate is the ceiling")
 	row(tb, "end to end, CPU per task", fmt.Sprintf("%.2f ms in herd, %.2f ms in the task's process; %.2f Raft entries", r.E2ECPUPerTaskMs, r.E2EChildCPUPerTaskMs, r.E2EEntriesPerTask), "same run; herd is 3 replicas, 4 agents and the client in one process")
+	row(tb, "end to end, log per task", fmt.Sprintf("%s Raft commands, %.0f bytes of log", commandsText(r.E2ECommandsPerTask, r.E2ECommandsByType), r.E2ELogBytesPerTask), "same run, as the leader applied them")
 	row(tb, "end to end, processes", fmt.Sprintf("%.0f tasks/s (%.2f× the process ceiling; one agent alone %.0f /s), submit→start p50 %.1f ms, p99 %.1f ms", r.ProcessesTasksPerSec, r.ProcessesToCeiling, r.ProcessesOneAgentTasksPerSec, r.ProcessesStartP50, r.ProcessesStartP99), fmt.Sprintf("%d × true in batches of 1,000; 3 herd server processes, 2 herd agent processes of %d slots, limits by %s", r.ProcessesTasks, processSlots, r.Machine.AgentLimits))
 	row(tb, "processes, CPU per task", fmt.Sprintf("herd %.2f ms (servers %.2f, of it the leader %.2f; agents %.2f, of it their lease guards %.3f; one agent alone: herd %.2f), the task's process %.2f ms; RSS server %.0f MiB, agent %.0f MiB, lease guard %.1f MiB (%.1f MiB anonymous)", r.HerdCPUPerTaskMs, r.ProcessesServerCPUPerTaskMs, r.ProcessesLeaderCPUPerTaskMs, r.ProcessesAgentCPUPerTaskMs, r.ProcessesGuardCPUPerTaskMs, r.ProcessesOneAgentHerdCPUPerTaskMs, r.ProcessesTaskCPUPerTaskMs, r.ProcessesServerRSSMiB, r.ProcessesAgentRSSMiB, r.ProcessesGuardRSSMiB, r.ProcessesGuardAnonMiB), "same run, from /proc of each process")
+	row(tb, "processes, log per task", fmt.Sprintf("%s Raft commands, %.0f bytes of log", commandsText(r.ProcessesCommandsPerTask, r.ProcessesCommandsByType), r.ProcessesLogBytesPerTask), "same run, as the leader applied them")
 	row(tb, "many agents", fmt.Sprintf("%d READY; leader %.1f%% of a core idle (%.1f Raft entries/s), %.1f%% placing %.0f tasks/s; %d false verdicts, heartbeat loss %.3f; server RSS %.0f MiB; agents' process %.0f%% of a core, %.0f MiB live heap, %d refutations among them; registered in %.1f s; %d elections; %d placed tasks unfinished", r.AgentsReady, r.AgentsLeaderCPUPct, r.AgentsIdleEntriesPerSec, r.AgentsLeaderPlacingCPU, r.AgentsPlacedTasksPerSec, r.AgentsFalseVerdicts, r.AgentsHeartbeatLoss, r.AgentsServerRSSMiB, r.AgentsProcessCPUPct, r.AgentsFleetLiveHeapMiB, r.AgentsFleetRefutations, r.AgentsRegisterSeconds, r.AgentsElections, r.AgentsPlacedUnfinished), fmt.Sprintf("%d agents in one process (memberlist members with their own UDP sockets, heartbeats, assignment long polls) against 3 server processes", r.Agents))
 	row(tb, "submit→start, light load", fmt.Sprintf("p50 %.1f ms, p99 %.1f ms", r.E2ESubmitToStartP50, r.E2ESubmitToStartP99), fmt.Sprintf("%.0f tasks/s steady, same cluster", r.E2ELightRate))
 	row(tb, "end to end, TLS and ACLs", fmt.Sprintf("%.0f tasks/s (%.2f× open), %.2f ms of herd CPU per task; light load p50 %.1f ms, p99 %.1f ms", r.E2ESecureTasksPerSec, r.E2ESecureThroughputRatio, r.E2ESecureCPUPerTaskMs, r.E2ESecureSubmitToStartP50, r.E2ESecureSubmitToStartP99), "the same two workloads on a cluster with mutual TLS on every link and ACLs on every request")

@@ -31,7 +31,7 @@ func TestBenchJSONHasTheRequiredKeys(t *testing.T) {
 		"snapshot_bytes", "snapshot_save_ms", "snapshot_restore_ms", "restart_to_ready_ms", "replica_idle_backlog_cpu_percent",
 		"process_ceiling_tasks_per_sec", "e2e_to_process_ceiling_ratio",
 		"e2e_processes_tasks_per_sec", "e2e_processes_to_ceiling_ratio", "herd_cpu_per_task_ms", "agents_1000_leader_cpu_pct", "agents_1000_false_verdicts",
-		"failover_handover_p99_ms", "failover_extra_elections", "elections_at_loss_before", "elections_at_loss", "agents_elections", "agents_idle_raft_entries_per_sec",
+		"failover_handover_p99_ms", "failover_extra_elections", "e2e_raft_commands_per_task", "e2e_raft_log_bytes_per_task", "e2e_processes_raft_commands_per_task", "e2e_processes_raft_log_bytes_per_task", "elections_at_loss_before", "elections_at_loss", "agents_elections", "agents_idle_raft_entries_per_sec",
 	} {
 		if _, numeric := got[key].(float64); !numeric {
 			t.Errorf("bench JSON: %q is %v (%T), want a number", key, got[key], got[key])

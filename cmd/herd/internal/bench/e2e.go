@@ -8,6 +8,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -110,6 +112,7 @@ func e2eSaturated(ctx context.Context, leader *cluster.Server, cl *api.Client, s
 	start := time.Now()
 	cpuBefore, childBefore := processCPU(), childrenCPU()
 	indexBefore := leader.FSM().Index()
+	commandsBefore, bytesBefore := leader.FSM().AppliedCommands(), leader.FSM().AppliedBytes()
 	// Submitted as a client with 20,000 tasks would: in batches (one Raft
 	// entry each), a few in flight at once.
 	if err := submitBatches(ctx, cl, sz.e2eTasks, e2eSubmitBatch, func(i int) api.TaskSpec {
@@ -136,7 +139,42 @@ func e2eSaturated(ctx context.Context, leader *cluster.Server, cl *api.Client, s
 	perTask := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 / float64(sz.e2eTasks) }
 	r.E2ECPUPerTaskMs, r.E2EChildCPUPerTaskMs = perTask(processCPU()-cpuBefore), perTask(childrenCPU()-childBefore)
 	r.E2EEntriesPerTask = float64(leader.FSM().Index()-indexBefore) / float64(sz.e2eTasks)
+	r.E2ECommandsPerTask, r.E2ECommandsByType = commandsPerTask(commandsBefore, leader.FSM().AppliedCommands(), sz.e2eTasks)
+	r.E2ELogBytesPerTask = float64(leader.FSM().AppliedBytes()-bytesBefore) / float64(sz.e2eTasks)
 	return nil
+}
+
+// commandsPerTask is the Raft commands applied between two counts per
+// task, in all and by command.
+func commandsPerTask(before, after map[string]uint64, tasks int) (float64, map[string]float64) {
+	var total uint64
+	by := map[string]float64{}
+	for name, n := range after {
+		if d := n - before[name]; d > 0 {
+			total += d
+			by[name] = float64(d) / float64(tasks)
+		}
+	}
+	return float64(total) / float64(tasks), by
+}
+
+// commandsText is a run's commands per task, the most frequent first.
+func commandsText(total float64, by map[string]float64) string {
+	names := make([]string, 0, len(by))
+	for n := range by {
+		names = append(names, n)
+	}
+	sort.Slice(names, func(i, j int) bool {
+		if by[names[i]] != by[names[j]] {
+			return by[names[i]] > by[names[j]]
+		}
+		return names[i] < names[j]
+	})
+	parts := make([]string, len(names))
+	for i, n := range names {
+		parts[i] = fmt.Sprintf("%s %.2f", n, by[n])
+	}
+	return fmt.Sprintf("%.2f (%s)", total, strings.Join(parts, ", "))
 }
 
 // e2eBreakdown reads where a saturated task's time went from the attempt

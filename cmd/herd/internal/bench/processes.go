@@ -227,6 +227,38 @@ func metricSampleWith(hc *http.Client, httpAddr, sample string) (float64, error)
 	return 0, nil
 }
 
+// metricFamily reads every sample of a family of a replica's /metrics,
+// by the value of its label.
+func metricFamily(httpAddr, family, label string) (map[string]uint64, error) {
+	req, err := http.NewRequest(http.MethodGet, "http://"+httpAddr+"/metrics?"+url.Values{"name[]": {family}}.Encode(), nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Accept-Encoding", "identity")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	out := map[string]uint64{}
+	prefix := family + "{" + label + `="`
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		rest, ok := strings.CutPrefix(sc.Text(), prefix)
+		if !ok {
+			continue
+		}
+		value, sample, ok := strings.Cut(rest, `"} `)
+		if !ok {
+			continue
+		}
+		if v, err := strconv.ParseFloat(strings.TrimSpace(sample), 64); err == nil {
+			out[value] = uint64(v)
+		}
+	}
+	return out, sc.Err()
+}
+
 // guardPids are the lease guards of the agents with the given pids: their
 // children running `herd agent-guard`.
 func guardPids(agents []int) []int {
@@ -269,6 +301,11 @@ type processRun struct {
 	leaderCPUPerTaskMs   float64
 	submitAllMs          float64
 	entriesPerTaskApprox float64
+	// commandsPerTask and commandsByType are the Raft commands the
+	// leader applied per task, logBytesPerTask the bytes of their entries.
+	commandsPerTask float64
+	commandsByType  map[string]float64
+	logBytesPerTask float64
 }
 
 // benchProcesses runs the real deployment end to end: three server
@@ -306,6 +343,7 @@ func benchProcesses(exe, dir, profiles string, sz benchSizes, r *Result) error {
 	r.ProcessesServerRSSMiB, r.ProcessesAgentRSSMiB = two.serverRSS, two.agentRSS
 	r.ProcessesGuardRSSMiB, r.ProcessesGuardAnonMiB, r.ProcessesGuardCPUPerTaskMs = two.guardRSS, two.guardAnon, two.guardCPUPerTaskMs
 	r.ProcessesTasks = sz.processTasks
+	r.ProcessesCommandsPerTask, r.ProcessesCommandsByType, r.ProcessesLogBytesPerTask = two.commandsPerTask, two.commandsByType, two.logBytesPerTask
 	if two.limits != "" {
 		r.Machine.AgentLimits = two.limits
 	}
@@ -373,6 +411,8 @@ func runProcessSite(exe, dir, profiles string, agents, tasks int) (processRun, e
 		return out, err
 	}
 	base, _ := metricSample(s.http[li], `herd_tasks{state="SUCCEEDED"}`)
+	commands0, _ := metricFamily(s.http[li], "herd_raft_commands_applied_total", "command")
+	bytes0, _ := metricSample(s.http[li], "herd_raft_applied_bytes_total")
 	srv0, ag0, ch0, ld0, gd0 := sum(sp, procCPUSeconds), sum(ap, procCPUSeconds), sum(ap, procChildCPUSeconds), procCPUSeconds(sp[li]), sum(gp, procCPUSeconds)
 	t0 := time.Now()
 	if err := submitTrue(ctx, s.cl, "run", 0, tasks); err != nil {
@@ -383,6 +423,10 @@ func runProcessSite(exe, dir, profiles string, agents, tasks int) (processRun, e
 		return out, err
 	}
 	elapsed := time.Since(t0)
+	commands1, _ := metricFamily(s.http[li], "herd_raft_commands_applied_total", "command")
+	bytes1, _ := metricSample(s.http[li], "herd_raft_applied_bytes_total")
+	out.commandsPerTask, out.commandsByType = commandsPerTask(commands0, commands1, tasks)
+	out.logBytesPerTask = (bytes1 - bytes0) / float64(tasks)
 	out.tasks = tasks
 	out.tasksPerSec = float64(tasks) / elapsed.Seconds()
 	guardCPU := sum(gp, procCPUSeconds) - gd0

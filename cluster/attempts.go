@@ -108,8 +108,10 @@ func (e *attemptEndpoints) ReportAttempts(ctx context.Context, reports []api.Att
 	}
 	cmds := make([][]byte, 0, len(reports))
 	// at[i] is the command that answers report i: a result whose start
-	// was never reported is two commands, its start and then its end.
+	// was never reported is one attempt-run command where every server
+	// reads it, else two, its start and then its end.
 	at := make([]int, len(reports))
+	fold := e.everyServerReads(fsm.FormsAttemptRun)
 	for i, r := range reports {
 		var err error
 		switch {
@@ -117,10 +119,16 @@ func (e *attemptEndpoints) ReportAttempts(ctx context.Context, reports []api.Att
 			cmds, err = e.appendEncoded(cmds, fsm.MsgAttemptStart, e.attemptStart(r.AttemptID, r.Start.LeaseVersion, e.r.Now().UTC(), r.Start.RunningMs))
 		case r.Complete != nil:
 			end := e.attemptEnd(r.AttemptID, *r.Complete)
-			if r.Complete.StartUnreported {
+			switch {
+			case r.Complete.StartUnreported && fold:
+				start := e.attemptStart(end.AttemptID, end.LeaseVersion, end.Now, r.Complete.RanMs)
+				cmds, err = e.appendEncoded(cmds, fsm.MsgAttemptRun, fsm.AttemptRunRequest{End: end, StartedAt: start.Now})
+			case r.Complete.StartUnreported:
 				cmds, err = e.appendEncoded(cmds, fsm.MsgAttemptStart, e.attemptStart(end.AttemptID, end.LeaseVersion, end.Now, r.Complete.RanMs))
-			}
-			if err == nil {
+				if err == nil {
+					cmds, err = e.appendEncoded(cmds, fsm.MsgAttemptEnd, end)
+				}
+			default:
 				cmds, err = e.appendEncoded(cmds, fsm.MsgAttemptEnd, end)
 			}
 		default:
@@ -141,12 +149,22 @@ func (e *attemptEndpoints) ReportAttempts(ctx context.Context, reports []api.Att
 	}
 	out := make([]api.ReportOutcome, len(reports))
 	for i := range reports {
-		if reports[i].Complete != nil && reports[i].Complete.StartUnreported {
+		if reports[i].Complete != nil && reports[i].Complete.StartUnreported && !fold {
 			if r, ok := results[at[i]-1].(*fsm.AttemptResult); ok {
 				e.metrics.observeStart(r)
 			}
 		}
-		switch r := results[at[i]].(type) {
+		result := results[at[i]]
+		if run, ok := result.(*fsm.AttemptRunResult); ok {
+			if run.Start != nil {
+				e.metrics.observeStart(run.Start)
+			}
+			result = run.End
+			if run.End == nil {
+				result = fmt.Errorf("report %d: the attempt's run has no end result", i)
+			}
+		}
+		switch r := result.(type) {
 		case *fsm.AttemptResult:
 			if reports[i].Start != nil {
 				e.metrics.observeStart(r)
@@ -161,6 +179,22 @@ func (e *attemptEndpoints) ReportAttempts(ctx context.Context, reports []api.Att
 		}
 	}
 	return out, nil
+}
+
+// everyServerReads reports whether every server of the cluster's server
+// table records that it reads the given command forms: until then (a
+// rolling upgrade under way) the leader writes only the older forms.
+func (e *attemptEndpoints) everyServerReads(forms int) bool {
+	servers, err := e.r.State().Servers()
+	if err != nil || len(servers) == 0 {
+		return false
+	}
+	for _, s := range servers {
+		if s.CommandForms < forms {
+			return false
+		}
+	}
+	return true
 }
 
 // appendEncoded appends a command in the form every server reads.

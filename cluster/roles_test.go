@@ -362,3 +362,61 @@ func TestAttemptEndpointsOverAFakeReplica(t *testing.T) {
 		t.Fatalf("the task: %+v", got)
 	}
 }
+
+// A result whose start was never reported commits as one attempt-run
+// command once every server in the server table reads forms 2, and as a
+// start and an end while any server reads only the first release's
+// forms (a rolling upgrade under way): the task ends SUCCEEDED either
+// way, with its start dated by the agent's measure of the run.
+func TestAReportedRunIsOneCommandOnceEveryServerReadsIt(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		forms []int
+		want  map[string]uint64
+	}{
+		{"every server reads forms 2", []int{2, 2, 2}, map[string]uint64{"attempt-run": 1}},
+		{"one server reads forms 1", []int{2, 1, 2}, map[string]uint64{"attempt-start": 1, "attempt-end": 1}},
+		{"no server recorded yet", nil, map[string]uint64{"attempt-start": 1, "attempt-end": 1}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := newMemReplica()
+			tasks := taskEndpoints{r: r, sched: sizes()}
+			attempts := attemptEndpoints{r: r, sched: config.DefaultScheduler()}
+			ctx := context.Background()
+			for i, forms := range c.forms {
+				if _, _, err := r.apply(ctx, fsm.MsgUpsertServer, fsm.UpsertServerRequest{Server: fsm.Server{ID: string(rune('a' + i)), CommandForms: forms}}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			r.registerNode(t, "edge-1")
+			task, _, _, err := tasks.SubmitTask(ctx, api.TaskSpec{Command: []string{"true"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			n, _ := r.State().Node("edge-1")
+			resp, _, err := r.applyRaw(ctx, fsm.EncodeReserve(fsm.ReserveRequest{TaskID: task.ID, AttemptID: "a1", Number: 1, NodeID: "edge-1",
+				SessionGeneration: n.SessionGeneration, Now: r.Now(), HeartbeatTTL: time.Hour}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			lease := resp.(*fsm.ReserveResult).Attempt.LeaseVersion
+			r.advance(time.Second)
+			before := r.f.AppliedCommands()
+			out, err := attempts.ReportAttempts(ctx, []api.AttemptReportItem{{AttemptID: "a1",
+				Complete: &api.AttemptCompleteRequest{LeaseVersion: lease, RanMs: 200, StartUnreported: true}}})
+			if err != nil || out[0].Err != nil || out[0].Report.Attempt.State != "SUCCEEDED" {
+				t.Fatalf("report: %+v, %v", out, err)
+			}
+			after := r.f.AppliedCommands()
+			for name, n := range after {
+				if d := n - before[name]; d != c.want[name] {
+					t.Errorf("%s: %d commands applied, want %d", name, d, c.want[name])
+				}
+			}
+			a, err := r.State().Attempt("a1")
+			if err != nil || a.FinishedAt.Time().Sub(a.StartedAt.Time()) != 200*time.Millisecond {
+				t.Fatalf("the attempt ran from %v to %v (%v), want 200ms", a.StartedAt, a.FinishedAt, err)
+			}
+		})
+	}
+}

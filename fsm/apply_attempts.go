@@ -176,6 +176,26 @@ func agentSays(db *store, index uint64, a *Attempt, r *AttemptEndRequest) {
 	db.putTask(t)
 }
 
+// applyAttemptRun applies an attempt's start and then its end, as the two
+// commands in one entry did before forms 2: the state after it is the
+// state after them. The end's refusal is the command's; the start's
+// outcome is answered beside the end's result.
+func applyAttemptRun(db *store, index uint64, r *AttemptRunRequest) (any, error) {
+	out := &AttemptRunResult{}
+	start, err := applyAttemptStart(db, index, &AttemptStartRequest{AttemptID: r.End.AttemptID, LeaseVersion: r.End.LeaseVersion, Now: r.StartedAt})
+	if err != nil {
+		out.StartErr = err
+	} else if res, ok := start.(*AttemptResult); ok {
+		out.Start = res
+	}
+	end, err := applyAttemptEnd(db, index, &r.End)
+	if err != nil {
+		return nil, err
+	}
+	out.End, _ = end.(*AttemptResult)
+	return out, nil
+}
+
 func applyAttemptEnd(db *store, index uint64, r *AttemptEndRequest) (any, error) {
 	if !r.State.Terminal() {
 		return nil, reject(RejectInvalid, "an attempt cannot end as %q", r.State)

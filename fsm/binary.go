@@ -24,7 +24,7 @@ import (
 // epoch (read back in UTC).
 func EncodeReserve(r ReserveRequest) []byte {
 	buf := make([]byte, 0, 2+3*(1+32)+6*binary.MaxVarintLen64)
-	buf = append(buf, byte(MsgReserve), CommandForms)
+	buf = append(buf, byte(MsgReserve), baseForms)
 	buf = appendString(buf, r.TaskID)
 	buf = appendString(buf, r.AttemptID)
 	buf = binary.AppendVarint(buf, int64(r.Number))
@@ -55,7 +55,7 @@ func decodeReserve(payload []byte) (*ReserveRequest, error) {
 // appendShape), which ends the payload.
 func EncodeSubmitTask(r SubmitTaskRequest) []byte {
 	buf := make([]byte, 0, 256) // a typical spec's size; append grows it for larger ones
-	buf = append(buf, byte(MsgSubmitTask), CommandForms)
+	buf = append(buf, byte(MsgSubmitTask), baseForms)
 	buf = appendString(buf, r.ID)
 	buf = appendTime(buf, r.SubmittedAt)
 	buf = appendString(buf, r.Spec.Name)
@@ -141,7 +141,7 @@ func decodeSubmitTaskWith(payload []byte, in *interner) (*SubmitTaskRequest, err
 // EncodeAttemptStart encodes an attempt's start in the binary form.
 func EncodeAttemptStart(r AttemptStartRequest) []byte {
 	buf := make([]byte, 0, 2+3*binary.MaxVarintLen64+1+len(r.AttemptID))
-	buf = append(buf, byte(MsgAttemptStart), CommandForms)
+	buf = append(buf, byte(MsgAttemptStart), baseForms)
 	buf = appendString(buf, r.AttemptID)
 	buf = binary.AppendUvarint(buf, r.LeaseVersion)
 	return appendTime(buf, r.Now)
@@ -159,7 +159,7 @@ func decodeAttemptStart(payload []byte) (*AttemptStartRequest, error) {
 // EncodeAttemptEnd encodes an attempt's end in the binary form.
 func EncodeAttemptEnd(r AttemptEndRequest) []byte {
 	buf := make([]byte, 0, 3+10*binary.MaxVarintLen64+len(r.AttemptID)+len(r.State)+len(r.OutputTail)+len(r.Error))
-	buf = append(buf, byte(MsgAttemptEnd), CommandForms)
+	buf = append(buf, byte(MsgAttemptEnd), baseForms)
 	buf = appendString(buf, r.AttemptID)
 	buf = binary.AppendUvarint(buf, r.LeaseVersion)
 	buf = appendString(buf, string(r.State))
@@ -186,12 +186,33 @@ func decodeAttemptEnd(payload []byte) (*AttemptEndRequest, error) {
 	return r, nil
 }
 
+// EncodeAttemptRun encodes an attempt's start and end in one command
+// (forms 2): the end's form, then the start's time.
+func EncodeAttemptRun(r AttemptRunRequest) []byte {
+	end := EncodeAttemptEnd(r.End)
+	end[0], end[1] = byte(MsgAttemptRun), FormsAttemptRun
+	return appendTime(end, r.StartedAt)
+}
+
+func decodeAttemptRun(payload []byte) (*AttemptRunRequest, error) {
+	d := decoder{buf: payload}
+	r := &AttemptRunRequest{End: AttemptEndRequest{
+		AttemptID: d.string(), LeaseVersion: d.uvarint(), State: AttemptState(d.string()), ExitCode: int(d.varint()),
+		OutputTail: d.string(), Error: d.string(), Now: d.time(), RetryAt: d.time(),
+		OnlyReserved: d.bool(), InputUnavailable: d.bool(),
+	}, StartedAt: d.time()}
+	if err := d.finish(); err != nil {
+		return nil, fmt.Errorf("%w: attempt run: %v", ErrMalformedCommand, err)
+	}
+	return r, nil
+}
+
 // EncodeExplain encodes why a pending task waits in the binary form: the
 // leader writes one for every waiting task whose reason changed, so a
 // backlog writes as many of them as submissions.
 func EncodeExplain(r ExplainRequest) []byte {
 	buf := make([]byte, 0, 2+4*binary.MaxVarintLen64+1+len(r.TaskID)+len(r.Summary))
-	buf = append(buf, byte(MsgExplain), CommandForms)
+	buf = append(buf, byte(MsgExplain), baseForms)
 	buf = appendString(buf, r.TaskID)
 	buf = appendString(buf, r.Summary)
 	return appendTime(buf, r.Now)

@@ -93,6 +93,7 @@ var commands = [...]command{
 	MsgRerunStage:      jsonCommand("rerun-stage", applyRerunStage),
 	MsgForgetJobs:      jsonCommand("forget-jobs", noIndex(applyForgetJobs)),
 	MsgAttemptSlow:     jsonCommand("attempt-slow", applyAttemptSlow),
+	MsgAttemptRun:      binaryCommand("attempt-run", ignoreStore(decodeAttemptRun), applyAttemptRun),
 }
 
 // ignoreStore adapts a decoder that needs nothing of the store.

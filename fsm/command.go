@@ -70,6 +70,10 @@ const (
 	MsgForgetJobs MessageType = 32
 	// MsgAttemptSlow marks a running attempt slow.
 	MsgAttemptSlow MessageType = 33
+	// MsgAttemptRun records an attempt that ran and ended before its
+	// start was committed: its start and its end in one command (forms
+	// 2 on).
+	MsgAttemptRun MessageType = 34
 )
 
 // maxBatch bounds the number of commands one entry may carry, so a corrupt
@@ -83,14 +87,28 @@ var ErrUnknownCommand = errors.New("unknown command type")
 // ErrMalformedCommand is returned for an entry that cannot be decoded.
 var ErrMalformedCommand = errors.New("malformed command")
 
-// CommandForms is the version of the command forms this build writes
-// and reads: every command's second byte. Each command has one form
-// (codec.go), and a replica refuses a command of a version it does not
-// read rather than misreading it. Every server records the forms it
-// reads (Server.CommandForms), and the leader refuses a server that
-// would join a cluster with older forms; a build that changes a form
-// gives it the next version and keeps reading the one before.
-const CommandForms = 1
+// CommandForms is the newest version of the command forms this build
+// reads: every command's second byte is the version of its form. Each
+// command has one form (codec.go), written with the version it was
+// introduced in, and a replica refuses a command of a version it does
+// not read rather than misreading it. Every server records the forms it
+// reads (Server.CommandForms), the leader refuses a server that would
+// join a cluster with older forms, and the leader writes a command of a
+// newer form only once every server's record says it reads that form
+// (during a rolling upgrade the old servers still read everything the
+// leader writes). A build that changes a form gives it the next version
+// and keeps reading the one before.
+//
+// Forms 1 is the first release's; forms 2 adds MsgAttemptRun.
+const CommandForms = 2
+
+// baseForms is the version of the forms every command unchanged since
+// the first release is written in.
+const baseForms = 1
+
+// FormsAttemptRun is the forms version that introduced MsgAttemptRun: a
+// leader writes it only when every server reads it.
+const FormsAttemptRun = 2
 
 // Encode builds one command: type byte, version byte, payload in the
 // command's one form (the binary form for the commands every task goes
@@ -122,6 +140,10 @@ func Encode(t MessageType, payload any) ([]byte, error) {
 			if t == MsgExplain {
 				return EncodeExplain(p), nil
 			}
+		case AttemptRunRequest:
+			if t == MsgAttemptRun {
+				return EncodeAttemptRun(p), nil
+			}
 		}
 		return nil, fmt.Errorf("encode %s: a %T is not its request", t, payload)
 	}
@@ -131,7 +153,7 @@ func Encode(t MessageType, payload any) ([]byte, error) {
 	}
 	buf := make([]byte, 2, 2+len(body))
 	buf[0] = byte(t)
-	buf[1] = CommandForms
+	buf[1] = baseForms
 	return append(buf, body...), nil
 }
 
@@ -180,8 +202,8 @@ func decodeHeader(buf []byte) (header, []byte, error) {
 	}
 	t := MessageType(buf[0])
 	h := header{typ: t &^ IgnoreUnknownFlag, ignorable: t&IgnoreUnknownFlag != 0, version: buf[1]}
-	if h.version != CommandForms {
-		return h, nil, fmt.Errorf("%w: %s in command forms %d; this build reads forms %d", ErrMalformedCommand, h.typ, h.version, CommandForms)
+	if h.version < baseForms || h.version > CommandForms {
+		return h, nil, fmt.Errorf("%w: %s in command forms %d; this build reads forms %d to %d", ErrMalformedCommand, h.typ, h.version, baseForms, CommandForms)
 	}
 	return h, buf[2:], nil
 }
@@ -298,6 +320,23 @@ type AttemptEndRequest struct {
 	// input from any live node: neither the task's fault nor the node's,
 	// it uses none of the task's attempts and counts against no node.
 	InputUnavailable bool `json:"-"`
+}
+
+// AttemptRunRequest records an attempt that ran and ended before its
+// start was committed: it applies as its start at StartedAt followed by
+// its end, in one command where two were written before forms 2.
+type AttemptRunRequest struct {
+	End       AttemptEndRequest
+	StartedAt time.Time
+}
+
+// AttemptRunResult answers an AttemptRunRequest: the start's outcome
+// (its result, or the error a separate start would have got) and the
+// end's result.
+type AttemptRunResult struct {
+	Start    *AttemptResult
+	StartErr error
+	End      *AttemptResult
 }
 
 // NodeDrainRequest stops (or resumes) new placements on a node.

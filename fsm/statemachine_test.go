@@ -205,6 +205,18 @@ func (m *machine) actions() map[string]func(*rapid.T) {
 				m.count("reported", ok && !res.Duplicate)
 			}
 		},
+		// run: an agent's start and result in one command, for an
+		// attempt that ended before its start was reported.
+		"run": func(rt *rapid.T) {
+			if a := m.attempt(rt); a != nil {
+				lease := a.LeaseVersion + uint64(rapid.IntRange(0, 4).Draw(rt, "leaseoff")/4)
+				state := rapid.SampledFrom([]AttemptState{AttemptSucceeded, AttemptFailed, AttemptTimedOut}).Draw(rt, "end")
+				r := m.h.apply(MsgAttemptRun, AttemptRunRequest{StartedAt: m.now, End: AttemptEndRequest{AttemptID: a.ID, LeaseVersion: lease, State: state,
+					ExitCode: 1, Now: m.now, RetryAt: m.now.Add(time.Duration(rapid.IntRange(0, 3).Draw(rt, "backoff")) * time.Second)}})
+				res, ok := r.(*AttemptRunResult)
+				m.count("ran", ok && res.End != nil && !res.End.Duplicate)
+			}
+		},
 		// reclaim: the leader's end of an attempt never started.
 		"reclaim": func(rt *rapid.T) {
 			if a := m.attempt(rt); a != nil {
@@ -360,7 +372,7 @@ var weights = []struct {
 	name string
 	n    int
 }{
-	{"place", 8}, {"start", 6}, {"report", 6}, {"submit", 4}, {"time passes", 3}, {"stale place", 2},
+	{"place", 8}, {"start", 6}, {"report", 6}, {"run", 3}, {"submit", 4}, {"time passes", 3}, {"stale place", 2},
 	{"slow", 4}, {"backup", 2}, {"reclaim", 1}, {"cancel", 1}, {"node down", 1}, {"lease expiry", 1},
 	{"node up", 2}, {"suspect", 1}, {"drain", 1}, {"eligible", 1}, {"forget", 1}, {"snapshot and restore", 1},
 }
@@ -403,7 +415,7 @@ func TestStateMachineProperty(t *testing.T) {
 	if total < 10_000 && !testing.Short() {
 		t.Errorf("only %d steps ran (-rapid.checks too low?), want at least 10,000", total)
 	}
-	for _, what := range []string{"placed", "started", "reported", "reclaimed", "cancelled", "slow", "backups", "down", "expired", "forgotten", "restored"} {
+	for _, what := range []string{"placed", "started", "reported", "ran", "reclaimed", "cancelled", "slow", "backups", "down", "expired", "forgotten", "restored"} {
 		if done[what] == 0 {
 			t.Errorf("the generator never %s anything: %v", what, done)
 		}

@@ -117,6 +117,17 @@ type Result struct {
 	E2ECommandsPerTask float64            `json:"e2e_raft_commands_per_task"`
 	E2ECommandsByType  map[string]float64 `json:"e2e_raft_commands_by_type,omitempty"`
 	E2ELogBytesPerTask float64            `json:"e2e_raft_log_bytes_per_task"`
+	// The deployment's two-agent run again with every process on one
+	// CPU, beside the process ceiling of that CPU alone (step one-core).
+	OneCPUProcessCeiling              float64 `json:"process_ceiling_1cpu_tasks_per_sec"`
+	OneCPUProcessesTasksPerSec        float64 `json:"e2e_processes_1cpu_tasks_per_sec"`
+	OneCPUProcessesToCeiling          float64 `json:"e2e_processes_1cpu_to_ceiling_ratio"`
+	OneCPUHerdCPUPerTaskMs            float64 `json:"herd_cpu_per_task_ms_1cpu"`
+	OneCPUProcessesServerCPUPerTaskMs float64 `json:"e2e_processes_1cpu_servers_cpu_per_task_ms"`
+	OneCPUProcessesAgentCPUPerTaskMs  float64 `json:"e2e_processes_1cpu_agents_cpu_per_task_ms"`
+	OneCPUProcessesTaskCPUPerTaskMs   float64 `json:"e2e_processes_1cpu_task_process_cpu_per_task_ms"`
+	OneCPUProcessesStartP50           float64 `json:"e2e_processes_1cpu_submit_to_start_p50_ms"`
+	OneCPUProcessesStartP99           float64 `json:"e2e_processes_1cpu_submit_to_start_p99_ms"`
 	// The same for the deployment's two-agent run, read from the
 	// leader's /metrics.
 	ProcessesCommandsPerTask float64            `json:"e2e_processes_raft_commands_per_task"`
@@ -332,7 +343,7 @@ const logStoreEnv = "HERD_RAFT_LOG_STORE"
 const agentLimitsEnv = "HERD_LIMITS"
 
 // Steps are the steps of a run, in the order they run.
-var Steps = []string{"decision", "placement", "e2e", "e2e-secure", "e2e-processes", "agents", "footprint", "failover", "elections", "retention", "judgement"}
+var Steps = []string{"decision", "placement", "e2e", "e2e-secure", "e2e-processes", "one-core", "agents", "footprint", "failover", "elections", "retention", "judgement"}
 
 // Validate checks options that would fail only later in a run.
 func (o Options) Validate() error {
@@ -394,6 +405,9 @@ func Run(o Options, out io.Writer) error {
 		},
 		"e2e-processes": func() error {
 			return benchProcesses(o.Executable, filepath.Join(dir, "processes"), o.ProcessProfiles, sz, &r)
+		},
+		"one-core": func() error {
+			return benchOneCore(o.Executable, filepath.Join(dir, "one-core"), sz, &r)
 		},
 		"agents": func() error {
 			profiles := ""
@@ -515,6 +529,7 @@ func Print(w io.Writer, r *Result) {
 	row(tb, "end to end, processes", fmt.Sprintf("%.0f tasks/s (%.2f× the process ceiling; one agent alone %.0f /s), submit→start p50 %.1f ms, p99 %.1f ms", r.ProcessesTasksPerSec, r.ProcessesToCeiling, r.ProcessesOneAgentTasksPerSec, r.ProcessesStartP50, r.ProcessesStartP99), fmt.Sprintf("%d × true in batches of 1,000; 3 herd server processes, 2 herd agent processes of %d slots, limits by %s", r.ProcessesTasks, processSlots, r.Machine.AgentLimits))
 	row(tb, "processes, CPU per task", fmt.Sprintf("herd %.2f ms (servers %.2f, of it the leader %.2f; agents %.2f, of it their lease guards %.3f; one agent alone: herd %.2f), the task's process %.2f ms; RSS server %.0f MiB, agent %.0f MiB, lease guard %.1f MiB (%.1f MiB anonymous)", r.HerdCPUPerTaskMs, r.ProcessesServerCPUPerTaskMs, r.ProcessesLeaderCPUPerTaskMs, r.ProcessesAgentCPUPerTaskMs, r.ProcessesGuardCPUPerTaskMs, r.ProcessesOneAgentHerdCPUPerTaskMs, r.ProcessesTaskCPUPerTaskMs, r.ProcessesServerRSSMiB, r.ProcessesAgentRSSMiB, r.ProcessesGuardRSSMiB, r.ProcessesGuardAnonMiB), "same run, from /proc of each process")
 	row(tb, "processes, log per task", fmt.Sprintf("%s Raft commands, %.0f bytes of log", commandsText(r.ProcessesCommandsPerTask, r.ProcessesCommandsByType), r.ProcessesLogBytesPerTask), "same run, as the leader applied them")
+	row(tb, "processes, one CPU", fmt.Sprintf("%.0f tasks/s (%.2f× the one-CPU process ceiling of %.0f /s), submit→start p50 %.1f ms, p99 %.1f ms; herd %.2f ms per task (servers %.2f, agents %.2f), the task's process %.2f ms", r.OneCPUProcessesTasksPerSec, r.OneCPUProcessesToCeiling, r.OneCPUProcessCeiling, r.OneCPUProcessesStartP50, r.OneCPUProcessesStartP99, r.OneCPUHerdCPUPerTaskMs, r.OneCPUProcessesServerCPUPerTaskMs, r.OneCPUProcessesAgentCPUPerTaskMs, r.OneCPUProcessesTaskCPUPerTaskMs), "the same deployment, every process pinned to the first CPU (taskset -c 0)")
 	row(tb, "many agents", fmt.Sprintf("%d READY; leader %.1f%% of a core idle (%.1f Raft entries/s), %.1f%% placing %.0f tasks/s; %d false verdicts, heartbeat loss %.3f; server RSS %.0f MiB; agents' process %.0f%% of a core, %.0f MiB live heap, %d refutations among them; registered in %.1f s; %d elections; %d placed tasks unfinished", r.AgentsReady, r.AgentsLeaderCPUPct, r.AgentsIdleEntriesPerSec, r.AgentsLeaderPlacingCPU, r.AgentsPlacedTasksPerSec, r.AgentsFalseVerdicts, r.AgentsHeartbeatLoss, r.AgentsServerRSSMiB, r.AgentsProcessCPUPct, r.AgentsFleetLiveHeapMiB, r.AgentsFleetRefutations, r.AgentsRegisterSeconds, r.AgentsElections, r.AgentsPlacedUnfinished), fmt.Sprintf("%d agents in one process (memberlist members with their own UDP sockets, heartbeats, assignment long polls) against 3 server processes", r.Agents))
 	row(tb, "submit→start, light load", fmt.Sprintf("p50 %.1f ms, p99 %.1f ms", r.E2ESubmitToStartP50, r.E2ESubmitToStartP99), fmt.Sprintf("%.0f tasks/s steady, same cluster", r.E2ELightRate))
 	row(tb, "end to end, TLS and ACLs", fmt.Sprintf("%.0f tasks/s (%.2f× open), %.2f ms of herd CPU per task; light load p50 %.1f ms, p99 %.1f ms", r.E2ESecureTasksPerSec, r.E2ESecureThroughputRatio, r.E2ESecureCPUPerTaskMs, r.E2ESecureSubmitToStartP50, r.E2ESecureSubmitToStartP99), "the same two workloads on a cluster with mutual TLS on every link and ACLs on every request")

@@ -31,7 +31,9 @@ type site struct {
 	profiles string
 	// debug starts the servers with their debug endpoints, for profiles
 	// of chosen windows (see saveProfile).
-	debug   bool
+	debug bool
+	// prefix runs every process under a command (taskset -c 0).
+	prefix  []string
 	servers []*exec.Cmd
 	http    []string
 	gossip  []string
@@ -86,6 +88,9 @@ func (s *site) spawn(name string, args []string) (*exec.Cmd, error) {
 		return nil, err
 	}
 	cmd := exec.Command(s.exe, args...)
+	if len(s.prefix) > 0 {
+		cmd = exec.Command(s.prefix[0], append(append(s.prefix[1:len(s.prefix):len(s.prefix)], s.exe), args...)...)
+	}
 	cmd.Stdout, cmd.Stderr = log, log
 	if s.profiles != "" {
 		cmd.Env = append(os.Environ(), "HERD_CPU_PROFILE="+filepath.Join(s.profiles, name+".pprof"))
@@ -324,11 +329,11 @@ func benchProcesses(exe, dir, profiles string, sz benchSizes, r *Result) error {
 		}
 		return filepath.Join(profiles, run)
 	}
-	one, err := runProcessSite(exe, filepath.Join(dir, "one"), prof("one"), 1, sz.processTasks)
+	one, err := runProcessSite(exe, filepath.Join(dir, "one"), prof("one"), 1, sz.processTasks, nil)
 	if err != nil {
 		return fmt.Errorf("one agent: %w", err)
 	}
-	two, err := runProcessSite(exe, filepath.Join(dir, "two"), prof("two"), 2, sz.processTasks)
+	two, err := runProcessSite(exe, filepath.Join(dir, "two"), prof("two"), 2, sz.processTasks, nil)
 	if err != nil {
 		return fmt.Errorf("two agents: %w", err)
 	}
@@ -361,12 +366,12 @@ const processSlots = 64
 // herd.
 const processTaskCPUMillis = 1000
 
-func runProcessSite(exe, dir, profiles string, agents, tasks int) (processRun, error) {
+func runProcessSite(exe, dir, profiles string, agents, tasks int, prefix []string) (processRun, error) {
 	var out processRun
 	if err := mkdirs(dir, profiles); err != nil {
 		return out, err
 	}
-	s, err := startSite(exe, dir, profiles)
+	s, err := (&site{exe: exe, dir: dir, profiles: profiles, prefix: prefix}).start()
 	if err != nil {
 		return out, err
 	}

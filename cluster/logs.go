@@ -23,8 +23,8 @@ import (
 // ends. A node that is DOWN, serves no logs or cannot be reached is a
 // conflict that says so; the last 64 KiB of the output stay in the
 // attempt's record either way.
-func (s *Server) TaskLog(ctx context.Context, w http.ResponseWriter, taskID string, number int, tail int64, follow bool) error {
-	st := s.fsm.State()
+func (e *agentEndpoints) TaskLog(ctx context.Context, w http.ResponseWriter, taskID string, number int, tail int64, follow bool) error {
+	st := e.r.State()
 	attempts, err := st.AttemptsOfTask(taskID)
 	if err != nil {
 		return err
@@ -60,7 +60,7 @@ func (s *Server) TaskLog(ctx context.Context, w http.ResponseWriter, taskID stri
 	if follow {
 		q.Set("follow", "true")
 	}
-	scheme, client, done := s.agentClient(node.ID)
+	scheme, client, done := e.agentClient(node.ID)
 	defer done()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, scheme+"://"+node.DataAddress+"/v1/logs/"+url.PathEscape(a.ID)+"?"+q.Encode(), nil)
 	if err != nil {
@@ -104,12 +104,12 @@ func (s *Server) TaskLog(ctx context.Context, w http.ResponseWriter, taskID stri
 // agentClient reaches node nodeID's data address: over TLS with this
 // server's certificate when the cluster has one, to the holder of that
 // node's agent certificate only.
-func (s *Server) agentClient(nodeID string) (scheme string, client *http.Client, done func()) {
-	if s.tls == nil {
+func (e *agentEndpoints) agentClient(nodeID string) (scheme string, client *http.Client, done func()) {
+	if e.tls == nil {
 		return "http", &http.Client{}, func() {}
 	}
 	tr := &http.Transport{DialTLSContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
-		return pki.Dial(ctx, (&net.Dialer{Timeout: 10 * time.Second}).DialContext, addr, s.tls.ClientConfigFor(pki.Identity{Role: pki.RoleAgent, ID: nodeID}))
+		return pki.Dial(ctx, (&net.Dialer{Timeout: 10 * time.Second}).DialContext, addr, e.tls.ClientConfigFor(pki.Identity{Role: pki.RoleAgent, ID: nodeID}))
 	}}
 	return "https", &http.Client{Transport: tr}, tr.CloseIdleConnections
 }

@@ -3,6 +3,9 @@ package cluster
 import (
 	"context"
 	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"sync"
@@ -418,5 +421,60 @@ func TestAReportedRunIsOneCommandOnceEveryServerReadsIt(t *testing.T) {
 				t.Fatalf("the attempt ran from %v to %v (%v), want 200ms", a.StartedAt, a.FinishedAt, err)
 			}
 		})
+	}
+}
+
+// The agent family over a replica in memory and a fake agent: a node's
+// image cache, a pull and an import reach the address the node
+// registered, with their bodies; the agent's refusal of the request is
+// the caller's bad request, an unknown node is not found, and a node that
+// serves no data port is a conflict saying so.
+func TestAgentEndpointsOverAFakeReplicaAndAgent(t *testing.T) {
+	var got []string
+	agent := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		got = append(got, r.Method+" "+r.URL.RequestURI()+" "+string(body))
+		w.Header().Set("Content-Type", "application/json")
+		switch {
+		case r.URL.Path == "/v1/images":
+			_, _ = w.Write([]byte(`{"runtime":"runc 1.1.5","images":[]}`))
+		case strings.Contains(string(body), `"bad:1"`):
+			w.WriteHeader(http.StatusBadRequest)
+			_, _ = w.Write([]byte(`{"error":"not an image archive: bad"}`))
+		default:
+			_, _ = w.Write([]byte(`{"images":[{"node":"edge-1","names":["tools:1"],"digest":"sha256:ab"}]}`))
+		}
+	}))
+	t.Cleanup(agent.Close)
+	r := newMemReplica()
+	ctx := context.Background()
+	for id, addr := range map[string]string{"edge-1": strings.TrimPrefix(agent.URL, "http://"), "old-1": ""} {
+		if _, _, err := r.apply(ctx, fsm.MsgRegisterNode, fsm.RegisterNodeRequest{Now: r.Now(), Node: fsm.Node{ID: id, DataAddress: addr,
+			Capabilities: map[string][]string{"exec": {"1"}}, Resources: api.Resources{CPUMillis: 1000, MemoryMB: 1024}, Slots: 1}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e := agentEndpoints{r: r}
+	if ic, err := e.NodeImages(ctx, "edge-1"); err != nil || ic.Runtime != "runc 1.1.5" {
+		t.Fatalf("node images: %+v, %v", ic, err)
+	}
+	if l, err := e.PullImage(ctx, "edge-1", "tools:1"); err != nil || len(l.Images) != 1 || l.Images[0].Digest != "sha256:ab" {
+		t.Fatalf("pull: %+v, %v", l, err)
+	}
+	if _, err := e.ImportImage(ctx, "edge-1", strings.NewReader("ARCHIVE"), []string{"a:1"}); err != nil {
+		t.Fatalf("import: %v", err)
+	}
+	want := []string{"GET /v1/images ", `POST /v1/images/pull {"ref":"tools:1"}`, "POST /v1/images/import?tag=a%3A1 ARCHIVE"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("the agent was asked %q, want %q", got, want)
+	}
+	if _, err := e.PullImage(ctx, "edge-1", "bad:1"); !errors.Is(err, api.ErrBadRequest) || !strings.Contains(err.Error(), "not an image archive") {
+		t.Fatalf("a request the agent refuses: %v", err)
+	}
+	if _, err := e.NodeImages(ctx, "ghost"); !errors.Is(err, api.ErrNotFound) {
+		t.Fatalf("an unknown node: %v", err)
+	}
+	if _, err := e.NodeImages(ctx, "old-1"); !errors.Is(err, api.ErrConflict) || !strings.Contains(err.Error(), "serves no data port") {
+		t.Fatalf("a node without a data port: %v", err)
 	}
 }

@@ -123,6 +123,7 @@ type Server struct {
 	nodeEndpoints
 	aclEndpoints
 	attemptEndpoints
+	agentEndpoints
 }
 
 // Start opens the data directory, starts Raft and the HTTP API, and
@@ -241,6 +242,7 @@ func newServer(cfg config.Server, opts Options, logger hclog.Logger, material *p
 	s.aclEndpoints = aclEndpoints{r: s, enforced: cfg.ACL, refusals: &refusalLimiter{}}
 	s.metrics = newServerMetrics(s)
 	s.attemptEndpoints = attemptEndpoints{r: s, sched: cfg.Scheduler, metrics: s.metrics}
+	s.agentEndpoints = agentEndpoints{r: s, tls: material}
 	if opts.AfterApply != nil {
 		s.fsm.SetAfterApply(opts.AfterApply)
 	}

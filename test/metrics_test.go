@@ -116,10 +116,20 @@ func TestMetricsLintCleanAndMoving(t *testing.T) {
 	}
 	// Six tasks were submitted and six attempts ended: the leader applied
 	// at least that many of each command, in entries of some bytes.
-	for _, c := range []string{"submit-task", "reserve", "attempt-end"} {
+	for _, c := range []string{"submit-task", "reserve"} {
 		if v := metricValue(t, text, `herd_raft_commands_applied_total{command="`+c+`"}`); v < 6 {
 			t.Errorf("%s commands applied: %v, want 6 or more", c, v)
 		}
+	}
+	// An end comes alone, or with its start as one attempt-run.
+	ends := 0.0
+	for _, c := range []string{"attempt-end", "attempt-run"} {
+		if sample := `herd_raft_commands_applied_total{command="` + c + `"}`; strings.Contains(text, sample+" ") {
+			ends += metricValue(t, text, sample)
+		}
+	}
+	if ends < 6 {
+		t.Errorf("attempt ends applied: %v, want 6 or more", ends)
 	}
 	if v := metricValue(t, text, "herd_raft_applied_bytes_total"); v < 100 {
 		t.Errorf("applied bytes %v", v)

@@ -85,6 +85,7 @@ func (s *Server) startGossip(opts GossipOptions) error {
 	}
 	g.ml = ml
 	s.gossip = g
+	s.keyringEndpoints.gossip = g
 	return nil
 }
 

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
+
 	"herd/api"
 	"herd/fsm"
 	"herd/internal/gossip"
@@ -45,20 +47,32 @@ func encodeKeys(keys [][]byte) []string {
 	return out
 }
 
+// keyringEndpoints serve the gossip keyring's rotation: the replicated
+// keyring and who runs it, and its changes. They hold the replica as a
+// proposer, this replica's gossip member (nil without gossip) whose
+// keyring they keep in step with the replicated one, and the agents'
+// reports of the keyring they run (the leader's memory).
+type keyringEndpoints struct {
+	r      proposer
+	gossip *serverGossip
+	seen   *keyringReports
+	logger hclog.Logger
+}
+
 // GossipKeyring answers the replicated keyring, and which live nodes'
 // agents have not reported running it (leader-only: the reports are the
 // leader's).
-func (s *Server) GossipKeyring() (api.GossipKeyring, error) {
-	if s.gossip == nil || s.gossip.keyring == nil {
-		return api.GossipKeyring{}, fmt.Errorf("gossip on %s is not encrypted: there is no keyring: %w", s.cfg.ID, api.ErrBadRequest)
+func (e *keyringEndpoints) GossipKeyring() (api.GossipKeyring, error) {
+	if e.gossip == nil || e.gossip.keyring == nil {
+		return api.GossipKeyring{}, fmt.Errorf("gossip on %s is not encrypted: there is no keyring: %w", e.r.ID(), api.ErrBadRequest)
 	}
-	st := s.fsm.State()
+	st := e.r.State()
 	kr := st.GossipKeyring()
 	out := api.GossipKeyring{Index: kr.Index}
 	if kr.Index == 0 {
 		// Never rotated: the configured key of every member.
-		keys := s.gossip.keyring.GetKeys()
-		out.Keys, out.Primary = encodeKeys(keys), base64.StdEncoding.EncodeToString(s.gossip.keyring.GetPrimaryKey())
+		keys := e.gossip.keyring.GetKeys()
+		out.Keys, out.Primary = encodeKeys(keys), base64.StdEncoding.EncodeToString(e.gossip.keyring.GetPrimaryKey())
 	} else {
 		out.Keys, out.Primary = encodeKeys(kr.Keys), base64.StdEncoding.EncodeToString(kr.Primary)
 	}
@@ -67,7 +81,7 @@ func (s *Server) GossipKeyring() (api.GossipKeyring, error) {
 		if n.Liveness == scheduler.LivenessDown {
 			continue
 		}
-		if s.keyringSeen.of(n.ID) == kr.Index {
+		if e.seen.of(n.ID) == kr.Index {
 			out.NodesCurrent++
 		} else {
 			out.NodesBehind = append(out.NodesBehind, n.ID)
@@ -78,11 +92,11 @@ func (s *Server) GossipKeyring() (api.GossipKeyring, error) {
 }
 
 // ChangeGossipKeyring installs, uses or removes a key (leader-only).
-func (s *Server) ChangeGossipKeyring(ctx context.Context, req api.GossipKeyringRequest) (api.GossipKeyring, error) {
-	if !s.IsLeader() {
-		return api.GossipKeyring{}, fmt.Errorf("%s: %w", s.cfg.ID, api.ErrNotLeader)
+func (e *keyringEndpoints) ChangeGossipKeyring(ctx context.Context, req api.GossipKeyringRequest) (api.GossipKeyring, error) {
+	if !e.r.IsLeader() {
+		return api.GossipKeyring{}, fmt.Errorf("%s: %w", e.r.ID(), api.ErrNotLeader)
 	}
-	if s.gossip == nil || s.gossip.keyring == nil {
+	if e.gossip == nil || e.gossip.keyring == nil {
 		return api.GossipKeyring{}, fmt.Errorf("gossip is not encrypted: start the servers with a gossip_key to rotate keys: %w", api.ErrBadRequest)
 	}
 	key, err := base64.StdEncoding.DecodeString(req.Key)
@@ -90,17 +104,17 @@ func (s *Server) ChangeGossipKeyring(ctx context.Context, req api.GossipKeyringR
 		return api.GossipKeyring{}, fmt.Errorf("key is not base64: %w", api.ErrBadRequest)
 	}
 	// The first change starts from the keys the members run with.
-	base := [][]byte{s.gossip.keyring.GetPrimaryKey()}
-	for _, k := range s.gossip.keyring.GetKeys() {
+	base := [][]byte{e.gossip.keyring.GetPrimaryKey()}
+	for _, k := range e.gossip.keyring.GetKeys() {
 		if !slices.Equal(k, base[0]) {
 			base = append(base, k)
 		}
 	}
-	if _, _, err := s.apply(ctx, fsm.MsgGossipKeyring, fsm.GossipKeyringRequest{Op: req.Op, Key: key, Base: base}); err != nil {
+	if _, _, err := e.r.apply(ctx, fsm.MsgGossipKeyring, fsm.GossipKeyringRequest{Op: req.Op, Key: key, Base: base}); err != nil {
 		return api.GossipKeyring{}, err
 	}
-	s.syncKeyring()
-	return s.GossipKeyring()
+	e.syncKeyring()
+	return e.GossipKeyring()
 }
 
 // KeyringIndex is the replicated keyring's index, told to agents with
@@ -114,24 +128,24 @@ func (s *Server) keyringLoop() {
 		return
 	}
 	for s.pause(500 * time.Millisecond) {
-		s.syncKeyring()
+		s.keyringEndpoints.syncKeyring()
 	}
 }
 
 // syncKeyring makes the local keyring what the replicated one says: new
 // keys added, the primary used, removed keys dropped.
-func (s *Server) syncKeyring() {
-	g := s.gossip
+func (e *keyringEndpoints) syncKeyring() {
+	g := e.gossip
 	g.keyringMu.Lock()
 	defer g.keyringMu.Unlock()
-	kr := s.fsm.State().GossipKeyring()
+	kr := e.r.State().GossipKeyring()
 	if kr.Index == 0 || kr.Index == g.keyringIndex {
 		return
 	}
 	if err := gossip.SetKeys(g.keyring, kr.Keys, kr.Primary); err != nil {
-		s.logger.Error("could not apply the gossip keyring", "index", kr.Index, "error", err)
+		e.logger.Error("could not apply the gossip keyring", "index", kr.Index, "error", err)
 		return
 	}
 	g.keyringIndex = kr.Index
-	s.logger.Info("gossip keyring applied", "index", kr.Index, "keys", len(kr.Keys))
+	e.logger.Info("gossip keyring applied", "index", kr.Index, "keys", len(kr.Keys))
 }

@@ -1,7 +1,9 @@
 package cluster
 
 import (
+	"bytes"
 	"context"
+	"encoding/base64"
 	"errors"
 	"io"
 	"net/http"
@@ -13,6 +15,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/memberlist"
 
 	"herd/api"
 	"herd/config"
@@ -476,5 +479,48 @@ func TestAgentEndpointsOverAFakeReplicaAndAgent(t *testing.T) {
 	}
 	if _, err := e.NodeImages(ctx, "old-1"); !errors.Is(err, api.ErrConflict) || !strings.Contains(err.Error(), "serves no data port") {
 		t.Fatalf("a node without a data port: %v", err)
+	}
+}
+
+// The keyring family over a replica in memory and a gossip keyring of
+// its own: it answers the keys the members run before any rotation, an
+// installed key is committed and applied to the local keyring, a node's
+// agent is behind until it reports the new keyring, and the mistakes are
+// refused: no encryption, a key not base64, a follower asked to change.
+func TestKeyringEndpointsOverAFakeReplica(t *testing.T) {
+	r := newMemReplica()
+	ctx := context.Background()
+	r.registerNode(t, "edge-1")
+	none := keyringEndpoints{r: r, seen: &keyringReports{}, logger: hclog.NewNullLogger()}
+	if _, err := none.GossipKeyring(); !errors.Is(err, api.ErrBadRequest) || !strings.Contains(err.Error(), "not encrypted") {
+		t.Fatalf("without a keyring: %v", err)
+	}
+	first, second := bytes.Repeat([]byte{1}, 16), bytes.Repeat([]byte{2}, 16)
+	kr, err := memberlist.NewKeyring(nil, first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := keyringEndpoints{r: r, gossip: &serverGossip{keyring: kr}, seen: &keyringReports{}, logger: hclog.NewNullLogger()}
+	b64 := base64.StdEncoding.EncodeToString
+	if got, err := e.GossipKeyring(); err != nil || got.Index != 0 || got.Primary != b64(first) || got.NodesCurrent != 1 {
+		t.Fatalf("before any rotation: %+v, %v", got, err)
+	}
+	got, err := e.ChangeGossipKeyring(ctx, api.GossipKeyringRequest{Op: "install", Key: b64(second)})
+	if err != nil || got.Index == 0 || len(got.Keys) != 2 || got.Primary != b64(first) || !slices.Equal(got.NodesBehind, []string{"edge-1"}) {
+		t.Fatalf("install: %+v, %v", got, err)
+	}
+	if len(kr.GetKeys()) != 2 {
+		t.Fatalf("the local keyring holds %d keys after the install", len(kr.GetKeys()))
+	}
+	e.seen.report("edge-1", got.Index)
+	if got, err := e.GossipKeyring(); err != nil || got.NodesCurrent != 1 || len(got.NodesBehind) != 0 {
+		t.Fatalf("after the agent's report: %+v, %v", got, err)
+	}
+	if _, err := e.ChangeGossipKeyring(ctx, api.GossipKeyringRequest{Op: "use", Key: "not base64!"}); !errors.Is(err, api.ErrBadRequest) {
+		t.Fatalf("a key not base64: %v", err)
+	}
+	r.leader = false
+	if _, err := e.ChangeGossipKeyring(ctx, api.GossipKeyringRequest{Op: "use", Key: b64(second)}); !errors.Is(err, api.ErrNotLeader) {
+		t.Fatalf("on a follower: %v", err)
 	}
 }

@@ -124,6 +124,7 @@ type Server struct {
 	aclEndpoints
 	attemptEndpoints
 	agentEndpoints
+	keyringEndpoints
 }
 
 // Start opens the data directory, starts Raft and the HTTP API, and
@@ -243,6 +244,8 @@ func newServer(cfg config.Server, opts Options, logger hclog.Logger, material *p
 	s.metrics = newServerMetrics(s)
 	s.attemptEndpoints = attemptEndpoints{r: s, sched: cfg.Scheduler, metrics: s.metrics}
 	s.agentEndpoints = agentEndpoints{r: s, tls: material}
+	// startGossip gives the keyring family this replica's gossip member.
+	s.keyringEndpoints = keyringEndpoints{r: s, seen: &s.keyringSeen, logger: logger}
 	if opts.AfterApply != nil {
 		s.fsm.SetAfterApply(opts.AfterApply)
 	}

@@ -117,10 +117,6 @@ func (e *keyringEndpoints) ChangeGossipKeyring(ctx context.Context, req api.Goss
 	return e.GossipKeyring()
 }
 
-// KeyringIndex is the replicated keyring's index, told to agents with
-// every heartbeat so that they fetch a changed one.
-func (s *Server) keyringIndex() uint64 { return s.fsm.State().GossipKeyring().Index }
-
 // keyringLoop applies the replicated keyring to this replica's gossip as
 // it commits (checked twice a second).
 func (s *Server) keyringLoop() {

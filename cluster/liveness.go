@@ -191,12 +191,6 @@ func (m *monitor) view(id string, lastCommitted, sessionStart, now time.Time) (a
 	return obs, o.lastHeard, o.hibernating
 }
 
-// Observation is how this replica sees a node's liveness right now.
-func (s *Server) Observation(n *fsm.Node) api.NodeObservation {
-	obs, _, _ := s.monitor.view(n.ID, n.LastHeartbeat.Time(), n.SessionStartedAt.Time(), s.now())
-	return obs
-}
-
 // livenessLoop (leader-only) turns observations into committed node
 // states: SUSPECT after SuspectAfter missed intervals, back to READY when
 // heard again (no reclaim), DOWN after DownAfter once memberlist no longer

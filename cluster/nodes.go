@@ -4,24 +4,43 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"herd/internal/version"
+	"sync/atomic"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
+
 	"herd/api"
+	"herd/config"
 	"herd/fsm"
+	"herd/internal/version"
 	"herd/scheduler"
 )
 
+// sessionEndpoints serve an agent's session with the cluster: its
+// registration, heartbeats and reported conditions, and the leader's
+// DOWN verdict on it. They hold the replica as a proposer, the liveness
+// monitor that hears the fleet (and gives and judges leases), the
+// keyring family (whose index each answer carries, and which keeps the
+// agents' reports of it), and when this replica began to lead.
+type sessionEndpoints struct {
+	r           proposer
+	monitor     *monitor
+	liveness    config.Liveness
+	keyring     *keyringEndpoints
+	leaderSince *atomic.Int64
+	logger      hclog.Logger
+}
+
 // RegisterNode commits a node registration (leader-only); every
 // registration starts a new session generation.
-func (s *Server) RegisterNode(ctx context.Context, reg api.NodeRegistration) (api.RegisterResponse, error) {
-	if !s.IsLeader() {
-		return api.RegisterResponse{}, fmt.Errorf("%s: %w", s.cfg.ID, api.ErrNotLeader)
+func (s *sessionEndpoints) RegisterNode(ctx context.Context, reg api.NodeRegistration) (api.RegisterResponse, error) {
+	if !s.r.IsLeader() {
+		return api.RegisterResponse{}, fmt.Errorf("%s: %w", s.r.ID(), api.ErrNotLeader)
 	}
 	if err := validateRegistration(reg); err != nil {
 		return api.RegisterResponse{}, fmt.Errorf("invalid registration: %v: %w", err, api.ErrBadRequest)
 	}
-	resp, index, err := s.apply(ctx, fsm.MsgRegisterNode, fsm.RegisterNodeRequest{Now: s.now().UTC(), Node: fsm.Node{
+	resp, index, err := s.r.apply(ctx, fsm.MsgRegisterNode, fsm.RegisterNodeRequest{Now: s.r.Now().UTC(), Node: fsm.Node{
 		ID: reg.ID, Address: reg.Address, Version: reg.Version, Labels: reg.Labels, Capabilities: reg.Capabilities,
 		Resources: reg.Resources, Slots: reg.Slots, Weight: reg.Weight, RegistrationToken: reg.Token,
 		Profile: registeredProfile(reg.Profile), Datasets: toSchedulerDatasets(reg.Datasets), DataAddress: reg.DataAddr,
@@ -125,15 +144,15 @@ func (e *nodeEndpoints) ListNodes() ([]api.Node, error) {
 
 // Heartbeat confirms that a node's session is alive (leader-only) and
 // tells the agent how the cluster sees it, with the lease that gives.
-func (s *Server) Heartbeat(ctx context.Context, nodeID string, req api.HeartbeatRequest) (api.HeartbeatResponse, error) {
-	if !s.IsLeader() {
-		return api.HeartbeatResponse{}, fmt.Errorf("%s: %w", s.cfg.ID, api.ErrNotLeader)
+func (s *sessionEndpoints) Heartbeat(ctx context.Context, nodeID string, req api.HeartbeatRequest) (api.HeartbeatResponse, error) {
+	if !s.r.IsLeader() {
+		return api.HeartbeatResponse{}, fmt.Errorf("%s: %w", s.r.ID(), api.ErrNotLeader)
 	}
 	n, err := s.heartbeatNode(ctx, nodeID, req.SessionGeneration)
 	if err != nil {
 		return api.HeartbeatResponse{}, err
 	}
-	s.keyringSeen.report(nodeID, req.KeyringIndex)
+	s.keyring.seen.report(nodeID, req.KeyringIndex)
 	out := api.HeartbeatResponse{Liveness: string(n.Liveness), SessionGeneration: n.SessionGeneration, KeyringIndex: s.keyringIndex()}
 	if n.Liveness != scheduler.LivenessDown {
 		out.LeaseMs = s.monitor.lease(n.ID).Milliseconds()
@@ -150,15 +169,15 @@ func (s *Server) Heartbeat(ctx context.Context, nodeID string, req api.Heartbeat
 // for each of a fleet's heartbeats. A leader deposed without knowing it
 // yet may answer so for up to its leader lease; the lease it gives is one
 // its successor already assumes a predecessor gave (see replaceAfter).
-func (s *Server) heartbeatNode(ctx context.Context, nodeID string, session uint64) (*fsm.Node, error) {
-	if !s.monitor.heardFrom(nodeID, session, 2*s.cfg.Liveness.HeartbeatInterval, s.now()) {
-		resp, _, err := s.apply(ctx, fsm.MsgHeartbeat, fsm.HeartbeatRequest{NodeID: nodeID, SessionGeneration: session, Now: s.now().UTC()})
+func (s *sessionEndpoints) heartbeatNode(ctx context.Context, nodeID string, session uint64) (*fsm.Node, error) {
+	if !s.monitor.heardFrom(nodeID, session, 2*s.liveness.HeartbeatInterval, s.r.Now()) {
+		resp, _, err := s.r.apply(ctx, fsm.MsgHeartbeat, fsm.HeartbeatRequest{NodeID: nodeID, SessionGeneration: session, Now: s.r.Now().UTC()})
 		if err != nil {
 			return nil, err
 		}
 		return resp.(*fsm.Node), nil
 	}
-	n, err := s.fsm.State().Node(nodeID)
+	n, err := s.r.State().Node(nodeID)
 	if err != nil {
 		return nil, fsmErr(&fsm.Rejection{Code: fsm.RejectNotFound, Message: err.Error()})
 	}
@@ -171,15 +190,15 @@ func (s *Server) heartbeatNode(ctx context.Context, nodeID string, session uint6
 
 // SetNodeConditions commits the conditions a node's agent reports
 // (leader-only).
-func (s *Server) SetNodeConditions(ctx context.Context, nodeID string, req api.NodeConditionsRequest) (api.Node, error) {
-	if !s.IsLeader() {
-		return api.Node{}, fmt.Errorf("%s: %w", s.cfg.ID, api.ErrNotLeader)
+func (s *sessionEndpoints) SetNodeConditions(ctx context.Context, nodeID string, req api.NodeConditionsRequest) (api.Node, error) {
+	if !s.r.IsLeader() {
+		return api.Node{}, fmt.Errorf("%s: %w", s.r.ID(), api.ErrNotLeader)
 	}
 	conds := make([]fsm.NodeCondition, len(req.Conditions))
 	for i, c := range req.Conditions {
 		conds[i] = fsm.NodeCondition{Type: c.Type, Message: c.Message}
 	}
-	resp, _, err := s.apply(ctx, fsm.MsgNodeConditions, fsm.NodeConditionsRequest{NodeID: nodeID, SessionGeneration: req.SessionGeneration, Conditions: conds, Notes: req.Notes, Now: s.now().UTC()})
+	resp, _, err := s.r.apply(ctx, fsm.MsgNodeConditions, fsm.NodeConditionsRequest{NodeID: nodeID, SessionGeneration: req.SessionGeneration, Conditions: conds, Notes: req.Notes, Now: s.r.Now().UTC()})
 	if err != nil {
 		return api.Node{}, err
 	}
@@ -195,16 +214,26 @@ func (s *Server) SetNodeConditions(ctx context.Context, nodeID string, req api.N
 // the node's last proof of life, or from when this replica began to lead
 // if later (an agent cut off from the new leader may hold a lease its
 // predecessor gave).
-func (s *Server) replaceAfter(nodeID string, now time.Time) time.Time {
+func (s *sessionEndpoints) replaceAfter(nodeID string, now time.Time) time.Time {
 	since := time.Unix(0, s.leaderSince.Load())
 	from := since
-	if n, err := s.fsm.State().Node(nodeID); err == nil {
+	if n, err := s.r.State().Node(nodeID); err == nil {
 		_, heard, _ := s.monitor.view(nodeID, n.LastHeartbeat.Time(), n.SessionStartedAt.Time(), now)
 		from = latest(from, heard, n.LastHeartbeat.Time(), n.SessionStartedAt.Time())
 	}
 	lease := s.monitor.leaseGiven(nodeID, now.Sub(since))
 	return from.Add(lease + lease/10)
 }
+
+// Observation is how this replica's liveness monitor sees a node now.
+func (s *sessionEndpoints) Observation(n *fsm.Node) api.NodeObservation {
+	obs, _, _ := s.monitor.view(n.ID, n.LastHeartbeat.Time(), n.SessionStartedAt.Time(), s.r.Now())
+	return obs
+}
+
+// keyringIndex is the replicated keyring's index, told to agents with
+// every registration and heartbeat so that they fetch a changed one.
+func (s *sessionEndpoints) keyringIndex() uint64 { return s.r.State().GossipKeyring().Index }
 
 func latest(ts ...time.Time) time.Time {
 	var out time.Time
@@ -218,13 +247,13 @@ func latest(ts ...time.Time) time.Time {
 
 // DeclareNodeDown commits a node-down verdict (leader-only): its live
 // attempts become LOST and their tasks are requeued.
-func (s *Server) DeclareNodeDown(ctx context.Context, nodeID, reason string) ([]string, error) {
-	if !s.IsLeader() {
-		return nil, fmt.Errorf("%s: %w", s.cfg.ID, api.ErrNotLeader)
+func (s *sessionEndpoints) DeclareNodeDown(ctx context.Context, nodeID, reason string) ([]string, error) {
+	if !s.r.IsLeader() {
+		return nil, fmt.Errorf("%s: %w", s.r.ID(), api.ErrNotLeader)
 	}
-	now := s.now()
+	now := s.r.Now()
 	retryAt := s.replaceAfter(nodeID, now)
-	resp, _, err := s.apply(ctx, fsm.MsgNodeDown, fsm.NodeDownRequest{NodeID: nodeID, Reason: reason, Now: now.UTC(), RetryAt: retryAt.UTC()})
+	resp, _, err := s.r.apply(ctx, fsm.MsgNodeDown, fsm.NodeDownRequest{NodeID: nodeID, Reason: reason, Now: now.UTC(), RetryAt: retryAt.UTC()})
 	if err != nil {
 		return nil, err
 	}

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -522,5 +523,66 @@ func TestKeyringEndpointsOverAFakeReplica(t *testing.T) {
 	r.leader = false
 	if _, err := e.ChangeGossipKeyring(ctx, api.GossipKeyringRequest{Op: "use", Key: b64(second)}); !errors.Is(err, api.ErrNotLeader) {
 		t.Fatalf("on a follower: %v", err)
+	}
+}
+
+// The session family over a replica in memory: a registration starts a
+// session and gives a lease, a heartbeat of it is committed (this
+// replica hears no gossip) and answers the keyring's index while one of
+// an old session is refused, the agent's conditions are committed, and a
+// DOWN verdict reclaims the node's live attempt and requeues its task
+// no earlier than the lease the agent may hold.
+func TestSessionEndpointsOverAFakeReplica(t *testing.T) {
+	r := newMemReplica()
+	ctx := context.Background()
+	live := config.DefaultLiveness()
+	var since atomic.Int64
+	since.Store(r.Now().UnixNano())
+	e := sessionEndpoints{r: r, monitor: newMonitor(live), liveness: live, keyring: &keyringEndpoints{r: r, seen: &keyringReports{}},
+		leaderSince: &since, logger: hclog.NewNullLogger()}
+	reg, err := e.RegisterNode(ctx, api.NodeRegistration{NodeSpec: api.NodeSpec{ID: "edge-1", Slots: 1,
+		Capabilities: map[string][]string{"exec": {"1"}}, Resources: api.Resources{CPUMillis: 1000, MemoryMB: 1024}}})
+	if err != nil || reg.SessionGeneration == 0 || reg.LeaseMs <= 0 {
+		t.Fatalf("register: %+v, %v", reg, err)
+	}
+	r.advance(time.Second)
+	hb, err := e.Heartbeat(ctx, "edge-1", api.HeartbeatRequest{SessionGeneration: reg.SessionGeneration, KeyringIndex: 0})
+	if err != nil || hb.Liveness != "READY" || hb.LeaseMs <= 0 {
+		t.Fatalf("heartbeat: %+v, %v", hb, err)
+	}
+	if n, _ := r.State().Node("edge-1"); !n.LastHeartbeat.Time().Equal(r.Now()) {
+		t.Fatalf("the heartbeat was not committed: last heartbeat %v, now %v", n.LastHeartbeat, r.Now())
+	}
+	if _, err := e.Heartbeat(ctx, "edge-1", api.HeartbeatRequest{SessionGeneration: reg.SessionGeneration + 1}); !errors.Is(err, api.ErrConflict) {
+		t.Fatalf("a heartbeat of another session: %v", err)
+	}
+	n, err := e.SetNodeConditions(ctx, "edge-1", api.NodeConditionsRequest{SessionGeneration: reg.SessionGeneration,
+		Conditions: []api.NodeCondition{{Type: "disk_full", Message: "2 MiB free"}}})
+	if err != nil || len(n.Conditions) != 1 || n.Conditions[0].Type != "disk_full" {
+		t.Fatalf("conditions: %+v, %v", n, err)
+	}
+	if _, err := e.SetNodeConditions(ctx, "edge-1", api.NodeConditionsRequest{SessionGeneration: reg.SessionGeneration}); err != nil {
+		t.Fatal(err)
+	}
+	tasks := taskEndpoints{r: r, sched: sizes()}
+	task, _, _, err := tasks.SubmitTask(ctx, api.TaskSpec{Command: []string{"true"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := r.applyRaw(ctx, fsm.EncodeReserve(fsm.ReserveRequest{TaskID: task.ID, AttemptID: "a1", Number: 1, NodeID: "edge-1",
+		SessionGeneration: reg.SessionGeneration, Now: r.Now(), HeartbeatTTL: time.Hour})); err != nil {
+		t.Fatal(err)
+	}
+	reclaimed, err := e.DeclareNodeDown(ctx, "edge-1", "gone")
+	if err != nil || !slices.Equal(reclaimed, []string{"a1"}) {
+		t.Fatalf("down: %v, %v", reclaimed, err)
+	}
+	got, _ := r.State().Task(task.ID)
+	if got.State != fsm.TaskPending || !got.NotBefore().Time().After(r.Now()) {
+		t.Fatalf("the task after its node went down: %s, retry at %v (now %v)", got.State, got.NotBefore(), r.Now())
+	}
+	r.leader = false
+	if _, err := e.RegisterNode(ctx, api.NodeRegistration{NodeSpec: api.NodeSpec{ID: "edge-2", Slots: 1}}); !errors.Is(err, api.ErrNotLeader) {
+		t.Fatalf("a registration on a follower: %v", err)
 	}
 }

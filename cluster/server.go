@@ -125,6 +125,7 @@ type Server struct {
 	attemptEndpoints
 	agentEndpoints
 	keyringEndpoints
+	sessionEndpoints
 }
 
 // Start opens the data directory, starts Raft and the HTTP API, and
@@ -239,13 +240,14 @@ func newServer(cfg config.Server, opts Options, logger hclog.Logger, material *p
 	}
 	s.taskEndpoints = taskEndpoints{r: s, sched: cfg.Scheduler}
 	s.jobEndpoints = jobEndpoints{r: s, sched: cfg.Scheduler}
-	s.nodeEndpoints = nodeEndpoints{r: s, profiles: cfg.Profiles, observe: s.Observation}
+	s.nodeEndpoints = nodeEndpoints{r: s, profiles: cfg.Profiles, observe: func(n *fsm.Node) api.NodeObservation { return s.sessionEndpoints.Observation(n) }}
 	s.aclEndpoints = aclEndpoints{r: s, enforced: cfg.ACL, refusals: &refusalLimiter{}}
 	s.metrics = newServerMetrics(s)
 	s.attemptEndpoints = attemptEndpoints{r: s, sched: cfg.Scheduler, metrics: s.metrics}
 	s.agentEndpoints = agentEndpoints{r: s, tls: material}
 	// startGossip gives the keyring family this replica's gossip member.
 	s.keyringEndpoints = keyringEndpoints{r: s, seen: &s.keyringSeen, logger: logger}
+	s.sessionEndpoints = sessionEndpoints{r: s, monitor: s.monitor, liveness: cfg.Liveness, keyring: &s.keyringEndpoints, leaderSince: &s.leaderSince, logger: logger}
 	if opts.AfterApply != nil {
 		s.fsm.SetAfterApply(opts.AfterApply)
 	}

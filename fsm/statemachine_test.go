@@ -372,7 +372,7 @@ var weights = []struct {
 	name string
 	n    int
 }{
-	{"place", 8}, {"start", 6}, {"report", 6}, {"run", 3}, {"submit", 4}, {"time passes", 3}, {"stale place", 2},
+	{"place", 8}, {"start", 6}, {"report", 6}, {"run", 2}, {"submit", 4}, {"time passes", 3}, {"stale place", 2},
 	{"slow", 4}, {"backup", 2}, {"reclaim", 1}, {"cancel", 1}, {"node down", 1}, {"lease expiry", 1},
 	{"node up", 2}, {"suspect", 1}, {"drain", 1}, {"eligible", 1}, {"forget", 1}, {"snapshot and restore", 1},
 }
@@ -388,7 +388,17 @@ var weights = []struct {
 func TestStateMachineProperty(t *testing.T) {
 	total := 0
 	done := map[string]int{}
-	rapid.Check(t, func(rt *rapid.T) {
+	effects := []string{"placed", "started", "reported", "ran", "reclaimed", "cancelled", "slow", "backups", "down", "expired", "forgotten", "restored"}
+	missing := func() []string {
+		var out []string
+		for _, what := range effects {
+			if done[what] == 0 {
+				out = append(out, what)
+			}
+		}
+		return out
+	}
+	property := func(rt *rapid.T) {
 		m := newMachine(rt)
 		actions := m.actions()
 		var names []string
@@ -407,17 +417,22 @@ func TestStateMachineProperty(t *testing.T) {
 		for k, v := range m.done {
 			done[k] += v
 		}
-	})
-	if t.Failed() {
-		return
+	}
+	// A backup needs a speculative task whose attempt ran slow while a
+	// node was free, which a run of random draws now and then never
+	// meets: another run of the property (never fewer checks) goes on
+	// until every effect was reached, three runs at most.
+	for round := 0; round < 3 && (round == 0 || len(missing()) > 0); round++ {
+		rapid.Check(t, property)
+		if t.Failed() {
+			return
+		}
 	}
 	t.Logf("%d steps; effects %v", total, done)
 	if total < 10_000 && !testing.Short() {
 		t.Errorf("only %d steps ran (-rapid.checks too low?), want at least 10,000", total)
 	}
-	for _, what := range []string{"placed", "started", "reported", "ran", "reclaimed", "cancelled", "slow", "backups", "down", "expired", "forgotten", "restored"} {
-		if done[what] == 0 {
-			t.Errorf("the generator never %s anything: %v", what, done)
-		}
+	for _, what := range missing() {
+		t.Errorf("the generator never %s anything: %v", what, done)
 	}
 }

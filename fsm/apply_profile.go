@@ -320,16 +320,23 @@ func ProfileDue(n *Node, dwell, recheck time.Duration, now time.Time) (op, why s
 	return "", ""
 }
 
-// slowRuns counts the runs in recent over percent of median.
+// slowRuns counts the runs in recent over percent of median and at least
+// slowRunFloorMs past it.
 func slowRuns(recent []int64, median int64, percent int) int {
 	slow := 0
 	for _, d := range recent {
-		if d*100 > median*int64(percent) {
+		if d*100 > median*int64(percent) && d-median >= slowRunFloorMs {
 			slow++
 		}
 	}
 	return slow
 }
+
+// slowRunFloorMs is how far past the fleet median a run must also be to
+// count as slow: a class of millisecond tasks runs several times its
+// median whenever a busy box schedules the process late, which says
+// nothing of the node's hardware.
+const slowRunFloorMs = 1000
 
 func factorText(percent int) string {
 	return fmt.Sprintf("%d.%d×", percent/100, percent%100/10)

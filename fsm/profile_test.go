@@ -417,3 +417,30 @@ func TestOutcomesKeepTheWindowAndTheBound(t *testing.T) {
 		t.Fatalf("kept %d results within the window, want 2", len(h.Outcomes))
 	}
 }
+
+// A run counts as slow only when it is also a second or more past the
+// fleet median: a node whose millisecond tasks take four times the median
+// (a busy box scheduling them late) is not demoted, one whose
+// two-second tasks take four times theirs is.
+func TestSlowRunsNeedASecondPastTheMedian(t *testing.T) {
+	for _, c := range []struct {
+		median  time.Duration
+		demoted bool
+	}{
+		{5 * time.Millisecond, false},
+		{2 * time.Second, true},
+	} {
+		h := newProfileHarness(t, "a", "b", "c", "late")
+		for i := 0; i < 3; i++ {
+			for _, n := range []string{"a", "b", "c"} {
+				h.run("build", n, c.median, AttemptSucceeded)
+			}
+		}
+		for i := 0; i < 5; i++ {
+			h.run("build", "late", 4*c.median, AttemptSucceeded)
+		}
+		if got := h.node("late").Tier.Demotions > 0; got != c.demoted {
+			t.Errorf("runs of 4× a median of %s: demoted %v, want %v (tier %+v)", c.median, got, c.demoted, h.node("late").Tier)
+		}
+	}
+}

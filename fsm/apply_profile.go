@@ -335,8 +335,9 @@ func slowRuns(recent []int64, median int64, percent int) int {
 // slowRunFloorMs is how far past the fleet median a run must also be to
 // count as slow: a class of millisecond tasks runs several times its
 // median whenever a busy box schedules the process late, which says
-// nothing of the node's hardware.
-const slowRunFloorMs = 1000
+// nothing of the node's hardware, while a node that takes a second where
+// the fleet takes a fifth of one is slow.
+const slowRunFloorMs = 250
 
 func factorText(percent int) string {
 	return fmt.Sprintf("%d.%d×", percent/100, percent%100/10)

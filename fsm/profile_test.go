@@ -418,16 +418,18 @@ func TestOutcomesKeepTheWindowAndTheBound(t *testing.T) {
 	}
 }
 
-// A run counts as slow only when it is also a second or more past the
-// fleet median: a node whose millisecond tasks take four times the median
-// (a busy box scheduling them late) is not demoted, one whose
-// two-second tasks take four times theirs is.
+// A run counts as slow only when it is also a quarter of a second or more
+// past the fleet median: a node whose millisecond tasks take four times
+// the median (a busy box scheduling them late) is not demoted, one whose
+// fifth-of-a-second or two-second tasks take four times theirs is.
 func TestSlowRunsNeedASecondPastTheMedian(t *testing.T) {
 	for _, c := range []struct {
 		median  time.Duration
 		demoted bool
 	}{
 		{5 * time.Millisecond, false},
+		{50 * time.Millisecond, false},
+		{200 * time.Millisecond, true},
 		{2 * time.Second, true},
 	} {
 		h := newProfileHarness(t, "a", "b", "c", "late")

@@ -55,6 +55,7 @@ func (a *Agent) startGuard() *leaseGuard {
 	cfg := guardConfig{
 		Node: a.cfg.ID, DataDir: a.cfg.DataDir, WorkRoot: a.workDirs.root, AgentAddr: a.LeaseAddr(),
 		AgentGroup: ownProcessGroup(),
+		AgentPID:   os.Getpid(),
 	}
 	if c, ok := a.limiter.(interface{ guardCgroups() []guardCgroup }); ok {
 		cfg.Cgroups = c.guardCgroups()

@@ -31,7 +31,11 @@ func monoNow() int64 {
 // once per call.
 func scanGuarded(cfg guardConfig) []guardTarget {
 	var out []guardTarget
-	seen := map[int]bool{}
+	// Neither the agent nor this guard is ever a target.
+	seen := map[int]bool{os.Getpid(): true}
+	if cfg.AgentPID > 0 {
+		seen[cfg.AgentPID] = true
+	}
 	node := []byte("HERD_NODE_ID=" + cfg.Node)
 	var addr []byte
 	if cfg.AgentAddr != "" {
@@ -49,7 +53,7 @@ func scanGuarded(cfg guardConfig) []guardTarget {
 				continue
 			}
 			attempt, ok := envOf(env, node, "HERD_ATTEMPT_ID=")
-			if !ok {
+			if !ok || seen[pid] {
 				continue
 			}
 			if addr == nil || !hasEnvEntry(env, addr) {

@@ -235,3 +235,29 @@ func TestGuardStateLineRoundTrips(t *testing.T) {
 		}
 	}
 }
+
+// With cgroup v1 the agent's launching thread sits in an attempt's groups
+// for a moment, so a group's process list can name the agent: the guard
+// never takes the agent (nor itself) for an attempt, whatever the groups
+// say, and still takes the other processes they name.
+func TestGuardNeverTargetsTheAgent(t *testing.T) {
+	dir := t.TempDir()
+	grp := filepath.Join(dir, "pool-1")
+	if err := os.MkdirAll(grp, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	other := exec.Command("sleep", "30")
+	if err := other.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = other.Process.Kill(); _ = other.Wait() })
+	agentPid := os.Getppid() // any live process other than this one stands for the agent
+	procs := fmt.Sprintf("%d\n%d\n%d\n", agentPid, os.Getpid(), other.Process.Pid)
+	if err := os.WriteFile(filepath.Join(grp, "cgroup.procs"), []byte(procs), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	targets := scanGuarded(guardConfig{Node: "edge-1", AgentPID: agentPid, Cgroups: []guardCgroup{{Dir: dir}}})
+	if len(targets) != 1 || targets[0].pid != other.Process.Pid {
+		t.Fatalf("targets %+v: want only pid %d (the agent %d and the guard %d are never targets)", targets, other.Process.Pid, agentPid, os.Getpid())
+	}
+}

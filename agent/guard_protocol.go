@@ -54,6 +54,10 @@ type guardConfig struct {
 	// AgentGroup is the agent's own process group, never signalled as a
 	// whole (a task could join it).
 	AgentGroup int `json:"agent_group"`
+	// AgentPID is the agent itself, never a target: with cgroup v1 its
+	// launching thread sits in an attempt's groups for a moment, so the
+	// groups' process lists name the agent then.
+	AgentPID int `json:"agent_pid,omitempty"`
 	// Cgroups are the directories whose member groups hold this agent's
 	// attempts, each with the name prefix of its groups ("" for all).
 	Cgroups []guardCgroup `json:"cgroups,omitempty"`

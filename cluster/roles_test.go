@@ -99,6 +99,25 @@ func (m *memReplica) registerNode(t *testing.T, id string) {
 	}
 }
 
+// submitAndReserve submits a task through tasks and commits its first
+// attempt's reservation on node, as the leader's pass would; it returns
+// the task's id and the attempt's lease.
+func (m *memReplica) submitAndReserve(t *testing.T, tasks taskEndpoints, node, attempt string) (string, uint64) {
+	t.Helper()
+	ctx := context.Background()
+	task, _, _, err := tasks.SubmitTask(ctx, api.TaskSpec{Command: []string{"true"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, _ := m.State().Node(node)
+	resp, _, err := m.applyRaw(ctx, fsm.EncodeReserve(fsm.ReserveRequest{TaskID: task.ID, AttemptID: attempt, Number: 1, NodeID: node,
+		SessionGeneration: n.SessionGeneration, Now: m.Now(), HeartbeatTTL: time.Hour}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return task.ID, resp.(*fsm.ReserveResult).Attempt.LeaseVersion
+}
+
 func sizes() config.Scheduler {
 	return config.Scheduler{SizeSmall: []string{"L1", "L2", "L3"}, SizeLarge: []string{"L1"}}
 }
@@ -340,17 +359,7 @@ func TestAttemptEndpointsOverAFakeReplica(t *testing.T) {
 	attempts := attemptEndpoints{r: r, sched: config.DefaultScheduler()}
 	ctx := context.Background()
 	r.registerNode(t, "edge-1")
-	task, _, _, err := tasks.SubmitTask(ctx, api.TaskSpec{Command: []string{"true"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	n, _ := r.State().Node("edge-1")
-	resp, _, err := r.applyRaw(ctx, fsm.EncodeReserve(fsm.ReserveRequest{TaskID: task.ID, AttemptID: "a1", Number: 1, NodeID: "edge-1",
-		SessionGeneration: n.SessionGeneration, Now: r.Now(), HeartbeatTTL: time.Hour}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	lease := resp.(*fsm.ReserveResult).Attempt.LeaseVersion
+	taskID, lease := r.submitAndReserve(t, tasks, "edge-1", "a1")
 	as, err := attempts.Assignments(ctx, "edge-1", api.AssignmentsQuery{})
 	if err != nil || len(as.Attempts) != 1 || as.Attempts[0].Attempt.ID != "a1" {
 		t.Fatalf("assignments: %+v, %v", as, err)
@@ -365,7 +374,7 @@ func TestAttemptEndpointsOverAFakeReplica(t *testing.T) {
 	if rep, err := attempts.CompleteAttempt(ctx, "a1", api.AttemptCompleteRequest{LeaseVersion: lease, RanMs: 900}); err != nil || rep.Attempt.State != "SUCCEEDED" {
 		t.Fatalf("end: %+v, %v", rep, err)
 	}
-	if got, _ := tasks.GetTask(task.ID); got.State != "SUCCEEDED" {
+	if got, _ := tasks.GetTask(taskID); got.State != "SUCCEEDED" {
 		t.Fatalf("the task: %+v", got)
 	}
 }
@@ -396,17 +405,7 @@ func TestAReportedRunIsOneCommandOnceEveryServerReadsIt(t *testing.T) {
 				}
 			}
 			r.registerNode(t, "edge-1")
-			task, _, _, err := tasks.SubmitTask(ctx, api.TaskSpec{Command: []string{"true"}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			n, _ := r.State().Node("edge-1")
-			resp, _, err := r.applyRaw(ctx, fsm.EncodeReserve(fsm.ReserveRequest{TaskID: task.ID, AttemptID: "a1", Number: 1, NodeID: "edge-1",
-				SessionGeneration: n.SessionGeneration, Now: r.Now(), HeartbeatTTL: time.Hour}))
-			if err != nil {
-				t.Fatal(err)
-			}
-			lease := resp.(*fsm.ReserveResult).Attempt.LeaseVersion
+			_, lease := r.submitAndReserve(t, tasks, "edge-1", "a1")
 			r.advance(time.Second)
 			before := r.f.AppliedCommands()
 			out, err := attempts.ReportAttempts(ctx, []api.AttemptReportItem{{AttemptID: "a1",

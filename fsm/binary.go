@@ -63,40 +63,13 @@ func EncodeSubmitTask(r SubmitTaskRequest) []byte {
 	return appendShape(buf, r.Spec.TaskShape)
 }
 
-// appendShape appends a shape's fields in declaration order; a map as its
-// entry count and its entries in key order, so a shape always encodes the
-// same: the encoding is also the key replicas share shapes by. No shape
-// encodes as the zero one.
-func appendShape(buf []byte, s *TaskShape) []byte {
-	if s == nil {
-		s = &TaskShape{}
-	}
-	buf = binary.AppendVarint(buf, int64(s.Priority))
-	buf = appendStrings(buf, s.Command)
-	buf = appendMap(buf, s.Env)
-	buf = appendString(buf, s.Capability)
-	buf = appendString(buf, s.CapabilityVersion)
-	buf = appendMap(buf, s.RequiredLabels)
-	buf = appendMap(buf, s.PreferredLabels)
-	buf = appendResources(buf, s.Resources)
-	buf = binary.AppendVarint(buf, s.TimeoutSeconds)
-	buf = binary.AppendVarint(buf, int64(s.MaxAttempts))
-	buf = appendString(buf, s.Submitter)
-	buf = appendString(buf, s.OnDisconnect)
-	buf = appendString(buf, s.Class)
-	buf = appendString(buf, s.Size)
-	tiers := make([]byte, len(s.Tiers))
-	for i, t := range s.Tiers {
+// appendTiers appends tiers as a string of one byte each.
+func appendTiers(buf []byte, ts []scheduler.Tier) []byte {
+	tiers := make([]byte, len(ts))
+	for i, t := range ts {
 		tiers[i] = byte(t)
 	}
-	buf = appendString(buf, string(tiers))
-	buf = appendStrings(buf, s.Inputs)
-	buf = appendStrings(buf, s.Outputs)
-	buf = appendStrings(buf, s.InputPaths)
-	buf = appendString(buf, s.Driver)
-	buf = appendString(buf, s.Image)
-	buf = appendString(buf, s.Network)
-	return append(buf, boolByte(s.Speculative))
+	return appendString(buf, string(tiers))
 }
 
 func decodeSubmitTask(payload []byte) (*SubmitTaskRequest, error) {
@@ -117,21 +90,7 @@ func decodeSubmitTaskWith(payload []byte, in *interner) (*SubmitTaskRequest, err
 			return r, nil
 		}
 	}
-	r.Spec.TaskShape = &TaskShape{
-		Priority: int(d.varint()), Command: d.strings(), Env: d.stringMap(),
-		Capability: d.string(), CapabilityVersion: d.string(), RequiredLabels: d.stringMap(), PreferredLabels: d.stringMap(),
-		Resources: d.resources(), TimeoutSeconds: d.varint(), MaxAttempts: int(d.varint()), Submitter: d.string(),
-		OnDisconnect: d.string(), Class: d.string(), Size: d.string(),
-	}
-	if tiers := d.string(); tiers != "" {
-		r.Spec.Tiers = make([]scheduler.Tier, len(tiers))
-		for i := range len(tiers) {
-			r.Spec.Tiers[i] = scheduler.Tier(tiers[i])
-		}
-	}
-	r.Spec.Inputs, r.Spec.Outputs, r.Spec.InputPaths = d.strings(), d.strings(), d.strings()
-	r.Spec.Driver, r.Spec.Image, r.Spec.Network = d.string(), d.string(), d.string()
-	r.Spec.Speculative = d.bool()
+	r.Spec.TaskShape = d.shape()
 	if err := d.finish(); err != nil {
 		return nil, fmt.Errorf("%w: submit: %v", ErrMalformedCommand, err)
 	}
@@ -334,6 +293,19 @@ func (d *decoder) string() string {
 // count reads a length of items that take at least minBytes each: a
 // count the rest of the payload cannot hold is refused before anything
 // is allocated for it.
+// tiers decodes what appendTiers wrote (nil for none).
+func (d *decoder) tiers() []scheduler.Tier {
+	s := d.string()
+	if s == "" {
+		return nil
+	}
+	out := make([]scheduler.Tier, len(s))
+	for i := range len(s) {
+		out[i] = scheduler.Tier(s[i])
+	}
+	return out
+}
+
 func (d *decoder) count(minBytes int) int {
 	n := d.uvarint()
 	if n > uint64(len(d.buf)/minBytes) {

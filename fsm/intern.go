@@ -115,13 +115,7 @@ func (in *interner) shape(sh *TaskShape, key []byte) *TaskShape {
 		clear(in.shapes)
 	}
 	c := *sh
-	c.Capability = internString(c.Capability)
-	c.CapabilityVersion = internString(c.CapabilityVersion)
-	c.Submitter = internString(c.Submitter)
-	c.Command = in.slice(c.Command)
-	c.Env = in.stringMap(c.Env)
-	c.RequiredLabels = in.stringMap(c.RequiredLabels)
-	c.PreferredLabels = in.stringMap(c.PreferredLabels)
+	in.share(&c)
 	in.shapes[string(key)] = &c
 	return &c
 }

@@ -5,34 +5,23 @@ import (
 	"herd/spec"
 )
 
+//go:generate go run ./internal/shapegen
+
 // FromSpec is the stored form of a task spec: normalized, its shape
 // (everything but the name and idempotency key) in a record that tasks
 // submitted alike share, tiers as numbers.
 func FromSpec(in spec.Task) TaskSpec {
 	in = in.Normalize()
-	return TaskSpec{Name: in.Name, IdempotencyKey: in.IdempotencyKey, TaskShape: &TaskShape{
-		Priority: *in.Priority, Command: in.Command, Env: in.Env, Capability: in.Capability, CapabilityVersion: in.CapabilityVersion,
-		RequiredLabels: in.RequiredLabels, PreferredLabels: in.PreferredLabels, Resources: in.Resources,
-		TimeoutSeconds: *in.TimeoutSeconds, MaxAttempts: *in.MaxAttempts, Submitter: in.Submitter, OnDisconnect: in.OnDisconnect,
-		Class: in.Class, Size: in.Size, Tiers: parseTiers(in.Tiers), Inputs: in.Inputs, Outputs: in.Outputs, InputPaths: in.InputPaths,
-		Driver: in.Driver, Image: in.Image, Network: in.Network, Speculative: in.Speculative,
-	}}
+	return TaskSpec{Name: in.Name, IdempotencyKey: in.IdempotencyKey, TaskShape: shapeOf(in)}
 }
 
 // Spec is the task a stored spec holds, normalized; a spec without a
 // shape holds no command.
 func (s TaskSpec) Spec() spec.Task {
 	out := spec.Task{Name: s.Name, IdempotencyKey: s.IdempotencyKey}
-	if s.TaskShape == nil {
-		return out
+	if s.TaskShape != nil {
+		s.fill(&out)
 	}
-	prio, timeout, maxAttempts := s.Priority, s.TimeoutSeconds, s.MaxAttempts
-	out.Priority, out.TimeoutSeconds, out.MaxAttempts = &prio, &timeout, &maxAttempts
-	out.Command, out.Env, out.Capability, out.CapabilityVersion = s.Command, s.Env, s.Capability, s.CapabilityVersion
-	out.RequiredLabels, out.PreferredLabels, out.Resources = s.RequiredLabels, s.PreferredLabels, s.Resources
-	out.Submitter, out.OnDisconnect, out.Class, out.Size, out.Tiers = s.Submitter, s.OnDisconnect, s.Class, s.Size, tierNames(s.Tiers)
-	out.Inputs, out.Outputs, out.InputPaths = s.Inputs, s.Outputs, s.InputPaths
-	out.Driver, out.Image, out.Network, out.Speculative = s.Driver, s.Image, s.Network, s.Speculative
 	return out
 }
 

@@ -109,37 +109,7 @@ type TaskSpec struct {
 	*TaskShape
 }
 
-// TaskShape is the part of a spec that tasks submitted alike share.
-// Stored records share it, so it must never be changed once a record
-// holds it. Each field means what spec.Task's field of the same name
-// does, in its normalized form (FromSpec makes it, TaskSpec.Spec reads it
-// back): numbers without pointers, each enumeration's default empty, the
-// tiers a size maps to resolved by the leader at submission so that every
-// replica checks the same, and as numbers.
-type TaskShape struct {
-	Priority          int                 `json:"priority"`
-	Command           []string            `json:"command"`
-	Env               map[string]string   `json:"env,omitempty"`
-	Capability        string              `json:"capability"`
-	CapabilityVersion string              `json:"capability_version"`
-	RequiredLabels    map[string]string   `json:"required_labels,omitempty"`
-	PreferredLabels   map[string]string   `json:"preferred_labels,omitempty"`
-	Resources         scheduler.Resources `json:"resources"`
-	TimeoutSeconds    int64               `json:"timeout_seconds"`
-	MaxAttempts       int                 `json:"max_attempts"`
-	Submitter         string              `json:"submitter"`
-	OnDisconnect      string              `json:"on_disconnect,omitempty"`
-	Class             string              `json:"class,omitempty"`
-	Size              string              `json:"size,omitempty"`
-	Tiers             []scheduler.Tier    `json:"tiers,omitempty"`
-	Inputs            []string            `json:"inputs,omitempty"`
-	Outputs           []string            `json:"outputs,omitempty"`
-	InputPaths        []string            `json:"input_paths,omitempty"`
-	Driver            string              `json:"driver,omitempty"`
-	Image             string              `json:"image,omitempty"`
-	Network           string              `json:"network,omitempty"`
-	Speculative       bool                `json:"speculative,omitempty"`
-}
+// TaskShape (shape_gen.go) is generated from spec.Task.
 
 // TimelineEvent is one milestone in a task's life, with the reason for it.
 type TimelineEvent struct {

@@ -7,6 +7,8 @@ import (
 	"math"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
+
 	"herd/api"
 	"herd/config"
 	"herd/fsm"
@@ -32,60 +34,69 @@ func profileSettings(p config.Profiles) fsm.ProfileSettings {
 // quarantines whose health check is due.
 const profileTick = 250 * time.Millisecond
 
-// profileLoop is the leader's part in profiles: it commits its profile
-// settings when they differ from the replicated ones, then proposes what
-// time alone makes due: a promotion once a demoted node's dwell has
-// passed (Apply checks it held healthy), and health checks of
-// quarantined nodes whose quarantine has run out or whose failed check
-// is due again. Everything else (demotions, quarantines, releases) is
-// derived at apply time from the facts that cause it.
-func (s *Server) profileLoop(ctx context.Context) {
-	want := profileSettings(s.cfg.Profiles)
+// profileLoop, made when leadership starts, is the leader's part in
+// profiles: it commits its profile settings when they differ from the
+// replicated ones, then proposes what time alone makes due: a promotion
+// once a demoted node's dwell has passed (Apply checks it held healthy),
+// health checks of quarantined nodes whose quarantine has run out or
+// whose failed check is due again, slow marks of attempts past their
+// class's threshold and backups of slow speculative tasks. Everything
+// else (demotions, quarantines, releases) is derived at apply time from
+// the facts that cause it.
+type profileLoop struct {
+	r        proposer
+	profiles config.Profiles
+	sched    config.Scheduler
+	logger   hclog.Logger
+}
+
+func (l *profileLoop) run(ctx context.Context) {
+	want := profileSettings(l.profiles)
 	for ctx.Err() == nil {
-		if s.fsm.State().ProfileSettings() == want {
+		if l.r.State().ProfileSettings() == want {
 			break
 		}
-		if _, _, err := s.apply(ctx, fsm.MsgProfileSettings, fsm.ProfileSettingsRequest{Settings: want, Now: s.now().UTC()}); err != nil {
-			s.logger.Warn("could not commit the profile settings", "error", err)
+		if _, _, err := l.r.apply(ctx, fsm.MsgProfileSettings, fsm.ProfileSettingsRequest{Settings: want, Now: l.r.Now().UTC()}); err != nil {
+			l.logger.Warn("could not commit the profile settings", "error", err)
 			sleepCtx(ctx, time.Second)
 			continue
 		}
-		s.logger.Info("profile settings committed", "settings", fmt.Sprintf("%+v", want))
+		l.logger.Info("profile settings committed", "settings", fmt.Sprintf("%+v", want))
 	}
 	tried := map[string]time.Time{} // node → when a proposal was last made for it
 	marked := map[string]bool{}     // attempts proposed slow
 	var lastSlowScan time.Time
 	for ctx.Err() == nil {
-		now := s.now().UTC()
-		nodes, err := s.fsm.State().Nodes()
+		now := l.r.Now().UTC()
+		nodes, err := l.r.State().Nodes()
 		if err != nil {
-			s.logger.Error("profile loop: read nodes", "error", err)
+			l.logger.Error("profile loop: read nodes", "error", err)
 		}
 		for _, n := range nodes {
-			if t, ok := tried[n.ID]; ok && now.Sub(t) < s.cfg.Profiles.HealthRecheck {
+			if t, ok := tried[n.ID]; ok && now.Sub(t) < l.profiles.HealthRecheck {
 				continue // a proposal refused (not healthy yet) waits a recheck
 			}
-			if op, why := fsm.ProfileDue(n, s.cfg.Profiles.Dwell, s.cfg.Profiles.HealthRecheck, now); op != "" {
+			if op, why := fsm.ProfileDue(n, l.profiles.Dwell, l.profiles.HealthRecheck, now); op != "" {
 				tried[n.ID] = now
 				var err error
 				if op == fsm.TierOpPromote {
-					_, _, err = s.apply(ctx, fsm.MsgNodeTier, fsm.NodeTierRequest{NodeID: n.ID, Op: fsm.TierOpPromote, Now: now})
+					_, _, err = l.r.apply(ctx, fsm.MsgNodeTier, fsm.NodeTierRequest{NodeID: n.ID, Op: fsm.TierOpPromote, Now: now})
 				} else {
-					_, _, err = s.apply(ctx, fsm.MsgNodeHealthCheck, fsm.NodeHealthCheckRequest{NodeID: n.ID, Op: fsm.HealthCheckRequest, Why: why, Now: now})
+					_, _, err = l.r.apply(ctx, fsm.MsgNodeHealthCheck, fsm.NodeHealthCheckRequest{NodeID: n.ID, Op: fsm.HealthCheckRequest, Why: why, Now: now})
 				}
 				switch {
 				case err == nil || ctx.Err() != nil:
 				case errors.Is(err, api.ErrConflict):
 					// Apply found it not due after all (a slow run since).
-					s.logger.Debug("profile loop: refused", "node", n.ID, "op", op, "why", err)
+					l.logger.Debug("profile loop: refused", "node", n.ID, "op", op, "why", err)
 				default:
-					s.logger.Warn("profile loop", "node", n.ID, "op", op, "error", err)
+					l.logger.Warn("profile loop", "node", n.ID, "op", op, "error", err)
 				}
 			}
 		}
 		if now.Sub(lastSlowScan) >= slowScanEvery {
 			lastSlowScan = now
-			s.markSlowAttempts(ctx, now, marked)
+			l.markSlowAttempts(ctx, now, marked)
 		}
 		sleepCtx(ctx, profileTick)
 	}
@@ -99,8 +110,8 @@ const slowScanEvery = time.Second
 // class's slow threshold (Apply checks it again). marked remembers the
 // attempts proposed, so each is proposed once; it forgets those no longer
 // running.
-func (s *Server) markSlowAttempts(ctx context.Context, now time.Time, marked map[string]bool) {
-	st := s.fsm.State()
+func (l *profileLoop) markSlowAttempts(ctx context.Context, now time.Time, marked map[string]bool) {
+	st := l.r.State()
 	running, err := st.AttemptsInState(fsm.AttemptRunning)
 	if err != nil {
 		return
@@ -117,7 +128,7 @@ func (s *Server) markSlowAttempts(ctx context.Context, now time.Time, marked map
 		}
 		if task.CurrentSlow() {
 			if task.Spec.TaskShape != nil && task.Spec.Speculative && st.BackupAttempt(task) == "" {
-				s.placeBackup(ctx, st, task, a, now)
+				l.placeBackup(ctx, st, task, a, now)
 			}
 			continue
 		}
@@ -129,8 +140,8 @@ func (s *Server) markSlowAttempts(ctx context.Context, now time.Time, marked map
 			continue
 		}
 		marked[a.ID] = true
-		if _, _, err := s.apply(ctx, fsm.MsgAttemptSlow, fsm.AttemptSlowRequest{AttemptID: a.ID, Now: now}); err != nil && ctx.Err() == nil && !errors.Is(err, api.ErrConflict) {
-			s.logger.Warn("mark a slow attempt", "attempt", a.ID, "error", err)
+		if _, _, err := l.r.apply(ctx, fsm.MsgAttemptSlow, fsm.AttemptSlowRequest{AttemptID: a.ID, Now: now}); err != nil && ctx.Err() == nil && !errors.Is(err, api.ErrConflict) {
+			l.logger.Warn("mark a slow attempt", "attempt", a.ID, "error", err)
 		}
 	}
 	for id := range marked {
@@ -145,19 +156,19 @@ func (s *Server) markSlowAttempts(ctx context.Context, now time.Time, marked map
 // attempt's); the backup races the slow attempt, and the first success
 // wins (see fsm/speculative.go). With no node fitting it tries again on
 // the next look.
-func (s *Server) placeBackup(ctx context.Context, st *fsm.State, task *fsm.Task, slow *fsm.Attempt, now time.Time) {
-	nodes, nodeByID, fleet, err := nodeViews(st, now, s.cfg.Profiles)
+func (l *profileLoop) placeBackup(ctx context.Context, st *fsm.State, task *fsm.Task, slow *fsm.Attempt, now time.Time) {
+	nodes, nodeByID, fleet, err := nodeViews(st, now, l.profiles)
 	if err != nil {
 		return
 	}
-	req := task.Request(now, s.cfg.Scheduler.HeartbeatTTL)
+	req := task.Request(now, l.sched.HeartbeatTTL)
 	fleet.fill(&req)
 	req.Blacklist = task.Blacklist(nodeByID)
 	if req.Blacklist == nil {
 		req.Blacklist = map[string]bool{}
 	}
 	req.Blacklist[slow.NodeID] = true
-	scoring := scoringConfig(s.cfg.Scheduler)
+	scoring := scoringConfig(l.sched)
 	cand, err := scheduler.Select(nodes, &req, &scoring)
 	if err != nil {
 		return
@@ -166,16 +177,16 @@ func (s *Server) placeBackup(ctx context.Context, st *fsm.State, task *fsm.Task,
 	if rec == nil {
 		return
 	}
-	_, _, err = s.apply(ctx, fsm.MsgReserve, fsm.ReserveRequest{
+	_, _, err = l.r.apply(ctx, fsm.MsgReserve, fsm.ReserveRequest{
 		TaskID: task.ID, AttemptID: newID(now), Number: int(task.Attempts) + 1, NodeID: cand.Node.ID,
-		SessionGeneration: rec.SessionGeneration, Score: cand.Score, Now: now, HeartbeatTTL: s.cfg.Scheduler.HeartbeatTTL, Backup: true,
+		SessionGeneration: rec.SessionGeneration, Score: cand.Score, Now: now, HeartbeatTTL: l.sched.HeartbeatTTL, Backup: true,
 	})
 	switch {
 	case err == nil:
-		s.logger.Info("backup attempt reserved for a slow speculative task", "task", task.ID, "slow_attempt", slow.ID, "node", cand.Node.ID)
+		l.logger.Info("backup attempt reserved for a slow speculative task", "task", task.ID, "slow_attempt", slow.ID, "node", cand.Node.ID)
 	case ctx.Err() != nil:
 	default:
-		s.logger.Debug("backup attempt refused", "task", task.ID, "error", err)
+		l.logger.Debug("backup attempt refused", "task", task.ID, "error", err)
 	}
 }
 
@@ -188,11 +199,11 @@ func sleepCtx(ctx context.Context, d time.Duration) {
 	}
 }
 
-func (s *Server) nodeCommand(ctx context.Context, t fsm.MessageType, payload any) (api.Node, error) {
-	if !s.IsLeader() {
-		return api.Node{}, fmt.Errorf("%s: %w", s.cfg.ID, api.ErrNotLeader)
+func (e *nodeEndpoints) nodeCommand(ctx context.Context, t fsm.MessageType, payload any) (api.Node, error) {
+	if !e.r.IsLeader() {
+		return api.Node{}, fmt.Errorf("%s: %w", e.r.ID(), api.ErrNotLeader)
 	}
-	resp, _, err := s.apply(ctx, t, payload)
+	resp, _, err := e.r.apply(ctx, t, payload)
 	if err != nil {
 		return api.Node{}, err
 	}
@@ -200,32 +211,32 @@ func (s *Server) nodeCommand(ctx context.Context, t fsm.MessageType, payload any
 	if !ok {
 		return api.Node{}, fmt.Errorf("unexpected response %T", resp)
 	}
-	return s.apiNode(s.fsm.State(), n), nil
+	return e.apiNode(e.r.State(), n), nil
 }
 
 // ReportProfile commits a node's new measurement (leader-only).
-func (s *Server) ReportProfile(ctx context.Context, nodeID string, r api.NodeProfileReport) (api.Node, error) {
-	return s.nodeCommand(ctx, fsm.MsgNodeProfile, fsm.NodeProfileRequest{NodeID: nodeID, SessionGeneration: r.SessionGeneration, Profile: toFSMProfile(r.Profile), Now: s.now().UTC()})
+func (e *nodeEndpoints) ReportProfile(ctx context.Context, nodeID string, r api.NodeProfileReport) (api.Node, error) {
+	return e.nodeCommand(ctx, fsm.MsgNodeProfile, fsm.NodeProfileRequest{NodeID: nodeID, SessionGeneration: r.SessionGeneration, Profile: toFSMProfile(r.Profile), Now: e.r.Now().UTC()})
 }
 
 // ReportDatasets replaces the datasets a node holds (leader-only).
-func (s *Server) ReportDatasets(ctx context.Context, nodeID string, r api.NodeDatasetsReport) (api.Node, error) {
-	return s.nodeCommand(ctx, fsm.MsgNodeDatasets, fsm.NodeDatasetsRequest{NodeID: nodeID, SessionGeneration: r.SessionGeneration, Datasets: toSchedulerDatasets(r.Datasets), Now: s.now().UTC()})
+func (e *nodeEndpoints) ReportDatasets(ctx context.Context, nodeID string, r api.NodeDatasetsReport) (api.Node, error) {
+	return e.nodeCommand(ctx, fsm.MsgNodeDatasets, fsm.NodeDatasetsRequest{NodeID: nodeID, SessionGeneration: r.SessionGeneration, Datasets: toSchedulerDatasets(r.Datasets), Now: e.r.Now().UTC()})
 }
 
 // ReportHealthCheck records a node's health check answer (leader-only).
-func (s *Server) ReportHealthCheck(ctx context.Context, nodeID string, r api.HealthCheckReport) (api.Node, error) {
-	return s.nodeCommand(ctx, fsm.MsgNodeHealthCheck, fsm.NodeHealthCheckRequest{NodeID: nodeID, Op: fsm.HealthCheckResult, Seq: r.Seq, Passed: r.Passed, Output: r.Output, Now: s.now().UTC()})
+func (e *nodeEndpoints) ReportHealthCheck(ctx context.Context, nodeID string, r api.HealthCheckReport) (api.Node, error) {
+	return e.nodeCommand(ctx, fsm.MsgNodeHealthCheck, fsm.NodeHealthCheckRequest{NodeID: nodeID, Op: fsm.HealthCheckResult, Seq: r.Seq, Passed: r.Passed, Output: r.Output, Now: e.r.Now().UTC()})
 }
 
 // RequestHealthCheck asks a node's agent for a health check (leader-only).
-func (s *Server) RequestHealthCheck(ctx context.Context, nodeID string) (api.Node, error) {
-	return s.nodeCommand(ctx, fsm.MsgNodeHealthCheck, fsm.NodeHealthCheckRequest{NodeID: nodeID, Op: fsm.HealthCheckRequest, Why: "asked by an operator", Now: s.now().UTC()})
+func (e *nodeEndpoints) RequestHealthCheck(ctx context.Context, nodeID string) (api.Node, error) {
+	return e.nodeCommand(ctx, fsm.MsgNodeHealthCheck, fsm.NodeHealthCheckRequest{NodeID: nodeID, Op: fsm.HealthCheckRequest, Why: "asked by an operator", Now: e.r.Now().UTC()})
 }
 
 // SetNodeTier pins or unpins a node's tier (leader-only).
-func (s *Server) SetNodeTier(ctx context.Context, nodeID string, r api.NodeTierRequest) (api.Node, error) {
-	req := fsm.NodeTierRequest{NodeID: nodeID, Op: fsm.TierOpAuto, Now: s.now().UTC()}
+func (e *nodeEndpoints) SetNodeTier(ctx context.Context, nodeID string, r api.NodeTierRequest) (api.Node, error) {
+	req := fsm.NodeTierRequest{NodeID: nodeID, Op: fsm.TierOpAuto, Now: e.r.Now().UTC()}
 	if r.Tier != "auto" {
 		t, ok := scheduler.ParseTier(r.Tier)
 		if !ok {
@@ -233,13 +244,13 @@ func (s *Server) SetNodeTier(ctx context.Context, nodeID string, r api.NodeTierR
 		}
 		req.Op, req.Tier = fsm.TierOpPin, t
 	}
-	return s.nodeCommand(ctx, fsm.MsgNodeTier, req)
+	return e.nodeCommand(ctx, fsm.MsgNodeTier, req)
 }
 
 // RequestRebench asks a node's agent to measure its node again
 // (leader-only).
-func (s *Server) RequestRebench(ctx context.Context, nodeID string) (api.Node, error) {
-	return s.nodeCommand(ctx, fsm.MsgNodeTier, fsm.NodeTierRequest{NodeID: nodeID, Op: fsm.TierOpRebench, Now: s.now().UTC()})
+func (e *nodeEndpoints) RequestRebench(ctx context.Context, nodeID string) (api.Node, error) {
+	return e.nodeCommand(ctx, fsm.MsgNodeTier, fsm.NodeTierRequest{NodeID: nodeID, Op: fsm.TierOpRebench, Now: e.r.Now().UTC()})
 }
 
 func toFSMProfile(p api.NodeProfile) fsm.NodeProfile {

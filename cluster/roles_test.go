@@ -221,6 +221,44 @@ func TestNodeEndpointsOverAFakeReplica(t *testing.T) {
 	}
 }
 
+// The node family's operator and agent reports (tier pins, health-check
+// requests) commit over a replica in memory and answer with the node.
+func TestNodeReportsOverAFakeReplica(t *testing.T) {
+	r := newMemReplica()
+	nodes := nodeEndpoints{r: r, profiles: config.DefaultProfiles(), observe: func(*fsm.Node) api.NodeObservation { return api.NodeObservation{} }}
+	ctx := context.Background()
+	r.registerNode(t, "edge-1")
+	if n, err := nodes.SetNodeTier(ctx, "edge-1", api.NodeTierRequest{Tier: "L2"}); err != nil || !n.Tier.Pinned || n.Tier.Tier != "L2" {
+		t.Fatalf("pin: %+v, %v", n.Tier, err)
+	}
+	if _, err := nodes.SetNodeTier(ctx, "edge-1", api.NodeTierRequest{Tier: "L9"}); !errors.Is(err, api.ErrBadRequest) {
+		t.Fatalf("an unknown tier: %v", err)
+	}
+	if n, err := nodes.RequestHealthCheck(ctx, "edge-1"); err != nil || n.HealthCheck == nil || n.HealthCheck.Requested == 0 {
+		t.Fatalf("health check: %+v, %v", n.HealthCheck, err)
+	}
+	r.leader = false
+	if _, err := nodes.RequestRebench(ctx, "edge-1"); !errors.Is(err, api.ErrNotLeader) {
+		t.Fatalf("a follower must refuse: %v", err)
+	}
+}
+
+// The profile loop, built over a replica in memory, commits the leader's
+// profile settings when the replicated ones differ.
+func TestProfileLoopOverAFakeReplica(t *testing.T) {
+	r := newMemReplica()
+	profiles := config.DefaultProfiles()
+	profiles.SlowRuns = 4 // not the default, which the state starts with
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	loop := &profileLoop{r: r, profiles: profiles, sched: sizes(), logger: hclog.NewNullLogger()}
+	stopped := make(chan struct{})
+	go func() { defer close(stopped); loop.run(ctx) }()
+	waitFor(t, "the profile settings to be committed", func() bool { return r.State().ProfileSettings() == profileSettings(profiles) })
+	cancel()
+	<-stopped
+}
+
 // The retention loop, built over a replica in memory, forgets a finished
 // task once it is older than the retention, and leaves a pending one.
 func TestRetentionLoopOverAFakeReplica(t *testing.T) {

@@ -230,7 +230,9 @@ func newServer(cfg config.Server, opts Options, logger hclog.Logger, material *p
 			func(ctx context.Context, s *Server) {
 				(&retentionLoop{r: s, keep: s.cfg.Scheduler.TaskRetention, logger: s.logger}).run(ctx)
 			},
-			func(ctx context.Context, s *Server) { s.profileLoop(ctx) },
+			func(ctx context.Context, s *Server) {
+				(&profileLoop{r: s, profiles: s.cfg.Profiles, sched: s.cfg.Scheduler, logger: s.logger}).run(ctx)
+			},
 			func(ctx context.Context, s *Server) { (&cronLoop{r: s, logger: s.logger}).run(ctx) },
 		}, opts.LeaderLoops...),
 		notifyCh:       make(chan bool, 16),

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
+
 	"herd/api"
 	"herd/config"
 	"herd/fsm"
@@ -191,17 +193,27 @@ func (m *monitor) view(id string, lastCommitted, sessionStart, now time.Time) (a
 	return obs, o.lastHeard, o.hibernating
 }
 
-// livenessLoop (leader-only) turns observations into committed node
+// livenessLoop, made when leadership starts, turns observations into committed node
 // states: SUSPECT after SuspectAfter missed intervals, back to READY when
 // heard again (no reclaim), DOWN after DownAfter once memberlist no longer
 // sees the node alive (live attempts reclaimed).
 // A new leader first observes for LeaderGrace without judging anyone.
 // It also commits, every few intervals, the latest gossip heartbeat of
 // each node so the replicated last-heartbeat (the scheduler's TTL rule)
-// stays current without a Raft write per heartbeat.
-func (s *Server) livenessLoop(ctx context.Context) {
-	cfg := s.cfg.Liveness
-	graceUntil := s.now().Add(cfg.LeaderGrace)
+// stays current without a Raft write per heartbeat. It reads the
+// leader's observations and declares nodes DOWN through the session
+// family (sessions), over the same replica.
+type livenessLoop struct {
+	r         proposer
+	sessions  *sessionEndpoints
+	cfg       config.Liveness
+	batchSize int
+	logger    hclog.Logger
+}
+
+func (l *livenessLoop) run(ctx context.Context) {
+	cfg := l.cfg
+	graceUntil := l.r.Now().Add(cfg.LeaderGrace)
 	tick := time.NewTicker(max(cfg.HeartbeatInterval/5, 10*time.Millisecond))
 	defer tick.Stop()
 	lastSync := time.Time{}
@@ -211,8 +223,8 @@ func (s *Server) livenessLoop(ctx context.Context) {
 			return
 		case <-tick.C:
 		}
-		now := s.now()
-		nodes, err := s.fsm.State().Nodes()
+		now := l.r.Now()
+		nodes, err := l.r.State().Nodes()
 		if err != nil {
 			continue
 		}
@@ -222,7 +234,7 @@ func (s *Server) livenessLoop(ctx context.Context) {
 			if n.Management == scheduler.ManagementRetired || n.Liveness == scheduler.LivenessDown {
 				continue
 			}
-			obs, heard, _ := s.monitor.view(n.ID, n.LastHeartbeat.Time(), n.SessionStartedAt.Time(), now)
+			obs, heard, _ := l.sessions.monitor.view(n.ID, n.LastHeartbeat.Time(), n.SessionStartedAt.Time(), now)
 			switch {
 			case obs.Misses >= cfg.DownAfter && now.After(graceUntil) && (obs.GossipState != "alive" || obs.Misses >= 3*cfg.DownAfter):
 				// DOWN takes memberlist's agreement too: its probes (direct,
@@ -233,19 +245,19 @@ func (s *Server) livenessLoop(ctx context.Context) {
 				// declared down on heartbeats alone.
 				if n.Liveness == scheduler.LivenessReady {
 					// Record the suspicion the misses passed through first.
-					s.setLiveness(ctx, n, scheduler.LivenessSuspect, fmt.Sprintf("%d heartbeat intervals of %s missed (loss %.0f%%, gossip %s)", obs.Misses, time.Duration(obs.IntervalMs)*time.Millisecond, obs.Loss*100, obs.GossipState))
+					l.setLiveness(ctx, n, scheduler.LivenessSuspect, fmt.Sprintf("%d heartbeat intervals of %s missed (loss %.0f%%, gossip %s)", obs.Misses, time.Duration(obs.IntervalMs)*time.Millisecond, obs.Loss*100, obs.GossipState))
 				}
 				reason := fmt.Sprintf("%d heartbeat intervals of %s missed (loss %.0f%%, gossip %s)", obs.Misses, time.Duration(obs.IntervalMs)*time.Millisecond, obs.Loss*100, obs.GossipState)
-				if _, err := s.DeclareNodeDown(ctx, n.ID, reason); err != nil && ctx.Err() == nil {
-					s.logger.Warn("could not declare node down", "node", n.ID, "error", err)
+				if _, err := l.sessions.DeclareNodeDown(ctx, n.ID, reason); err != nil && ctx.Err() == nil {
+					l.logger.Warn("could not declare node down", "node", n.ID, "error", err)
 				}
 			case obs.Misses >= cfg.SuspectAfter && n.Liveness == scheduler.LivenessReady && now.After(graceUntil):
-				s.setLiveness(ctx, n, scheduler.LivenessSuspect, fmt.Sprintf("%d heartbeat intervals of %s missed (loss %.0f%%, gossip %s)", obs.Misses, time.Duration(obs.IntervalMs)*time.Millisecond, obs.Loss*100, obs.GossipState))
+				l.setLiveness(ctx, n, scheduler.LivenessSuspect, fmt.Sprintf("%d heartbeat intervals of %s missed (loss %.0f%%, gossip %s)", obs.Misses, time.Duration(obs.IntervalMs)*time.Millisecond, obs.Loss*100, obs.GossipState))
 			case obs.Misses < cfg.SuspectAfter && n.Liveness == scheduler.LivenessSuspect:
-				s.setLiveness(ctx, n, scheduler.LivenessReady, "heard again: suspicion refuted, nothing reclaimed")
+				l.setLiveness(ctx, n, scheduler.LivenessReady, "heard again: suspicion refuted, nothing reclaimed")
 			}
 			if sync && heard.After(n.LastHeartbeat.Time()) {
-				if b, err := s.encode(fsm.MsgHeartbeat, fsm.HeartbeatRequest{NodeID: n.ID, SessionGeneration: n.SessionGeneration, Now: heard.UTC()}); err == nil {
+				if b, err := fsm.Encode(fsm.MsgHeartbeat, fsm.HeartbeatRequest{NodeID: n.ID, SessionGeneration: n.SessionGeneration, Now: heard.UTC()}); err == nil {
 					beats = append(beats, b)
 				}
 			}
@@ -253,19 +265,19 @@ func (s *Server) livenessLoop(ctx context.Context) {
 		if sync {
 			lastSync = now
 			if len(beats) > 0 {
-				s.commitBatches(ctx, beats, s.cfg.Scheduler.BatchSize)
+				l.r.commitBatches(ctx, beats, l.batchSize)
 			}
 		}
 	}
 }
 
-func (s *Server) setLiveness(ctx context.Context, n *fsm.Node, to scheduler.Liveness, reason string) {
-	_, _, err := s.apply(ctx, fsm.MsgNodeLiveness, fsm.NodeLivenessRequest{
-		NodeID: n.ID, SessionGeneration: n.SessionGeneration, Liveness: string(to), Reason: reason, Now: s.now().UTC(),
+func (l *livenessLoop) setLiveness(ctx context.Context, n *fsm.Node, to scheduler.Liveness, reason string) {
+	_, _, err := l.r.apply(ctx, fsm.MsgNodeLiveness, fsm.NodeLivenessRequest{
+		NodeID: n.ID, SessionGeneration: n.SessionGeneration, Liveness: string(to), Reason: reason, Now: l.r.Now().UTC(),
 	})
 	if err != nil && ctx.Err() == nil {
-		s.logger.Warn("could not change node liveness", "node", n.ID, "to", to, "error", err)
+		l.logger.Warn("could not change node liveness", "node", n.ID, "to", to, "error", err)
 		return
 	}
-	s.logger.Info("node liveness", "node", n.ID, "to", to, "reason", reason)
+	l.logger.Info("node liveness", "node", n.ID, "to", to, "reason", reason)
 }

@@ -259,6 +259,127 @@ func TestProfileLoopOverAFakeReplica(t *testing.T) {
 	<-stopped
 }
 
+// memPass is a replica in memory as the schedule loop's passes read and
+// commit through it; no node hibernates.
+type memPass struct{ *memReplica }
+
+func (memPass) Hibernating(string, time.Time, time.Time, time.Time) bool { return false }
+func (memPass) Wake(string) error                                        { return nil }
+func (m memPass) Commit(ctx context.Context, reserves []fsm.ReserveRequest, explains []fsm.ExplainRequest) int {
+	cmds := make([][]byte, 0, len(reserves)+len(explains))
+	for _, r := range reserves {
+		cmds = append(cmds, fsm.EncodeReserve(r))
+	}
+	for _, e := range explains {
+		b, err := fsm.Encode(fsm.MsgExplain, e)
+		if err != nil {
+			panic(err)
+		}
+		cmds = append(cmds, b)
+	}
+	placed := 0
+	for _, res := range m.commitBatches(ctx, cmds, 64) {
+		if _, ok := res.(*fsm.ReserveResult); ok {
+			placed++
+		}
+	}
+	return placed
+}
+
+// The schedule loop, built over a replica in memory, places a task on
+// the one free slot and explains why the next one waits.
+func TestScheduleLoopOverAFakeReplica(t *testing.T) {
+	r := newMemReplica()
+	tasks := taskEndpoints{r: r, sched: sizes()}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	r.registerNode(t, "edge-1")
+	first, _, _, err := tasks.SubmitTask(ctx, api.TaskSpec{Command: []string{"true"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := config.DefaultServer()
+	stats := &SchedulerStats{}
+	loop := &scheduleLoop{cfg: cfg.Scheduler, profiles: cfg.Profiles, wakeTimeout: cfg.Liveness.WakeTimeout,
+		view: memPass{r}, out: memPass{r}, kick: make(chan struct{}), stats: stats, logger: hclog.NewNullLogger()}
+	stopped := make(chan struct{})
+	go func() { defer close(stopped); loop.run(ctx) }()
+	waitFor(t, "the task to be placed", func() bool {
+		got, err := tasks.GetTask(first.ID)
+		return err == nil && got.State == "SCHEDULED" && len(got.Attempts) == 1 && got.Attempts[0].NodeID == "edge-1"
+	})
+	second, _, _, err := tasks.SubmitTask(ctx, api.TaskSpec{Command: []string{"true"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the waiting task to be explained", func() bool {
+		got, err := tasks.GetTask(second.ID)
+		return err == nil && got.State == "PENDING" && slices.ContainsFunc(got.Timeline, func(e api.TimelineEvent) bool { return e.Kind == "waiting" })
+	})
+	cancel()
+	<-stopped
+	if stats.Passes.Load() == 0 {
+		t.Fatal("the loop's passes were not counted")
+	}
+}
+
+// The liveness loop, built over a replica in memory, judges nobody
+// during the leader's grace, then declares a node nobody hears SUSPECT
+// and DOWN, reclaiming its attempt, while a node the leader hears stays
+// READY and has its heartbeats committed in batches.
+func TestLivenessLoopOverAFakeReplica(t *testing.T) {
+	r := newMemReplica()
+	tasks := taskEndpoints{r: r, sched: sizes()}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	live := config.DefaultLiveness()
+	live.HeartbeatInterval, live.SuspectAfter, live.DownAfter, live.LeaderGrace = 50*time.Millisecond, 2, 4, time.Second
+	var since atomic.Int64
+	since.Store(r.Now().UnixNano())
+	sessions := &sessionEndpoints{r: r, monitor: newMonitor(live), liveness: live, keyring: &keyringEndpoints{r: r, seen: &keyringReports{}},
+		leaderSince: &since, logger: hclog.NewNullLogger()}
+	r.registerNode(t, "silent")
+	r.registerNode(t, "heard")
+	task, _ := r.submitAndReserve(t, tasks, "silent", "a1")
+	heard, _ := r.State().Node("heard")
+	seq := uint64(0)
+	hear := func() time.Time { // the heard node's gossip heartbeat, now
+		seq++
+		now := r.Now()
+		sessions.monitor.heartbeat(api.GossipHeartbeatMsg{Node: "heard", Session: heard.SessionGeneration, Seq: seq}, now)
+		return now
+	}
+	synced := func(at time.Time) func() bool {
+		return func() bool { n, _ := r.State().Node("heard"); return n.LastHeartbeat.Time().Equal(at) }
+	}
+	loop := &livenessLoop{r: r, sessions: sessions, cfg: live, batchSize: 16, logger: hclog.NewNullLogger()}
+	stopped := make(chan struct{})
+	go func() { defer close(stopped); loop.run(ctx) }()
+
+	r.advance(6 * live.HeartbeatInterval) // past DownAfter, within the grace
+	waitFor(t, "the heard node's heartbeat to be committed", synced(hear()))
+	if n, _ := r.State().Node("silent"); n.Liveness != "READY" {
+		t.Fatalf("judged during the leader's grace: %s", n.Liveness)
+	}
+	r.advance(time.Minute)
+	at := hear()
+	waitFor(t, "the silent node to be declared DOWN", func() bool { n, _ := r.State().Node("silent"); return n.Liveness == "DOWN" })
+	waitFor(t, "the heard node's heartbeat to be committed", synced(at))
+	if n, _ := r.State().Node("heard"); n.Liveness != "READY" {
+		t.Fatalf("the heard node is %s", n.Liveness)
+	}
+	n, _ := r.State().Node("silent")
+	if !slices.ContainsFunc(n.Events, func(e fsm.TimelineEvent) bool { return e.Kind == fsm.EventSuspect }) {
+		t.Fatalf("DOWN without the suspicion first: %+v", n.Events)
+	}
+	got, err := tasks.GetTask(task)
+	if err != nil || len(got.Attempts) != 1 || got.Attempts[0].State != "LOST" {
+		t.Fatalf("the attempt on the DOWN node: %+v, %v", got.Attempts, err)
+	}
+	cancel()
+	<-stopped
+}
+
 // The retention loop, built over a replica in memory, forgets a finished
 // task once it is older than the retention, and leaves a pending one.
 func TestRetentionLoopOverAFakeReplica(t *testing.T) {

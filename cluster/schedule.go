@@ -7,8 +7,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 
+	"herd/config"
 	"herd/fsm"
 )
 
@@ -48,20 +50,33 @@ func (s *SchedulerStats) Rejections() map[string]uint64 {
 // only while it leads).
 func (s *Server) SchedulerStats() *SchedulerStats { return &s.schedStats }
 
-// scheduleLoop is the leader's placement loop: it looks at the committed
-// state, decides placements in queue order against a working copy of the
-// nodes (so one pass never overbooks a node itself), commits them in
-// batches, and waits for the state to change. The FSM re-checks every
-// placement, so a decision from a view that went stale is rejected, never
-// applied twice.
-func (s *Server) scheduleLoop(ctx context.Context) {
-	ps := newPassState(s.cfg.Scheduler)
+// scheduleLoop, made when leadership starts, is the leader's placement
+// loop: it looks at the committed state, decides placements in queue
+// order against a working copy of the nodes (so one pass never overbooks
+// a node itself), commits them in batches, and waits for the state to
+// change. The FSM re-checks every placement, so a decision from a view
+// that went stale is rejected, never applied twice. It reads the replica
+// through view and commits through out, as each pass does; kick wakes it
+// when a hibernating node wakes up.
+type scheduleLoop struct {
+	cfg         config.Scheduler
+	profiles    config.Profiles
+	wakeTimeout time.Duration
+	view        passView
+	out         passCommitter
+	kick        <-chan struct{}
+	stats       *SchedulerStats
+	logger      hclog.Logger
+}
+
+func (l *scheduleLoop) run(ctx context.Context) {
+	ps := newPassState(l.cfg)
 	fl := ps.fl
 	defer ps.commits.Wait()
 	for ctx.Err() == nil {
 		ws := fsm.NewWatchSet()
 		passStart := time.Now()
-		decided, wake := s.newPass(ps).run(ctx, ws)
+		decided, wake := l.newPass(ps).run(ctx, ws)
 		passTook := time.Since(passStart)
 		passes, futile, changed := fl.state()
 		if decided > 0 && !futile {
@@ -79,12 +94,12 @@ func (s *Server) scheduleLoop(ctx context.Context) {
 		wait := time.Second
 		if !wake.IsZero() {
 			// wake is on the leader's clock, as every time a pass reads.
-			wait = min(wait, max(wake.Sub(s.now()), time.Millisecond))
+			wait = min(wait, max(wake.Sub(l.view.Now()), time.Millisecond))
 		}
 		wctx, cancel := context.WithTimeout(ctx, wait)
 		go func() {
 			select {
-			case <-s.monitor.kick: // a hibernating node woke up
+			case <-l.kick: // a hibernating node woke up
 				cancel()
 			case <-changed: // a commit ended: its rejections may free capacity
 				if passes > 0 {
@@ -106,12 +121,11 @@ func (s *Server) scheduleLoop(ctx context.Context) {
 	}
 }
 
-// newPass is a pass over this replica's state and clock, committing
-// through its Raft.
-func (s *Server) newPass(ps *passState) *pass {
+// newPass is a pass of this loop.
+func (l *scheduleLoop) newPass(ps *passState) *pass {
 	return &pass{
-		cfg: s.cfg.Scheduler, profiles: s.cfg.Profiles, wakeTimeout: s.cfg.Liveness.WakeTimeout,
-		view: serverPassView{s}, out: serverCommitter{s}, stats: &s.schedStats, logger: s.logger, ps: ps,
+		cfg: l.cfg, profiles: l.profiles, wakeTimeout: l.wakeTimeout,
+		view: l.view, out: l.out, stats: l.stats, logger: l.logger, ps: ps,
 	}
 }
 

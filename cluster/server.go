@@ -222,11 +222,16 @@ func newServer(cfg config.Server, opts Options, logger hclog.Logger, material *p
 		cfg: cfg, logger: logger, now: now, tls: material,
 		fsm: fsm.New(logger),
 		leaderLoops: append([]LeaderLoop{
-			func(ctx context.Context, s *Server) { s.scheduleLoop(ctx) },
+			func(ctx context.Context, s *Server) {
+				(&scheduleLoop{cfg: s.cfg.Scheduler, profiles: s.cfg.Profiles, wakeTimeout: s.cfg.Liveness.WakeTimeout,
+					view: serverPassView{s}, out: serverCommitter{s}, kick: s.monitor.kick, stats: &s.schedStats, logger: s.logger}).run(ctx)
+			},
 			func(ctx context.Context, s *Server) {
 				(&reclaimLoop{r: s, timeout: s.cfg.Scheduler.ScheduleToStartTimeout, batchSize: s.cfg.Scheduler.BatchSize, logger: s.logger}).run(ctx)
 			},
-			func(ctx context.Context, s *Server) { s.livenessLoop(ctx) },
+			func(ctx context.Context, s *Server) {
+				(&livenessLoop{r: s, sessions: &s.sessionEndpoints, cfg: s.cfg.Liveness, batchSize: s.cfg.Scheduler.BatchSize, logger: s.logger}).run(ctx)
+			},
 			func(ctx context.Context, s *Server) {
 				(&retentionLoop{r: s, keep: s.cfg.Scheduler.TaskRetention, logger: s.logger}).run(ctx)
 			},

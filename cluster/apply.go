@@ -18,69 +18,68 @@ import (
 // proposed at the same time (see coalescer), and waits for it to be
 // committed and applied on this (leader) replica. A typed FSM rejection
 // becomes an API error.
-func (s *Server) apply(ctx context.Context, t fsm.MessageType, payload any) (any, uint64, error) {
-	buf, err := s.encode(t, payload)
+func (r *replica) apply(ctx context.Context, t fsm.MessageType, payload any) (any, uint64, error) {
+	buf, err := fsm.Encode(t, payload)
 	if err != nil {
 		return nil, 0, err
 	}
-	r := s.proposals.propose(ctx, s.shutdownCtx.Done(), buf)
-	return s.applied(ctx, r)
+	return r.applied(ctx, r.proposals.propose(ctx, r.stop, buf))
 }
 
-func (s *Server) applyRaw(ctx context.Context, buf []byte) (any, uint64, error) {
-	timeout := s.cfg.Raft.ApplyTimeout
+func (r *replica) applyRaw(ctx context.Context, buf []byte) (any, uint64, error) {
+	timeout := r.applyTimeout
 	if dl, ok := ctx.Deadline(); ok {
 		timeout = min(timeout, time.Until(dl))
 	}
-	f := s.gate.apply(s.raft, buf, timeout)
+	f := r.gate.apply(r.raft, buf, timeout)
 	if _, refused := f.(refusedFuture); refused {
-		return s.applied(ctx, commandResult{err: errShuttingDown})
+		return r.applied(ctx, commandResult{err: errShuttingDown})
 	}
-	if err := s.await(ctx, f); err != nil {
-		return s.applied(ctx, commandResult{err: err})
+	if err := r.await(ctx, f); err != nil {
+		return r.applied(ctx, commandResult{err: err})
 	}
-	return s.applied(ctx, commandResult{resp: f.Response(), index: f.Index()})
+	return r.applied(ctx, commandResult{resp: f.Response(), index: f.Index()})
 }
 
 // applied turns a command's outcome into the API's answer: a typed FSM
 // rejection becomes an API error, and a wait cut short by ctx says the
 // outcome is unknown (the entry may have gone out).
-func (s *Server) applied(ctx context.Context, r commandResult) (any, uint64, error) {
-	if r.err != nil {
+func (r *replica) applied(ctx context.Context, res commandResult) (any, uint64, error) {
+	if res.err != nil {
 		if ctx.Err() != nil {
-			return nil, 0, &api.CodedError{Code: api.CodeOutcomeUnknown, Err: fmt.Errorf("apply on %s: %w", s.cfg.ID, ctx.Err())}
+			return nil, 0, &api.CodedError{Code: api.CodeOutcomeUnknown, Err: fmt.Errorf("apply on %s: %w", r.id, ctx.Err())}
 		}
-		return nil, 0, s.raftErr("apply", r.err)
+		return nil, 0, r.raftErr("apply", res.err)
 	}
-	if err, ok := r.resp.(error); ok {
-		return nil, r.index, fsmErr(err)
+	if err, ok := res.resp.(error); ok {
+		return nil, res.index, fsmErr(err)
 	}
-	return r.resp, r.index, nil
+	return res.resp, res.index, nil
 }
 
 // ApplyCommand proposes an encoded command or batch (for leader loops and
 // benchmarks) and returns the FSM's response.
-func (s *Server) ApplyCommand(ctx context.Context, buf []byte) (any, uint64, error) {
-	return s.applyRaw(ctx, buf)
+func (r *replica) ApplyCommand(ctx context.Context, buf []byte) (any, uint64, error) {
+	return r.applyRaw(ctx, buf)
 }
 
-func (s *Server) raftErr(op string, err error) error {
+func (r *replica) raftErr(op string, err error) error {
 	switch {
 	case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipTransferInProgress), errors.Is(err, errShuttingDown):
 		// Refused before the entry was appended.
-		return &api.CodedError{Code: api.CodeNotApplied, Err: fmt.Errorf("%s on %s: %v: %w", op, s.cfg.ID, err, api.ErrNotLeader)}
+		return &api.CodedError{Code: api.CodeNotApplied, Err: fmt.Errorf("%s on %s: %v: %w", op, r.id, err, api.ErrNotLeader)}
 	case errors.Is(err, raft.ErrLeadershipLost), errors.Is(err, raft.ErrRaftShutdown):
 		// The entry may still commit: the outcome is unknown. Clients
 		// retry with the same idempotency key.
-		return &api.CodedError{Code: api.CodeOutcomeUnknown, Err: fmt.Errorf("%s on %s: %v (outcome unknown): %w", op, s.cfg.ID, err, api.ErrNotLeader)}
+		return &api.CodedError{Code: api.CodeOutcomeUnknown, Err: fmt.Errorf("%s on %s: %v (outcome unknown): %w", op, r.id, err, api.ErrNotLeader)}
 	case errors.Is(err, raft.ErrEnqueueTimeout):
-		return fmt.Errorf("%s on %s: %v: %w", op, s.cfg.ID, err, api.ErrTimeout)
+		return fmt.Errorf("%s on %s: %v: %w", op, r.id, err, api.ErrTimeout)
 	case noSpace(err):
 		// The leader could not store the entry, so it sent it nowhere
 		// (raft writes its own log before replicating) and stepped down.
-		return &api.CodedError{Code: api.CodeNotApplied, Err: fmt.Errorf("%s on %s: no space left on the data directory's disk, nothing written (%v): %w", op, s.cfg.ID, err, api.ErrUnavailable)}
+		return &api.CodedError{Code: api.CodeNotApplied, Err: fmt.Errorf("%s on %s: no space left on the data directory's disk, nothing written (%v): %w", op, r.id, err, api.ErrUnavailable)}
 	}
-	return fmt.Errorf("%s on %s: %w", op, s.cfg.ID, err)
+	return fmt.Errorf("%s on %s: %w", op, r.id, err)
 }
 
 // fsmErr turns an FSM rejection into an API error carrying the

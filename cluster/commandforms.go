@@ -19,7 +19,7 @@ func (s *Server) encode(t fsm.MessageType, payload any) ([]byte, error) {
 
 // checkJoinForms refuses a server that cannot read the forms the cluster
 // writes.
-func (s *Server) checkJoinForms(req api.JoinRequest) error {
+func checkJoinForms(req api.JoinRequest) error {
 	if req.CommandForms < fsm.CommandForms {
 		return fmt.Errorf("server %s reads command forms up to %d, and the cluster writes %d: run this herd version (or newer) on it: %w",
 			req.ID, req.CommandForms, fsm.CommandForms, api.ErrConflict)

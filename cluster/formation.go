@@ -134,8 +134,10 @@ func (s *Server) peerInfo(addr string) (api.SelfInfo, error) {
 	return c.Self(ctx)
 }
 
-func (s *Server) hasConfiguration() bool {
-	f := s.raft.GetConfiguration()
+// hasConfiguration reports whether raft holds a configuration: the
+// replica was bootstrapped or joined.
+func (r *replica) hasConfiguration() bool {
+	f := r.raft.GetConfiguration()
 	if f.Error() != nil {
 		return false
 	}

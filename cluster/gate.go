@@ -49,9 +49,9 @@ func (refusedFuture) Error() error  { return errShuttingDown }
 func (refusedFuture) Index() uint64 { return 0 }
 func (refusedFuture) Response() any { return nil }
 
-// gatedRaft is the Server's raft as the coalescer proposes through it.
-type gatedRaft struct{ s *Server }
+// gatedRaft is a replica's raft as the coalescer proposes through it.
+type gatedRaft struct{ r *replica }
 
 func (g gatedRaft) Apply(cmd []byte, timeout time.Duration) raft.ApplyFuture {
-	return g.s.gate.apply(g.s.raft, cmd, timeout)
+	return g.r.gate.apply(g.r.raft, cmd, timeout)
 }

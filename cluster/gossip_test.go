@@ -18,7 +18,7 @@ import (
 // that Node, never in it): the replica must still see the member as gone,
 // or the leader waits three times the DOWN bound for a dead agent.
 func TestLeftMemberIsNotAlive(t *testing.T) {
-	s := &Server{monitor: newMonitor(config.DefaultLiveness()), now: time.Now}
+	s := &Server{replica: &replica{now: time.Now}, monitor: newMonitor(config.DefaultLiveness())}
 	g := &serverGossip{s: s, members: map[string]gossipMember{}}
 	meta, err := api.GossipMeta{Role: api.RoleAgent, ID: "edge-1"}.Encode()
 	if err != nil {
@@ -65,7 +65,7 @@ func TestJoinsServersThePoolLacks(t *testing.T) {
 			}
 		}
 	}
-	s := &Server{cfg: config.Server{ID: "s1"}, fsm: f, monitor: newMonitor(config.DefaultLiveness()), now: time.Now}
+	s := &Server{cfg: config.Server{ID: "s1"}, replica: &replica{id: "s1", fsm: f, now: time.Now}, monitor: newMonitor(config.DefaultLiveness())}
 	s.gossip = &serverGossip{s: s, members: map[string]gossipMember{}}
 	join := func(name, role string) {
 		meta, _ := api.GossipMeta{Role: role, ID: name}.Encode()

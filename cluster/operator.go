@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
+
 	"herd/api"
 	"herd/fsm"
 	"herd/internal/pki"
@@ -16,13 +18,27 @@ import (
 	"github.com/hashicorp/raft"
 )
 
+// membershipEndpoints changes who the voters are and who leads: joins
+// (checked against the command forms the cluster writes and probed at the
+// joiner's address), removals that keep a majority answering, leadership
+// transfers, and the servers' records. It works over the replica; status
+// finds the recorded addresses, and tls and dial reach the other servers
+// as this one is (only a server's certificate is believed for it).
+type membershipEndpoints struct {
+	r      *replica
+	status *statusEndpoints
+	tls    *pki.Material
+	dial   func(ctx context.Context, network, addr string) (net.Conn, error)
+	logger hclog.Logger
+}
+
 // Join adds a server as a voter (leader-only) and records its addresses.
 // Joining again with the same id and address only refreshes the record.
-func (s *Server) Join(ctx context.Context, req api.JoinRequest) error {
-	if !s.IsLeader() {
-		return fmt.Errorf("%s: %w", s.cfg.ID, api.ErrNotLeader)
+func (e *membershipEndpoints) Join(ctx context.Context, req api.JoinRequest) error {
+	if !e.r.IsLeader() {
+		return fmt.Errorf("%s: %w", e.r.id, api.ErrNotLeader)
 	}
-	f := s.raft.GetConfiguration()
+	f := e.r.raft.GetConfiguration()
 	if err := f.Error(); err != nil {
 		return fmt.Errorf("read raft configuration: %w", err)
 	}
@@ -39,12 +55,12 @@ func (s *Server) Join(ctx context.Context, req api.JoinRequest) error {
 		case sameID || sameAddr:
 			// A server came back on a new address, or a new server took an
 			// old one's address: drop the stale entry first (as Consul does).
-			if srv.ID == raft.ServerID(s.cfg.ID) {
+			if srv.ID == raft.ServerID(e.r.id) {
 				return fmt.Errorf("join of %s at %s conflicts with the leader itself: %w", req.ID, req.RaftAddress, api.ErrConflict)
 			}
-			s.logger.Info("removing stale raft peer before join", "id", srv.ID, "address", srv.Address)
-			if err := s.raft.RemoveServer(srv.ID, 0, s.cfg.Raft.ApplyTimeout).Error(); err != nil {
-				return s.raftErr("remove stale peer", err)
+			e.logger.Info("removing stale raft peer before join", "id", srv.ID, "address", srv.Address)
+			if err := e.r.raft.RemoveServer(srv.ID, 0, e.r.applyTimeout).Error(); err != nil {
+				return e.r.raftErr("remove stale peer", err)
 			}
 		}
 	}
@@ -52,25 +68,25 @@ func (s *Server) Join(ctx context.Context, req api.JoinRequest) error {
 		// A member's record is always updated (it says what the server
 		// reads now, and the leader follows it); a newcomer must read
 		// what the cluster writes, and answer as itself.
-		if err := s.checkJoinForms(req); err != nil {
+		if err := checkJoinForms(req); err != nil {
 			return err
 		}
-		if err := s.probeJoiner(ctx, req); err != nil {
+		if err := e.probeJoiner(ctx, req); err != nil {
 			return err
 		}
-		s.logger.Info("adding voter", "id", req.ID, "address", req.RaftAddress)
-		if err := s.raft.AddVoter(raft.ServerID(req.ID), raft.ServerAddress(req.RaftAddress), 0, s.cfg.Raft.ApplyTimeout).Error(); err != nil {
-			return s.raftErr("add voter", err)
+		e.logger.Info("adding voter", "id", req.ID, "address", req.RaftAddress)
+		if err := e.r.raft.AddVoter(raft.ServerID(req.ID), raft.ServerAddress(req.RaftAddress), 0, e.r.applyTimeout).Error(); err != nil {
+			return e.r.raftErr("add voter", err)
 		}
 	}
-	return s.upsertServerMeta(ctx, req)
+	return e.upsertServerMeta(ctx, req)
 }
 
-func (s *Server) upsertServerMeta(ctx context.Context, req api.JoinRequest) error {
-	if have, err := s.fsm.State().Server(req.ID); err == nil && sameServerMeta(have, req) {
+func (e *membershipEndpoints) upsertServerMeta(ctx context.Context, req api.JoinRequest) error {
+	if have, err := e.r.fsm.State().Server(req.ID); err == nil && sameServerMeta(have, req) {
 		return nil
 	}
-	_, _, err := s.apply(ctx, fsm.MsgUpsertServer, fsm.UpsertServerRequest{Server: fsm.Server{
+	_, _, err := e.r.apply(ctx, fsm.MsgUpsertServer, fsm.UpsertServerRequest{Server: fsm.Server{
 		ID: req.ID, RaftAddress: req.RaftAddress, HTTPAddress: req.HTTPAddress, GossipAddress: req.GossipAddress, CommandForms: req.CommandForms,
 		Version: req.Version,
 	}})
@@ -85,8 +101,8 @@ const joinProbeTimeout = 5 * time.Second
 // gave, who it is: a voter that does not answer would only move the
 // quorum (three voters need two, four need three). With TLS the answer
 // must come from the holder of that server's certificate.
-func (s *Server) probeJoiner(ctx context.Context, req api.JoinRequest) error {
-	self, err := s.askSelf(ctx, req.HTTPAddress, req.ID)
+func (e *membershipEndpoints) probeJoiner(ctx context.Context, req api.JoinRequest) error {
+	self, err := e.askSelf(ctx, req.HTTPAddress, req.ID)
 	switch {
 	case err != nil:
 		return fmt.Errorf("server %s does not answer at %s (%v): a voter is added only once it answers there: %w", req.ID, req.HTTPAddress, err, api.ErrConflict)
@@ -98,14 +114,14 @@ func (s *Server) probeJoiner(ctx context.Context, req api.JoinRequest) error {
 
 // askSelf asks the server at httpAddr who it is, within joinProbeTimeout;
 // with TLS only the holder of server id's certificate is believed.
-func (s *Server) askSelf(ctx context.Context, httpAddr, id string) (api.SelfInfo, error) {
+func (e *membershipEndpoints) askSelf(ctx context.Context, httpAddr, id string) (api.SelfInfo, error) {
 	tr := api.NewTransport()
-	tr.DialContext = s.dial
+	tr.DialContext = e.dial
 	addr := httpAddr
-	if s.tls != nil {
+	if e.tls != nil {
 		addr = "https://" + httpAddr
 		tr.DialTLSContext = func(ctx context.Context, _, a string) (net.Conn, error) {
-			return pki.Dial(ctx, s.dial, a, s.tls.ClientConfigFor(pki.Identity{Role: pki.RoleServer, ID: id}))
+			return pki.Dial(ctx, e.dial, a, e.tls.ClientConfigFor(pki.Identity{Role: pki.RoleServer, ID: id}))
 		}
 	}
 	defer tr.CloseIdleConnections()
@@ -122,7 +138,7 @@ func (s *Server) askSelf(ctx context.Context, httpAddr, id string) (api.SelfInfo
 
 // answering counts the voters of servers that answer now: this replica,
 // and each other one that says who it is at its recorded address.
-func (s *Server) answering(ctx context.Context, voters []raft.Server) (n int, silent []string) {
+func (e *membershipEndpoints) answering(ctx context.Context, voters []raft.Server) (n int, silent []string) {
 	type answer struct {
 		id string
 		ok bool
@@ -130,17 +146,17 @@ func (s *Server) answering(ctx context.Context, voters []raft.Server) (n int, si
 	answers := make(chan answer, len(voters))
 	for _, v := range voters {
 		id := string(v.ID)
-		if id == s.cfg.ID {
+		if id == e.r.id {
 			answers <- answer{id, true}
 			continue
 		}
 		go func() {
-			addr, ok := s.httpAddressOf(id)
+			addr, ok := e.status.httpAddressOf(id)
 			if !ok {
 				answers <- answer{id + " (its address not recorded yet)", false}
 				return
 			}
-			self, err := s.askSelf(ctx, addr, id)
+			self, err := e.askSelf(ctx, addr, id)
 			answers <- answer{id, err == nil && self.ID == id}
 		}()
 	}
@@ -160,11 +176,11 @@ func (s *Server) answering(ctx context.Context, voters []raft.Server) (n int, si
 // Unless forced, it refuses a removal after which the voters that answer
 // would not be a majority of those left: the cluster could then commit
 // nothing until a silent one came back.
-func (s *Server) RemovePeer(ctx context.Context, id string, force bool) error {
-	if !s.IsLeader() {
-		return fmt.Errorf("%s: %w", s.cfg.ID, api.ErrNotLeader)
+func (e *membershipEndpoints) RemovePeer(ctx context.Context, id string, force bool) error {
+	if !e.r.IsLeader() {
+		return fmt.Errorf("%s: %w", e.r.id, api.ErrNotLeader)
 	}
-	f := s.raft.GetConfiguration()
+	f := e.r.raft.GetConfiguration()
 	if err := f.Error(); err != nil {
 		return fmt.Errorf("read raft configuration: %w", err)
 	}
@@ -182,36 +198,36 @@ func (s *Server) RemovePeer(ctx context.Context, id string, force bool) error {
 		return fmt.Errorf("server %q is not in the raft configuration: %w", id, api.ErrNotFound)
 	}
 	if !force {
-		if n, silent := s.answering(ctx, left); n <= len(left)/2 {
+		if n, silent := e.answering(ctx, left); n <= len(left)/2 {
 			return fmt.Errorf("removing %s would leave %d voters of which %d answer (%s silent): %d are needed to commit anything. Remove a server that does not answer instead, or force the removal if %s is gone for good and the silent ones will come back: %w",
 				id, len(left), n, strings.Join(silent, ", "), len(left)/2+1, id, api.ErrConflict)
 		}
 	}
-	s.logger.Info("removing raft peer", "id", id)
-	if err := s.raft.RemoveServer(raft.ServerID(id), 0, s.cfg.Raft.ApplyTimeout).Error(); err != nil {
-		return s.raftErr("remove peer", err)
+	e.logger.Info("removing raft peer", "id", id)
+	if err := e.r.raft.RemoveServer(raft.ServerID(id), 0, e.r.applyTimeout).Error(); err != nil {
+		return e.r.raftErr("remove peer", err)
 	}
-	if id == s.cfg.ID {
+	if id == e.r.id {
 		return nil // we stepped down; the next leader keeps the stale record harmlessly
 	}
-	_, _, err := s.apply(ctx, fsm.MsgRemoveServer, fsm.RemoveServerRequest{ID: id})
+	_, _, err := e.r.apply(ctx, fsm.MsgRemoveServer, fsm.RemoveServerRequest{ID: id})
 	return err
 }
 
 // TransferLeadership hands leadership to another voter (leader-only) and
 // waits until this replica sees the new leader.
-func (s *Server) TransferLeadership(ctx context.Context, targetID string) error {
-	if !s.IsLeader() {
-		return fmt.Errorf("%s: %w", s.cfg.ID, api.ErrNotLeader)
+func (e *membershipEndpoints) TransferLeadership(ctx context.Context, targetID string) error {
+	if !e.r.IsLeader() {
+		return fmt.Errorf("%s: %w", e.r.id, api.ErrNotLeader)
 	}
 	var fut raft.Future
 	if targetID == "" {
-		fut = s.raft.LeadershipTransfer()
+		fut = e.r.raft.LeadershipTransfer()
 	} else {
-		if targetID == s.cfg.ID {
+		if targetID == e.r.id {
 			return fmt.Errorf("%s already leads: %w", targetID, api.ErrBadRequest)
 		}
-		f := s.raft.GetConfiguration()
+		f := e.r.raft.GetConfiguration()
 		if err := f.Error(); err != nil {
 			return fmt.Errorf("read raft configuration: %w", err)
 		}
@@ -224,13 +240,13 @@ func (s *Server) TransferLeadership(ctx context.Context, targetID string) error 
 		if addr == "" {
 			return fmt.Errorf("server %q is not a voter: %w", targetID, api.ErrNotFound)
 		}
-		fut = s.raft.LeadershipTransferToServer(raft.ServerID(targetID), addr)
+		fut = e.r.raft.LeadershipTransferToServer(raft.ServerID(targetID), addr)
 	}
 	if err := fut.Error(); err != nil {
-		return s.raftErr("transfer leadership", err)
+		return e.r.raftErr("transfer leadership", err)
 	}
 	for {
-		if _, id := s.raft.LeaderWithID(); id != "" && id != raft.ServerID(s.cfg.ID) {
+		if _, id := e.r.raft.LeaderWithID(); id != "" && id != raft.ServerID(e.r.id) {
 			return nil
 		}
 		select {

@@ -30,9 +30,6 @@ type proposer interface {
 	commitBatches(ctx context.Context, cmds [][]byte, batchSize int) []any
 }
 
-// State is the state this replica has applied.
-func (s *Server) State() *fsm.State { return s.fsm.State() }
-
 // taskEndpoints serves the task family's submissions, reads and
 // cancellations over a replica; the leader's scheduler settings resolve a
 // task's size into its tiers. (Explanations and logs, which need the

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
-	"github.com/hashicorp/raft"
 
 	"herd/config"
 	"herd/fsm"
@@ -182,43 +181,6 @@ func (s *Server) commitPlacements(ctx context.Context, cmds [][]byte, batchSize 
 	}
 	s.schedStats.Placements.Add(uint64(placed))
 	return placed
-}
-
-// commitBatches applies commands in batch entries and returns every
-// command's response in order (nil responses for entries that failed).
-func (s *Server) commitBatches(ctx context.Context, cmds [][]byte, batchSize int) []any {
-	if len(cmds) == 0 {
-		return nil
-	}
-	var futures []raft.ApplyFuture
-	var sizes []int
-	for start := 0; start < len(cmds); start += batchSize {
-		end := min(start+batchSize, len(cmds))
-		futures = append(futures, s.gate.apply(s.raft, fsm.EncodeBatch(cmds[start:end]), s.cfg.Raft.ApplyTimeout))
-		sizes = append(sizes, end-start)
-	}
-	out := make([]any, 0, len(cmds))
-	for i, f := range futures {
-		if err := s.await(ctx, f); err != nil {
-			if ctx.Err() == nil {
-				s.logger.Warn("placement batch not committed", "commands", sizes[i], "error", err)
-			}
-			for j := 0; j < sizes[i]; j++ {
-				out = append(out, nil)
-			}
-			continue
-		}
-		s.schedStats.Entries.Add(1)
-		res, _ := f.Response().(fsm.BatchResult)
-		for j := 0; j < sizes[i]; j++ {
-			if j < len(res) {
-				out = append(out, res[j])
-			} else {
-				out = append(out, nil)
-			}
-		}
-	}
-	return out
 }
 
 func earliest(a, b time.Time) time.Time {

@@ -66,7 +66,6 @@ type Options struct {
 type Server struct {
 	cfg    config.Server
 	logger hclog.Logger
-	now    func() time.Time
 	dial   func(ctx context.Context, network, addr string) (net.Conn, error)
 	// peerHTTP carries requests to other replicas (join, peer info).
 	peerHTTP *http.Client
@@ -74,24 +73,10 @@ type Server struct {
 	// the API, mutual TLS on Raft, forwarding and joins.
 	tls *pki.Material
 
-	fsm       *fsm.FSM
-	raft      *raft.Raft
-	transport *raft.NetworkTransport
-	// rpcs is the transport as raft sees it: unpipelined, with the leader
-	// watch's look at pre-vote requests.
-	rpcs *preVoteLook
-	// watch hastens a follower's check for a lost leader.
-	watch   *leaderWatch
-	store   logStore
-	stable  *guardedStable // store, as raft's stable store
+	// replica is this server's member of the Raft group: raft, the FSM,
+	// the stores, proposing commands.
+	*replica
 	metrics *serverMetrics
-	snaps   *raft.FileSnapshotStore
-	// proposals commits concurrent single commands together;
-	// entryWaiters are its goroutines waiting for entries in flight.
-	proposals    *coalescer
-	entryWaiters sync.WaitGroup
-	// gate admits proposals to raft until Shutdown closes it.
-	gate proposalGate
 
 	httpServer *http.Server
 	httpLn     net.Listener
@@ -102,12 +87,9 @@ type Server struct {
 	monitor     *monitor
 	gossip      *serverGossip
 	notifyCh    chan bool
-	leaderReady atomic.Bool // true once this leader's Barrier completed
 	// leaderSince is when this replica last became a ready leader (its
 	// clock, Unix nanoseconds): it judges only the leases it gave since.
 	leaderSince atomic.Int64
-	// commandForms is the command forms this replica says it reads.
-	commandForms int
 
 	shutdownCtx    context.Context
 	shutdownCancel context.CancelFunc
@@ -118,6 +100,8 @@ type Server struct {
 	halting atomic.Bool
 
 	// The endpoint families served over this replica (roles.go).
+	statusEndpoints
+	membershipEndpoints
 	taskEndpoints
 	jobEndpoints
 	nodeEndpoints
@@ -186,7 +170,7 @@ func Start(cfg config.Server, opts Options) (_ *Server, err error) {
 		return nil, err
 	}
 	cleanups = append(cleanups, func() { _ = s.raft.Shutdown().Error(); s.rpcs.stop(); s.stable.close(); s.store.Close() })
-	s.proposals = newCoalescer(gatedRaft{s}, cfg.Raft.ApplyTimeout)
+	s.proposals = newCoalescer(gatedRaft{s.replica}, cfg.Raft.ApplyTimeout)
 	s.wg.Add(1)
 	go func() { defer s.wg.Done(); s.proposals.run(ctx, &s.entryWaiters) }()
 	if err := s.startGossip(opts.Gossip); err != nil {
@@ -219,47 +203,48 @@ func newServer(cfg config.Server, opts Options, logger hclog.Logger, material *p
 	now := steady.New(opts.Now, opts.Elapsed).Now
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{
-		cfg: cfg, logger: logger, now: now, tls: material,
-		fsm: fsm.New(logger),
+		cfg: cfg, logger: logger, tls: material,
+		replica: &replica{id: cfg.ID, applyTimeout: cfg.Raft.ApplyTimeout, logger: logger, now: now, fsm: fsm.New(logger), stop: ctx.Done()},
 		leaderLoops: append([]LeaderLoop{
 			func(ctx context.Context, s *Server) {
 				(&scheduleLoop{cfg: s.cfg.Scheduler, profiles: s.cfg.Profiles, wakeTimeout: s.cfg.Liveness.WakeTimeout,
 					view: serverPassView{s}, out: serverCommitter{s}, kick: s.monitor.kick, stats: &s.schedStats, logger: s.logger}).run(ctx)
 			},
 			func(ctx context.Context, s *Server) {
-				(&reclaimLoop{r: s, timeout: s.cfg.Scheduler.ScheduleToStartTimeout, batchSize: s.cfg.Scheduler.BatchSize, logger: s.logger}).run(ctx)
+				(&reclaimLoop{r: s.replica, timeout: s.cfg.Scheduler.ScheduleToStartTimeout, batchSize: s.cfg.Scheduler.BatchSize, logger: s.logger}).run(ctx)
 			},
 			func(ctx context.Context, s *Server) {
-				(&livenessLoop{r: s, sessions: &s.sessionEndpoints, cfg: s.cfg.Liveness, batchSize: s.cfg.Scheduler.BatchSize, logger: s.logger}).run(ctx)
+				(&livenessLoop{r: s.replica, sessions: &s.sessionEndpoints, cfg: s.cfg.Liveness, batchSize: s.cfg.Scheduler.BatchSize, logger: s.logger}).run(ctx)
 			},
 			func(ctx context.Context, s *Server) {
-				(&retentionLoop{r: s, keep: s.cfg.Scheduler.TaskRetention, logger: s.logger}).run(ctx)
+				(&retentionLoop{r: s.replica, keep: s.cfg.Scheduler.TaskRetention, logger: s.logger}).run(ctx)
 			},
 			func(ctx context.Context, s *Server) {
-				(&profileLoop{r: s, profiles: s.cfg.Profiles, sched: s.cfg.Scheduler, logger: s.logger}).run(ctx)
+				(&profileLoop{r: s.replica, profiles: s.cfg.Profiles, sched: s.cfg.Scheduler, logger: s.logger}).run(ctx)
 			},
-			func(ctx context.Context, s *Server) { (&cronLoop{r: s, logger: s.logger}).run(ctx) },
+			func(ctx context.Context, s *Server) { (&cronLoop{r: s.replica, logger: s.logger}).run(ctx) },
 		}, opts.LeaderLoops...),
 		notifyCh:       make(chan bool, 16),
 		monitor:        newMonitor(cfg.Liveness),
 		shutdownCtx:    ctx,
 		shutdownCancel: cancel,
 	}
-	s.taskEndpoints = taskEndpoints{r: s, sched: cfg.Scheduler}
-	s.jobEndpoints = jobEndpoints{r: s, sched: cfg.Scheduler}
-	s.nodeEndpoints = nodeEndpoints{r: s, profiles: cfg.Profiles, observe: func(n *fsm.Node) api.NodeObservation { return s.sessionEndpoints.Observation(n) }}
-	s.aclEndpoints = aclEndpoints{r: s, enforced: cfg.ACL, refusals: &refusalLimiter{}}
+	s.replica.entries = &s.schedStats.Entries
+	s.statusEndpoints = statusEndpoints{r: s.replica, self: cfg, tls: material != nil, forms: fsm.CommandForms, stats: &s.schedStats, logger: logger}
+	s.taskEndpoints = taskEndpoints{r: s.replica, sched: cfg.Scheduler}
+	s.jobEndpoints = jobEndpoints{r: s.replica, sched: cfg.Scheduler}
+	s.nodeEndpoints = nodeEndpoints{r: s.replica, profiles: cfg.Profiles, observe: func(n *fsm.Node) api.NodeObservation { return s.sessionEndpoints.Observation(n) }}
+	s.aclEndpoints = aclEndpoints{r: s.replica, enforced: cfg.ACL, refusals: &refusalLimiter{}}
 	s.metrics = newServerMetrics(s)
-	s.attemptEndpoints = attemptEndpoints{r: s, sched: cfg.Scheduler, metrics: s.metrics}
-	s.agentEndpoints = agentEndpoints{r: s, tls: material}
+	s.attemptEndpoints = attemptEndpoints{r: s.replica, sched: cfg.Scheduler, metrics: s.metrics}
+	s.agentEndpoints = agentEndpoints{r: s.replica, tls: material}
 	// startGossip gives the keyring family this replica's gossip member.
-	s.keyringEndpoints = keyringEndpoints{r: s, seen: &s.keyringSeen, logger: logger}
-	s.sessionEndpoints = sessionEndpoints{r: s, monitor: s.monitor, liveness: cfg.Liveness, keyring: &s.keyringEndpoints, leaderSince: &s.leaderSince, logger: logger}
+	s.keyringEndpoints = keyringEndpoints{r: s.replica, seen: &s.keyringSeen, logger: logger}
+	s.sessionEndpoints = sessionEndpoints{r: s.replica, monitor: s.monitor, liveness: cfg.Liveness, keyring: &s.keyringEndpoints, leaderSince: &s.leaderSince, logger: logger}
 	if opts.AfterApply != nil {
 		s.fsm.SetAfterApply(opts.AfterApply)
 	}
 	s.dial = opts.Dial
-	s.commandForms = fsm.CommandForms
 	if s.dial == nil {
 		s.dial = (&net.Dialer{}).DialContext
 	}
@@ -271,6 +256,7 @@ func newServer(cfg config.Server, opts Options, logger hclog.Logger, material *p
 		}
 	}
 	s.peerHTTP = &http.Client{Transport: peerTransport, Timeout: 60 * time.Second}
+	s.membershipEndpoints = membershipEndpoints{r: s.replica, status: &s.statusEndpoints, tls: material, dial: s.dial, logger: logger}
 	return s
 }
 
@@ -397,9 +383,6 @@ func (s *Server) Halt() error {
 	return s.Shutdown()
 }
 
-// ID is this replica's server id.
-func (s *Server) ID() string { return s.cfg.ID }
-
 // HTTPAddr is the advertised HTTP address.
 func (s *Server) HTTPAddr() string { return s.cfg.HTTPAdvertise }
 
@@ -417,15 +400,6 @@ func (s *Server) Raft() *raft.Raft { return s.raft }
 
 // Logger returns the server's logger.
 func (s *Server) Logger() hclog.Logger { return s.logger }
-
-// Now returns the server's clock reading.
-func (s *Server) Now() time.Time { return s.now() }
-
-// IsLeader reports whether this replica is the leader and has finished
-// establishing leadership (its Barrier applied everything before it).
-func (s *Server) IsLeader() bool {
-	return s.raft.State() == raft.Leader && s.leaderReady.Load()
-}
 
 // monitorLeadership starts and stops the leader-only work as raft reports
 // leadership changes.
@@ -534,7 +508,7 @@ func (s *Server) FirstLogIndex() (uint64, error) {
 
 func (s *Server) selfJoinRequest() api.JoinRequest {
 	return api.JoinRequest{ID: s.cfg.ID, RaftAddress: s.cfg.RaftAdvertise, HTTPAddress: s.cfg.HTTPAdvertise, GossipAddress: s.cfg.GossipAdvertise,
-		CommandForms: s.commandForms, Version: version.Version()}
+		CommandForms: s.statusEndpoints.forms, Version: version.Version()}
 }
 
 // handOver, on a leader that stops, asks the most up-to-date follower to
@@ -672,11 +646,6 @@ func awaitFuture(ctx context.Context, stop <-chan struct{}, f raft.Future) error
 	case <-stop:
 		return raft.ErrRaftShutdown
 	}
-}
-
-// await is awaitFuture until ctx ends or this server shuts down.
-func (s *Server) await(ctx context.Context, f raft.Future) error {
-	return awaitFuture(ctx, s.shutdownCtx.Done(), f)
 }
 
 // serveHTTP serves the API on ln until Shutdown.

@@ -3,27 +3,44 @@ package cluster
 import (
 	"context"
 	"fmt"
-	"herd/internal/httpapi"
-	"herd/internal/version"
 	"runtime"
 	"time"
 
-	"herd/api"
-
+	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
+
+	"herd/api"
+	"herd/config"
+	"herd/internal/httpapi"
+	"herd/internal/version"
 )
+
+// statusEndpoints answers what a replica is and how it is doing: its
+// identity and addresses, the leader, freshness and linearizable reads,
+// the raft configuration and statistics, the scheduler's counters and the
+// applied state's invariants. It reads the replica and this server's
+// configured identity (self); tls says whether it serves TLS, forms the
+// command forms it reads.
+type statusEndpoints struct {
+	r      *replica
+	self   config.Server
+	tls    bool
+	forms  int
+	stats  *SchedulerStats
+	logger hclog.Logger
+}
 
 // LeaderHTTPAddress returns the leader's HTTP address from the replicated
 // server table, if a leader is known and has recorded it.
-func (s *Server) LeaderHTTPAddress() (string, bool) {
-	_, id := s.raft.LeaderWithID()
+func (e *statusEndpoints) LeaderHTTPAddress() (string, bool) {
+	_, id := e.r.raft.LeaderWithID()
 	if id == "" {
 		return "", false
 	}
-	if id == raft.ServerID(s.cfg.ID) {
-		return s.cfg.HTTPAdvertise, s.leaderReady.Load()
+	if id == raft.ServerID(e.self.ID) {
+		return e.self.HTTPAdvertise, e.r.leaderReady.Load()
 	}
-	srv, err := s.fsm.State().Server(string(id))
+	srv, err := e.r.fsm.State().Server(string(id))
 	if err != nil || srv.HTTPAddress == "" {
 		return "", false
 	}
@@ -31,12 +48,12 @@ func (s *Server) LeaderHTTPAddress() (string, bool) {
 }
 
 // ReadMeta reports how fresh this replica's state is.
-func (s *Server) ReadMeta() httpapi.ReadMeta {
-	m := httpapi.ReadMeta{Index: s.fsm.Index()}
-	addr, _ := s.raft.LeaderWithID()
+func (e *statusEndpoints) ReadMeta() httpapi.ReadMeta {
+	m := httpapi.ReadMeta{Index: e.r.fsm.Index()}
+	addr, _ := e.r.raft.LeaderWithID()
 	m.KnownLeader = addr != ""
-	if s.raft.State() != raft.Leader {
-		if last := s.raft.LastContact(); last.IsZero() {
+	if e.r.raft.State() != raft.Leader {
+		if last := e.r.raft.LastContact(); last.IsZero() {
 			m.LastContact = -time.Millisecond // never heard from a leader
 		} else {
 			m.LastContact = time.Since(last)
@@ -50,12 +67,12 @@ func (s *Server) ReadMeta() httpapi.ReadMeta {
 // entries, and every write it acknowledged was applied before the ack),
 // and a quorum must confirm it still leads now. A deposed leader that has
 // not noticed yet fails the second check instead of serving stale data.
-func (s *Server) ConsistentRead(ctx context.Context) error {
-	if !s.IsLeader() {
-		return fmt.Errorf("%s: %w", s.cfg.ID, api.ErrNotLeader)
+func (e *statusEndpoints) ConsistentRead(ctx context.Context) error {
+	if !e.r.IsLeader() {
+		return fmt.Errorf("%s: %w", e.self.ID, api.ErrNotLeader)
 	}
 	errCh := make(chan error, 1)
-	go func() { errCh <- s.raft.VerifyLeader().Error() }()
+	go func() { errCh <- e.r.raft.VerifyLeader().Error() }()
 	select {
 	case err := <-errCh:
 		if err != nil {
@@ -64,42 +81,42 @@ func (s *Server) ConsistentRead(ctx context.Context) error {
 	case <-ctx.Done():
 		return fmt.Errorf("verify leadership: %w", ctx.Err())
 	}
-	if !s.leaderReady.Load() {
-		return fmt.Errorf("%s: %w", s.cfg.ID, api.ErrNotLeader)
+	if !e.r.leaderReady.Load() {
+		return fmt.Errorf("%s: %w", e.self.ID, api.ErrNotLeader)
 	}
 	return nil
 }
 
 // Self describes this replica.
-func (s *Server) Self() api.SelfInfo {
-	addr, id := s.raft.LeaderWithID()
+func (e *statusEndpoints) Self() api.SelfInfo {
+	addr, id := e.r.raft.LeaderWithID()
 	_ = addr
 	return api.SelfInfo{
-		ID: s.cfg.ID, RaftAddress: s.cfg.RaftAdvertise, HTTPAddress: s.cfg.HTTPAdvertise,
-		Bootstrapped: s.hasConfiguration(), Leader: string(id), State: s.raft.State().String(),
-		TLS: s.tls != nil, ACL: s.cfg.ACL, Insecure: s.cfg.Insecure && s.cfg.Open(),
+		ID: e.self.ID, RaftAddress: e.self.RaftAdvertise, HTTPAddress: e.self.HTTPAdvertise,
+		Bootstrapped: e.r.hasConfiguration(), Leader: string(id), State: e.r.raft.State().String(),
+		TLS: e.tls, ACL: e.self.ACL, Insecure: e.self.Insecure && e.self.Open(),
 		Version: version.Get(),
 	}
 }
 
 // Leader returns the current leader's identity and addresses.
-func (s *Server) Leader() (api.LeaderInfo, error) {
-	addr, id := s.raft.LeaderWithID()
+func (e *statusEndpoints) Leader() (api.LeaderInfo, error) {
+	addr, id := e.r.raft.LeaderWithID()
 	if id == "" {
-		return api.LeaderInfo{}, fmt.Errorf("%s knows no leader: %w", s.cfg.ID, api.ErrNoLeader)
+		return api.LeaderInfo{}, fmt.Errorf("%s knows no leader: %w", e.self.ID, api.ErrNoLeader)
 	}
 	info := api.LeaderInfo{ID: string(id), RaftAddress: string(addr)}
-	if http, ok := s.httpAddressOf(string(id)); ok {
+	if http, ok := e.httpAddressOf(string(id)); ok {
 		info.HTTPAddress = http
 	}
 	return info, nil
 }
 
-func (s *Server) httpAddressOf(id string) (string, bool) {
-	if id == s.cfg.ID {
-		return s.cfg.HTTPAdvertise, true
+func (e *statusEndpoints) httpAddressOf(id string) (string, bool) {
+	if id == e.self.ID {
+		return e.self.HTTPAdvertise, true
 	}
-	srv, err := s.fsm.State().Server(id)
+	srv, err := e.r.fsm.State().Server(id)
 	if err != nil {
 		return "", false
 	}
@@ -107,19 +124,19 @@ func (s *Server) httpAddressOf(id string) (string, bool) {
 }
 
 // RaftConfiguration returns the latest Raft configuration.
-func (s *Server) RaftConfiguration() (api.RaftConfiguration, error) {
-	f := s.raft.GetConfiguration()
+func (e *statusEndpoints) RaftConfiguration() (api.RaftConfiguration, error) {
+	f := e.r.raft.GetConfiguration()
 	if err := f.Error(); err != nil {
 		return api.RaftConfiguration{}, fmt.Errorf("read raft configuration: %w", err)
 	}
-	_, leader := s.raft.LeaderWithID()
+	_, leader := e.r.raft.LeaderWithID()
 	out := api.RaftConfiguration{Index: f.Index(), Servers: []api.RaftServer{}}
 	for _, srv := range f.Configuration().Servers {
-		http, _ := s.httpAddressOf(string(srv.ID))
-		forms, ver := s.commandForms, version.Version()
-		if srv.ID != raft.ServerID(s.cfg.ID) {
+		http, _ := e.httpAddressOf(string(srv.ID))
+		forms, ver := e.forms, version.Version()
+		if srv.ID != raft.ServerID(e.self.ID) {
 			forms, ver = 0, ""
-			if rec, err := s.fsm.State().Server(string(srv.ID)); err == nil {
+			if rec, err := e.r.fsm.State().Server(string(srv.ID)); err == nil {
 				forms, ver = rec.CommandForms, rec.Version
 			}
 		}
@@ -133,30 +150,30 @@ func (s *Server) RaftConfiguration() (api.RaftConfiguration, error) {
 
 // SchedulerStatus returns this replica's scheduling counters; the queue
 // gauges are its last pass's (the API asks the leader).
-func (s *Server) SchedulerStatus() api.SchedulerStatus {
-	st := &s.schedStats
+func (e *statusEndpoints) SchedulerStatus() api.SchedulerStatus {
+	st := e.stats
 	rejections := st.Rejections()
 	if rejections == nil {
 		rejections = map[string]uint64{}
 	}
 	return api.SchedulerStatus{
-		ID: s.cfg.ID, Passes: st.Passes.Load(), Scanned: st.Scanned.Load(), Placements: st.Placements.Load(), Entries: st.Entries.Load(),
+		ID: e.self.ID, Passes: st.Passes.Load(), Scanned: st.Scanned.Load(), Placements: st.Placements.Load(), Entries: st.Entries.Load(),
 		Rejections: rejections, QueueDepth: st.QueueDepth.Load(), OldestWaitMs: st.OldestWaitMs.Load(),
 	}
 }
 
 // RaftStats returns raft's own statistics plus this replica's id.
-func (s *Server) RaftStats() map[string]string {
-	st := s.raft.Stats()
-	st["id"] = s.cfg.ID
-	st["fsm_index"] = fmt.Sprint(s.fsm.Index())
-	_, leader := s.raft.LeaderWithID()
+func (e *statusEndpoints) RaftStats() map[string]string {
+	st := e.r.raft.Stats()
+	st["id"] = e.self.ID
+	st["fsm_index"] = fmt.Sprint(e.r.fsm.Index())
+	_, leader := e.r.raft.LeaderWithID()
 	st["leader_id"] = string(leader)
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	st["go_heap_inuse_bytes"] = fmt.Sprint(ms.HeapInuse)
 	// The commands this replica applied in each form since it started.
-	appliedJSON, appliedBinary := s.fsm.AppliedForms()
+	appliedJSON, appliedBinary := e.r.fsm.AppliedForms()
 	st["fsm_commands_json"], st["fsm_commands_binary"] = fmt.Sprint(appliedJSON), fmt.Sprint(appliedBinary)
 	st["go_sys_bytes"] = fmt.Sprint(ms.Sys)
 	return st
@@ -165,16 +182,16 @@ func (s *Server) RaftStats() map[string]string {
 // CheckState checks the invariants of this replica's applied state and
 // reports what it finds; it never repairs (a broken invariant is a bug
 // to chase from the log, not to paper over on one replica).
-func (s *Server) CheckState() api.StateCheck {
+func (e *statusEndpoints) CheckState() api.StateCheck {
 	start := time.Now()
-	st := s.fsm.State()
+	st := e.r.fsm.State()
 	v := st.Violations()
 	tasks, attempts, nodes := st.Sizes()
 	if len(v) > 0 {
-		s.logger.Error("state check found broken invariants", "index", st.Index(), "violations", len(v), "first", v[0])
+		e.logger.Error("state check found broken invariants", "index", st.Index(), "violations", len(v), "first", v[0])
 	}
 	return api.StateCheck{
-		Server: s.cfg.ID, Index: st.Index(), Tasks: tasks, Attempts: attempts, Nodes: nodes,
+		Server: e.self.ID, Index: st.Index(), Tasks: tasks, Attempts: attempts, Nodes: nodes,
 		OK: len(v) == 0, Violations: v, TookMillis: time.Since(start).Milliseconds(),
 	}
 }

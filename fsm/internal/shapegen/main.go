@@ -235,46 +235,19 @@ func shapeType(f field) string {
 	return ""
 }
 
-func encodeStmt(f field) string {
-	if f.name == "Tiers" {
-		return "buf = appendTiers(buf, s.Tiers)"
-	}
-	switch shapeType(f) {
-	case "int":
-		return fmt.Sprintf("buf = binary.AppendVarint(buf, int64(s.%s))", f.name)
-	case "int64":
-		return fmt.Sprintf("buf = binary.AppendVarint(buf, s.%s)", f.name)
-	case "string":
-		return fmt.Sprintf("buf = appendString(buf, s.%s)", f.name)
-	case "bool":
-		return fmt.Sprintf("buf = append(buf, boolByte(s.%s))", f.name)
-	case "[]string":
-		return fmt.Sprintf("buf = appendStrings(buf, s.%s)", f.name)
-	case "map[string]string":
-		return fmt.Sprintf("buf = appendMap(buf, s.%s)", f.name)
-	default: // scheduler.Resources
-		return fmt.Sprintf("buf = appendResources(buf, s.%s)", f.name)
-	}
+// codecs is how each shape type is encoded and decoded: a statement
+// appending s.FIELD to buf, and one setting it from decoder d.
+var codecs = map[string]struct{ enc, dec string }{
+	"int":                 {"buf = binary.AppendVarint(buf, int64(s.%s))", "s.%s = int(d.varint())"},
+	"int64":               {"buf = binary.AppendVarint(buf, s.%s)", "s.%s = d.varint()"},
+	"string":              {"buf = appendString(buf, s.%s)", "s.%s = d.string()"},
+	"bool":                {"buf = append(buf, boolByte(s.%s))", "s.%s = d.bool()"},
+	"[]string":            {"buf = appendStrings(buf, s.%s)", "s.%s = d.strings()"},
+	"map[string]string":   {"buf = appendMap(buf, s.%s)", "s.%s = d.stringMap()"},
+	"scheduler.Resources": {"buf = appendResources(buf, s.%s)", "s.%s = d.resources()"},
+	"[]scheduler.Tier":    {"buf = appendTiers(buf, s.%s)", "s.%s = d.tiers()"},
 }
 
-func decodeStmt(f field) string {
-	if f.name == "Tiers" {
-		return "s.Tiers = d.tiers()"
-	}
-	switch shapeType(f) {
-	case "int":
-		return fmt.Sprintf("s.%s = int(d.varint())", f.name)
-	case "int64":
-		return fmt.Sprintf("s.%s = d.varint()", f.name)
-	case "string":
-		return fmt.Sprintf("s.%s = d.string()", f.name)
-	case "bool":
-		return fmt.Sprintf("s.%s = d.bool()", f.name)
-	case "[]string":
-		return fmt.Sprintf("s.%s = d.strings()", f.name)
-	case "map[string]string":
-		return fmt.Sprintf("s.%s = d.stringMap()", f.name)
-	default:
-		return fmt.Sprintf("s.%s = d.resources()", f.name)
-	}
-}
+func encodeStmt(f field) string { return fmt.Sprintf(codecs[shapeType(f)].enc, f.name) }
+
+func decodeStmt(f field) string { return fmt.Sprintf(codecs[shapeType(f)].dec, f.name) }

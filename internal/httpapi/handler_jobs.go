@@ -71,30 +71,19 @@ func (h *Handler) getJob(w http.ResponseWriter, r *http.Request) (any, error) {
 }
 
 func (h *Handler) postJobCancel(w http.ResponseWriter, r *http.Request) (any, error) {
-	id, err := pathID(r, "job")
-	if err != nil {
-		return nil, err
-	}
-	req, err := cancelBody(w, r)
-	if err != nil {
-		return nil, err
-	}
-	if p := PrincipalOf(r.Context()); len(p.Submitters) > 0 {
+	return h.cancelOwned(w, r, "job", func(id string) ([]string, error) {
 		job, err := h.backend.GetJob(id)
 		if err != nil {
 			return nil, err
 		}
+		var submitters []string
 		for _, st := range job.Stages {
 			for _, t := range st.TaskIDs {
-				task, err := h.backend.GetTask(t)
-				if err != nil {
-					continue
-				}
-				if err := checkSubmitter(r, task.Spec.Submitter); err != nil {
-					return nil, err
+				if task, err := h.backend.GetTask(t); err == nil {
+					submitters = append(submitters, task.Spec.Submitter)
 				}
 			}
 		}
-	}
-	return h.backend.CancelJob(r.Context(), id, req.Reason)
+		return submitters, nil
+	}, func(ctx context.Context, id, reason string) (any, error) { return h.backend.CancelJob(ctx, id, reason) })
 }

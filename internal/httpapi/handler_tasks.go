@@ -169,7 +169,21 @@ func cancelBody(w http.ResponseWriter, r *http.Request) (api.CancelRequest, erro
 }
 
 func (h *Handler) postCancel(w http.ResponseWriter, r *http.Request) (any, error) {
-	id, err := pathID(r, "task")
+	return h.cancelOwned(w, r, "task", func(id string) ([]string, error) {
+		task, err := h.backend.GetTask(id)
+		if err != nil {
+			return nil, err
+		}
+		return []string{task.Spec.Submitter}, nil
+	}, func(ctx context.Context, id, reason string) (any, error) { return h.backend.CancelTask(ctx, id, reason) })
+}
+
+// cancelOwned cancels the task or job (kind) the path names, for the
+// reason the body gives. A token limited to named submitters cancels only
+// what every one of its submitters (owners) is among them.
+func (h *Handler) cancelOwned(w http.ResponseWriter, r *http.Request, kind string, owners func(id string) ([]string, error),
+	cancel func(ctx context.Context, id, reason string) (any, error)) (any, error) {
+	id, err := pathID(r, kind)
 	if err != nil {
 		return nil, err
 	}
@@ -178,15 +192,17 @@ func (h *Handler) postCancel(w http.ResponseWriter, r *http.Request) (any, error
 		return nil, err
 	}
 	if p := PrincipalOf(r.Context()); len(p.Submitters) > 0 {
-		task, err := h.backend.GetTask(id)
+		submitters, err := owners(id)
 		if err != nil {
 			return nil, err
 		}
-		if err := checkSubmitter(r, task.Spec.Submitter); err != nil {
-			return nil, err
+		for _, s := range submitters {
+			if err := checkSubmitter(r, s); err != nil {
+				return nil, err
+			}
 		}
 	}
-	return h.backend.CancelTask(r.Context(), id, req.Reason)
+	return cancel(r.Context(), id, req.Reason)
 }
 
 // checkSubmitter refuses a token limited to named submitters acting for

@@ -175,7 +175,9 @@ func (h *Handler) postCancel(w http.ResponseWriter, r *http.Request) (any, error
 			return nil, err
 		}
 		return []string{task.Spec.Submitter}, nil
-	}, func(ctx context.Context, id, reason string) (any, error) { return h.backend.CancelTask(ctx, id, reason) })
+	}, func(ctx context.Context, id, reason string) (any, error) {
+		return h.backend.CancelTask(ctx, id, reason)
+	})
 }
 
 // cancelOwned cancels the task or job (kind) the path names, for the

@@ -42,14 +42,16 @@ type benchSizes struct {
 	electionsWindow time.Duration
 	// judgement is the simulator's scenario (see internal/sim).
 	judgement string
+	// curves are the curves step's sizes.
+	curves curveSizes
 }
 
 func fullSizes() benchSizes {
-	return benchSizes{ceiling: 10 * time.Second, nodes: 1000, backlog: 100_000, e2eTasks: 20_000, footNodes: 1000, footIdle: 20 * time.Second, footTasks: 100_000, failoverTrials: 20, finishedTasks: 1_000_000, processTasks: 3000, agentsN: 1000, agentsWindow: 30 * time.Second, electionsWindow: 2 * time.Minute, judgement: "mixed"}
+	return benchSizes{ceiling: 10 * time.Second, nodes: 1000, backlog: 100_000, e2eTasks: 20_000, footNodes: 1000, footIdle: 20 * time.Second, footTasks: 100_000, failoverTrials: 20, finishedTasks: 1_000_000, processTasks: 3000, agentsN: 1000, agentsWindow: 30 * time.Second, electionsWindow: 2 * time.Minute, judgement: "mixed", curves: fullCurves()}
 }
 
 func quickSizes() benchSizes {
-	return benchSizes{ceiling: 2 * time.Second, nodes: 100, backlog: 3000, e2eTasks: 200, footNodes: 100, footIdle: time.Second, footTasks: 2000, failoverTrials: 2, finishedTasks: 20_000, processTasks: 300, agentsN: 50, agentsWindow: 3 * time.Second, electionsWindow: 5 * time.Second, judgement: "small"}
+	return benchSizes{ceiling: 2 * time.Second, nodes: 100, backlog: 3000, e2eTasks: 200, footNodes: 100, footIdle: time.Second, footTasks: 2000, failoverTrials: 2, finishedTasks: 20_000, processTasks: 300, agentsN: 50, agentsWindow: 3 * time.Second, electionsWindow: 5 * time.Second, judgement: "small", curves: quickCurves()}
 }
 
 // Machine is the machine and build a run measured.
@@ -178,8 +180,11 @@ type Result struct {
 	// makespan), and how long it took to run both.
 	Judgement        *sim.Report `json:"judgement,omitempty"`
 	JudgementSeconds float64     `json:"judgement_seconds,omitempty"`
-	ReplicaHeapMiB   float64     `json:"replica_heap_mib"`
-	ReplicaAnonMiB   float64     `json:"replica_rss_anon_mib"`
+	// Curves are the curves step's: how the measures grow with queue
+	// depth, spec size, fleet size and finished tasks kept.
+	Curves         []Curve `json:"curves,omitempty"`
+	ReplicaHeapMiB float64 `json:"replica_heap_mib"`
+	ReplicaAnonMiB float64 `json:"replica_rss_anon_mib"`
 	// The loaded replica's CPU, in percent of one core, while it holds a
 	// backlog no node may take (every node drained): the leader's passes
 	// only explain why the tasks wait.
@@ -327,6 +332,9 @@ type Options struct {
 	// enforces limits (see agentLimitsEnv): auto, cgroup-v2, cgroup-v1,
 	// rlimit or none.
 	AgentLimits string
+	// Plots, when set, is a directory the curves step writes one SVG
+	// plot of each curve into (queue_depth.svg, …).
+	Plots string
 	// Progress receives a line as each step starts and ends; nil discards.
 	Progress io.Writer
 }
@@ -343,7 +351,7 @@ const logStoreEnv = "HERD_RAFT_LOG_STORE"
 const agentLimitsEnv = "HERD_LIMITS"
 
 // Steps are the steps of a run, in the order they run.
-var Steps = []string{"decision", "placement", "e2e", "e2e-secure", "e2e-processes", "one-core", "agents", "footprint", "failover", "elections", "retention", "judgement"}
+var Steps = []string{"decision", "placement", "e2e", "e2e-secure", "e2e-processes", "one-core", "agents", "footprint", "failover", "elections", "retention", "judgement", "curves"}
 
 // Validate checks options that would fail only later in a run.
 func (o Options) Validate() error {
@@ -423,6 +431,15 @@ func Run(o Options, out io.Writer) error {
 		"elections": func() error { return benchElections(o.Executable, filepath.Join(dir, "elections"), sz, &r) },
 		"retention": func() error { return benchRetention(sz, &r) },
 		"judgement": func() error { return benchJudgement(sz, &r) },
+		"curves": func() error {
+			if err := benchCurves(o.Executable, filepath.Join(dir, "curves"), sz.curves, progress, &r); err != nil {
+				return err
+			}
+			if o.Plots == "" {
+				return nil
+			}
+			return writePlots(o.Plots, r.Curves)
+		},
 	}
 	for _, name := range Steps {
 		if len(o.Only) > 0 && !slices.Contains(o.Only, name) {
@@ -551,6 +568,11 @@ func Print(w io.Writer, r *Result) {
 		row(tb, "judgements", fmt.Sprintf("%d nodes judged wrongly, %d black holes missed, each caught by its failure %d at most; hung attempts flagged at %.1f× the fleet median; %d of %d bad tasks blamed, %d good; makespan %.2f× the oracle's; simulated in %.1f s",
 			wrong, missed, after+1, j.MaxFlagRatio, j.BadTasksBlamed, j.BadTasks, j.GoodTasksBlamed, j.MakespanRatio, r.JudgementSeconds),
 			fmt.Sprintf("herd sim -scenario %s: %d tasks over %s simulated, the real scheduler and FSM", j.Scenario, j.Tasks, j.Simulated.Round(time.Minute)))
+	}
+	for _, c := range r.Curves {
+		for _, p := range c.Points {
+			row(tb, "curve "+c.Name, curvePointText(p), fmt.Sprintf("%s: %s", c.X, humanCount(p.X)))
+		}
 	}
 	row(tb, "restart to ready", fmt.Sprintf("%.0f ms", r.RestartToReadyMs), "same replica, from its data dir")
 	row(tb, "failover", fmt.Sprintf("p50 %.0f ms, p99 %.0f ms; the load ran at %.0f writes/s when the leader died; %d elections beyond the first", r.FailoverP50, r.FailoverP99, r.FailoverLoadPerSec, r.FailoverExtraElections), fmt.Sprintf("leader lost under load (halted, no handover; %d writers, one submit each per %s, through every replica) → first acknowledged write, default timings", failoverLoadWriters, failoverLoadEvery))

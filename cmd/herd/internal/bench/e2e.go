@@ -109,15 +109,21 @@ func startE2EAgents(c *localcluster.Cluster, agentDir, pkiDir string) error {
 // e2eSaturated submits the whole workload at once and times it until
 // every task succeeded, with the CPU and Raft entries it took.
 func e2eSaturated(ctx context.Context, leader *cluster.Server, cl *api.Client, sz benchSizes, r *Result) error {
+	return e2eSaturatedWith(ctx, leader, cl, sz, r, e2eSubmitBatch, func(i int) api.TaskSpec {
+		return api.TaskSpec{Name: "e2e", IdempotencyKey: fmt.Sprint("e2e-", i), Command: []string{"true"}}
+	})
+}
+
+// e2eSaturatedWith is e2eSaturated with task i's spec given by spec,
+// submitted in batches of batch.
+func e2eSaturatedWith(ctx context.Context, leader *cluster.Server, cl *api.Client, sz benchSizes, r *Result, batch int, spec func(i int) api.TaskSpec) error {
 	start := time.Now()
 	cpuBefore, childBefore := processCPU(), childrenCPU()
 	indexBefore := leader.FSM().Index()
 	commandsBefore, bytesBefore := leader.FSM().AppliedCommands(), leader.FSM().AppliedBytes()
 	// Submitted as a client with 20,000 tasks would: in batches (one Raft
 	// entry each), a few in flight at once.
-	if err := submitBatches(ctx, cl, sz.e2eTasks, e2eSubmitBatch, func(i int) api.TaskSpec {
-		return api.TaskSpec{Name: "e2e", IdempotencyKey: fmt.Sprint("e2e-", i), Command: []string{"true"}}
-	}); err != nil {
+	if err := submitBatches(ctx, cl, sz.e2eTasks, batch, spec); err != nil {
 		return err
 	}
 	r.E2ESubmitAllMs = float64(time.Since(start).Microseconds()) / 1000

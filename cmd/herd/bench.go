@@ -24,6 +24,7 @@ func runBench(e *env, args []string) error {
 	fs.StringVar(&o.AgentDir, "agent-dir", "", "put the end-to-end agents' data (attempt logs and working directories) under this directory\ninstead of the run's temporary one: a tmpfs leaves out the disk's cost of creating them")
 	fs.StringVar(&o.ProcessProfiles, "process-profiles", "", "have the e2e-processes step's servers and agents each write a CPU profile of their run, up to\nthe end of the measured window, into this directory (one/s1.pprof, two/pa-1.pprof, …), and the agents step's leader one of\nits idle and one of its placing window, and the bench's own agents one of the idle window\n(agents/leader-idle.pprof, agents/leader-placing.pprof, agents/agents-idle.pprof)")
 	fs.StringVar(&o.AgentLimits, "agent-limits", "", "have every end-to-end agent enforce limits this way (auto, cgroup-v2, cgroup-v1, rlimit or none;\ndefault: auto, or $HERD_LIMITS)")
+	curves := fs.String("curves", "", "with the curves step, measure only these curves (comma-separated: "+strings.Join(bench.CurveNames, ",")+")")
 	fs.StringVar(&o.Plots, "plots", "", "write an SVG plot of each curve the curves step measures into this directory")
 	fs.StringVar(&o.LogStore, "log-store", "", "run every replica with this raft.log_store (boltdb or wal; default: "+config.DefaultRaft().LogStore+", or $HERD_RAFT_LOG_STORE)")
 	if err := parse(e, fs, args); err != nil {
@@ -34,6 +35,9 @@ func runBench(e *env, args []string) error {
 	}
 	if *only != "" {
 		o.Only = strings.Split(*only, ",")
+	}
+	if *curves != "" {
+		o.Curves = strings.Split(*curves, ",")
 	}
 	if err := o.Validate(); err != nil {
 		return usagef("%v", err)

@@ -332,6 +332,9 @@ type Options struct {
 	// enforces limits (see agentLimitsEnv): auto, cgroup-v2, cgroup-v1,
 	// rlimit or none.
 	AgentLimits string
+	// Curves, when not empty, names the curves the curves step measures
+	// (see CurveNames); all of them otherwise.
+	Curves []string
 	// Plots, when set, is a directory the curves step writes one SVG
 	// plot of each curve into (queue_depth.svg, …).
 	Plots string
@@ -369,6 +372,11 @@ func (o Options) Validate() error {
 	}
 	if o.AgentLimits != "" && !slices.Contains(agent.LimitMethods, o.AgentLimits) {
 		return fmt.Errorf("agent limits %q is none of %s", o.AgentLimits, strings.Join(agent.LimitMethods, ", "))
+	}
+	for _, c := range o.Curves {
+		if !slices.Contains(CurveNames, c) {
+			return fmt.Errorf("no curve %q (curves: %s)", c, strings.Join(CurveNames, ", "))
+		}
 	}
 	for _, s := range o.Only {
 		if !slices.Contains(Steps, s) {
@@ -432,7 +440,7 @@ func Run(o Options, out io.Writer) error {
 		"retention": func() error { return benchRetention(sz, &r) },
 		"judgement": func() error { return benchJudgement(sz, &r) },
 		"curves": func() error {
-			if err := benchCurves(o.Executable, filepath.Join(dir, "curves"), sz.curves, progress, &r); err != nil {
+			if err := benchCurves(o.Executable, filepath.Join(dir, "curves"), sz.curves, o.Curves, progress, &r); err != nil {
 				return err
 			}
 			if o.Plots == "" {

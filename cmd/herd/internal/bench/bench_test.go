@@ -50,6 +50,7 @@ func TestValidateRefusesBadOptions(t *testing.T) {
 		{Options{LogStore: "sqlite"}, `log store "sqlite"`},
 		{Options{Only: []string{"e2e", "nope"}}, `no bench step "nope"`},
 		{Options{Agents: -1}, "agents -1"},
+		{Options{Curves: []string{"queue_depth", "weather"}}, `no curve "weather"`},
 	} {
 		err := c.o.Validate()
 		if err == nil || !strings.Contains(err.Error(), c.want) {

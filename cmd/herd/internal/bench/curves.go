@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 
@@ -92,9 +93,13 @@ func quickCurves() curveSizes {
 	}
 }
 
-// benchCurves measures each curve, one point after another, each point
-// on a fresh cluster (or state) of its own under dir.
-func benchCurves(exe, dir string, cs curveSizes, progress io.Writer, r *Result) error {
+// CurveNames are the curves the curves step measures, in its order.
+var CurveNames = []string{"queue_depth", "spec_bytes", "fleet_size", "retained_tasks"}
+
+// benchCurves measures each curve (those named in only, or all), one
+// point after another, each point on a fresh cluster (or state) of its
+// own under dir.
+func benchCurves(exe, dir string, cs curveSizes, only []string, progress io.Writer, r *Result) error {
 	steps := []struct {
 		name, x string
 		sizes   []int
@@ -114,6 +119,9 @@ func benchCurves(exe, dir string, cs curveSizes, progress io.Writer, r *Result) 
 		}},
 	}
 	for _, s := range steps {
+		if len(only) > 0 && !slices.Contains(only, s.name) {
+			continue
+		}
 		c := Curve{Name: s.name, X: s.x}
 		for _, n := range s.sizes {
 			fmt.Fprintf(progress, "bench: curves: %s %d…\n", s.name, n)

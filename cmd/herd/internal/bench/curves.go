@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"time"
@@ -53,7 +54,9 @@ type CurvePoint struct {
 	// and four agents) after the load, or the largest server's (fleet
 	// size).
 	RSSMiB float64 `json:"rss_mib,omitempty"`
-	// HeapMiB is one replica's state's heap (retained tasks).
+	// HeapMiB is the live heap after a collection: the in-process
+	// cluster's (three replicas and four agents) after the load, or one
+	// replica's state's (retained tasks).
 	HeapMiB float64 `json:"heap_mib,omitempty"`
 	// LogBytesPerTask is the Raft log's bytes per task (spec size).
 	LogBytesPerTask float64 `json:"log_bytes_per_task,omitempty"`
@@ -143,6 +146,9 @@ func benchCurves(exe, dir string, cs curveSizes, only []string, progress io.Writ
 // tasks, each with an environment of padBytes, are run at once, and then
 // a light load times submit→start.
 func curveInProcess(dir string, depth, padBytes, flow int) (CurvePoint, error) {
+	// What earlier points left behind goes back to the system first, so
+	// that the resident memory read at the end is this point's.
+	debug.FreeOSMemory()
 	c, err := startCluster(dir, "")
 	if err != nil {
 		return CurvePoint{}, err
@@ -196,6 +202,7 @@ func curveInProcess(dir string, depth, padBytes, flow int) (CurvePoint, error) {
 	}
 	p.SubmitToStartP99Ms = res.E2ESubmitToStartP99
 	p.RSSMiB = procRSSMiB(os.Getpid(), "VmRSS")
+	p.HeapMiB = float64(heapAfterGC()) / (1 << 20)
 	return p, nil
 }
 

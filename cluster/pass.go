@@ -123,6 +123,10 @@ type pass struct {
 	fleet    *fleetView
 	free     int // free slots on nodes that could take work
 
+	// unplaceable holds the shapes and classes of tasks that fit no node
+	// this pass (see consider).
+	unplaceable map[unplaceableKey]bool
+
 	// What the pass decided.
 	reserves    []fsm.ReserveRequest
 	proposals   []proposal
@@ -280,10 +284,41 @@ func (p *pass) place(order *scheduler.QueueIter) {
 	}
 }
 
+// unplaceableKey is what a task's fit depends on when it has no failures
+// on a node: its shape (a stored spec's shared part, by identity: equal
+// pointers are equal shapes) and, while a node is on probation for some
+// class, its class.
+type unplaceableKey struct {
+	shape *fsm.TaskShape
+	class string
+}
+
 // consider decides one task: a reservation on the best node, a wake-up of
 // the sleeping node it waits for, or an explanation of why it waits. With
 // every slot taken (full) it only explains.
 func (p *pass) consider(t *fsm.Task, full bool) {
+	// A task whose requirements are its spec's alone (no failures on a
+	// node, no node passed over) fits nowhere this pass once another task
+	// of the same shape and class did not: the pass only books nodes,
+	// never frees them. Such a task is only explained, and when it needs
+	// no explanation either, not even looked at, so a deep backlog nothing
+	// can take costs a pass little more than walking it.
+	key, keyed := unplaceableKey{}, !full && !t.HasNodeFailures() && len(p.ps.sleepers.passedOver[t.ID]) == 0
+	if keyed {
+		key.shape = t.Spec.TaskShape
+		if p.placer.ByClass() {
+			key.class = t.Spec.ClassOf()
+		}
+		if p.unplaceable[key] {
+			if p.explainsFull() || p.now.Sub(p.ps.explained[t.ID]) < p.cfg.ExplainInterval {
+				return
+			}
+			req := t.Request(p.now, p.cfg.HeartbeatTTL)
+			p.fleet.fill(&req)
+			p.explain(t, &req)
+			return
+		}
+	}
 	req := t.Request(p.now, p.cfg.HeartbeatTTL)
 	p.fleet.fill(&req)
 	req.Blacklist = t.Blacklist(p.nodeByID)
@@ -292,6 +327,14 @@ func (p *pass) consider(t *fsm.Task, full bool) {
 	err := scheduler.ErrNoEligibleNode
 	if !full {
 		cand, err = p.placer.Select(&req)
+		if keyed && errors.Is(err, scheduler.ErrNoEligibleNode) {
+			// Only a refusal of the whole fleet counts for the shape: one
+			// after passing a sleeping node over is this task's alone.
+			if p.unplaceable == nil {
+				p.unplaceable = map[unplaceableKey]bool{}
+			}
+			p.unplaceable[key] = true
+		}
 	}
 	if err == nil && cand.Node.Hibernating {
 		var goOn bool

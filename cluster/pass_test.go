@@ -373,3 +373,46 @@ func TestPassReselectsAfterAConflict(t *testing.T) {
 		t.Fatalf("t1 is %s, want SCHEDULED", state)
 	}
 }
+
+// A backlog of one shape that fits no node costs a pass one decision,
+// not one per task: the pass still explains every task of it (within its
+// bounds) and places what comes after it.
+func TestPassDecidesAnUnplaceableShapeOnce(t *testing.T) {
+	h := newPassHarness(t)
+	h.node("n1", 4000, 3, nil)
+	nowhere := func(id string) {
+		h.apply(fsm.MsgSubmitTask, fsm.SubmitTaskRequest{ID: id, SubmittedAt: h.now, Spec: fsm.TaskSpec{Name: "backlog", TaskShape: &fsm.TaskShape{
+			Command: []string{"true"}, Capability: "exec", CapabilityVersion: "1", Resources: scheduler.Resources{CPUMillis: 10},
+			RequiredLabels: map[string]string{"zone": "nowhere"}, TimeoutSeconds: 60, MaxAttempts: 3,
+		}}})
+	}
+	for i := range 200 {
+		nowhere(fmt.Sprintf("b-%03d", i))
+	}
+	h.now = h.now.Add(time.Second)
+	for i := range 3 {
+		h.submit(fmt.Sprintf("p-%d", i), 100, nil)
+	}
+	p := &pass{cfg: h.cfg, wakeTimeout: h.wakeWait, view: h, out: h, stats: &SchedulerStats{}, logger: hclog.NewNullLogger(), ps: h.ps}
+	if n, _ := p.run(context.Background(), nil); n != 3 {
+		t.Fatalf("placed %d, want the 3 placeable tasks behind the backlog", n)
+	}
+	h.ps.commits.Wait()
+	if len(p.unplaceable) != 1 {
+		t.Fatalf("%d unplaceable keys, want the backlog's one shape", len(p.unplaceable))
+	}
+	if p.explainN != 1 {
+		t.Fatalf("the nodes were evaluated for %d explanations, want 1 (the rest repeat it)", p.explainN)
+	}
+	for i := range 200 {
+		state, why := h.taskState(fmt.Sprintf("b-%03d", i))
+		if state != fsm.TaskPending || !strings.Contains(why, "required label") {
+			t.Fatalf("backlog task %d: %s, explained %q", i, state, why)
+		}
+	}
+	for i := range 3 {
+		if state, _ := h.taskState(fmt.Sprintf("p-%d", i)); state != fsm.TaskScheduled {
+			t.Fatalf("placeable task %d is %s", i, state)
+		}
+	}
+}

@@ -144,6 +144,10 @@ func (t *Task) BlacklistedOn(n *Node) bool {
 	return ok && f.Count >= 2 && n.HealthyIndex < f.LastIndex
 }
 
+// HasNodeFailures reports whether any attempt of the task failed on a
+// node (and so whether its requirements depend on more than its spec).
+func (t *Task) HasNodeFailures() bool { return len(t.nodeFailures()) > 0 }
+
 // Blacklist returns the set of nodes the task must avoid.
 func (t *Task) Blacklist(nodeByID func(string) *Node) map[string]bool {
 	var out map[string]bool

@@ -49,6 +49,10 @@ func (p *Placer) Book(n *Node, res Resources) {
 	clear(p.summaries)
 }
 
+// ByClass reports whether a request's class can change which nodes take
+// it: only when some node is on probation, which is by class.
+func (p *Placer) ByClass() bool { return p.probation }
+
 // Summarize returns what Summarize(nodes, req) returns now, and whether
 // it evaluated the nodes to get it. Requests with the same requirements
 // for eligibility and no per-task state share one answer until the next

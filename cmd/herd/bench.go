@@ -19,7 +19,7 @@ func runBench(e *env, args []string) error {
 	fs.StringVar(&o.HeapProfile, "heapprofile", "", "write the footprint replica's heap profile, taken once loaded, to this file")
 	only := fs.String("only", "", "run only these steps (comma-separated: "+strings.Join(bench.Steps, ",")+")")
 	fs.IntVar(&o.Backlog, "backlog", 0, "override the placement backlog size")
-	fs.IntVar(&o.Agents, "agents", 0, "override how many agents the agents step starts (1,000; 50 with -quick)")
+	fs.IntVar(&o.Agents, "agents", 0, "override how many agents the agents step starts (1,000; 50 with -quick);\nthe fleet curve then stops at this size")
 	fs.DurationVar(&o.FootprintIdle, "footprint-idle", 0, "override the footprint replica's settling time and idle window (each; 20s by default):\n30m lets a loaded leader explain every waiting task once before the settled RSS is read")
 	fs.StringVar(&o.AgentDir, "agent-dir", "", "put the end-to-end agents' data (attempt logs and working directories) under this directory\ninstead of the run's temporary one: a tmpfs leaves out the disk's cost of creating them")
 	fs.StringVar(&o.ProcessProfiles, "process-profiles", "", "have the e2e-processes step's servers and agents each write a CPU profile of their run, up to\nthe end of the measured window, into this directory (one/s1.pprof, two/pa-1.pprof, …), and the agents step's leader one of\nits idle and one of its placing window, and the bench's own agents one of the idle window\n(agents/leader-idle.pprof, agents/leader-placing.pprof, agents/agents-idle.pprof)")

@@ -506,6 +506,8 @@ func (o *Options) prepare() (sz benchSizes, stop func(), err error) {
 	}
 	if o.Agents > 0 {
 		sz.agentsN = o.Agents
+		// The fleet curve goes no further than the fleet asked for.
+		sz.curves.fleets = slices.DeleteFunc(slices.Clone(sz.curves.fleets), func(n int) bool { return n > o.Agents })
 	}
 	if o.FootprintIdle > 0 {
 		sz.footIdle = o.FootprintIdle

@@ -32,8 +32,9 @@ type proposer interface {
 
 // taskEndpoints serves the task family's submissions, reads and
 // cancellations over a replica; the leader's scheduler settings resolve a
-// task's size into its tiers. (Explanations and logs, which need the
-// fleet's views and the nodes' agents, stay with the Server.)
+// task's size into its tiers. (Explanations, which read the fleet as the
+// leader's pass does, hibernation included, stay with the Server; an
+// attempt's log is the agent family's.)
 type taskEndpoints struct {
 	r     proposer
 	sched config.Scheduler
@@ -49,8 +50,10 @@ type jobEndpoints struct {
 // nodeEndpoints serves what operators read and set of nodes (drain,
 // eligibility, the node views) over a replica; profiles weighs a node's
 // health, and observe gives what gossip and heartbeats say of it now.
-// (Registration and heartbeats, which feed the liveness monitor, stay
-// with the Server.)
+// It also commits what agents report of their nodes and operators ask of
+// them: profiles, datasets, health checks, tiers (profile.go).
+// (Registration, heartbeats and conditions, which feed the liveness
+// monitor, are the session family's.)
 type nodeEndpoints struct {
 	r        proposer
 	profiles config.Profiles

@@ -106,18 +106,21 @@ func benchCurves(exe, dir string, cs curveSizes, only []string, progress io.Writ
 	steps := []struct {
 		name, x string
 		sizes   []int
-		point   func(dir string, size int) (CurvePoint, error)
+		// bytesPer is about the resident memory each unit of the size
+		// takes at the point's peak (0: small whatever the size).
+		bytesPer int64
+		point    func(dir string, size int) (CurvePoint, error)
 	}{
-		{"queue_depth", "tasks pending that no node can take", cs.depths, func(d string, n int) (CurvePoint, error) {
+		{"queue_depth", "tasks pending that no node can take", cs.depths, 2500, func(d string, n int) (CurvePoint, error) {
 			return curveInProcess(d, n, 0, cs.flow)
 		}},
-		{"spec_bytes", "bytes of environment in each task's spec", cs.specBytes, func(d string, n int) (CurvePoint, error) {
+		{"spec_bytes", "bytes of environment in each task's spec", cs.specBytes, 0, func(d string, n int) (CurvePoint, error) {
 			return curveInProcess(d, 0, n, cs.flow)
 		}},
-		{"fleet_size", "lightweight agents", cs.fleets, func(d string, n int) (CurvePoint, error) {
+		{"fleet_size", "lightweight agents", cs.fleets, 2 << 20, func(d string, n int) (CurvePoint, error) {
 			return curveFleet(exe, d, n, cs.fleetWindow)
 		}},
-		{"retained_tasks", "finished tasks kept", cs.retained, func(d string, n int) (CurvePoint, error) {
+		{"retained_tasks", "finished tasks kept", cs.retained, 1800, func(d string, n int) (CurvePoint, error) {
 			return curveRetained(d, n)
 		}},
 	}
@@ -127,6 +130,13 @@ func benchCurves(exe, dir string, cs curveSizes, only []string, progress io.Writ
 		}
 		c := Curve{Name: s.name, X: s.x}
 		for _, n := range s.sizes {
+			// A point the machine cannot hold is left out, saying so,
+			// rather than taking the machine down with it.
+			if need, have := s.bytesPer*int64(n), memTotalKiB()<<10; have > 0 && need > have*3/4 {
+				fmt.Fprintf(progress, "bench: curves: %s %d left out: it needs about %.1f GiB, this machine has %.1f\n",
+					s.name, n, float64(need)/(1<<30), float64(have)/(1<<30))
+				continue
+			}
 			fmt.Fprintf(progress, "bench: curves: %s %d…\n", s.name, n)
 			p, err := s.point(filepath.Join(dir, fmt.Sprintf("%s-%d", s.name, n)), n)
 			if err != nil {

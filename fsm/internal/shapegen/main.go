@@ -18,7 +18,7 @@
 // stays a prefix of the new one.
 //
 // Run with no arguments from the fsm directory (go generate) it writes
-// shape_gen.go; with -check it exits non-zero when the file is stale.
+// fsm/shape_gen.go; with -check it exits non-zero when the file is stale.
 package main
 
 import (

@@ -1,5 +1,5 @@
 // Package version tells which build of herd is running: its semantic
-// version (set at release by the linker, 0.1.0-dev otherwise), the
+// version (set at release by the linker, 0.2.0-dev otherwise), the
 // commit and time it was built from, and the Go release that built it;
 // and compares versions, so that servers and agents can tell a newer peer
 // from an older one during a rolling upgrade.
@@ -16,7 +16,7 @@ import (
 // Set by the release build: go build -ldflags "-X herd/internal/version.version=0.1.0
 // -X herd/internal/version.commit=... -X herd/internal/version.date=...".
 var (
-	version = "0.1.0-dev"
+	version = "0.2.0-dev"
 	commit  = ""
 	date    = ""
 )

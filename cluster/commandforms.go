@@ -12,11 +12,6 @@ import (
 // older forms than its own: such a replica would refuse the entries the
 // cluster writes, and its state would fall behind without a word.
 
-// encode builds a command in its one form.
-func (s *Server) encode(t fsm.MessageType, payload any) ([]byte, error) {
-	return fsm.Encode(t, payload)
-}
-
 // checkJoinForms refuses a server that cannot read the forms the cluster
 // writes.
 func checkJoinForms(req api.JoinRequest) error {

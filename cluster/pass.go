@@ -304,18 +304,14 @@ func (p *pass) consider(t *fsm.Task, full bool) {
 	// no explanation either, not even looked at, so a deep backlog nothing
 	// can take costs a pass little more than walking it.
 	key, keyed := unplaceableKey{}, !full && !t.HasNodeFailures() && len(p.ps.sleepers.passedOver[t.ID]) == 0
+	known := false
 	if keyed {
 		key.shape = t.Spec.TaskShape
 		if p.placer.ByClass() {
 			key.class = t.Spec.ClassOf()
 		}
-		if p.unplaceable[key] {
-			if p.explainsFull() || p.now.Sub(p.ps.explained[t.ID]) < p.cfg.ExplainInterval {
-				return
-			}
-			req := t.Request(p.now, p.cfg.HeartbeatTTL)
-			p.fleet.fill(&req)
-			p.explain(t, &req)
+		known = p.unplaceable[key]
+		if known && (p.explainsFull() || p.now.Sub(p.ps.explained[t.ID]) < p.cfg.ExplainInterval) {
 			return
 		}
 	}
@@ -323,6 +319,10 @@ func (p *pass) consider(t *fsm.Task, full bool) {
 	p.fleet.fill(&req)
 	req.Blacklist = t.Blacklist(p.nodeByID)
 	req.PassedOver = p.ps.sleepers.passedOver[t.ID]
+	if known {
+		p.explain(t, &req)
+		return
+	}
 	var cand scheduler.Candidate
 	err := scheduler.ErrNoEligibleNode
 	if !full {

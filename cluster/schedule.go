@@ -155,7 +155,7 @@ func (c serverCommitter) Commit(ctx context.Context, reserves []fsm.ReserveReque
 	if len(explains) > 0 {
 		ecmds := make([][]byte, 0, len(explains))
 		for _, e := range explains {
-			if b, err := s.encode(fsm.MsgExplain, e); err == nil {
+			if b, err := fsm.Encode(fsm.MsgExplain, e); err == nil {
 				ecmds = append(ecmds, b)
 			}
 		}

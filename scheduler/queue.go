@@ -204,6 +204,15 @@ func (q *Queue) Len() int { return q.byID.Len() }
 // Has reports whether the queue holds the task.
 func (q *Queue) Has(id string) bool { return q.byID.Get(id) != nil }
 
+// Ref returns the Ref of the task with id as it was put, and whether
+// the queue holds the task.
+func (q *Queue) Ref(id string) (any, bool) {
+	if e := q.byID.Get(id); e != nil {
+		return e.ref, true
+	}
+	return nil, false
+}
+
 // Put adds a task, or replaces the one with its ID.
 func (q *Queue) Put(t QueuedTask) {
 	q.Remove(t.ID)

@@ -18,6 +18,25 @@ func (q *Queue) Iter(now time.Time) *QueueIter {
 	return &QueueIter{it: q.newIter(now)}
 }
 
+// Skip leaves the submitter's remaining tasks out of this reading. The
+// other submitters' tasks keep their order (a submitter's turns depend on
+// its own tasks only), and the skipped ones cost a seek per range of the
+// index instead of a step per task: a reader that knows it can use none
+// of a deep backlog's tasks passes it whole.
+func (i *QueueIter) Skip(submitter string) {
+	it := i.it
+	id, ok := it.q.subs.byName[submitter]
+	if !ok {
+		return
+	}
+	if it.skip == nil {
+		it.skip = map[uint32]bool{}
+	}
+	it.skip[id] = true
+	it.subs = slices.DeleteFunc(it.subs, func(m *mergeCursor) bool { return m.sub == id })
+	it.round = slices.DeleteFunc(it.round, func(e *queueEntry) bool { return e.sub == id })
+}
+
 // Next returns the next task, or false when none is left.
 func (i *QueueIter) Next() (QueuedTask, bool) {
 	e := i.it.next()
@@ -32,9 +51,10 @@ func (i *QueueIter) Next() (QueuedTask, bool) {
 type queueIter struct {
 	q     *Queue
 	tick  int64
-	bases []baseCursor   // one per base priority present
-	subs  []*mergeCursor // the current level's submitters still holding tasks
-	round []*queueEntry  // the current turn, in submission order, not yet yielded
+	bases []baseCursor    // one per base priority present
+	subs  []*mergeCursor  // the current level's submitters still holding tasks
+	round []*queueEntry   // the current turn, in submission order, not yet yielded
+	skip  map[uint32]bool // submitters left out (see Skip)
 }
 
 // baseCursor walks one base priority's grid intervals from the oldest
@@ -181,6 +201,11 @@ func (it *queueIter) openRanges(base int, lo, hi int64, bySub map[uint32]*mergeC
 		pivot = nil
 		q.ready.AscendGreaterOrEqual(next, func(e *queueEntry) bool {
 			if q.base(e) != base || q.bucket(e) > hi {
+				return false
+			}
+			if it.skip[e.sub] {
+				// A skipped submitter's range: seek past it.
+				pivot = q.probe(base, q.bucket(e), e.sub, math.MaxUint64)
 				return false
 			}
 			if r == nil || !q.sameRange(r.buf[0], e) {

@@ -610,6 +610,64 @@ func TestQueueHeadIsOrderPrefix(t *testing.T) {
 	})
 }
 
+// Skipping a submitter while reading leaves its remaining tasks out and
+// every other task where it was: the reading is the full order with the
+// skipped submitters' later tasks removed, through several levels of
+// aging and submitters skipped at any point.
+func TestQueueIterSkipKeepsTheOthersOrder(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		cfg := DefaultQueueConfig()
+		cfg.AgingInterval = time.Duration(rapid.SampledFrom([]int{0, 1, 10}).Draw(rt, "interval")) * time.Second
+		cfg.AgingCap = rapid.SampledFrom([]int{0, 3, 100}).Draw(rt, "cap")
+		q := NewQueue(cfg)
+		n := rapid.IntRange(0, 80).Draw(rt, "tasks")
+		for i := range n {
+			tk := qt(fmt.Sprintf("t%02d", i), rapid.SampledFrom([]string{"a", "b", "c", "d"}).Draw(rt, "sub"),
+				rapid.SampledFrom([]int{0, 50, 50, 100}).Draw(rt, "prio"), uint64(rapid.IntRange(1, 40).Draw(rt, "seq")),
+				now.Add(-time.Duration(rapid.IntRange(0, 600).Draw(rt, "age"))*time.Second))
+			tk.Ref = i
+			q.Put(tk)
+		}
+		var full []QueuedTask
+		for it := q.Iter(now); ; {
+			tk, ok := it.Next()
+			if !ok {
+				break
+			}
+			full = append(full, tk)
+		}
+		skipped := map[string]bool{}
+		it := q.Iter(now)
+		for i := 0; ; {
+			if rapid.IntRange(0, 5).Draw(rt, "skip?") == 0 {
+				sub := rapid.SampledFrom([]string{"a", "b", "c", "d", "nobody"}).Draw(rt, "skip")
+				skipped[sub] = true
+				it.Skip(sub)
+			}
+			for i < len(full) && skipped[full[i].Submitter] {
+				i++
+			}
+			got, ok := it.Next()
+			if i == len(full) {
+				if ok {
+					rt.Fatalf("read %s after the end of the order", got.ID)
+				}
+				break
+			}
+			if !ok || got.ID != full[i].ID {
+				rt.Fatalf("read %q (%v), want %s; full order %s, skipped %v", got.ID, ok, full[i].ID, ids(full), skipped)
+			}
+			if ref, held := q.Ref(got.ID); !held || ref != got.Ref {
+				rt.Fatalf("Ref(%s) = %v, %v; it was put with %v", got.ID, ref, held, got.Ref)
+			}
+			i++
+		}
+	})
+	if _, held := NewQueue(DefaultQueueConfig()).Ref("none"); held {
+		t.Fatal("an empty queue holds a task")
+	}
+}
+
 func BenchmarkQueueHead(b *testing.B) {
 	for _, n := range []int{10_000, 100_000} {
 		rng := rand.New(rand.NewPCG(2, 2))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -73,6 +74,13 @@ type passState struct {
 	// full cluster's passes (one per finished attempt) do not each walk
 	// the waiting tasks only to find them explained lately.
 	explainScanAfter time.Time
+	// due is when the waiting tasks' explanations are next due, for the
+	// tasks a pass skips without reading them (see pass.ruleOut), and
+	// skippedAfter when a pass next explains from it: at most every
+	// explainScanInterval, so that a deep backlog's first explanations are
+	// spread out however often passes run, as a full cluster's are.
+	due          explainDue
+	skippedAfter time.Time
 }
 
 func newPassState(cfg config.Scheduler) *passState {
@@ -126,6 +134,12 @@ type pass struct {
 	// unplaceable holds the shapes and classes of tasks that fit no node
 	// this pass (see consider).
 	unplaceable map[unplaceableKey]bool
+	// order is the pass's reading of the queue; open counts, for each
+	// submitter a shape was ruled out for, its queued tasks not ruled
+	// out (see ruleOut); atEnd is whether the reading ran out.
+	order *scheduler.QueueIter
+	open  map[string]int
+	atEnd bool
 
 	// What the pass decided.
 	reserves    []fsm.ReserveRequest
@@ -168,7 +182,11 @@ func (p *pass) run(ctx context.Context, ws fsm.WatchSet) (int, time.Time) {
 		p.logger.Error("list nodes", "error", err)
 		return 0, p.wake
 	}
+	p.order = order
 	p.place(order)
+	if p.atEnd {
+		p.explainSkipped()
+	}
 	p.stats.Scanned.Add(uint64(p.scanned))
 	if p.explainScan && !p.explainsFull() {
 		// Every task looked at was explained lately or is now; had the
@@ -186,6 +204,14 @@ func (p *pass) syncQueue() error {
 		return err
 	}
 	p.queue = p.ps.queue.q
+	if rebuilt {
+		// A rebuilt queue lists every task it holds as fresh.
+		p.ps.due = explainDue{}
+	}
+	p.ps.due.add(p.ps.queue.takeFresh(), p.queue.Len(), p.queue.Has, func(id string) bool {
+		_, ok := p.ps.explained[id]
+		return ok
+	})
 	if rebuilt {
 		for id := range p.ps.explained {
 			if !p.queue.Has(id) {
@@ -251,6 +277,7 @@ func (p *pass) place(order *scheduler.QueueIter) {
 	for len(p.reserves) < p.cfg.MaxPassPlacements {
 		next, ok := order.Next()
 		if !ok {
+			p.atEnd = true
 			return
 		}
 		if _, proposed := p.flTasks[next.ID]; proposed {
@@ -334,6 +361,9 @@ func (p *pass) consider(t *fsm.Task, full bool) {
 				p.unplaceable = map[unplaceableKey]bool{}
 			}
 			p.unplaceable[key] = true
+			if !p.placer.ByClass() {
+				p.ruleOut(key.shape)
+			}
 		}
 	}
 	if err == nil && cand.Node.Hibernating {
@@ -405,8 +435,87 @@ func (p *pass) explain(t *fsm.Task, req *scheduler.Request) {
 	}
 	p.stats.Explains.Add(1)
 	p.ps.explained[t.ID] = p.now
+	p.ps.due.again = append(p.ps.due.again, dueExplain{id: t.ID, at: p.now.Add(p.cfg.ExplainInterval)})
 	if summary != t.LastExplain() {
 		p.explains = append(p.explains, fsm.ExplainRequest{TaskID: t.ID, Summary: summary, Now: p.now})
+	}
+}
+
+// ruleOut notes that no task of shape fits anywhere for the rest of the
+// pass (the pass only books nodes), and skips in the pass's reading every
+// submitter with no other task waiting: a deep backlog that fits nowhere
+// costs a pass a seek, not a step per task, and the tasks queued behind
+// it are reached at once. Tasks with failures on a node are never ruled
+// out this way (their requirements are their own), so a submitter with
+// one is always read. The skipped tasks' explanations are kept due by
+// explainSkipped.
+func (p *pass) ruleOut(shape *fsm.TaskShape) {
+	if p.order == nil {
+		return
+	}
+	c := p.ps.queue.shapes[shape]
+	if c == nil {
+		return
+	}
+	c.each(func(sub string, n int) {
+		if p.open == nil {
+			p.open = map[string]int{}
+		}
+		left, seen := p.open[sub]
+		if !seen {
+			left = p.ps.queue.subs[sub]
+		}
+		left -= n
+		p.open[sub] = left
+		if left == 0 {
+			p.order.Skip(sub)
+		}
+	})
+}
+
+// explainSkipped explains, within the pass's bounds, the waiting tasks
+// whose explanation is due and whose shape the pass found fits nowhere:
+// the tasks ruleOut skipped are explained as though the pass had read
+// them, oldest due first. It runs once the reading is done, so every
+// task it explains was either skipped or read and left waiting.
+func (p *pass) explainSkipped() {
+	if len(p.unplaceable) == 0 || p.now.Before(p.ps.skippedAfter) {
+		return
+	}
+	p.ps.skippedAfter = p.now.Add(explainScanInterval(p.cfg))
+	var reserved map[string]bool
+	for pops := 0; pops < maxExplainsPerPass+maxRepeatExplainsPerPass && !p.explainsFull(); pops++ {
+		id, ok := p.ps.due.next(p.now)
+		if !ok {
+			return
+		}
+		ref, queued := p.queue.Ref(id)
+		if !queued {
+			continue
+		}
+		if p.now.Sub(p.ps.explained[id]) < p.cfg.ExplainInterval {
+			continue // explained since: a later entry is due for it
+		}
+		t, _ := ref.(*fsm.Task)
+		key := unplaceableKey{shape: t.Spec.TaskShape}
+		if _, inflight := p.flTasks[id]; inflight || t.HasNodeFailures() || !p.unplaceable[key] {
+			// Decided by reading it, now or in a later pass: due again.
+			p.ps.due.again = append(p.ps.due.again, dueExplain{id: id, at: p.now.Add(p.cfg.ExplainInterval)})
+			continue
+		}
+		if reserved == nil {
+			reserved = make(map[string]bool, len(p.proposals))
+			for _, pr := range p.proposals {
+				reserved[pr.taskID] = true
+			}
+		}
+		if reserved[id] {
+			continue // placed by this pass before its shape ran out of room
+		}
+		req := t.Request(p.now, p.cfg.HeartbeatTTL)
+		p.fleet.fill(&req)
+		req.PassedOver = p.ps.sleepers.passedOver[id]
+		p.explain(t, &req)
 	}
 }
 
@@ -440,4 +549,68 @@ func (p *pass) dispatch(ctx context.Context) {
 		defer ps.commits.Done()
 		ps.fl.done(proposals, out.Commit(ctx, reserves, explains))
 	}()
+}
+
+// explainDue holds when the waiting tasks' explanations are due: the
+// tasks queued and not explained yet (due at once), then the explained
+// ones by when ExplainInterval has passed since. An entry may be stale
+// (its task left or was explained again since); a reader checks.
+type explainDue struct {
+	fresh []string
+	again []dueExplain // in the order explained, so by due time
+	limit int          // the size past which add prunes (see add)
+}
+
+type dueExplain struct {
+	id string
+	at time.Time
+}
+
+// add lists newly queued tasks. Once the lists hold more than twice the
+// queued tasks (and twice what the last pruning left) it drops the entries
+// of tasks no longer queued, the fresh entries of tasks explained since
+// and all but the latest entry of each task, so that they stay as large as
+// the backlog however many tasks pass through it and however often each is
+// explained, at a cost that is spread over the entries added.
+func (d *explainDue) add(ids []string, queued int, has, explained func(id string) bool) {
+	d.fresh = append(d.fresh, ids...)
+	if n := len(d.fresh) + len(d.again); n <= 2*queued+1024 || n <= d.limit {
+		return
+	}
+	seen := make(map[string]bool, len(d.fresh))
+	d.fresh = slices.DeleteFunc(d.fresh, func(id string) bool {
+		drop := seen[id] || !has(id) || explained(id)
+		seen[id] = true
+		return drop
+	})
+	latest := make(map[string]int, len(d.again))
+	for i, e := range d.again {
+		latest[e.id] = i
+	}
+	kept := d.again[:0]
+	for i, e := range d.again {
+		if latest[e.id] == i && has(e.id) {
+			kept = append(kept, e)
+		}
+	}
+	clear(d.again[len(kept):])
+	d.again = kept
+	d.limit = 2*(len(d.fresh)+len(d.again)) + 1024
+}
+
+// next takes the next entry due at now.
+func (d *explainDue) next(now time.Time) (string, bool) {
+	if len(d.fresh) > 0 {
+		id := d.fresh[0]
+		d.fresh[0] = ""
+		d.fresh = d.fresh[1:]
+		return id, true
+	}
+	if len(d.again) > 0 && !d.again[0].at.After(now) {
+		id := d.again[0].id
+		d.again[0] = dueExplain{}
+		d.again = d.again[1:]
+		return id, true
+	}
+	return "", false
 }

@@ -3,6 +3,8 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -414,5 +416,141 @@ func TestPassDecidesAnUnplaceableShapeOnce(t *testing.T) {
 		if state, _ := h.taskState(fmt.Sprintf("p-%d", i)); state != fsm.TaskScheduled {
 			t.Fatalf("placeable task %d is %s", i, state)
 		}
+	}
+}
+
+// A submitter whose every waiting task is of a shape that fits nowhere is
+// skipped whole, however deep its backlog and wherever it stands in the
+// queue: the pass reaches the tasks behind it without reading the
+// backlog task by task, and still explains every skipped task, within
+// its bounds per pass, as though it had read it. A submitter with a task
+// that failed on a node is read task by task.
+func TestPassSkipsABacklogThatFitsNowhere(t *testing.T) {
+	h := newPassHarness(t)
+	h.node("n1", 4000, 10, nil) // never full: every pass places or skips
+	const backlog = 1500
+	nowhere := func(id, submitter string) {
+		h.apply(fsm.MsgSubmitTask, fsm.SubmitTaskRequest{ID: id, SubmittedAt: h.now, Spec: fsm.TaskSpec{Name: "backlog", TaskShape: &fsm.TaskShape{
+			Command: []string{"true"}, Capability: "exec", CapabilityVersion: "1", Resources: scheduler.Resources{CPUMillis: 10},
+			RequiredLabels: map[string]string{"zone": "nowhere"}, TimeoutSeconds: 60, MaxAttempts: 3, Priority: 90, Submitter: submitter,
+		}}})
+	}
+	for i := range backlog {
+		nowhere(fmt.Sprintf("b-%04d", i), "batch")
+	}
+	h.now = h.now.Add(time.Second)
+	for i := range 3 {
+		h.submit(fmt.Sprintf("p-%d", i), 100, nil)
+	}
+	stats := &SchedulerStats{}
+	run := func() int {
+		t.Helper()
+		p := &pass{cfg: h.cfg, wakeTimeout: h.wakeWait, view: h, out: h, stats: stats, logger: hclog.NewNullLogger(), ps: h.ps}
+		n, _ := p.run(context.Background(), nil)
+		h.ps.commits.Wait()
+		return n
+	}
+	if n := run(); n != 3 {
+		t.Fatalf("placed %d, want the 3 placeable tasks behind the backlog", n)
+	}
+	if got := stats.Scanned.Load(); got > 10 {
+		t.Fatalf("the pass read %d tasks; the backlog's submitter should have been skipped after its first", got)
+	}
+	// The first pass explained as many as its bounds allow, the next the
+	// rest, each from the summary of the first; skipped tasks are
+	// explained at most every explainScanInterval, however often passes
+	// run.
+	explained := func() (n int) {
+		for i := range backlog {
+			if state, why := h.taskState(fmt.Sprintf("b-%04d", i)); state == fsm.TaskPending && strings.Contains(why, "required label") {
+				n++
+			}
+		}
+		return n
+	}
+	first := explained()
+	if first == 0 || first == backlog {
+		t.Fatalf("the first pass explained %d of %d skipped tasks; its bounds allow %d", first, backlog, maxExplainsPerPass+maxRepeatExplainsPerPass)
+	}
+	run()
+	if got := explained(); got != first {
+		t.Fatalf("%d backlog tasks explained by a pass at once after the first's %d", got, first)
+	}
+	h.now = h.now.Add(explainScanInterval(h.cfg))
+	run()
+	if got := explained(); got != backlog {
+		t.Fatalf("%d of %d backlog tasks explained after two passes", got, backlog)
+	}
+	// Explanations fall due again after ExplainInterval, skipped or not.
+	before := stats.Explains.Load()
+	h.now = h.now.Add(h.cfg.ExplainInterval)
+	run()
+	h.now = h.now.Add(explainScanInterval(h.cfg))
+	run()
+	if again := stats.Explains.Load() - before; again != backlog {
+		t.Fatalf("%d explanations after the interval, want the backlog's %d again", again, backlog)
+	}
+
+	// One task of the submitter's that may fit keeps it from being
+	// skipped: the pass reads the backlog to reach it, and places it.
+	readBefore := stats.Scanned.Load()
+	h.apply(fsm.MsgSubmitTask, fsm.SubmitTaskRequest{ID: "f-1", SubmittedAt: h.now, Spec: fsm.TaskSpec{Name: "fits", TaskShape: &fsm.TaskShape{
+		Command: []string{"true"}, Capability: "exec", CapabilityVersion: "1", Resources: scheduler.Resources{CPUMillis: 100},
+		TimeoutSeconds: 60, MaxAttempts: 3, Priority: 90, Submitter: "batch",
+	}}})
+	if n := run(); n != 1 {
+		t.Fatalf("placed %d, want f-1", n)
+	}
+	if state, _ := h.taskState("f-1"); state != fsm.TaskScheduled {
+		t.Fatalf("f-1 is %s", state)
+	}
+	if read := stats.Scanned.Load() - readBefore; read <= backlog {
+		t.Fatalf("the pass read %d tasks to reach f-1 behind its submitter's backlog of %d", read, backlog)
+	}
+}
+
+// The list of explanations due gives fresh tasks first, then explained
+// ones as they fall due, and stays as large as the backlog however often
+// the same tasks are listed again and explained.
+func TestExplainDueStaysAsLargeAsTheBacklog(t *testing.T) {
+	queued := map[string]bool{}
+	explained := map[string]bool{}
+	for i := range 100 {
+		queued[fmt.Sprint("t", i)] = true
+	}
+	has := func(id string) bool { return queued[id] }
+	wasExplained := func(id string) bool { return explained[id] }
+	var d explainDue
+	ids := slices.Sorted(maps.Keys(queued))
+	for range 50 {
+		d.add(ids, len(queued), has, wasExplained)
+		for _, id := range ids[:10] {
+			explained[id] = true
+			d.again = append(d.again, dueExplain{id: id, at: passEpoch.Add(time.Minute)})
+		}
+		if n := len(d.fresh) + len(d.again); n > 2*len(queued)+1024+len(ids)+10 {
+			t.Fatalf("%d entries for %d queued tasks", n, len(queued))
+		}
+	}
+	delete(queued, "t50")
+	d.add(nil, len(queued), has, wasExplained)
+	d.limit = 0
+	d.add(make([]string, 2000), len(queued), has, wasExplained) // forces a pruning
+	if len(d.fresh) != 89 || len(d.again) != 10 {
+		t.Fatalf("after pruning: %d fresh (want the 89 queued never explained), %d again (want one each for 10)", len(d.fresh), len(d.again))
+	}
+	var got []string
+	for {
+		id, ok := d.next(passEpoch)
+		if !ok {
+			break
+		}
+		got = append(got, id)
+	}
+	if len(got) != 89 {
+		t.Fatalf("%d due before the explained ones fall due, want the 89 fresh", len(got))
+	}
+	if id, ok := d.next(passEpoch.Add(time.Minute)); !ok || !explained[id] {
+		t.Fatalf("at the due time: %q %v, want an explained task", id, ok)
 	}
 }

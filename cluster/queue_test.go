@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"testing"
 	"time"
@@ -36,17 +37,44 @@ func TestLeaderQueueFollowsThePendingSet(t *testing.T) {
 	submit := func(id string, prio int) {
 		apply(fsm.MsgSubmitTask, fsm.SubmitTaskRequest{ID: id, SubmittedAt: now, Spec: fsm.TaskSpec{Name: id, TaskShape: &fsm.TaskShape{
 			Priority: prio, Command: []string{"true"}, Capability: "exec", CapabilityVersion: "1", TimeoutSeconds: 60,
-			MaxAttempts: 1,
+			MaxAttempts: 1, Submitter: fmt.Sprint("s", prio%20),
 		}}})
 	}
 	lq := newLeaderQueue(scheduler.DefaultQueueConfig())
 	var left []string
+	var fresh []string
 	sync := func(wantRebuilt bool) {
 		t.Helper()
 		rebuilt, err := lq.sync(f.State(), func(id string) { left = append(left, id) })
 		if err != nil || rebuilt != wantRebuilt {
 			t.Fatalf("sync: rebuilt %v (want %v), %v", rebuilt, wantRebuilt, err)
 		}
+		// The counts by submitter and shape are those of the queued
+		// tasks, however they came and went.
+		subs, shapes := map[string]int{}, map[*fsm.TaskShape]map[string]int{}
+		for _, qt := range lq.q.Head(now, lq.q.Len()+1) {
+			tk := qt.Ref.(*fsm.Task)
+			subs[tk.Spec.Submitter]++
+			if !tk.HasNodeFailures() {
+				if shapes[tk.Spec.TaskShape] == nil {
+					shapes[tk.Spec.TaskShape] = map[string]int{}
+				}
+				shapes[tk.Spec.TaskShape][tk.Spec.Submitter]++
+			}
+		}
+		if !maps.Equal(subs, lq.subs) || len(shapes) != len(lq.shapes) {
+			t.Fatalf("counts by submitter %v and shapes %d, the queue holds %v and %d", lq.subs, len(lq.shapes), subs, len(shapes))
+		}
+		for shape, bySub := range shapes {
+			counted := map[string]int{}
+			if c := lq.shapes[shape]; c != nil {
+				c.each(func(sub string, n int) { counted[sub] = n })
+			}
+			if !maps.Equal(bySub, counted) {
+				t.Fatalf("shape %p counted %v, the queue holds %v", shape, counted, bySub)
+			}
+		}
+		fresh = append(fresh, lq.takeFresh()...)
 	}
 	ids := func() []string {
 		var out []string
@@ -92,6 +120,11 @@ func TestLeaderQueueFollowsThePendingSet(t *testing.T) {
 	if !slices.Equal(left, []string{"t3"}) {
 		t.Fatalf("tasks reported as leaving: %v, want [t3]", left)
 	}
+	// Every task is listed fresh once, when it is first queued; a record
+	// that changes while queued is not new.
+	if want := []string{"t0", "t1", "t2", "t3", "t4", "t5"}; !slices.Equal(fresh, want) {
+		t.Fatalf("listed as newly queued: %v, want %v", fresh, want)
+	}
 	sync(false) // nothing new
 	if len(left) != 1 || lq.q.Len() != 5 {
 		t.Fatalf("an idle sync changed the queue: %d tasks, left %v", lq.q.Len(), left)
@@ -111,4 +144,35 @@ func TestLeaderQueueFollowsThePendingSet(t *testing.T) {
 		t.Fatalf("queue after a restore: %v", got)
 	}
 	checkRecords("after a restore")
+}
+
+// A shape's count keeps one submitter inline and the others in a map;
+// whichever leaves first, each gives every submitter's count and the
+// shape reports empty exactly when no task is left.
+func TestShapeCountBySubmitter(t *testing.T) {
+	c := &shapeCount{sub: "a"}
+	steps := []struct {
+		sub   string
+		d     int
+		want  map[string]int
+		empty bool
+	}{
+		{"a", 1, map[string]int{"a": 1}, false},
+		{"b", 1, map[string]int{"a": 1, "b": 1}, false},
+		{"c", 2, map[string]int{"a": 1, "b": 1, "c": 2}, false},
+		{"a", -1, map[string]int{"b": 1, "c": 2}, false},
+		{"c", -1, map[string]int{"b": 1, "c": 1}, false},
+		{"b", -1, map[string]int{"c": 1}, false},
+		{"a", 1, map[string]int{"a": 1, "c": 1}, false},
+		{"c", -1, map[string]int{"a": 1}, false},
+		{"a", -1, map[string]int{}, true},
+	}
+	for i, s := range steps {
+		empty := c.add(s.sub, s.d)
+		got := map[string]int{}
+		c.each(func(sub string, n int) { got[sub] = n })
+		if empty != s.empty || !maps.Equal(got, s.want) {
+			t.Fatalf("step %d (%s %+d): counts %v, empty %v; want %v, %v", i, s.sub, s.d, got, empty, s.want, s.empty)
+		}
+	}
 }

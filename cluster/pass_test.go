@@ -554,3 +554,42 @@ func TestExplainDueStaysAsLargeAsTheBacklog(t *testing.T) {
 		t.Fatalf("at the due time: %q %v, want an explained task", id, ok)
 	}
 }
+
+// A pass's explanations are written one command per reason (at most
+// maxExplainManyTasks tasks each, reasons in the order they first appear)
+// once every server reads that form, and one per task before; either
+// way every task gets its reason.
+func TestExplanationsAreWrittenOnePerReason(t *testing.T) {
+	const many = maxExplainManyTasks + 88
+	for _, perReason := range []bool{true, false} {
+		h := newPassHarness(t)
+		var explains []fsm.ExplainRequest
+		for i := range many {
+			id := fmt.Sprintf("a-%04d", i)
+			h.submit(id, 100, nil)
+			explains = append(explains, fsm.ExplainRequest{TaskID: id, Summary: "reason a", Now: h.now})
+			if i%200 == 0 {
+				id := fmt.Sprintf("b-%04d", i)
+				h.submit(id, 100, nil)
+				explains = append(explains, fsm.ExplainRequest{TaskID: id, Summary: "reason b", Now: h.now})
+			}
+		}
+		cmds := encodeExplains(explains, perReason)
+		var types []fsm.MessageType
+		for _, c := range cmds {
+			types = append(types, fsm.MessageType(c[0]))
+			h.applyRaw(c)
+		}
+		switch {
+		case perReason && (len(cmds) != 3 || types[0] != fsm.MsgExplainMany || types[1] != fsm.MsgExplainMany):
+			t.Fatalf("%d commands %v, want one for reason a's first %d tasks, one for b, one for a's rest", len(cmds), types, maxExplainManyTasks)
+		case !perReason && (len(cmds) != len(explains) || types[0] != fsm.MsgExplain):
+			t.Fatalf("%d commands (first %v) for %d explanations, want one explain each", len(cmds), types[0], len(explains))
+		}
+		for _, e := range explains {
+			if _, why := h.taskState(e.TaskID); why != e.Summary {
+				t.Fatalf("per reason %v: %s explained %q, want %q", perReason, e.TaskID, why, e.Summary)
+			}
+		}
+	}
+}

@@ -153,16 +153,46 @@ func (c serverCommitter) Commit(ctx context.Context, reserves []fsm.ReserveReque
 	}
 	accepted := s.commitPlacements(ctx, cmds, batch)
 	if len(explains) > 0 {
-		ecmds := make([][]byte, 0, len(explains))
-		for _, e := range explains {
-			if b, err := fsm.Encode(fsm.MsgExplain, e); err == nil {
-				ecmds = append(ecmds, b)
-			}
-		}
-		s.commitBatches(ctx, ecmds, batch)
+		s.commitBatches(ctx, encodeExplains(explains, everyServerReads(s.fsm.State(), fsm.FormsExplainMany)), batch)
 	}
 	return accepted
 }
+
+// encodeExplains encodes a pass's explanations: with many, one command
+// per reason (tasks mostly wait for a few reasons, and a command per task
+// repeats the reason in the log and costs every replica a decode each),
+// else one per task, the form every release reads.
+func encodeExplains(explains []fsm.ExplainRequest, many bool) [][]byte {
+	if !many {
+		cmds := make([][]byte, 0, len(explains))
+		for _, e := range explains {
+			cmds = append(cmds, fsm.EncodeExplain(e))
+		}
+		return cmds
+	}
+	// In the order each reason first appears: deterministic, and the
+	// first task explained is recorded first.
+	var reasons []*fsm.ExplainManyRequest
+	byReason := map[string]*fsm.ExplainManyRequest{}
+	for _, e := range explains {
+		r := byReason[e.Summary]
+		if r == nil || len(r.TaskIDs) == maxExplainManyTasks {
+			r = &fsm.ExplainManyRequest{Summary: e.Summary, Now: e.Now}
+			byReason[e.Summary] = r
+			reasons = append(reasons, r)
+		}
+		r.TaskIDs = append(r.TaskIDs, e.TaskID)
+	}
+	cmds := make([][]byte, 0, len(reasons))
+	for _, r := range reasons {
+		cmds = append(cmds, fsm.EncodeExplainMany(*r))
+	}
+	return cmds
+}
+
+// maxExplainManyTasks bounds the tasks of one explain-many command, so
+// that one command stays a small part of an entry.
+const maxExplainManyTasks = 512
 
 // commitPlacements proposes the reservations in entries of up to
 // batchSize, all in flight at once (raft pipelines and group-commits

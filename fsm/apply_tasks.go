@@ -26,16 +26,34 @@ func applyExplain(db *store, index uint64, r *ExplainRequest) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	if task.State != TaskPending || task.LastExplain() == r.Summary {
-		return nil, nil
+	explainTask(db, index, task, internString(r.Summary), r.Now)
+	return nil, nil
+}
+
+// applyExplainMany records one reason for several tasks; one that is
+// gone is passed over (it may have been forgotten since the pass).
+func applyExplainMany(db *store, index uint64, r *ExplainManyRequest) (any, error) {
+	summary := internString(r.Summary)
+	for _, id := range r.TaskIDs {
+		if task, ok := db.task(id); ok {
+			explainTask(db, index, task, summary, r.Now)
+		}
+	}
+	return nil, nil
+}
+
+// explainTask records why a pending task waits, when that changed.
+// summary is interned: a waiting backlog mostly waits for the same
+// reasons.
+func explainTask(db *store, index uint64, task *Task, summary string, now time.Time) {
+	if task.State != TaskPending || task.LastExplain() == summary {
+		return
 	}
 	t := task.clone()
-	// Shared: a waiting backlog mostly waits for the same reasons.
-	t.setLastExplain(internString(r.Summary))
+	t.setLastExplain(summary)
 	t.ModifyIndex = index
-	t.addEvent(index, r.Now, EventWaiting, t.LastExplain())
+	t.addEvent(index, now, EventWaiting, t.LastExplain())
 	db.putTask(t)
-	return nil, nil
 }
 
 // CancelResult answers a cancel; AlreadyCancelled makes cancel idempotent.

@@ -186,6 +186,29 @@ func decodeExplain(payload []byte) (*ExplainRequest, error) {
 	return r, nil
 }
 
+// EncodeExplainMany encodes why several pending tasks wait, for one
+// reason (forms 3): the summary and the time once, then the tasks.
+func EncodeExplainMany(r ExplainManyRequest) []byte {
+	size := 2 + 3*binary.MaxVarintLen64 + 1 + len(r.Summary)
+	for _, id := range r.TaskIDs {
+		size += 1 + len(id)
+	}
+	buf := make([]byte, 0, size)
+	buf = append(buf, byte(MsgExplainMany), FormsExplainMany)
+	buf = appendString(buf, r.Summary)
+	buf = appendTime(buf, r.Now)
+	return appendStrings(buf, r.TaskIDs)
+}
+
+func decodeExplainMany(payload []byte) (*ExplainManyRequest, error) {
+	d := decoder{buf: payload}
+	r := &ExplainManyRequest{Summary: d.string(), Now: d.time(), TaskIDs: d.strings()}
+	if err := d.finish(); err != nil {
+		return nil, fmt.Errorf("%w: explain many: %v", ErrMalformedCommand, err)
+	}
+	return r, nil
+}
+
 func appendStrings(buf []byte, ss []string) []byte {
 	buf = binary.AppendUvarint(buf, uint64(len(ss)))
 	for _, s := range ss {

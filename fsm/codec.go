@@ -7,7 +7,8 @@ import (
 
 // form is how a command's payload is encoded. Each command has one form:
 // the commands every task goes through (submission, explanation,
-// reservation, attempt start and end) the compact binary one of
+// reservation, attempt start and end, and their combined forms) the
+// compact binary one of
 // binary.go, every other command JSON.
 type form uint8
 
@@ -94,6 +95,7 @@ var commands = [...]command{
 	MsgForgetJobs:      jsonCommand("forget-jobs", noIndex(applyForgetJobs)),
 	MsgAttemptSlow:     jsonCommand("attempt-slow", applyAttemptSlow),
 	MsgAttemptRun:      binaryCommand("attempt-run", ignoreStore(decodeAttemptRun), applyAttemptRun),
+	MsgExplainMany:     binaryCommand("explain-many", ignoreStore(decodeExplainMany), applyExplainMany),
 }
 
 // ignoreStore adapts a decoder that needs nothing of the store.

@@ -74,6 +74,9 @@ const (
 	// start was committed: its start and its end in one command (forms
 	// 2 on).
 	MsgAttemptRun MessageType = 34
+	// MsgExplainMany records why several pending tasks wait, for one
+	// reason: a pass's explanations, a command per reason (forms 3 on).
+	MsgExplainMany MessageType = 35
 )
 
 // maxBatch bounds the number of commands one entry may carry, so a corrupt
@@ -99,8 +102,9 @@ var ErrMalformedCommand = errors.New("malformed command")
 // leader writes). A build that changes a form gives it the next version
 // and keeps reading the one before.
 //
-// Forms 1 is the first release's; forms 2 adds MsgAttemptRun.
-const CommandForms = 2
+// Forms 1 is the first release's; forms 2 adds MsgAttemptRun; forms 3
+// adds MsgExplainMany.
+const CommandForms = 3
 
 // baseForms is the version of the forms every command unchanged since
 // the first release is written in.
@@ -109,6 +113,9 @@ const baseForms = 1
 // FormsAttemptRun is the forms version that introduced MsgAttemptRun: a
 // leader writes it only when every server reads it.
 const FormsAttemptRun = 2
+
+// FormsExplainMany is the forms version that introduced MsgExplainMany.
+const FormsExplainMany = 3
 
 // Encode builds one command: type byte, version byte, payload in the
 // command's one form (the binary form for the commands every task goes
@@ -143,6 +150,10 @@ func Encode(t MessageType, payload any) ([]byte, error) {
 		case AttemptRunRequest:
 			if t == MsgAttemptRun {
 				return EncodeAttemptRun(p), nil
+			}
+		case ExplainManyRequest:
+			if t == MsgExplainMany {
+				return EncodeExplainMany(p), nil
 			}
 		}
 		return nil, fmt.Errorf("encode %s: a %T is not its request", t, payload)
@@ -379,6 +390,15 @@ type ExplainRequest struct {
 	TaskID  string    `json:"task_id"`
 	Summary string    `json:"summary"`
 	Now     time.Time `json:"now"`
+}
+
+// ExplainManyRequest records that the pending tasks TaskIDs wait for one
+// reason, as an ExplainRequest for each would; a task that is gone or no
+// longer pending is passed over.
+type ExplainManyRequest struct {
+	Summary string    `json:"summary"`
+	Now     time.Time `json:"now"`
+	TaskIDs []string  `json:"task_ids"`
 }
 
 // CancelTaskRequest cancels a task; its live attempt, if any, is cancelled

@@ -308,7 +308,7 @@ func TestRestoreReadsOtherFramings(t *testing.T) {
 // a command in forms this build does not read is refused.
 func TestCommandTableIsComplete(t *testing.T) {
 	names := map[string]MessageType{}
-	for typ := MsgBatch; typ <= MsgAttemptRun; typ++ {
+	for typ := MsgBatch; typ <= MsgExplainMany; typ++ {
 		c, ok := commandOf(typ)
 		if !ok {
 			t.Fatalf("command %d has no entry", typ)
@@ -324,7 +324,7 @@ func TestCommandTableIsComplete(t *testing.T) {
 			t.Fatalf("command %d is called %q", typ, typ.String())
 		}
 	}
-	if _, ok := commandOf(MsgAttemptRun + 1); ok {
+	if _, ok := commandOf(MsgExplainMany + 1); ok {
 		t.Fatal("a command past the newest has an entry")
 	}
 	if _, err := Encode(MsgReserve, ExplainRequest{TaskID: "t"}); err == nil {
@@ -335,7 +335,7 @@ func TestCommandTableIsComplete(t *testing.T) {
 	if err, ok := New(nil).ApplyBytes(1, enc).(error); !ok || !errors.Is(err, ErrMalformedCommand) || !strings.Contains(err.Error(), fmt.Sprintf("command forms %d", CommandForms+1)) {
 		t.Fatalf("a command in newer forms: %v", err)
 	}
-	// Every command but the one forms 2 added is written in the first
+	// Every command but those later forms added is written in the first
 	// release's forms, which servers of that release read during a
 	// rolling upgrade.
 	if enc := mustEncode(t, MsgCancelTask, CancelTaskRequest{TaskID: "t"}); enc[1] != baseForms {
@@ -346,5 +346,8 @@ func TestCommandTableIsComplete(t *testing.T) {
 	}
 	if enc := mustEncode(t, MsgAttemptRun, AttemptRunRequest{End: AttemptEndRequest{AttemptID: "a", State: AttemptSucceeded}}); enc[1] != FormsAttemptRun {
 		t.Fatalf("an attempt's run written in forms %d", enc[1])
+	}
+	if enc := mustEncode(t, MsgExplainMany, ExplainManyRequest{Summary: "s", TaskIDs: []string{"t"}}); enc[1] != FormsExplainMany {
+		t.Fatalf("an explanation of many written in forms %d", enc[1])
 	}
 }

@@ -23,6 +23,8 @@ func seedCommands(f *testing.F) {
 		{MsgCancelTask, CancelTaskRequest{TaskID: "t1", Now: now}},
 		{MsgUpsertServer, UpsertServerRequest{Server: Server{ID: "s1", HTTPAddress: "h"}}},
 		{MsgNodeConditions, NodeConditionsRequest{NodeID: "n1", SessionGeneration: 1, Conditions: []NodeCondition{{Type: "disk_full", Message: "m"}}, Now: now}},
+		{MsgExplain, ExplainRequest{TaskID: "t1", Summary: "0/1 nodes eligible", Now: now}},
+		{MsgExplainMany, ExplainManyRequest{Summary: "0/1 nodes eligible", Now: now, TaskIDs: []string{"t1", "t2"}}},
 	} {
 		b, err := Encode(c.t, c.v)
 		if err != nil {

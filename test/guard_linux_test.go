@@ -132,28 +132,7 @@ func TestProcessesStoppedAgentsAttemptEndsBeforeItRunsElsewhere(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = stopped.Process.Signal(syscall.SIGCONT) })
-	var second api.Attempt
-	if !Eventually(90*time.Second, func() bool {
-		task := s.task(id)
-		if len(task.Attempts) < 2 || task.Attempts[1].State != api.AttemptRunning {
-			return false
-		}
-		second = task.Attempts[1]
-		_, ran := runIntervals(t, file)[second.ID]
-		return ran
-	}) {
-		t.Fatal("the task never ran again on the other node")
-	}
-	if second.NodeID != "other" {
-		t.Fatalf("the second attempt is on %s", second.NodeID)
-	}
-	time.Sleep(300 * time.Millisecond) // a few more ticks of the second run
-	runs := runIntervals(t, file)
-	a, b := runs[first.ID], runs[second.ID]
-	if a[1] >= b[0] {
-		t.Fatalf("the runs overlap: the first ran on for %v after the second started", time.Duration(a[1]-b[0]))
-	}
-	t.Logf("the first run stopped %v before the second started", time.Duration(b[0]-a[1]).Round(time.Millisecond))
+	second := awaitRunsApart(t, 90*time.Second, func() (api.Task, bool) { return s.task(id), true }, file, first, "other")
 	if got := s.task(id).Attempts[0].State; got != api.AttemptLost {
 		t.Fatalf("the first attempt is %s, want LOST", got)
 	}

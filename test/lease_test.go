@@ -21,6 +21,37 @@ import (
 // runIntervals reads the log the split-brain task writes (one line per
 // tick: attempt id and the time in nanoseconds) into each attempt's first
 // and last tick.
+// awaitRunsApart waits (within) until the task's second attempt runs on
+// node and has ticked for a fifth of a second, and fails the test unless
+// the first attempt's last tick came before the second's first: the two
+// runs never overlapped. task reads the task (false: not now). It returns
+// the second attempt.
+func awaitRunsApart(t *testing.T, within time.Duration, task func() (api.Task, bool), file string, first api.Attempt, node string) api.Attempt {
+	t.Helper()
+	var second api.Attempt
+	if !Eventually(within, func() bool {
+		tk, ok := task()
+		if !ok || len(tk.Attempts) < 2 || tk.Attempts[1].State != api.AttemptRunning {
+			return false
+		}
+		second = tk.Attempts[1]
+		run, ran := runIntervals(t, file)[second.ID]
+		return ran && run[1]-run[0] >= int64(200*time.Millisecond)
+	}) {
+		t.Fatalf("the task never ran again on %s for a fifth of a second", node)
+	}
+	if second.NodeID != node {
+		t.Fatalf("the second attempt is on %s, want %s", second.NodeID, node)
+	}
+	runs := runIntervals(t, file)
+	a, b := runs[first.ID], runs[second.ID]
+	if a[1] >= b[0] {
+		t.Fatalf("the runs overlap: the first ran on for %v after the second started", time.Duration(a[1]-b[0]))
+	}
+	t.Logf("the first run stopped %v before the second started", time.Duration(b[0]-a[1]).Round(time.Millisecond))
+	return second
+}
+
 func runIntervals(t *testing.T, path string) map[string][2]int64 {
 	t.Helper()
 	f, err := os.Open(path)
@@ -86,28 +117,10 @@ func TestCutOffAgentStopsItsAttemptBeforeItRunsElsewhere(t *testing.T) {
 
 	ft.Cut(true)
 	cutOff.Transport.Cut()
-	var second api.Attempt
-	if !Eventually(60*time.Second, func() bool {
+	awaitRunsApart(t, 60*time.Second, func() (api.Task, bool) {
 		task, _, err := cl.GetTask(Ctx(t, 10*time.Second), id, api.ReadOptions{Consistent: true})
-		if err != nil || len(task.Attempts) < 2 || task.Attempts[1].State != api.AttemptRunning {
-			return false
-		}
-		second = task.Attempts[1]
-		_, ran := runIntervals(t, file)[second.ID]
-		return ran
-	}) {
-		t.Fatal("the task never ran again on the other node")
-	}
-	if second.NodeID != "other" {
-		t.Fatalf("the second attempt is on %s", second.NodeID)
-	}
-	time.Sleep(200 * time.Millisecond) // a few more ticks of the second run
-	runs := runIntervals(t, file)
-	a, b := runs[first.ID], runs[second.ID]
-	if a[1] >= b[0] {
-		t.Fatalf("the runs overlap: the first ran on for %v after the second started", time.Duration(a[1]-b[0]))
-	}
-	t.Logf("the first run stopped %v before the second started", time.Duration(b[0]-a[1]).Round(time.Millisecond))
+		return task, err == nil
+	}, file, first, "other")
 	if cutOff.Agent.Fences() == 0 {
 		t.Fatal("the cut-off agent did not stop the attempt itself")
 	}

@@ -214,20 +214,14 @@ func stagesLine(j api.Job) string {
 }
 
 func runJobStatus(e *env, args []string) error {
-	cf, stale, parseArgs, rest := readFlags(e, "job status", "ID", "Show a job: its DAG, each stage's state, the node and attempts of each of its tasks, and its timeline.")
-	if err := parseArgs(args); err != nil {
-		return err
-	}
-	if len(rest()) != 1 {
-		return usagef("job status takes exactly one job id")
-	}
-	cl, err := cf.client()
+	rc, err := startRead(e, "job status", "Show a job: its DAG, each stage's state, the node and attempts of each of its tasks, and its timeline.", "job id", args)
 	if err != nil {
 		return err
 	}
+	cf, cl := rc.cf, rc.cl
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	j, _, err := cl.GetJob(ctx, rest()[0], api.ReadOptions{Consistent: !*stale})
+	j, _, err := cl.GetJob(ctx, rc.id, rc.opts)
 	if err != nil {
 		return fmt.Errorf("job status: %w", err)
 	}
@@ -321,21 +315,15 @@ func writeDAG(w io.Writer, j api.Job) {
 }
 
 func runJobList(e *env, args []string) error {
-	cf, stale, parseArgs, rest := readFlags(e, "job list", "", "List jobs in submission order.")
-	if err := parseArgs(args); err != nil {
-		return err
-	}
-	if len(rest()) != 0 {
-		return usagef("job list takes no arguments")
-	}
-	cl, err := cf.client()
+	rc, err := startRead(e, "job list", "List jobs in submission order.", "", args)
 	if err != nil {
 		return err
 	}
+	cf, cl := rc.cf, rc.cl
 	return cf.watchOr(e, cl, "job", func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		list, _, err := cl.ListJobs(ctx, "", api.DefaultListLimit, api.ReadOptions{Consistent: !*stale})
+		list, _, err := cl.ListJobs(ctx, "", api.DefaultListLimit, rc.opts)
 		if err != nil {
 			return fmt.Errorf("job list: %w", err)
 		}

@@ -29,33 +29,58 @@ func resources(r api.Resources) string {
 	return fmt.Sprintf("cpu %dm, mem %d MB, gpu %d, disk %d MB", r.CPUMillis, r.MemoryMB, r.GPU, r.DiskMB)
 }
 
-func readFlags(e *env, name, args, summary string) (*clientFlags, *bool, func([]string) error, func() []string) {
-	fs := newFlags(e, name, args, summary)
-	cf := &clientFlags{}
-	cf.register(e, fs, true)
+// readCommand is a read command once its flags are parsed: the client
+// flags, a client of the cluster, how to read (-stale) and the id it was
+// given, if it takes one.
+type readCommand struct {
+	cf   *clientFlags
+	cl   *api.Client
+	opts api.ReadOptions
+	id   string
+}
+
+// startRead parses a read command's flags (a list also takes -watch) and
+// its one positional argument, an id naming what (none when what is
+// empty), and makes its client.
+func startRead(e *env, name, summary, what string, args []string) (readCommand, error) {
+	usage := ""
+	if what != "" {
+		usage = "ID"
+	}
+	fs := newFlags(e, name, usage, summary)
+	rc := readCommand{cf: &clientFlags{}}
+	rc.cf.register(e, fs, true)
 	if strings.HasSuffix(name, " list") {
-		fs.BoolVar(&cf.watch, "watch", false, "print the list again whenever it changes, until interrupted")
+		fs.BoolVar(&rc.cf.watch, "watch", false, "print the list again whenever it changes, until interrupted")
 	}
 	stale := fs.Bool("stale", false, "answer from the replica asked, even without a leader (may be behind)")
-	return cf, stale, func(a []string) error { return parse(e, fs, a) }, fs.Args
+	if err := parse(e, fs, args); err != nil {
+		return rc, err
+	}
+	switch rest := fs.Args(); {
+	case what == "" && len(rest) != 0:
+		return rc, usagef("%s takes no arguments", name)
+	case what != "" && len(rest) != 1:
+		return rc, usagef("%s takes exactly one %s", name, what)
+	case what != "":
+		rc.id = rest[0]
+	}
+	rc.opts = api.ReadOptions{Consistent: !*stale}
+	var err error
+	rc.cl, err = rc.cf.client()
+	return rc, err
 }
 
 func runNodeList(e *env, args []string) error {
-	cf, stale, parseArgs, rest := readFlags(e, "node list", "", "List worker nodes with their state and load.")
-	if err := parseArgs(args); err != nil {
-		return err
-	}
-	if len(rest()) != 0 {
-		return usagef("node list takes no arguments")
-	}
-	cl, err := cf.client()
+	rc, err := startRead(e, "node list", "List worker nodes with their state and load.", "", args)
 	if err != nil {
 		return err
 	}
+	cf, cl := rc.cf, rc.cl
 	return cf.watchOr(e, cl, "node", func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		nodes, _, err := cl.ListNodes(ctx, api.ReadOptions{Consistent: !*stale})
+		nodes, _, err := cl.ListNodes(ctx, rc.opts)
 		if err != nil {
 			return fmt.Errorf("node list: %w", err)
 		}
@@ -85,20 +110,14 @@ func runNodeList(e *env, args []string) error {
 }
 
 func runNodeStatus(e *env, args []string) error {
-	cf, stale, parseArgs, rest := readFlags(e, "node status", "ID", "Show a node: state, labels, capabilities, resources and attempts.")
-	if err := parseArgs(args); err != nil {
-		return err
-	}
-	if len(rest()) != 1 {
-		return usagef("node status takes exactly one node id")
-	}
-	cl, err := cf.client()
+	rc, err := startRead(e, "node status", "Show a node: state, labels, capabilities, resources and attempts.", "node id", args)
 	if err != nil {
 		return err
 	}
+	cf, cl := rc.cf, rc.cl
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	n, _, err := cl.GetNode(ctx, rest()[0], api.ReadOptions{Consistent: !*stale})
+	n, _, err := cl.GetNode(ctx, rc.id, rc.opts)
 	if err != nil {
 		return fmt.Errorf("node status: %w", err)
 	}

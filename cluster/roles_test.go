@@ -33,6 +33,7 @@ type memReplica struct {
 	mu     sync.Mutex // one proposal applies at a time, as raft's applier does
 	index  uint64
 	now    time.Time
+	kinds  []fsm.MessageType // each entry's command type, in order
 }
 
 func newMemReplica() *memReplica {
@@ -66,6 +67,7 @@ func (m *memReplica) applyRaw(_ context.Context, b []byte) (any, uint64, error) 
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.index++
+	m.kinds = append(m.kinds, fsm.MessageType(b[0]))
 	resp := m.f.ApplyBytes(m.index, b)
 	if err, ok := resp.(error); ok {
 		return nil, m.index, fsmErr(err)
@@ -177,7 +179,22 @@ func TestTaskEndpointsOverAFakeReplica(t *testing.T) {
 	if err != nil || len(batch.Tasks) != 2 || !batch.Tasks[0].Created || batch.Tasks[1].Created || batch.Tasks[1].ID != batch.Tasks[0].ID {
 		t.Fatalf("a batch with one key twice creates one task: %+v, %v", batch, err)
 	}
-	if list, err := tasks.ListTasks(api.TaskQuery{Limit: 10}); err != nil || len(list.Tasks) != 2 {
+	// Until every server records that it reads forms 3, a batch is an
+	// entry of one submission per task; then one submit-many.
+	if kind := r.kinds[len(r.kinds)-1]; kind != fsm.MsgBatch {
+		t.Fatalf("with no server recorded, a batch was written as %s", kind)
+	}
+	if _, _, err := r.apply(ctx, fsm.MsgUpsertServer, fsm.UpsertServerRequest{Server: fsm.Server{ID: "mem", CommandForms: fsm.FormsSubmitMany}}); err != nil {
+		t.Fatal(err)
+	}
+	again, err := tasks.SubmitTasks(ctx, []api.TaskSpec{{Command: []string{"true"}, IdempotencyKey: "k"}, {Command: []string{"true"}, IdempotencyKey: "k2"}})
+	if err != nil || len(again.Tasks) != 2 || again.Tasks[0].Created || again.Tasks[0].ID != batch.Tasks[0].ID || !again.Tasks[1].Created {
+		t.Fatalf("a batch with a known key and a new one: %+v, %v", again, err)
+	}
+	if kind := r.kinds[len(r.kinds)-1]; kind != fsm.MsgSubmitMany {
+		t.Fatalf("with every server reading forms 3, a batch was written as %s", kind)
+	}
+	if list, err := tasks.ListTasks(api.TaskQuery{Limit: 10}); err != nil || len(list.Tasks) != 3 {
 		t.Fatalf("list: %+v, %v", list, err)
 	}
 	if _, _, _, err := tasks.SubmitTask(ctx, api.TaskSpec{Command: []string{"true"}, Resources: api.Resources{GPU: -1}}); !errors.Is(err, api.ErrBadRequest) || !strings.Contains(err.Error(), "resources.gpu") {

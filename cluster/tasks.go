@@ -36,14 +36,15 @@ func (e *taskEndpoints) SubmitTask(ctx context.Context, in api.TaskSpec) (api.Ta
 	return toAPITask(res.Task, nil), res.Created, index, nil
 }
 
-// SubmitTasks validates every spec, then commits them all in one batch
-// entry (leader-only). One invalid spec refuses the whole batch.
+// SubmitTasks validates every spec, then commits them all in one entry
+// (leader-only): one submit-many command once every server reads it,
+// a submit-task per task before. One invalid spec refuses the whole batch.
 func (e *taskEndpoints) SubmitTasks(ctx context.Context, in []api.TaskSpec) (api.BatchSubmitResponse, error) {
 	if !e.r.IsLeader() {
 		return api.BatchSubmitResponse{}, fmt.Errorf("%s: %w", e.r.ID(), api.ErrNotLeader)
 	}
 	now := e.r.Now().UTC()
-	cmds := make([][]byte, 0, len(in))
+	many := fsm.SubmitManyRequest{SubmittedAt: now, Tasks: make([]fsm.SubmitTaskRequest, 0, len(in))}
 	for i, one := range in {
 		task := withSizeTiers(one.Normalize(), e.sched)
 		if err := task.Validate(); err != nil {
@@ -54,18 +55,24 @@ func (e *taskEndpoints) SubmitTasks(ctx context.Context, in []api.TaskSpec) (api
 		if spec.Name == "" {
 			spec.Name = id
 		}
-		b, err := fsm.Encode(fsm.MsgSubmitTask, fsm.SubmitTaskRequest{ID: id, SubmittedAt: now, Spec: spec})
-		if err != nil {
-			return api.BatchSubmitResponse{}, err
-		}
-		cmds = append(cmds, b)
+		many.Tasks = append(many.Tasks, fsm.SubmitTaskRequest{ID: id, SubmittedAt: now, Spec: spec})
 	}
-	resp, index, err := e.r.applyRaw(ctx, fsm.EncodeBatch(cmds))
+	var entry []byte
+	if everyServerReads(e.r.State(), fsm.FormsSubmitMany) {
+		entry = fsm.EncodeSubmitMany(many)
+	} else {
+		cmds := make([][]byte, len(many.Tasks))
+		for i, r := range many.Tasks {
+			cmds[i] = fsm.EncodeSubmitTask(r)
+		}
+		entry = fsm.EncodeBatch(cmds)
+	}
+	resp, index, err := e.r.applyRaw(ctx, entry)
 	if err != nil {
 		return api.BatchSubmitResponse{}, err
 	}
 	results, ok := resp.(fsm.BatchResult)
-	if !ok || len(results) != len(cmds) {
+	if !ok || len(results) != len(many.Tasks) {
 		return api.BatchSubmitResponse{}, fmt.Errorf("unexpected batch submit response %T", resp)
 	}
 	out := api.BatchSubmitResponse{Tasks: make([]api.BatchSubmitResult, len(results)), Index: index}

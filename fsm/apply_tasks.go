@@ -143,6 +143,22 @@ type SubmitResult struct {
 	Created bool // false: the idempotency key matched an existing task
 }
 
+// applySubmitMany submits each task as applySubmitTask would, in order,
+// and answers each task's result or refusal in a BatchResult: one task
+// refused leaves the others submitted.
+func applySubmitMany(db *store, index uint64, r *SubmitManyRequest) (any, error) {
+	out := make(BatchResult, len(r.Tasks))
+	for i := range r.Tasks {
+		res, err := applySubmitTask(db, index, &r.Tasks[i])
+		if err != nil {
+			out[i] = err
+		} else {
+			out[i] = res
+		}
+	}
+	return out, nil
+}
+
 func applySubmitTask(db *store, index uint64, r *SubmitTaskRequest) (any, error) {
 	if r.ID == "" {
 		return nil, reject(RejectInvalid, "task id is required")

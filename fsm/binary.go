@@ -186,6 +186,98 @@ func decodeExplain(payload []byte) (*ExplainRequest, error) {
 	return r, nil
 }
 
+// EncodeSubmitMany encodes several submissions (forms 3): the time, the
+// distinct shapes' binary forms, then each task's id, name, idempotency
+// key and the number of its shape. A batch of one kind of task writes
+// its shape once instead of once per task.
+func EncodeSubmitMany(r SubmitManyRequest) []byte {
+	var shapes [][]byte
+	byForm := map[string]uint64{}
+	refs := make([]uint64, len(r.Tasks))
+	size := 2 + 3*binary.MaxVarintLen64 + 1
+	for i, t := range r.Tasks {
+		form := appendShape(nil, t.Spec.TaskShape)
+		k, ok := byForm[string(form)]
+		if !ok {
+			k = uint64(len(shapes))
+			byForm[string(form)] = k
+			shapes = append(shapes, form)
+			size += binary.MaxVarintLen64 + len(form)
+		}
+		refs[i] = k
+		size += 4*binary.MaxVarintLen64 + len(t.ID) + len(t.Spec.Name) + len(t.Spec.IdempotencyKey)
+	}
+	buf := make([]byte, 0, size)
+	buf = append(buf, byte(MsgSubmitMany), FormsSubmitMany)
+	buf = appendTime(buf, r.SubmittedAt)
+	buf = binary.AppendUvarint(buf, uint64(len(shapes)))
+	for _, form := range shapes {
+		buf = binary.AppendUvarint(buf, uint64(len(form)))
+		buf = append(buf, form...)
+	}
+	buf = binary.AppendUvarint(buf, uint64(len(r.Tasks)))
+	for i, t := range r.Tasks {
+		buf = appendString(buf, t.ID)
+		buf = appendString(buf, t.Spec.Name)
+		buf = appendString(buf, t.Spec.IdempotencyKey)
+		buf = binary.AppendUvarint(buf, refs[i])
+	}
+	return buf
+}
+
+func decodeSubmitMany(payload []byte) (*SubmitManyRequest, error) {
+	return decodeSubmitManyWith(payload, nil)
+}
+
+// decodeSubmitManyWith decodes several submissions; each shape is decoded
+// once, and not at all when the interner already holds it (as a single
+// submission's is).
+func decodeSubmitManyWith(payload []byte, in *interner) (*SubmitManyRequest, error) {
+	d := decoder{buf: payload}
+	r := &SubmitManyRequest{SubmittedAt: d.time()}
+	type shapeOf struct {
+		key    []byte
+		shape  *TaskShape
+		shared bool
+	}
+	shapes := make([]shapeOf, d.count(2))
+	for i := range shapes {
+		key := d.raw()
+		if d.err != nil {
+			break
+		}
+		if sh := in.known(key); sh != nil {
+			shapes[i] = shapeOf{key: key, shape: sh, shared: true}
+			continue
+		}
+		sd := decoder{buf: key}
+		sh := sd.shape()
+		if err := sd.finish(); err != nil {
+			d.fail("shape")
+			break
+		}
+		shapes[i] = shapeOf{key: key, shape: sh}
+	}
+	r.Tasks = make([]SubmitTaskRequest, d.count(4))
+	for i := range r.Tasks {
+		t := &r.Tasks[i]
+		t.ID, t.Spec.Name, t.Spec.IdempotencyKey = d.string(), d.string(), d.string()
+		k := d.uvarint()
+		if d.err == nil && k >= uint64(len(shapes)) {
+			d.fail("shape number")
+		}
+		if d.err != nil {
+			break
+		}
+		t.SubmittedAt = r.SubmittedAt
+		t.Spec.TaskShape, t.shapeKey, t.shapeShared = shapes[k].shape, shapes[k].key, shapes[k].shared
+	}
+	if err := d.finish(); err != nil {
+		return nil, fmt.Errorf("%w: submit many: %v", ErrMalformedCommand, err)
+	}
+	return r, nil
+}
+
 // EncodeExplainMany encodes why several pending tasks wait, for one
 // reason (forms 3): the summary and the time once, then the tasks.
 func EncodeExplainMany(r ExplainManyRequest) []byte {
@@ -252,6 +344,21 @@ func appendTime(buf []byte, t time.Time) []byte {
 type decoder struct {
 	buf []byte
 	err error
+}
+
+// raw reads a length-prefixed run of bytes, without copying it.
+func (d *decoder) raw() []byte {
+	n := d.uvarint()
+	if d.err != nil {
+		return nil
+	}
+	if n > uint64(len(d.buf)) {
+		d.fail("bytes")
+		return nil
+	}
+	b := d.buf[:n:n]
+	d.buf = d.buf[n:]
+	return b
 }
 
 func (d *decoder) fail(what string) {

@@ -96,6 +96,9 @@ var commands = [...]command{
 	MsgAttemptSlow:     jsonCommand("attempt-slow", applyAttemptSlow),
 	MsgAttemptRun:      binaryCommand("attempt-run", ignoreStore(decodeAttemptRun), applyAttemptRun),
 	MsgExplainMany:     binaryCommand("explain-many", ignoreStore(decodeExplainMany), applyExplainMany),
+	MsgSubmitMany: binaryCommand("submit-many", func(db *store, p []byte) (*SubmitManyRequest, error) {
+		return decodeSubmitManyWith(p, db.w.interner)
+	}, applySubmitMany),
 }
 
 // ignoreStore adapts a decoder that needs nothing of the store.

@@ -77,6 +77,9 @@ const (
 	// MsgExplainMany records why several pending tasks wait, for one
 	// reason: a pass's explanations, a command per reason (forms 3 on).
 	MsgExplainMany MessageType = 35
+	// MsgSubmitMany submits several tasks at one time, their distinct
+	// shapes written once (forms 3 on).
+	MsgSubmitMany MessageType = 36
 )
 
 // maxBatch bounds the number of commands one entry may carry, so a corrupt
@@ -103,7 +106,7 @@ var ErrMalformedCommand = errors.New("malformed command")
 // and keeps reading the one before.
 //
 // Forms 1 is the first release's; forms 2 adds MsgAttemptRun; forms 3
-// adds MsgExplainMany.
+// adds MsgExplainMany and MsgSubmitMany.
 const CommandForms = 3
 
 // baseForms is the version of the forms every command unchanged since
@@ -114,8 +117,12 @@ const baseForms = 1
 // leader writes it only when every server reads it.
 const FormsAttemptRun = 2
 
-// FormsExplainMany is the forms version that introduced MsgExplainMany.
-const FormsExplainMany = 3
+// FormsExplainMany and FormsSubmitMany are the forms version that
+// introduced MsgExplainMany and MsgSubmitMany.
+const (
+	FormsExplainMany = 3
+	FormsSubmitMany  = 3
+)
 
 // Encode builds one command: type byte, version byte, payload in the
 // command's one form (the binary form for the commands every task goes
@@ -154,6 +161,10 @@ func Encode(t MessageType, payload any) ([]byte, error) {
 		case ExplainManyRequest:
 			if t == MsgExplainMany {
 				return EncodeExplainMany(p), nil
+			}
+		case SubmitManyRequest:
+			if t == MsgSubmitMany {
+				return EncodeSubmitMany(p), nil
 			}
 		}
 		return nil, fmt.Errorf("encode %s: a %T is not its request", t, payload)
@@ -390,6 +401,14 @@ type ExplainRequest struct {
 	TaskID  string    `json:"task_id"`
 	Summary string    `json:"summary"`
 	Now     time.Time `json:"now"`
+}
+
+// SubmitManyRequest submits Tasks in order, as a submit-task command for
+// each in one entry would, each with its own result (a BatchResult); every
+// task is submitted at SubmittedAt (the tasks' own times are not written).
+type SubmitManyRequest struct {
+	SubmittedAt time.Time
+	Tasks       []SubmitTaskRequest
 }
 
 // ExplainManyRequest records that the pending tasks TaskIDs wait for one

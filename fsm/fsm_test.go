@@ -308,7 +308,7 @@ func TestRestoreReadsOtherFramings(t *testing.T) {
 // a command in forms this build does not read is refused.
 func TestCommandTableIsComplete(t *testing.T) {
 	names := map[string]MessageType{}
-	for typ := MsgBatch; typ <= MsgExplainMany; typ++ {
+	for typ := MsgBatch; typ <= MsgSubmitMany; typ++ {
 		c, ok := commandOf(typ)
 		if !ok {
 			t.Fatalf("command %d has no entry", typ)
@@ -324,7 +324,7 @@ func TestCommandTableIsComplete(t *testing.T) {
 			t.Fatalf("command %d is called %q", typ, typ.String())
 		}
 	}
-	if _, ok := commandOf(MsgExplainMany + 1); ok {
+	if _, ok := commandOf(MsgSubmitMany + 1); ok {
 		t.Fatal("a command past the newest has an entry")
 	}
 	if _, err := Encode(MsgReserve, ExplainRequest{TaskID: "t"}); err == nil {
@@ -349,5 +349,8 @@ func TestCommandTableIsComplete(t *testing.T) {
 	}
 	if enc := mustEncode(t, MsgExplainMany, ExplainManyRequest{Summary: "s", TaskIDs: []string{"t"}}); enc[1] != FormsExplainMany {
 		t.Fatalf("an explanation of many written in forms %d", enc[1])
+	}
+	if enc := mustEncode(t, MsgSubmitMany, SubmitManyRequest{Tasks: []SubmitTaskRequest{{ID: "t", Spec: testSpec("")}}}); enc[1] != FormsSubmitMany {
+		t.Fatalf("a submission of many written in forms %d", enc[1])
 	}
 }

@@ -25,6 +25,7 @@ func seedCommands(f *testing.F) {
 		{MsgNodeConditions, NodeConditionsRequest{NodeID: "n1", SessionGeneration: 1, Conditions: []NodeCondition{{Type: "disk_full", Message: "m"}}, Now: now}},
 		{MsgExplain, ExplainRequest{TaskID: "t1", Summary: "0/1 nodes eligible", Now: now}},
 		{MsgExplainMany, ExplainManyRequest{Summary: "0/1 nodes eligible", Now: now, TaskIDs: []string{"t1", "t2"}}},
+		{MsgSubmitMany, SubmitManyRequest{SubmittedAt: now, Tasks: []SubmitTaskRequest{{ID: "t2", Spec: testSpec("k2")}, {ID: "t3", Spec: testSpec("")}}}},
 	} {
 		b, err := Encode(c.t, c.v)
 		if err != nil {

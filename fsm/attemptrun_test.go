@@ -8,6 +8,22 @@ import (
 	"herd/scheduler"
 )
 
+// requireSameState fails the test unless the two harnesses' states are
+// the same snapshot bytes, named want and have in the message.
+func requireSameState(t *testing.T, want, have *harness, wantName, haveName string) {
+	t.Helper()
+	var w, h bytes.Buffer
+	if err := want.f.State().Dump(&w); err != nil {
+		t.Fatal(err)
+	}
+	if err := have.f.State().Dump(&h); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(w.Bytes(), h.Bytes()) {
+		t.Fatalf("the states differ:\n%s:\n%s\n%s:\n%s", wantName, w.String(), haveName, h.String())
+	}
+}
+
 // An attempt-run command leaves the state exactly as its start and end as
 // two commands in one entry do (what a leader writes while a server of
 // the first release's forms remains), for an attempt that succeeds, one
@@ -51,16 +67,7 @@ func TestAttemptRunIsItsStartAndEnd(t *testing.T) {
 			one, a := setup()
 			got := one.apply(MsgAttemptRun, AttemptRunRequest{End: endOf(a), StartedAt: started})
 
-			var want, have bytes.Buffer
-			if err := two.f.State().Dump(&want); err != nil {
-				t.Fatal(err)
-			}
-			if err := one.f.State().Dump(&have); err != nil {
-				t.Fatal(err)
-			}
-			if !bytes.Equal(want.Bytes(), have.Bytes()) {
-				t.Fatalf("the states differ:\ntwo commands: %s\none command:  %s", want.String(), have.String())
-			}
+			requireSameState(t, two, one, "two commands", "one command")
 			// The run answers as the two did: the end's result or
 			// refusal, the start's beside it.
 			if endErr, refused := pair[1].(error); refused {

@@ -1,7 +1,6 @@
 package fsm
 
 import (
-	"bytes"
 	"testing"
 	"time"
 
@@ -38,16 +37,7 @@ func TestExplainManyIsAnExplainPerTask(t *testing.T) {
 	if got := many.apply(MsgExplainMany, ExplainManyRequest{Summary: reason, Now: now, TaskIDs: ids}); got != nil {
 		t.Fatalf("explain-many answered %v", got)
 	}
-	var want, have bytes.Buffer
-	if err := per.f.State().Dump(&want); err != nil {
-		t.Fatal(err)
-	}
-	if err := many.f.State().Dump(&have); err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(want.Bytes(), have.Bytes()) {
-		t.Fatalf("the states differ:\nper task\n%s\nmany\n%s", want.String(), have.String())
-	}
+	requireSameState(t, per, many, "per task", "many")
 	for _, id := range []string{"t1", "t4"} {
 		task, err := many.f.State().Task(id)
 		if err != nil || task.LastExplain() != reason {

@@ -50,16 +50,7 @@ func TestSubmitManyIsASubmitPerTask(t *testing.T) {
 			t.Fatalf("task %d: submit-many answered %s, a submit-task %s", i, describe(got[i]), describe(want[i]))
 		}
 	}
-	var wantState, haveState bytes.Buffer
-	if err := per.f.State().Dump(&wantState); err != nil {
-		t.Fatal(err)
-	}
-	if err := many.f.State().Dump(&haveState); err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(wantState.Bytes(), haveState.Bytes()) {
-		t.Fatalf("the states differ:\nper task\n%s\nmany\n%s", wantState.String(), haveState.String())
-	}
+	requireSameState(t, per, many, "per task", "many")
 	// The tasks of one shape share it, as submissions one by one do.
 	a, _ := many.f.State().Task("t2")
 	b, _ := many.f.State().Task("t6")

@@ -555,8 +555,8 @@ func TestExplainDueStaysAsLargeAsTheBacklog(t *testing.T) {
 	}
 }
 
-// A pass's explanations are written one command per reason (at most
-// maxExplainManyTasks tasks each, reasons in the order they first appear)
+// A pass's explanations are written one command per reason and time (at
+// most maxExplainManyTasks tasks each, in the order they first appear)
 // once every server reads that form, and one per task before; either
 // way every task gets its reason.
 func TestExplanationsAreWrittenOnePerReason(t *testing.T) {
@@ -574,6 +574,8 @@ func TestExplanationsAreWrittenOnePerReason(t *testing.T) {
 				explains = append(explains, fsm.ExplainRequest{TaskID: id, Summary: "reason b", Now: h.now})
 			}
 		}
+		h.submit("later", 100, nil)
+		explains = append(explains, fsm.ExplainRequest{TaskID: "later", Summary: "reason a", Now: h.now.Add(time.Second)})
 		cmds := encodeExplains(explains, perReason)
 		var types []fsm.MessageType
 		for _, c := range cmds {
@@ -581,8 +583,8 @@ func TestExplanationsAreWrittenOnePerReason(t *testing.T) {
 			h.applyRaw(c)
 		}
 		switch {
-		case perReason && (len(cmds) != 3 || types[0] != fsm.MsgExplainMany || types[1] != fsm.MsgExplainMany):
-			t.Fatalf("%d commands %v, want one for reason a's first %d tasks, one for b, one for a's rest", len(cmds), types, maxExplainManyTasks)
+		case perReason && (len(cmds) != 4 || types[0] != fsm.MsgExplainMany || types[3] != fsm.MsgExplainMany):
+			t.Fatalf("%d commands %v, want one for reason a's first %d tasks, one for b, one for a's rest, one for a at a later time", len(cmds), types, maxExplainManyTasks)
 		case !perReason && (len(cmds) != len(explains) || types[0] != fsm.MsgExplain):
 			t.Fatalf("%d commands (first %v) for %d explanations, want one explain each", len(cmds), types[0], len(explains))
 		}

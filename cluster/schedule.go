@@ -171,14 +171,20 @@ func encodeExplains(explains []fsm.ExplainRequest, many bool) [][]byte {
 		return cmds
 	}
 	// In the order each reason first appears: deterministic, and the
-	// first task explained is recorded first.
+	// first task explained is recorded first. A pass explains at one
+	// time; explanations of other times would not share a command.
+	type reasonAt struct {
+		summary string
+		at      int64
+	}
 	var reasons []*fsm.ExplainManyRequest
-	byReason := map[string]*fsm.ExplainManyRequest{}
+	byReason := map[reasonAt]*fsm.ExplainManyRequest{}
 	for _, e := range explains {
-		r := byReason[e.Summary]
+		k := reasonAt{e.Summary, e.Now.UnixNano()}
+		r := byReason[k]
 		if r == nil || len(r.TaskIDs) == maxExplainManyTasks {
 			r = &fsm.ExplainManyRequest{Summary: e.Summary, Now: e.Now}
-			byReason[e.Summary] = r
+			byReason[k] = r
 			reasons = append(reasons, r)
 		}
 		r.TaskIDs = append(r.TaskIDs, e.TaskID)

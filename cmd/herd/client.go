@@ -21,6 +21,34 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
+// clientCommand is a command that talks to a cluster: its flag set, the
+// client's flags among them.
+type clientCommand struct {
+	fs *flag.FlagSet
+	cf clientFlags
+}
+
+// newClientCommand declares a command's flags and the client's (-json
+// too where the command prints an answer); the command declares its own
+// flags on fs before calling start.
+func newClientCommand(e *env, name, argsUsage, summary string, withJSON bool) *clientCommand {
+	c := &clientCommand{fs: newFlags(e, name, argsUsage, summary)}
+	c.cf.register(e, c.fs, withJSON)
+	return c
+}
+
+// start parses args, checks that exactly n arguments remain (wrong is
+// the usage error when they do not) and returns the client they name.
+func (c *clientCommand) start(e *env, args []string, n int, wrong string) (*api.Client, error) {
+	if err := parse(e, c.fs, args); err != nil {
+		return nil, err
+	}
+	if c.fs.NArg() != n {
+		return nil, usagef("%s", wrong)
+	}
+	return c.cf.client()
+}
+
 // defaultAddress has no scheme: http, or https once -ca-file is given.
 const defaultAddress = "127.0.0.1:4646"
 

@@ -341,17 +341,10 @@ func runJobList(e *env, args []string) error {
 }
 
 func runJobCancel(e *env, args []string) error {
-	fs := newFlags(e, "job cancel", "ID", "Cancel a job: its live stages' tasks are cancelled, its waiting stages never start.")
-	var cf clientFlags
-	cf.register(e, fs, true)
+	c := newClientCommand(e, "job cancel", "ID", "Cancel a job: its live stages' tasks are cancelled, its waiting stages never start.", true)
+	fs, cf := c.fs, &c.cf
 	reason := fs.String("reason", "", "why, recorded in the job's timeline")
-	if err := parse(e, fs, args); err != nil {
-		return err
-	}
-	if fs.NArg() != 1 {
-		return usagef("job cancel takes exactly one job id")
-	}
-	cl, err := cf.client()
+	cl, err := c.start(e, args, 1, "job cancel takes exactly one job id")
 	if err != nil {
 		return err
 	}

@@ -314,23 +314,16 @@ func humanBytes(b int64) string {
 }
 
 func runNodeTier(e *env, args []string) error {
-	fs := newFlags(e, "node tier", "ID L1|L2|L3|auto", "Pin a node's tier (history no longer moves it), or let it follow its profile and history again (auto).")
-	var cf clientFlags
-	cf.register(e, fs, true)
-	if err := parse(e, fs, args); err != nil {
+	c := newClientCommand(e, "node tier", "ID L1|L2|L3|auto", "Pin a node's tier (history no longer moves it), or let it follow its profile and history again (auto).", true)
+	cl, err := c.start(e, args, 2, "node tier takes a node id and L1, L2, L3 or auto")
+	if err != nil {
 		return err
 	}
-	if fs.NArg() != 2 {
-		return usagef("node tier takes a node id and L1, L2, L3 or auto")
-	}
+	fs, cf := c.fs, &c.cf
 	switch fs.Arg(1) {
 	case "L1", "L2", "L3", "auto":
 	default:
 		return usagef("node tier: %q is not L1, L2, L3 or auto", fs.Arg(1))
-	}
-	cl, err := cf.client()
-	if err != nil {
-		return err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -368,19 +361,12 @@ func runNodeCheck(e *env, args []string) error {
 
 // nodeRequest runs a command that asks something of one node.
 func nodeRequest(e *env, args []string, name, summary string, do func(context.Context, *api.Client, string) (api.Node, error), done string, seq func(api.Node) uint64) error {
-	fs := newFlags(e, "node "+name, "ID", summary)
-	var cf clientFlags
-	cf.register(e, fs, true)
-	if err := parse(e, fs, args); err != nil {
-		return err
-	}
-	if fs.NArg() != 1 {
-		return usagef("node %s takes exactly one node id", name)
-	}
-	cl, err := cf.client()
+	c := newClientCommand(e, "node "+name, "ID", summary, true)
+	cl, err := c.start(e, args, 1, "node "+name+" takes exactly one node id")
 	if err != nil {
 		return err
 	}
+	fs, cf := c.fs, &c.cf
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	n, err := do(ctx, cl, fs.Arg(0))
@@ -408,20 +394,13 @@ func joinMap(m map[string]string) string {
 }
 
 func runNodeDrain(e *env, args []string) error {
-	fs := newFlags(e, "node drain", "ID", "Stop new placements on a node; attempts already there run to the end.")
-	var cf clientFlags
-	cf.register(e, fs, false)
-	disable := fs.Bool("disable", false, "stop draining: accept new placements again")
-	if err := parse(e, fs, args); err != nil {
-		return err
-	}
-	if fs.NArg() != 1 {
-		return usagef("node drain takes exactly one node id")
-	}
-	cl, err := cf.client()
+	c := newClientCommand(e, "node drain", "ID", "Stop new placements on a node; attempts already there run to the end.", false)
+	disable := c.fs.Bool("disable", false, "stop draining: accept new placements again")
+	cl, err := c.start(e, args, 1, "node drain takes exactly one node id")
 	if err != nil {
 		return err
 	}
+	fs := c.fs
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	n, err := cl.DrainNode(ctx, fs.Arg(0), !*disable)
@@ -433,22 +412,15 @@ func runNodeDrain(e *env, args []string) error {
 }
 
 func runNodeEligibility(e *env, args []string) error {
-	fs := newFlags(e, "node eligibility", "ID true|false", "Mark a node eligible or ineligible for new attempts.")
-	var cf clientFlags
-	cf.register(e, fs, false)
-	if err := parse(e, fs, args); err != nil {
+	c := newClientCommand(e, "node eligibility", "ID true|false", "Mark a node eligible or ineligible for new attempts.", false)
+	cl, err := c.start(e, args, 2, "node eligibility takes a node id and true or false")
+	if err != nil {
 		return err
 	}
-	if fs.NArg() != 2 {
-		return usagef("node eligibility takes a node id and true or false")
-	}
+	fs := c.fs
 	eligible, err := strconv.ParseBool(fs.Arg(1))
 	if err != nil {
 		return usagef("node eligibility: %q is not true or false", fs.Arg(1))
-	}
-	cl, err := cf.client()
-	if err != nil {
-		return err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

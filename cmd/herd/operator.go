@@ -37,16 +37,9 @@ func runOperatorDebug(e *env, args []string) error {
 // cannot be asked: each replica holds its own copy, and a bug may break
 // one of them only.
 func runCheckState(e *env, args []string) error {
-	fs := newFlags(e, "operator debug check-state", "", "Check the invariants of every replica's applied state: each node's reservations and\nrunning attempts equal the sum over its live attempts, every live attempt is its task's\ncurrent one, no pending or finished task holds an attempt, nothing is negative, the\nindexes hold exactly the records. Reports and never repairs; exits 1 on a violation.")
-	var cf clientFlags
-	cf.register(e, fs, true)
-	if err := parse(e, fs, args); err != nil {
-		return err
-	}
-	if fs.NArg() != 0 {
-		return usagef("check-state takes no arguments")
-	}
-	cl, err := cf.client()
+	c := newClientCommand(e, "operator debug check-state", "", "Check the invariants of every replica's applied state: each node's reservations and\nrunning attempts equal the sum over its live attempts, every live attempt is its task's\ncurrent one, no pending or finished task holds an attempt, nothing is negative, the\nindexes hold exactly the records. Reports and never repairs; exits 1 on a violation.", true)
+	cf := &c.cf
+	cl, err := c.start(e, args, 0, "check-state takes no arguments")
 	if err != nil {
 		return err
 	}
@@ -116,16 +109,9 @@ func runCheckState(e *env, args []string) error {
 }
 
 func runOperatorScheduler(e *env, args []string) error {
-	fs := newFlags(e, "operator scheduler", "", "Show the leader's scheduling loop: passes, the waiting tasks they looked at,\nplacements committed and the Raft entries that carried them, placements refused\nat apply time by reason, and the pending queue as of the last pass.")
-	var cf clientFlags
-	cf.register(e, fs, true)
-	if err := parse(e, fs, args); err != nil {
-		return err
-	}
-	if fs.NArg() != 0 {
-		return usagef("scheduler takes no arguments")
-	}
-	cl, err := cf.client()
+	c := newClientCommand(e, "operator scheduler", "", "Show the leader's scheduling loop: passes, the waiting tasks they looked at,\nplacements committed and the Raft entries that carried them, placements refused\nat apply time by reason, and the pending queue as of the last pass.", true)
+	cf := &c.cf
+	cl, err := c.start(e, args, 0, "scheduler takes no arguments")
 	if err != nil {
 		return err
 	}
@@ -168,16 +154,9 @@ func runOperatorRaft(e *env, args []string) error {
 }
 
 func runListPeers(e *env, args []string) error {
-	fs := newFlags(e, "operator raft list-peers", "", "Show the raft configuration: every server, its addresses, vote and leadership.")
-	var cf clientFlags
-	cf.register(e, fs, true)
-	if err := parse(e, fs, args); err != nil {
-		return err
-	}
-	if fs.NArg() != 0 {
-		return usagef("list-peers takes no arguments")
-	}
-	cl, err := cf.client()
+	c := newClientCommand(e, "operator raft list-peers", "", "Show the raft configuration: every server, its addresses, vote and leadership.", true)
+	cf := &c.cf
+	cl, err := c.start(e, args, 0, "list-peers takes no arguments")
 	if err != nil {
 		return err
 	}
@@ -200,17 +179,10 @@ func runListPeers(e *env, args []string) error {
 }
 
 func runRemovePeer(e *env, args []string) error {
-	fs := newFlags(e, "operator raft remove-peer", "ID", "Remove a server from the raft configuration (for a server that is gone for good).\nThe leader refuses a removal that would leave fewer answering voters than a quorum,\nunless -force.")
-	var cf clientFlags
-	cf.register(e, fs, false)
+	c := newClientCommand(e, "operator raft remove-peer", "ID", "Remove a server from the raft configuration (for a server that is gone for good).\nThe leader refuses a removal that would leave fewer answering voters than a quorum,\nunless -force.", false)
+	fs := c.fs
 	force := fs.Bool("force", false, "remove it even if the voters left that answer are not a quorum (they must come back)")
-	if err := parse(e, fs, args); err != nil {
-		return err
-	}
-	if fs.NArg() != 1 {
-		return usagef("remove-peer takes exactly one server id")
-	}
-	cl, err := cf.client()
+	cl, err := c.start(e, args, 1, "remove-peer takes exactly one server id")
 	if err != nil {
 		return err
 	}
@@ -224,17 +196,10 @@ func runRemovePeer(e *env, args []string) error {
 }
 
 func runTransferLeadership(e *env, args []string) error {
-	fs := newFlags(e, "operator raft transfer-leadership", "", "Ask the leader to hand leadership to another voter.")
-	var cf clientFlags
-	cf.register(e, fs, false)
+	c := newClientCommand(e, "operator raft transfer-leadership", "", "Ask the leader to hand leadership to another voter.", false)
+	fs := c.fs
 	target := fs.String("id", "", "the server to hand leadership to (default: the most up-to-date voter)")
-	if err := parse(e, fs, args); err != nil {
-		return err
-	}
-	if fs.NArg() != 0 {
-		return usagef("transfer-leadership takes no arguments")
-	}
-	cl, err := cf.client()
+	cl, err := c.start(e, args, 0, "transfer-leadership takes no arguments")
 	if err != nil {
 		return err
 	}
@@ -256,16 +221,9 @@ func runOperatorSnapshot(e *env, args []string) error {
 }
 
 func runSnapshotSave(e *env, args []string) error {
-	fs := newFlags(e, "operator snapshot save", "FILE", "Save a consistent snapshot of the whole cluster state, taken by the leader.")
-	var cf clientFlags
-	cf.register(e, fs, false)
-	if err := parse(e, fs, args); err != nil {
-		return err
-	}
-	if fs.NArg() != 1 {
-		return usagef("snapshot save takes exactly one file name")
-	}
-	cl, err := cf.client()
+	c := newClientCommand(e, "operator snapshot save", "FILE", "Save a consistent snapshot of the whole cluster state, taken by the leader.", false)
+	fs := c.fs
+	cl, err := c.start(e, args, 1, "snapshot save takes exactly one file name")
 	if err != nil {
 		return err
 	}

@@ -362,17 +362,10 @@ func progressLine(t api.Task) string {
 }
 
 func runTaskStatus(e *env, args []string) error {
-	fs := newFlags(e, "task status", "ID", "Show a task: its spec, attempts and timeline.")
-	var cf clientFlags
-	cf.register(e, fs, true)
+	c := newClientCommand(e, "task status", "ID", "Show a task: its spec, attempts and timeline.", true)
+	fs, cf := c.fs, &c.cf
 	stale := fs.Bool("stale", false, "answer from the replica asked, even without a leader (may be behind);\nby default the leader answers after confirming its leadership")
-	if err := parse(e, fs, args); err != nil {
-		return err
-	}
-	if fs.NArg() != 1 {
-		return usagef("task status takes exactly one task id")
-	}
-	cl, err := cf.client()
+	cl, err := c.start(e, args, 1, "task status takes exactly one task id")
 	if err != nil {
 		return err
 	}
@@ -457,21 +450,14 @@ func runTaskStatus(e *env, args []string) error {
 }
 
 func runTaskList(e *env, args []string) error {
-	fs := newFlags(e, "task list", "", "List tasks in submission order.")
-	var cf clientFlags
-	cf.register(e, fs, true)
+	c := newClientCommand(e, "task list", "", "List tasks in submission order.", true)
+	fs, cf := c.fs, &c.cf
 	state := fs.String("state", "", "only tasks in this state (PENDING, RUNNING, SUCCEEDED, …)")
 	limit := fs.Int("limit", api.DefaultListLimit, "at most this many tasks")
 	after := fs.String("after", "", "start after this task id (the 'next' cursor of a previous page)")
 	stale := fs.Bool("stale", false, "answer from the replica asked, even without a leader (may be behind);\nby default the leader answers after confirming its leadership")
 	fs.BoolVar(&cf.watch, "watch", false, "print the list again whenever it changes, until interrupted")
-	if err := parse(e, fs, args); err != nil {
-		return err
-	}
-	if fs.NArg() != 0 {
-		return usagef("task list takes no arguments")
-	}
-	cl, err := cf.client()
+	cl, err := c.start(e, args, 0, "task list takes no arguments")
 	if err != nil {
 		return err
 	}
@@ -533,17 +519,10 @@ func quoteArgs(args []string) []string {
 }
 
 func runTaskCancel(e *env, args []string) error {
-	fs := newFlags(e, "task cancel", "ID", "Cancel a task. A running attempt is stopped by its agent; a late result from it is refused.")
-	var cf clientFlags
-	cf.register(e, fs, true)
+	c := newClientCommand(e, "task cancel", "ID", "Cancel a task. A running attempt is stopped by its agent; a late result from it is refused.", true)
+	fs, cf := c.fs, &c.cf
 	reason := fs.String("reason", "", "why, recorded in the task's timeline")
-	if err := parse(e, fs, args); err != nil {
-		return err
-	}
-	if fs.NArg() != 1 {
-		return usagef("task cancel takes exactly one task id")
-	}
-	cl, err := cf.client()
+	cl, err := c.start(e, args, 1, "task cancel takes exactly one task id")
 	if err != nil {
 		return err
 	}

@@ -3,11 +3,10 @@ package agent
 import (
 	"context"
 	"strconv"
-	"syscall"
 	"testing"
-	"time"
 
 	"herd/api"
+	"herd/internal/cputime"
 )
 
 // BenchmarkRunProcess measures an agent's own work per attempt of a
@@ -25,7 +24,7 @@ func BenchmarkRunProcess(b *testing.B) {
 				Spec:    api.TaskSpec{Command: []string{"true"}, Resources: api.Resources{CPUMillis: 500, MemoryMB: 64}},
 			}
 			i := 0
-			cpu0, child0 := selfCPU(), childrenCPU()
+			cpu0, child0 := cputime.Self(), cputime.Children()
 			for b.Loop() {
 				i++
 				as.Attempt.ID = "01kbattempt" + strconv.Itoa(i)
@@ -34,27 +33,10 @@ func BenchmarkRunProcess(b *testing.B) {
 				}
 			}
 			// The agent's own CPU (user and system), without the task's.
-			b.ReportMetric(float64((selfCPU()-cpu0).Nanoseconds())/float64(b.N), "agent-cpu-ns/op")
+			b.ReportMetric(float64((cputime.Self()-cpu0).Nanoseconds())/float64(b.N), "agent-cpu-ns/op")
 			// The task's own, which the limits method changes too (what
 			// the kernel does for its cgroups is charged to it).
-			b.ReportMetric(float64((childrenCPU()-child0).Nanoseconds())/float64(b.N), "task-cpu-ns/op")
+			b.ReportMetric(float64((cputime.Children()-child0).Nanoseconds())/float64(b.N), "task-cpu-ns/op")
 		})
 	}
-}
-
-func selfCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-// childrenCPU is the CPU time of this process's reaped children.
-func childrenCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_CHILDREN, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

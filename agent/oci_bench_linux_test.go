@@ -11,6 +11,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
 	"herd/api"
+	"herd/internal/cputime"
 	"herd/internal/testbin"
 	"herd/spec"
 )
@@ -52,11 +53,11 @@ func BenchmarkOCIStart(b *testing.B) {
 	run(0)
 	first := time.Since(start)
 	i := 0
-	cpu0 := selfCPU()
+	cpu0 := cputime.Self()
 	for b.Loop() {
 		i++
 		run(i)
 	}
-	b.ReportMetric(float64((selfCPU()-cpu0).Nanoseconds())/float64(b.N), "agent-cpu-ns/op")
+	b.ReportMetric(float64((cputime.Self()-cpu0).Nanoseconds())/float64(b.N), "agent-cpu-ns/op")
 	b.ReportMetric(float64(first.Milliseconds()), "first-run-ms")
 }

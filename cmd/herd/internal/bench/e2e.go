@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"herd/internal/cputime"
 	"net/http"
 	"os"
 	"os/exec"
@@ -118,7 +119,7 @@ func e2eSaturated(ctx context.Context, leader *cluster.Server, cl *api.Client, s
 // submitted in batches of batch.
 func e2eSaturatedWith(ctx context.Context, leader *cluster.Server, cl *api.Client, sz benchSizes, r *Result, batch int, spec func(i int) api.TaskSpec) error {
 	start := time.Now()
-	cpuBefore, childBefore := processCPU(), childrenCPU()
+	cpuBefore, childBefore := cputime.Self(), cputime.Children()
 	indexBefore := leader.FSM().Index()
 	commandsBefore, bytesBefore := leader.FSM().AppliedCommands(), leader.FSM().AppliedBytes()
 	// Submitted as a client with 20,000 tasks would: in batches (one Raft
@@ -143,7 +144,7 @@ func e2eSaturatedWith(ctx context.Context, leader *cluster.Server, cl *api.Clien
 		r.E2EToProcessCeiling = r.E2ETasksPerSec / r.ProcessCeiling
 	}
 	perTask := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 / float64(sz.e2eTasks) }
-	r.E2ECPUPerTaskMs, r.E2EChildCPUPerTaskMs = perTask(processCPU()-cpuBefore), perTask(childrenCPU()-childBefore)
+	r.E2ECPUPerTaskMs, r.E2EChildCPUPerTaskMs = perTask(cputime.Self()-cpuBefore), perTask(cputime.Children()-childBefore)
 	r.E2EEntriesPerTask = float64(leader.FSM().Index()-indexBefore) / float64(sz.e2eTasks)
 	r.E2ECommandsPerTask, r.E2ECommandsByType = commandsPerTask(commandsBefore, leader.FSM().AppliedCommands(), sz.e2eTasks)
 	r.E2ELogBytesPerTask = float64(leader.FSM().AppliedBytes()-bytesBefore) / float64(sz.e2eTasks)
@@ -288,7 +289,7 @@ func spawnRate(path string, goroutines int, d time.Duration) (rate, cpuMs float6
 		failure atomic.Pointer[error]
 		wg      sync.WaitGroup
 	)
-	childBefore, begin := childrenCPU(), time.Now()
+	childBefore, begin := cputime.Children(), time.Now()
 	deadline := begin.Add(d)
 	for range goroutines {
 		wg.Add(1)
@@ -311,7 +312,7 @@ func spawnRate(path string, goroutines int, d time.Duration) (rate, cpuMs float6
 	if n == 0 {
 		return 0, 0, fmt.Errorf("no %s ended within %s", path, d)
 	}
-	return float64(n) / time.Since(begin).Seconds(), float64((childrenCPU() - childBefore).Microseconds()) / 1000 / float64(n), nil
+	return float64(n) / time.Since(begin).Seconds(), float64((cputime.Children() - childBefore).Microseconds()) / 1000 / float64(n), nil
 }
 
 // slotIdle estimates, per node, how long a slot stayed free: the k-th

@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"herd/internal/cputime"
 	"math/rand/v2"
 	"os"
 	"runtime/pprof"
@@ -83,7 +84,7 @@ func placeOnce(dir string, sz benchSizes, profile string, r *Result, configure f
 		}
 		defer pprof.StopCPUProfile()
 	}
-	cpuBefore := processCPU()
+	cpuBefore := cputime.Self()
 	start := time.Now()
 	if err := applyChunks(ctx, leader, cmds); err != nil {
 		return err
@@ -103,7 +104,7 @@ func placeOnce(dir string, sz benchSizes, profile string, r *Result, configure f
 		time.Sleep(2 * time.Millisecond)
 	}
 	r.Placements = float64(sz.backlog) / time.Since(start).Seconds()
-	r.PlacementCPUCores = (processCPU() - cpuBefore).Seconds() / time.Since(start).Seconds()
+	r.PlacementCPUCores = (cputime.Self() - cpuBefore).Seconds() / time.Since(start).Seconds()
 	if profile != "" {
 		pprof.StopCPUProfile()
 	}

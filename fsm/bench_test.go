@@ -183,6 +183,97 @@ func BenchmarkSnapshot(b *testing.B) {
 	})
 }
 
+// BenchmarkSnapshotFinished writes and restores the snapshot of 20,000
+// finished tasks, each with its attempt and timeline, in each snapshot
+// version: what a replica that keeps a long retention pays to compact
+// its log and to start from disk.
+func BenchmarkSnapshotFinished(b *testing.B) {
+	const tasks = 20_000
+	f := finishedFSM(b, tasks)
+	for _, version := range []int{snapshotJSON, snapshotFramed} {
+		var buf bytes.Buffer
+		if err := writeSnapshotAs(&buf, f.State(), version); err != nil {
+			b.Fatal(err)
+		}
+		b.Run(fmt.Sprintf("v%d/write", version), func(b *testing.B) {
+			for b.Loop() {
+				buf.Reset()
+				if err := writeSnapshotAs(&buf, f.State(), version); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*tasks), "ns/task")
+			b.ReportMetric(float64(buf.Len())/tasks, "bytes/task")
+		})
+		b.Run(fmt.Sprintf("v%d/restore", version), func(b *testing.B) {
+			for b.Loop() {
+				if err := New(nil).Restore(io.NopCloser(bytes.NewReader(buf.Bytes()))); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*tasks), "ns/task")
+		})
+	}
+}
+
+// finishedFSM is a state holding n tasks that each ran once and
+// succeeded on one of 100 nodes, in entries of 500.
+func finishedFSM(tb testing.TB, n int) *FSM {
+	const nodes, batch = 100, 500
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	f := New(nil)
+	index := uint64(0)
+	apply := func(cmds [][]byte) BatchResult {
+		index++
+		res, ok := f.ApplyBytes(index, EncodeBatch(cmds)).(BatchResult)
+		if !ok {
+			tb.Fatalf("entry %d refused", index)
+		}
+		for i, r := range res {
+			if err, isErr := r.(error); isErr {
+				tb.Fatalf("entry %d command %d: %v", index, i, err)
+			}
+		}
+		return res
+	}
+	var cmds [][]byte
+	for i := 0; i < nodes; i++ {
+		c, _ := Encode(MsgRegisterNode, RegisterNodeRequest{Now: now, Node: Node{
+			ID: fmt.Sprintf("node-%03d", i), Capabilities: map[string][]string{"exec": {"1"}},
+			Resources: scheduler.Resources{CPUMillis: 1 << 40, MemoryMB: 1 << 40}, Slots: 1 << 30,
+		}})
+		cmds = append(cmds, c)
+	}
+	apply(cmds)
+	for start := 0; start < n; start += batch {
+		k := min(batch, n-start)
+		cmds = cmds[:0]
+		for i := start; i < start+k; i++ {
+			c, _ := Encode(MsgSubmitTask, SubmitTaskRequest{ID: fmt.Sprintf("01kbtask%018d", i), SubmittedAt: now, Spec: TaskSpec{Name: "done", IdempotencyKey: fmt.Sprint("key-", i), TaskShape: &TaskShape{
+				Priority: 50, Command: []string{"true"}, Capability: "exec", CapabilityVersion: "1",
+				Resources: scheduler.Resources{CPUMillis: 100, MemoryMB: 64}, TimeoutSeconds: 60, MaxAttempts: 3, Submitter: "bench",
+			}}})
+			cmds = append(cmds, c)
+		}
+		apply(cmds)
+		cmds = cmds[:0]
+		for i := start; i < start+k; i++ {
+			cmds = append(cmds, EncodeReserve(ReserveRequest{TaskID: fmt.Sprintf("01kbtask%018d", i), AttemptID: fmt.Sprintf("01kbatt%019d", i), Number: 1,
+				NodeID: fmt.Sprintf("node-%03d", i%nodes), SessionGeneration: 1, Score: 1, Now: now, HeartbeatTTL: time.Hour}))
+		}
+		res := apply(cmds)
+		runs := make([][]byte, 0, k)
+		for _, x := range res {
+			a := x.(*ReserveResult).Attempt
+			runs = append(runs, EncodeAttemptRun(AttemptRunRequest{StartedAt: now,
+				End: AttemptEndRequest{AttemptID: a.ID, LeaseVersion: a.LeaseVersion, State: AttemptSucceeded, OutputTail: "ok\n", Now: now.Add(time.Second)},
+			}))
+		}
+		apply(runs)
+	}
+	return f
+}
+
 // BenchmarkFootprint measures the heap a replica's state holds per task:
 // 100,000 pending tasks submitted as the footprint bench does (key, env,
 // a three-word command), in entries of 256.

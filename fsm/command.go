@@ -106,8 +106,10 @@ var ErrMalformedCommand = errors.New("malformed command")
 // and keeps reading the one before.
 //
 // Forms 1 is the first release's; forms 2 adds MsgAttemptRun; forms 3
-// adds MsgExplainMany and MsgSubmitMany.
-const CommandForms = 3
+// adds MsgExplainMany and MsgSubmitMany; forms 4 adds no command and
+// reads snapshot version 2 (snapshot_framed.go), which the replicas write
+// once every server reads it.
+const CommandForms = 4
 
 // baseForms is the version of the forms every command unchanged since
 // the first release is written in.

@@ -214,13 +214,13 @@ func TestSnapshotFramingIsTheJSONEncoders(t *testing.T) {
 	odd.Env = map[string]string{"A<B": "x&y"}
 	f.ApplyBytes(2001, mustEncode(t, MsgSubmitTask, SubmitTaskRequest{ID: "t-odd", Spec: odd}))
 	var got bytes.Buffer
-	if err := writeSnapshot(&got, f.State()); err != nil {
+	if err := writeSnapshotAs(&got, f.State(), snapshotJSON); err != nil {
 		t.Fatal(err)
 	}
 	var want bytes.Buffer
 	enc := json.NewEncoder(&want)
 	st := f.State()
-	if err := enc.Encode(snapshotHeader{Format: snapshotFormat, Version: snapshotVersion, Index: st.index}); err != nil {
+	if err := enc.Encode(snapshotHeader{Format: snapshotFormat, Version: snapshotJSON, Index: st.index}); err != nil {
 		t.Fatal(err)
 	}
 	write := func(table string, rec any) bool {
@@ -251,7 +251,7 @@ func TestRestoreReadsOtherFramings(t *testing.T) {
 		f.ApplyBytes(uint64(i), mustEncode(t, MsgSubmitTask, SubmitTaskRequest{ID: fmt.Sprint("t", i), Spec: testSpec(fmt.Sprint("k", i))}))
 	}
 	var buf bytes.Buffer
-	if err := writeSnapshot(&buf, f.State()); err != nil {
+	if err := writeSnapshotAs(&buf, f.State(), snapshotJSON); err != nil {
 		t.Fatal(err)
 	}
 	// t2 gets an explanation longer than the reader's 256 KiB buffer.

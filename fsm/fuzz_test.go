@@ -76,6 +76,13 @@ func FuzzRestore(f *testing.F) {
 		f.Fatal(err)
 	}
 	f.Add(buf.Bytes())
+	// The same state in version 2, its frames in the binary form.
+	good.ApplyBytes(2, mustEncode(f, MsgUpsertServer, UpsertServerRequest{Server: Server{ID: "s1", RaftAddress: "r", HTTPAddress: "h", CommandForms: CommandForms}}))
+	buf.Reset()
+	if err := writeSnapshotAs(&buf, good.State(), snapshotFramed); err != nil {
+		f.Fatal(err)
+	}
+	f.Add(buf.Bytes())
 	f.Add([]byte(`{"format":"herd-state","version":1,"index":3}` + "\n"))
 	f.Add([]byte("{}"))
 	// A task whose spec has no shape fields at all.

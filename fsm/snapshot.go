@@ -13,13 +13,25 @@ import (
 	"herd/scheduler"
 )
 
-// snapshotFormat names the stream layout written by Persist: one JSON
-// header line, then one JSON line per record, tables in a fixed order and
-// records in id order, so equal states give byte-identical snapshots.
+// snapshotFormat names the stream Persist writes: one JSON header line
+// naming the format, its version and the applied index, then the records,
+// tables in a fixed order and records in id order, so equal states give
+// byte-identical snapshots. Version 1 (snapshotJSON) is a JSON line per
+// record; version 2 (snapshotFramed, snapshot_framed.go) frames each
+// record by its kind and length and writes tasks and attempts in the
+// binary form, each distinct task shape once. A replica reads both and
+// writes version 2 once every server records that it reads it (command
+// forms 4): a server of an older build receiving a snapshot must be able
+// to read it.
 const (
-	snapshotFormat  = "herd-state"
-	snapshotVersion = 1
+	snapshotFormat = "herd-state"
+	snapshotJSON   = 1
+	snapshotFramed = 2
 )
+
+// framedSnapshotForms is the command forms from which a server reads
+// snapshot version 2.
+const framedSnapshotForms = 4
 
 type snapshotHeader struct {
 	Format  string `json:"format"`
@@ -48,41 +60,73 @@ const (
 	tableJobs     = "jobs"
 )
 
-func writeSnapshot(w io.Writer, s *State) error {
+// snapshotVersion is the version Persist writes for s: version 2 once
+// every server of the cluster records that it reads it, version 1 before
+// (a rolling upgrade under way, or a state without servers).
+func (s *State) snapshotVersion() int {
+	n := 0
+	framed := true
+	s.st.servers.Ascend(func(v *Server) bool {
+		n++
+		framed = v.CommandForms >= framedSnapshotForms
+		return framed
+	})
+	if n > 0 && framed {
+		return snapshotFramed
+	}
+	return snapshotJSON
+}
+
+// writeSnapshot writes s in the version every server reads (Persist).
+func writeSnapshot(w io.Writer, s *State) error { return writeSnapshotAs(w, s, s.snapshotVersion()) }
+
+// writeSnapshotAs writes s in the given snapshot version.
+func writeSnapshotAs(w io.Writer, s *State, version int) error {
 	bw := bufio.NewWriterSize(w, 256<<10)
-	enc := json.NewEncoder(bw)
-	if err := enc.Encode(snapshotHeader{Format: snapshotFormat, Version: snapshotVersion, Index: s.index}); err != nil {
+	if err := json.NewEncoder(bw).Encode(snapshotHeader{Format: snapshotFormat, Version: version, Index: s.index}); err != nil {
 		return fmt.Errorf("write header: %w", err)
 	}
+	if version != snapshotFramed {
+		if err := s.eachRecord(jsonLines{bw}); err != nil {
+			return err
+		}
+		return bw.Flush()
+	}
+	sink := newFramedSink(bw)
+	if err := s.eachRecord(sink); err != nil {
+		return err
+	}
+	if err := sink.end(); err != nil {
+		return err
+	}
+	return bw.Flush()
+}
+
+// recordSink takes a snapshot's records in order: tasks and attempts by
+// their own methods, every other table's records as JSON values.
+type recordSink interface {
+	record(table string, rec any) error
+	task(t *Task) error
+	attempt(a *Attempt) error
+}
+
+// eachRecord gives out every record of s: tables in snapshot order,
+// records in id order.
+func (s *State) eachRecord(out recordSink) error {
 	var werr error
 	write := func(table string, rec any) bool {
-		body, err := json.Marshal(rec)
-		if err != nil {
-			werr = fmt.Errorf("encode %s record: %w", table, err)
-			return false
-		}
-		// What enc.Encode(snapshotRecord{table, body}) writes, without
-		// scanning the record a second time (Marshal's output is compact
-		// and HTML-escaped already, as the encoder would leave it).
-		bw.WriteString(recordPrefix)
-		bw.WriteString(table)
-		bw.WriteString(recordInfix)
-		bw.Write(body)
-		if _, err := bw.WriteString("}\n"); err != nil {
-			werr = fmt.Errorf("write %s record: %w", table, err)
-			return false
-		}
-		return true
+		werr = out.record(table, rec)
+		return werr == nil
 	}
 	s.st.servers.Ascend(func(v *Server) bool { return write(tableServers, v) })
 	if werr == nil {
 		s.st.nodes.Ascend(func(v *Node) bool { return write(tableNodes, s.st.current(v)) })
 	}
 	if werr == nil {
-		s.st.tasks.Ascend(func(v *Task) bool { return write(tableTasks, v.toJSON()) })
+		s.st.tasks.Ascend(func(v *Task) bool { werr = out.task(v); return werr == nil })
 	}
 	if werr == nil {
-		s.st.attempts.Ascend(func(v *Attempt) bool { return write(tableAttempts, v) })
+		s.st.attempts.Ascend(func(v *Attempt) bool { werr = out.attempt(v); return werr == nil })
 	}
 	// The ACL tables are written only once ACLs are in use, so that the
 	// snapshots of a cluster without them keep their form.
@@ -110,13 +154,34 @@ func writeSnapshot(w io.Writer, s *State) error {
 	if werr == nil {
 		s.st.jobs.Ascend(func(v *Job) bool { return write(tableJobs, v) })
 	}
-	if werr != nil {
-		return werr
-	}
-	return bw.Flush()
+	return werr
 }
 
-// A record line as writeSnapshot frames it: recordPrefix, the table,
+// jsonLines writes records as version 1 does: a JSON line each.
+type jsonLines struct{ bw *bufio.Writer }
+
+func (j jsonLines) task(t *Task) error       { return j.record(tableTasks, t.toJSON()) }
+func (j jsonLines) attempt(a *Attempt) error { return j.record(tableAttempts, a) }
+
+func (j jsonLines) record(table string, rec any) error {
+	body, err := json.Marshal(rec)
+	if err != nil {
+		return fmt.Errorf("encode %s record: %w", table, err)
+	}
+	// What a JSON encoder writes for snapshotRecord{table, body}, without
+	// scanning the record a second time (Marshal's output is compact and
+	// HTML-escaped already, as the encoder would leave it).
+	j.bw.WriteString(recordPrefix)
+	j.bw.WriteString(table)
+	j.bw.WriteString(recordInfix)
+	j.bw.Write(body)
+	if _, err := j.bw.WriteString("}\n"); err != nil {
+		return fmt.Errorf("write %s record: %w", table, err)
+	}
+	return nil
+}
+
+// A record line as version 1 frames it: recordPrefix, the table,
 // recordInfix, the record, "}".
 const (
 	recordPrefix = `{"table":"`
@@ -133,10 +198,18 @@ func readSnapshot(r io.Reader) (*store, uint64, error) {
 	if err := json.Unmarshal(first, &hdr); err != nil {
 		return nil, 0, fmt.Errorf("read header: %w", err)
 	}
-	if hdr.Format != snapshotFormat || hdr.Version != snapshotVersion {
-		return nil, 0, fmt.Errorf("unsupported snapshot %q version %d", hdr.Format, hdr.Version)
+	if hdr.Format != snapshotFormat || hdr.Version < snapshotJSON || hdr.Version > snapshotFramed {
+		return nil, 0, fmt.Errorf("unsupported snapshot %q version %d (this build reads %q versions %d to %d)",
+			hdr.Format, hdr.Version, snapshotFormat, snapshotJSON, snapshotFramed)
 	}
 	db := newStore()
+	if hdr.Version == snapshotFramed {
+		if err := readFramed(lines.r, db); err != nil {
+			return nil, 0, err
+		}
+		clear(db.w.touched)
+		return db, hdr.Index, nil
+	}
 	for n := 0; ; n++ {
 		line, err := lines.next()
 		if errors.Is(err, io.EOF) {
@@ -157,7 +230,7 @@ func readSnapshot(r io.Reader) (*store, uint64, error) {
 	return db, hdr.Index, nil
 }
 
-// splitRecord reads a record line: in writeSnapshot's framing by slicing
+// splitRecord reads a record line: in version 1's framing by slicing
 // it (so a restore decodes each record once, not the frame as JSON and
 // then the record again), any other JSON object by decoding it. The record is
 // decoded (and checked) by decodeRecord.
@@ -281,15 +354,16 @@ func decodeInto[R any](rec snapshotRecord, id func(*R) string, put func(*R)) err
 	return nil
 }
 
-// Hash returns a digest of the state as it would be snapshotted. Replicas
-// at the same applied index must return the same hash.
+// Hash returns a digest of the state, of its snapshot in version 1.
+// Replicas at the same applied index must return the same hash.
 func (s *State) Hash() (string, error) {
 	h := sha256.New()
-	if err := writeSnapshot(h, s); err != nil {
+	if err := writeSnapshotAs(h, s, snapshotJSON); err != nil {
 		return "", err
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
-// Dump writes the state in snapshot format (for tests and debugging).
-func (s *State) Dump(w io.Writer) error { return writeSnapshot(w, s) }
+// Dump writes the state as a snapshot in version 1, a JSON line per
+// record (for tests and debugging).
+func (s *State) Dump(w io.Writer) error { return writeSnapshotAs(w, s, snapshotJSON) }

@@ -79,6 +79,14 @@ func loadFinished(n int) (*fsm.FSM, []string, uint64, error) {
 		return applyChecked(f, index, cmds)
 	}
 	var cmds [][]byte
+	// Three servers of this build, as every cluster's state records them:
+	// what a state's snapshot is written in follows what they read.
+	for _, id := range []string{"s1", "s2", "s3"} {
+		c, _ := fsm.Encode(fsm.MsgUpsertServer, fsm.UpsertServerRequest{Server: fsm.Server{
+			ID: id, RaftAddress: id + ":4647", HTTPAddress: id + ":4646", CommandForms: fsm.CommandForms,
+		}})
+		cmds = append(cmds, c)
+	}
 	for i := 0; i < nodes; i++ {
 		c, _ := fsm.Encode(fsm.MsgRegisterNode, fsm.RegisterNodeRequest{Now: now, Node: fsm.Node{
 			ID: fmt.Sprintf("node-%03d", i), Capabilities: map[string][]string{"exec": {"1"}},

@@ -131,7 +131,11 @@ func (f *fleetRun) startAgents(dir string, wg *sync.WaitGroup) error {
 
 // profile saves the leader's CPU profile of one window under name, when
 // profiles are asked for.
-func (f *fleetRun) profile(name string) <-chan error {
+func (f *fleetRun) profile(name string) <-chan error { return f.profileOf(f.li, name) }
+
+// profileOf saves server i's CPU profile of one window under name, when
+// profiles are asked for.
+func (f *fleetRun) profileOf(i int, name string) <-chan error {
 	done := make(chan error, 1)
 	if f.profiles == "" {
 		done <- nil
@@ -139,7 +143,7 @@ func (f *fleetRun) profile(name string) <-chan error {
 	}
 	go func() {
 		which := fmt.Sprintf("profile?seconds=%d", int(f.sz.agentsWindow.Seconds()))
-		done <- saveProfile(f.ctx, f.s.http[f.li], which, filepath.Join(f.profiles, name))
+		done <- saveProfile(f.ctx, f.s.http[i], which, filepath.Join(f.profiles, name))
 	}()
 	return done
 }
@@ -150,8 +154,14 @@ func (f *fleetRun) measureIdle() error {
 	s, r, self := f.s, f.r, os.Getpid()
 	i0, _ := metricSample(s.http[f.li], "herd_raft_commit_index")
 	f.refuted0 = f.refuted.n.Load()
+	followers := f.followerPids()
+	f0 := make([]float64, len(followers))
+	for i, pid := range followers {
+		f0[i] = procCPUSeconds(pid)
+	}
 	l0, a0, w0 := procCPUSeconds(f.leaderPid), procCPUSeconds(self), time.Now()
 	idleProfile := f.profile("leader-idle.pprof")
+	followerProfile := f.profileOf((f.li+1)%len(f.s.servers), "follower-idle.pprof")
 	stopSelf, err := profileSelf(f.profiles, "agents-idle.pprof")
 	if err != nil {
 		return err
@@ -160,6 +170,9 @@ func (f *fleetRun) measureIdle() error {
 	// The window's CPU is read as it ends: waiting for the profiles
 	// below may take a while and must not count.
 	l1, a1, window := procCPUSeconds(f.leaderPid), procCPUSeconds(self), time.Since(w0).Seconds()
+	for i, pid := range followers {
+		r.AgentsFollowerCPUPct = max(r.AgentsFollowerCPUPct, 100*(procCPUSeconds(pid)-f0[i])/window)
+	}
 	if err := stopSelf(); err != nil {
 		return err
 	}
@@ -170,9 +183,23 @@ func (f *fleetRun) measureIdle() error {
 		// A leader too busy to serve its profile is measured all the same.
 		fmt.Fprintf(os.Stderr, "bench: agents: no profile of the leader's idle window: %v\n", err)
 	}
+	if err := <-followerProfile; err != nil {
+		fmt.Fprintf(os.Stderr, "bench: agents: no profile of a follower's idle window: %v\n", err)
+	}
 	r.AgentsLeaderCPUPct = 100 * (l1 - l0) / window
 	r.AgentsProcessCPUPct = 100 * (a1 - a0) / window
 	return nil
+}
+
+// followerPids are the server processes other than the leader's.
+func (f *fleetRun) followerPids() []int {
+	var out []int
+	for i, p := range f.s.servers {
+		if i != f.li && p != nil && p.Process != nil {
+			out = append(out, p.Process.Pid)
+		}
+	}
+	return out
 }
 
 // measurePlacing submits `true` at a steady low rate through a window

@@ -256,9 +256,12 @@ type Result struct {
 	// agent's heartbeat and assignment protocol, against three server
 	// processes: the leader's CPU idle and while placing, the servers'
 	// memory, heartbeat loss and false SUSPECT/DOWN verdicts.
-	Agents                 int     `json:"agents"`
-	AgentsReady            int     `json:"agents_ready"`
-	AgentsLeaderCPUPct     float64 `json:"agents_1000_leader_cpu_pct"`
+	Agents             int     `json:"agents"`
+	AgentsReady        int     `json:"agents_ready"`
+	AgentsLeaderCPUPct float64 `json:"agents_1000_leader_cpu_pct"`
+	// AgentsFollowerCPUPct is the busier follower's CPU in the idle
+	// window, in percent of a core.
+	AgentsFollowerCPUPct   float64 `json:"agents_1000_follower_cpu_pct"`
 	AgentsLeaderPlacingCPU float64 `json:"agents_1000_leader_placing_cpu_pct"`
 	AgentsFalseVerdicts    int     `json:"agents_1000_false_verdicts"`
 	// AgentsElections is how many elections the servers held during the
@@ -557,7 +560,7 @@ func Print(w io.Writer, r *Result) {
 	row(tb, "processes, CPU per task", fmt.Sprintf("herd %.2f ms (servers %.2f, of it the leader %.2f; agents %.2f, of it their lease guards %.3f; one agent alone: herd %.2f), the task's process %.2f ms; RSS server %.0f MiB, agent %.0f MiB, lease guard %.1f MiB (%.1f MiB anonymous)", r.HerdCPUPerTaskMs, r.ProcessesServerCPUPerTaskMs, r.ProcessesLeaderCPUPerTaskMs, r.ProcessesAgentCPUPerTaskMs, r.ProcessesGuardCPUPerTaskMs, r.ProcessesOneAgentHerdCPUPerTaskMs, r.ProcessesTaskCPUPerTaskMs, r.ProcessesServerRSSMiB, r.ProcessesAgentRSSMiB, r.ProcessesGuardRSSMiB, r.ProcessesGuardAnonMiB), "same run, from /proc of each process")
 	row(tb, "processes, log per task", fmt.Sprintf("%s Raft commands, %.0f bytes of log", commandsText(r.ProcessesCommandsPerTask, r.ProcessesCommandsByType), r.ProcessesLogBytesPerTask), "same run, as the leader applied them")
 	row(tb, "processes, one CPU", fmt.Sprintf("%.0f tasks/s (%.2f× the one-CPU process ceiling of %.0f /s), submit→start p50 %.1f ms, p99 %.1f ms; herd %.2f ms per task (servers %.2f, agents %.2f), the task's process %.2f ms", r.OneCPUProcessesTasksPerSec, r.OneCPUProcessesToCeiling, r.OneCPUProcessCeiling, r.OneCPUProcessesStartP50, r.OneCPUProcessesStartP99, r.OneCPUHerdCPUPerTaskMs, r.OneCPUProcessesServerCPUPerTaskMs, r.OneCPUProcessesAgentCPUPerTaskMs, r.OneCPUProcessesTaskCPUPerTaskMs), "the same deployment, every process pinned to the first CPU (taskset -c 0)")
-	row(tb, "many agents", fmt.Sprintf("%d READY; leader %.1f%% of a core idle (%.1f Raft entries/s), %.1f%% placing %.0f tasks/s; %d false verdicts, heartbeat loss %.3f; server RSS %.0f MiB; agents' process %.0f%% of a core, %.0f MiB live heap, %d refutations among them; registered in %.1f s; %d elections; %d placed tasks unfinished", r.AgentsReady, r.AgentsLeaderCPUPct, r.AgentsIdleEntriesPerSec, r.AgentsLeaderPlacingCPU, r.AgentsPlacedTasksPerSec, r.AgentsFalseVerdicts, r.AgentsHeartbeatLoss, r.AgentsServerRSSMiB, r.AgentsProcessCPUPct, r.AgentsFleetLiveHeapMiB, r.AgentsFleetRefutations, r.AgentsRegisterSeconds, r.AgentsElections, r.AgentsPlacedUnfinished), fmt.Sprintf("%d agents in one process (memberlist members with their own UDP sockets, heartbeats, assignment long polls) against 3 server processes", r.Agents))
+	row(tb, "many agents", fmt.Sprintf("%d READY; leader %.1f%% of a core idle (%.1f Raft entries/s), the busier follower %.1f%%, %.1f%% placing %.0f tasks/s; %d false verdicts, heartbeat loss %.3f; server RSS %.0f MiB; agents' process %.0f%% of a core, %.0f MiB live heap, %d refutations among them; registered in %.1f s; %d elections; %d placed tasks unfinished", r.AgentsReady, r.AgentsLeaderCPUPct, r.AgentsIdleEntriesPerSec, r.AgentsFollowerCPUPct, r.AgentsLeaderPlacingCPU, r.AgentsPlacedTasksPerSec, r.AgentsFalseVerdicts, r.AgentsHeartbeatLoss, r.AgentsServerRSSMiB, r.AgentsProcessCPUPct, r.AgentsFleetLiveHeapMiB, r.AgentsFleetRefutations, r.AgentsRegisterSeconds, r.AgentsElections, r.AgentsPlacedUnfinished), fmt.Sprintf("%d agents in one process (memberlist members with their own UDP sockets, heartbeats, assignment long polls) against 3 server processes", r.Agents))
 	row(tb, "submit→start, light load", fmt.Sprintf("p50 %.1f ms, p99 %.1f ms", r.E2ESubmitToStartP50, r.E2ESubmitToStartP99), fmt.Sprintf("%.0f tasks/s steady, same cluster", r.E2ELightRate))
 	row(tb, "end to end, TLS and ACLs", fmt.Sprintf("%.0f tasks/s (%.2f× open), %.2f ms of herd CPU per task; light load p50 %.1f ms, p99 %.1f ms", r.E2ESecureTasksPerSec, r.E2ESecureThroughputRatio, r.E2ESecureCPUPerTaskMs, r.E2ESecureSubmitToStartP50, r.E2ESecureSubmitToStartP99), "the same two workloads on a cluster with mutual TLS on every link and ACLs on every request")
 	row(tb, "decision", fmt.Sprintf("%.3f / %.3f / %.3f ms", r.Decision100Nodes, r.Decision1kNodes, r.Decision10kNodes), "filter+score+select over 100 / 1k / 10k nodes")

@@ -72,15 +72,7 @@ func benchReserveApply(b *testing.B, replicas int, id func(kind string, i int) s
 			fsms[i] = New(nil)
 		}
 		index, next = 0, 0
-		cmds = cmds[:0]
-		for i := 0; i < nodes; i++ {
-			b, _ := Encode(MsgRegisterNode, RegisterNodeRequest{Now: now, Node: Node{
-				ID: fmt.Sprintf("node-%04d", i), Capabilities: map[string][]string{"exec": {"1"}},
-				Resources: scheduler.Resources{CPUMillis: 1 << 40, MemoryMB: 1 << 40}, Slots: 1 << 30,
-			}})
-			cmds = append(cmds, b)
-		}
-		apply(cmds)
+		apply(boundlessNodes(now, nodes, "node-%04d"))
 		taskIDs = make([]string, backlog)
 		for start := 0; start < backlog; start += 1000 {
 			cmds = cmds[:0]
@@ -236,15 +228,8 @@ func finishedFSM(tb testing.TB, n int) *FSM {
 		}
 		return res
 	}
+	apply(boundlessNodes(now, nodes, "node-%03d"))
 	var cmds [][]byte
-	for i := 0; i < nodes; i++ {
-		c, _ := Encode(MsgRegisterNode, RegisterNodeRequest{Now: now, Node: Node{
-			ID: fmt.Sprintf("node-%03d", i), Capabilities: map[string][]string{"exec": {"1"}},
-			Resources: scheduler.Resources{CPUMillis: 1 << 40, MemoryMB: 1 << 40}, Slots: 1 << 30,
-		}})
-		cmds = append(cmds, c)
-	}
-	apply(cmds)
 	for start := 0; start < n; start += batch {
 		k := min(batch, n-start)
 		cmds = cmds[:0]
@@ -442,4 +427,18 @@ func BenchmarkAttemptEndApply(b *testing.B) {
 		_ = f.State() // the leader reads a view after each entry
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*batch), "ns/end")
+}
+
+// boundlessNodes registers n nodes named by idFormat whose capacity and
+// slots no benchmark fills.
+func boundlessNodes(now time.Time, n int, idFormat string) [][]byte {
+	cmds := make([][]byte, 0, n)
+	for i := range n {
+		c, _ := Encode(MsgRegisterNode, RegisterNodeRequest{Now: now, Node: Node{
+			ID: fmt.Sprintf(idFormat, i), Capabilities: map[string][]string{"exec": {"1"}},
+			Resources: scheduler.Resources{CPUMillis: 1 << 40, MemoryMB: 1 << 40}, Slots: 1 << 30,
+		}})
+		cmds = append(cmds, c)
+	}
+	return cmds
 }

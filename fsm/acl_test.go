@@ -152,14 +152,7 @@ func TestGossipKeyring(t *testing.T) {
 	if len(kr.Keys) != 1 || !bytes.Equal(kr.Keys[0], k2) || !bytes.Equal(kr.Primary, k2) {
 		t.Fatalf("after use and remove: %+v", kr)
 	}
-	var buf bytes.Buffer
-	if err := h.f.State().Dump(&buf); err != nil {
-		t.Fatal(err)
-	}
-	g := New(nil)
-	if err := g.Restore(io.NopCloser(&buf)); err != nil {
-		t.Fatal(err)
-	}
+	g := restoredCopy(t, h.f)
 	if got := g.State().GossipKeyring(); got.Index != kr.Index || !bytes.Equal(got.Primary, k2) {
 		t.Fatalf("restored keyring %+v", got)
 	}

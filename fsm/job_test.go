@@ -1,10 +1,8 @@
 package fsm
 
 import (
-	"bytes"
 	"errors"
 	"herd/spec"
-	"io"
 	"slices"
 	"strconv"
 	"strings"
@@ -197,14 +195,7 @@ func TestScheduledJobFiresEachSlotOnce(t *testing.T) {
 	if got := jobIDs(h.f.State().ActiveJobs()); !slices.Equal(got, want) {
 		t.Fatalf("active jobs %v, want %v (all: %v)", got, want, jobIDs(h.f.State().Jobs("", 0)))
 	}
-	var buf bytes.Buffer
-	if err := h.f.State().Dump(&buf); err != nil {
-		t.Fatal(err)
-	}
-	g := New(nil)
-	if err := g.Restore(io.NopCloser(&buf)); err != nil {
-		t.Fatal(err)
-	}
+	g := restoredCopy(t, h.f)
 	if got := jobIDs(g.State().ActiveJobs()); !slices.Equal(got, want) {
 		t.Fatalf("active jobs after a restore %v, want %v", got, want)
 	}

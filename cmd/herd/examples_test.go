@@ -18,12 +18,7 @@ func TestExamplesRun(t *testing.T) {
 	test.WaitRegistered(t, c.StartAgent(agent.Config{ID: "edge-1", Slots: 2}))
 	test.WaitRegistered(t, c.StartAgent(agent.Config{ID: "gpu-box", Slots: 2, Labels: map[string]string{"accelerator": "gpu"},
 		Resources: api.Resources{CPUMillis: 2000, MemoryMB: 2048, GPU: 1}}))
-	vars := map[string]string{"HERD_ADDR": c.Replicas[0].Cfg.HTTPAddr}
-	herd := func(args ...string) (string, string, int) {
-		e, out, errb := testEnv(vars)
-		code := run(e, args)
-		return out.String(), errb.String(), code
-	}
+	herd := cliAt(c.Replicas[0].Cfg.HTTPAddr)
 	cl := c.AllClient()
 
 	// The pipeline: 1..100 generated, squared in two halves, summed.

@@ -62,12 +62,7 @@ func TestParseJobFile(t *testing.T) {
 
 func TestCLIJobs(t *testing.T) {
 	c := test.NewCluster(t, 3)
-	vars := map[string]string{"HERD_ADDR": c.Replicas[c.Follower()].Cfg.HTTPAddr}
-	herd := func(args ...string) (string, string, int) {
-		e, out, errb := testEnv(vars)
-		code := run(e, args)
-		return out.String(), errb.String(), code
-	}
+	herd := cliAt(c.Replicas[c.Follower()].Cfg.HTTPAddr)
 	file := filepath.Join(t.TempDir(), "pipeline.hcl")
 	if err := os.WriteFile(file, []byte(pipelineHCL), 0o600); err != nil {
 		t.Fatal(err)
@@ -117,12 +112,7 @@ func TestCLISubmitWait(t *testing.T) {
 	c := test.NewClusterWith(t, 3, test.Setup{})
 	h := c.StartAgent(agent.Config{ID: "edge-1", Slots: 2})
 	test.WaitRegistered(t, h)
-	vars := map[string]string{"HERD_ADDR": c.Replicas[0].Cfg.HTTPAddr}
-	herd := func(args ...string) (string, string, int) {
-		e, out, errb := testEnv(vars)
-		code := run(e, args)
-		return out.String(), errb.String(), code
-	}
+	herd := cliAt(c.Replicas[0].Cfg.HTTPAddr)
 	// -wait behaves as ssh would: herd's words on standard error, the
 	// task's output on standard output, its exit code as herd's.
 	out, errOut, code := herd("task", "submit", "-wait", "--", "sh", "-c", "echo hello-log")

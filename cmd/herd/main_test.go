@@ -19,6 +19,17 @@ import (
 	"herd/test"
 )
 
+// cliAt runs the CLI against the cluster at addr (HERD_ADDR), answering
+// its standard output, standard error and exit code.
+func cliAt(addr string) func(args ...string) (string, string, int) {
+	vars := map[string]string{"HERD_ADDR": addr}
+	return func(args ...string) (string, string, int) {
+		e, out, errb := testEnv(vars)
+		code := run(e, args)
+		return out.String(), errb.String(), code
+	}
+}
+
 func testEnv(vars map[string]string) (*env, *bytes.Buffer, *bytes.Buffer) {
 	var out, errb bytes.Buffer
 	return &env{
@@ -30,11 +41,7 @@ func testEnv(vars map[string]string) (*env, *bytes.Buffer, *bytes.Buffer) {
 func TestCLIAgainstACluster(t *testing.T) {
 	c := test.NewCluster(t, 3)
 	vars := map[string]string{"HERD_ADDR": c.Replicas[c.Follower()].Cfg.HTTPAddr}
-	herd := func(args ...string) (string, string, int) {
-		e, out, errb := testEnv(vars)
-		code := run(e, args)
-		return out.String(), errb.String(), code
-	}
+	herd := cliAt(vars["HERD_ADDR"])
 
 	out, errOut, code := herd("task", "submit", "-json", "-name", "thumb", "-priority", "70", "-label", "zone=a", "-env", "K=V", "-cpu", "500", "--", "sh", "-c", "echo hi")
 	if code != 0 {

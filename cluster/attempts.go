@@ -111,7 +111,7 @@ func (e *attemptEndpoints) ReportAttempts(ctx context.Context, reports []api.Att
 	// was never reported is one attempt-run command where every server
 	// reads it, else two, its start and then its end.
 	at := make([]int, len(reports))
-	fold := everyServerReads(e.r.State(), fsm.FormsAttemptRun)
+	fold := e.r.State().EveryServerReads(fsm.FormsAttemptRun)
 	for i, r := range reports {
 		var err error
 		switch {
@@ -179,22 +179,6 @@ func (e *attemptEndpoints) ReportAttempts(ctx context.Context, reports []api.Att
 		}
 	}
 	return out, nil
-}
-
-// everyServerReads reports whether every server of the cluster's server
-// table records that it reads the given command forms: until then (a
-// rolling upgrade under way) the leader writes only the older forms.
-func everyServerReads(st *fsm.State, forms int) bool {
-	servers, err := st.Servers()
-	if err != nil || len(servers) == 0 {
-		return false
-	}
-	for _, s := range servers {
-		if s.CommandForms < forms {
-			return false
-		}
-	}
-	return true
 }
 
 // appendEncoded appends a command in the form every server reads.

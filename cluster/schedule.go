@@ -153,7 +153,7 @@ func (c serverCommitter) Commit(ctx context.Context, reserves []fsm.ReserveReque
 	}
 	accepted := s.commitPlacements(ctx, cmds, batch)
 	if len(explains) > 0 {
-		s.commitBatches(ctx, encodeExplains(explains, everyServerReads(s.fsm.State(), fsm.FormsExplainMany)), batch)
+		s.commitBatches(ctx, encodeExplains(explains, s.fsm.State().EveryServerReads(fsm.FormsExplainMany)), batch)
 	}
 	return accepted
 }

@@ -58,7 +58,7 @@ func (e *taskEndpoints) SubmitTasks(ctx context.Context, in []api.TaskSpec) (api
 		many.Tasks = append(many.Tasks, fsm.SubmitTaskRequest{ID: id, SubmittedAt: now, Spec: spec})
 	}
 	var entry []byte
-	if everyServerReads(e.r.State(), fsm.FormsSubmitMany) {
+	if e.r.State().EveryServerReads(fsm.FormsSubmitMany) {
 		entry = fsm.EncodeSubmitMany(many)
 	} else {
 		cmds := make([][]byte, len(many.Tasks))

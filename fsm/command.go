@@ -126,6 +126,24 @@ const (
 	FormsSubmitMany  = 3
 )
 
+// FormsFramedSnapshot is the forms version from which a server reads
+// snapshot version 2 (snapshot_framed.go).
+const FormsFramedSnapshot = 4
+
+// EveryServerReads reports whether every server of the cluster's server
+// table records that it reads the given command forms: until then (a
+// rolling upgrade under way, or no server recorded yet) only the older
+// forms are written, commands and snapshots alike.
+func (s *State) EveryServerReads(forms int) bool {
+	n, all := 0, true
+	s.st.servers.Ascend(func(v *Server) bool {
+		n++
+		all = v.CommandForms >= forms
+		return all
+	})
+	return n > 0 && all
+}
+
 // Encode builds one command: type byte, version byte, payload in the
 // command's one form (the binary form for the commands every task goes
 // through, JSON for the others).

@@ -29,10 +29,6 @@ const (
 	snapshotFramed = 2
 )
 
-// framedSnapshotForms is the command forms from which a server reads
-// snapshot version 2.
-const framedSnapshotForms = 4
-
 type snapshotHeader struct {
 	Format  string `json:"format"`
 	Version int    `json:"version"`
@@ -64,14 +60,7 @@ const (
 // every server of the cluster records that it reads it, version 1 before
 // (a rolling upgrade under way, or a state without servers).
 func (s *State) snapshotVersion() int {
-	n := 0
-	framed := true
-	s.st.servers.Ascend(func(v *Server) bool {
-		n++
-		framed = v.CommandForms >= framedSnapshotForms
-		return framed
-	})
-	if n > 0 && framed {
+	if s.EveryServerReads(FormsFramedSnapshot) {
 		return snapshotFramed
 	}
 	return snapshotJSON

@@ -98,10 +98,10 @@ func TestSnapshotVersionWaitsForEveryServer(t *testing.T) {
 	if v := f.State().snapshotVersion(); v != snapshotJSON {
 		t.Fatalf("a state without servers writes version %d", v)
 	}
-	f.ApplyBytes(1, mustEncode(t, MsgUpsertServer, UpsertServerRequest{Server: Server{ID: "s1", RaftAddress: "r1", HTTPAddress: "h1", CommandForms: framedSnapshotForms}}))
-	f.ApplyBytes(2, mustEncode(t, MsgUpsertServer, UpsertServerRequest{Server: Server{ID: "s2", RaftAddress: "r2", HTTPAddress: "h2", CommandForms: framedSnapshotForms - 1}}))
+	f.ApplyBytes(1, mustEncode(t, MsgUpsertServer, UpsertServerRequest{Server: Server{ID: "s1", RaftAddress: "r1", HTTPAddress: "h1", CommandForms: FormsFramedSnapshot}}))
+	f.ApplyBytes(2, mustEncode(t, MsgUpsertServer, UpsertServerRequest{Server: Server{ID: "s2", RaftAddress: "r2", HTTPAddress: "h2", CommandForms: FormsFramedSnapshot - 1}}))
 	if v := f.State().snapshotVersion(); v != snapshotJSON {
-		t.Fatalf("with a server reading forms %d, version %d", framedSnapshotForms-1, v)
+		t.Fatalf("with a server reading forms %d, version %d", FormsFramedSnapshot-1, v)
 	}
 	var sink memorySink
 	snap, _ := f.Snapshot()
@@ -111,7 +111,7 @@ func TestSnapshotVersionWaitsForEveryServer(t *testing.T) {
 	if !bytes.HasPrefix(sink.Bytes(), []byte(`{"format":"herd-state","version":1,`)) {
 		t.Fatalf("persisted during the upgrade: %.60q", sink.String())
 	}
-	f.ApplyBytes(3, mustEncode(t, MsgUpsertServer, UpsertServerRequest{Server: Server{ID: "s2", RaftAddress: "r2", HTTPAddress: "h2", CommandForms: framedSnapshotForms}}))
+	f.ApplyBytes(3, mustEncode(t, MsgUpsertServer, UpsertServerRequest{Server: Server{ID: "s2", RaftAddress: "r2", HTTPAddress: "h2", CommandForms: FormsFramedSnapshot}}))
 	sink.Reset()
 	snap, _ = f.Snapshot()
 	if err := snap.Persist(&sink); err != nil {
